@@ -1,0 +1,50 @@
+# eks-fsdp — every target creates/refreshes .venv on its own (make setup is idempotent).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export OMP_NUM_THREADS ?= 1
+
+.DEFAULT_GOAL := help
+
+.PHONY: help setup demo test test-fast lint bench render plan clean
+
+help: ## list targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n",$$1,$$2}'
+
+$(STAMP): requirements.txt training/requirements.txt requirements-dev.txt scripts/system_deps.sh
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	bash scripts/system_deps.sh
+	@touch $(STAMP)
+
+setup: $(STAMP) ## create/refresh .venv and system packages (idempotent)
+
+demo: setup ## the main job: the dev stack's PyTorchJob run locally on a real etcd
+	$(PY) -m workloads.local --stack dev
+
+test: setup ## the whole suite (slow multi-process tests included)
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+test-fast: setup ## the suite without tests marked slow
+	$(PY) -m pytest -m "not slow"
+
+lint: setup ## ruff + mypy
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+bench: setup ## loop-overhead benchmark (prints figures)
+	$(PY) benchmarks/loop_overhead.py
+
+render: setup ## render the dev stack's Kubernetes objects to out/dev
+	$(PY) -m workloads.render --stack dev --out out/dev
+
+plan: setup ## capacity plan for Llama-2-70B on p4de nodes
+	$(PY) -m training.plan --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
+
+clean: ## remove the venv and outputs
+	rm -rf $(VENV) out runs .pytest_cache .ruff_cache .mypy_cache
