@@ -1,0 +1,424 @@
+"""The training CLI: llama-recipes' `finetuning.py` flags, parsed into a frozen `TrainConfig`.
+
+Flag names and defaults are llama-recipes' `train_config` / `fsdp_config` ones where they apply, so
+the job commands people already use work. The parser is driven by the dataclass fields and mirrors
+python-fire's forms (llama-recipes uses fire):
+
+    --flag value     --flag=value     --flag-name value (hyphens and underscores are the same)
+    --bool_flag      --bool_flag=False     --bool_flag false     --nobool_flag
+    booleans accept true/false, 1/0, yes/no, on/off (any case)
+
+Unlike argparse there are no abbreviations: an unknown flag is an error with a suggestion, and a
+flag given twice is an error. Everything that can be checked without knowing the world size is
+checked when a `TrainConfig` is constructed; each problem raises a `ConfigError` whose text is one
+line naming the flag. World-size-dependent checks live in `training.parallelize`.
+
+Decision on `--hsdp`: llama-recipes builds its 2-D device mesh only when `hsdp` is set AND the
+sharding strategy is HYBRID_SHARD, and silently ignores `hsdp` otherwise. Here `--hsdp` without an
+explicit `--sharding_strategy` selects HYBRID_SHARD; `--hsdp` with any other explicit strategy is
+an error. `--sharding_group_size` / `--replica_group_size` are only accepted with `--hsdp`
+(0 = derived from the world size by `training.parallelize`).
+
+FSDP-only flags (`--sharding_strategy`, `--fsdp_cpu_offload`, ...) are accepted but unused without
+`--enable_fsdp`, as in llama-recipes.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import itertools
+import math
+import sys
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BATCHING_STRATEGIES",
+    "DATASETS",
+    "SHARDING_STRATEGIES",
+    "ConfigError",
+    "TrainConfig",
+    "field_docs",
+    "parse_args",
+    "to_argv",
+    "usage",
+]
+
+BATCHING_STRATEGIES = ("packing", "padding")
+SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
+DATASETS = ("samsum_dataset", "samsum_sample", "alpaca_dataset", "custom")
+DATASETS_WITH_PATH = ("custom", "alpaca_dataset")
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+class ConfigError(ValueError):
+    """Bad input. str(err) is ONE line naming the culprit, e.g. "--batch_size_training: must be >= 1, got 0"."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """One fine-tuning run. Field names are the CLI flags (`--<field>`)."""
+
+    # --- llama-recipes train_config / fsdp_config -----------------------------------------------
+    model_name: str = "tiny-llama"
+    """Model: a tiny preset name (tiny-llama, ...), a local Hugging Face folder, or a hub name."""
+    enable_fsdp: bool = False
+    """Shard the model with FSDP2 (torch.distributed.fsdp.fully_shard)."""
+    run_validation: bool = True
+    """Evaluate on the validation split at the end of each epoch."""
+    batch_size_training: int = 4
+    """Micro-batch size per rank (sequences per forward pass)."""
+    batching_strategy: str = "packing"
+    """packing (concatenate and cut into context_length chunks) or padding (one sample per row)."""
+    context_length: int = 4096
+    """Tokens per packed chunk; with padding, samples are truncated to it."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step."""
+    gradient_clipping: bool = False
+    """Clip the global gradient norm to gradient_clipping_threshold."""
+    gradient_clipping_threshold: float = 1.0
+    """Max global gradient norm when gradient_clipping is on."""
+    num_epochs: int = 3
+    """Passes over the training split."""
+    max_train_step: int = 0
+    """Stop after this many optimizer steps in total; 0 = no limit."""
+    max_eval_step: int = 0
+    """Evaluate at most this many batches per rank; 0 = the whole validation split."""
+    lr: float = 1e-4
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    gamma: float = 0.85
+    """StepLR decay of the learning rate after each epoch, as llama-recipes."""
+    seed: int = 42
+    """Seed for model init and data shuffling."""
+    mixed_precision: bool = True
+    """bf16 (or fp16 with use_fp16) compute with fp32 parameters and gradient reduction."""
+    use_fp16: bool = False
+    """Use fp16 instead of bf16 for mixed precision."""
+    val_batch_size: int = 1
+    """Validation micro-batch size per rank."""
+    dataset: str = "samsum_dataset"
+    """samsum_dataset (hub), samsum_sample (bundled), alpaca_dataset (JSON), custom (JSONL)."""
+    data_path: str | None = None
+    """File for --dataset custom (JSONL) or alpaca_dataset (JSON list)."""
+    output_dir: str = "runs/finetune"
+    """Where metrics.jsonl, summary.json, the plot and the exported model go."""
+    save_model: bool = True
+    """Export a consolidated Hugging Face folder at the end."""
+    save_optimizer: bool = False
+    """Include the optimizer state in the final export folder's checkpoint."""
+    dist_checkpoint_root_folder: str = "runs/checkpoints"
+    """Root folder of the distributed (DCP) checkpoints."""
+    dist_checkpoint_folder: str = "fine-tuned"
+    """Sub-folder of dist_checkpoint_root_folder for this run's checkpoints."""
+    sharding_strategy: str = "FULL_SHARD"
+    """FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD or NO_SHARD."""
+    hsdp: bool = False
+    """Hybrid sharding on a 2-D (replicate, shard) mesh; implies HYBRID_SHARD."""
+    sharding_group_size: int = 0
+    """HSDP: ranks per sharding group; 0 = derived from the world size."""
+    replica_group_size: int = 0
+    """HSDP: number of replica groups; 0 = derived from the world size."""
+    pure_bf16: bool = False
+    """Keep parameters, gradients and optimizer state in bf16 (overrides mixed_precision)."""
+    fsdp_activation_checkpointing: bool = True
+    """Recompute each decoder layer's activations in the backward pass (non-reentrant)."""
+    fsdp_cpu_offload: bool = False
+    """Offload sharded parameters, gradients and optimizer state to CPU."""
+
+    # --- ours -----------------------------------------------------------------------------------
+    resume: bool = False
+    """Continue from the newest complete checkpoint in the checkpoint folder."""
+    checkpoint_every: int = 0
+    """Optimizer steps between checkpoints; 0 = at the end of each epoch only."""
+    log_every: int = 1
+    """Optimizer steps between progress-bar / stdout updates (metrics.jsonl gets every step)."""
+    metrics_port: int = 0
+    """Port of the Prometheus exporter; 0 = off."""
+    progress: bool = True
+    """Show a tqdm progress bar on rank 0."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _validate(self)
+
+
+# ------------------------------------------------------------------------------------------------
+# validation
+
+
+def _check_types(cfg: TrainConfig) -> None:
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        kind = _kind(f.name)
+        if kind is bool:
+            ok = isinstance(value, bool)
+        elif kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if ok and isinstance(value, int):  # an int where a float is due: store the float
+                object.__setattr__(cfg, f.name, float(value))
+        elif kind is _OptStr:
+            ok = value is None or isinstance(value, str)
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise ConfigError(f"--{f.name}: expects {_KIND_NAMES[kind]}, got {value!r}")
+
+
+def _validate(c: TrainConfig) -> None:
+    def fail(flag: str, msg: str) -> typing.NoReturn:
+        raise ConfigError(f"--{flag}: {msg}")
+
+    def at_least(flag: str, lo: int) -> None:
+        value = getattr(c, flag)
+        if value < lo:
+            fail(flag, f"must be >= {lo}, got {value}")
+
+    def positive(flag: str) -> None:
+        value = getattr(c, flag)
+        if not (math.isfinite(value) and value > 0):
+            fail(flag, f"must be a finite number > 0, got {value}")
+
+    def one_of(flag: str, allowed: Sequence[str]) -> None:
+        value = getattr(c, flag)
+        if value not in allowed:
+            close = difflib.get_close_matches(value, allowed, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            fail(flag, f"must be one of {', '.join(allowed)}, got {value!r}{hint}")
+
+    for flag in (
+        "model_name",
+        "output_dir",
+        "dist_checkpoint_root_folder",
+        "dist_checkpoint_folder",
+    ):
+        if not getattr(c, flag).strip():
+            fail(flag, "must not be empty")
+
+    at_least("batch_size_training", 1)
+    at_least("val_batch_size", 1)
+    at_least("context_length", 2)
+    at_least("gradient_accumulation_steps", 1)
+    at_least("num_epochs", 1)
+    at_least("max_train_step", 0)
+    at_least("max_eval_step", 0)
+    at_least("seed", 0)
+    if c.seed >= 2**63:
+        fail("seed", f"must be < 2**63, got {c.seed}")
+    at_least("sharding_group_size", 0)
+    at_least("replica_group_size", 0)
+    at_least("checkpoint_every", 0)
+    at_least("log_every", 1)
+    positive("lr")
+    positive("gradient_clipping_threshold")
+    if not (math.isfinite(c.weight_decay) and c.weight_decay >= 0):
+        fail("weight_decay", f"must be a finite number >= 0, got {c.weight_decay}")
+    if not (math.isfinite(c.gamma) and 0 < c.gamma <= 1):
+        fail("gamma", f"must be in (0, 1], got {c.gamma}")
+    if not 0 <= c.metrics_port <= 65535:
+        fail("metrics_port", f"must be in 0..65535 (0 = off), got {c.metrics_port}")
+
+    one_of("batching_strategy", BATCHING_STRATEGIES)
+    one_of("sharding_strategy", SHARDING_STRATEGIES)
+    one_of("dataset", DATASETS)
+
+    if c.dataset in DATASETS_WITH_PATH:
+        if c.data_path is None or not c.data_path.strip():
+            fail("data_path", f"required with --dataset {c.dataset}")
+        if not Path(c.data_path).is_file():
+            fail("data_path", f"no such file: {c.data_path}")
+    elif c.data_path is not None:
+        fail(
+            "data_path",
+            f"only used with --dataset {' or '.join(DATASETS_WITH_PATH)}, not {c.dataset}",
+        )
+
+    if c.hsdp and c.sharding_strategy != "HYBRID_SHARD":
+        fail("hsdp", f"requires --sharding_strategy HYBRID_SHARD, got {c.sharding_strategy}")
+    for flag in ("sharding_group_size", "replica_group_size"):
+        if getattr(c, flag) > 0 and not c.hsdp:
+            fail(flag, "only used with --hsdp")
+    if c.pure_bf16 and c.use_fp16:
+        fail("pure_bf16", "cannot be combined with --use_fp16")
+
+
+# ------------------------------------------------------------------------------------------------
+# parsing
+
+
+class _OptStr:
+    """Marker kind for `str | None` fields."""
+
+
+_KIND_NAMES: dict[Any, str] = {
+    bool: "true/false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    _OptStr: "a string or None",
+}
+
+
+def _kind(name: str) -> Any:
+    return _KINDS[name]
+
+
+def _resolve_kinds() -> dict[str, Any]:
+    hints = typing.get_type_hints(TrainConfig)
+    kinds: dict[str, Any] = {}
+    for f in dataclasses.fields(TrainConfig):
+        hint = hints[f.name]
+        if hint in (bool, int, float, str):
+            kinds[f.name] = hint
+        elif isinstance(hint, types.UnionType) and set(typing.get_args(hint)) == {str, type(None)}:
+            kinds[f.name] = _OptStr
+        else:  # a new field type needs a coercion rule here
+            raise TypeError(f"TrainConfig.{f.name}: unsupported field type {hint}")
+    return kinds
+
+
+_KINDS = _resolve_kinds()
+_FLAGS = tuple(_KINDS)
+
+
+def _coerce(name: str, raw: str) -> Any:
+    kind = _kind(name)
+    if kind is bool:
+        low = raw.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ConfigError(f"--{name}: expects true/false (or 1/0, yes/no), got {raw!r}")
+    if kind is int:
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise ConfigError(f"--{name}: expects an integer, got {raw!r}") from None
+    if kind is float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ConfigError(f"--{name}: expects a number, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"--{name}: expects a finite number, got {raw!r}")
+        return value
+    if kind is _OptStr:
+        return None if raw.strip() in ("", "None", "none") else raw
+    return raw
+
+
+def _is_bool_literal(tok: str) -> bool:
+    return tok.strip().lower() in _TRUE + _FALSE
+
+
+def _unknown(flag: str) -> ConfigError:
+    close = difflib.get_close_matches(flag, _FLAGS, n=1, cutoff=0.6)
+    hint = f" (did you mean --{close[0]}?)" if close else ""
+    return ConfigError(f"unknown flag --{flag}{hint}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+    """Parse llama-recipes-style flags (sys.argv[1:] by default) into a validated TrainConfig.
+
+    `--help` / `-h` prints the flags with their defaults and exits 0. Everything else that is
+    wrong raises ConfigError with a one-line message naming the flag.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(usage())
+        raise SystemExit(0)
+    values: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        i += 1
+        if not tok.startswith("--") or tok == "--":
+            raise ConfigError(f"unexpected argument {tok!r} (flags look like --name value)")
+        name, eq, raw = tok[2:].partition("=")
+        name = name.replace("-", "_")
+        if name not in _KINDS:
+            if name.startswith("no") and _KINDS.get(name[2:]) is bool and not eq:
+                name, eq, raw = name[2:], "=", "false"  # fire's --noflag
+            else:
+                raise _unknown(name)
+        if name in values:
+            raise ConfigError(f"--{name}: given more than once")
+        if not eq:
+            if _kind(name) is bool:
+                if i < len(args) and _is_bool_literal(args[i]):
+                    raw = args[i]
+                    i += 1
+                else:
+                    raw = "true"
+            elif i < len(args) and not args[i].startswith("--"):
+                raw = args[i]
+                i += 1
+            else:
+                raise ConfigError(f"--{name}: expects a value ({_KIND_NAMES[_kind(name)]})")
+        values[name] = _coerce(name, raw)
+    # --hsdp picks HYBRID_SHARD unless a strategy is given explicitly (see the module docstring).
+    if values.get("hsdp") and "sharding_strategy" not in values:
+        values["sharding_strategy"] = "HYBRID_SHARD"
+    return TrainConfig(**values)
+
+
+def to_argv(cfg: TrainConfig, *, all_fields: bool = False) -> list[str]:
+    """The flags that reproduce `cfg` (only those differing from the defaults unless all_fields).
+
+    parse_args(to_argv(cfg)) == cfg. Every flag uses the `--name=value` form, so the list can be
+    appended to a torchrun command line as is.
+    """
+    out = []
+    for f in dataclasses.fields(TrainConfig):
+        value = getattr(cfg, f.name)
+        if not all_fields and value == f.default:
+            continue
+        out.append(f"--{f.name}={'None' if value is None else value}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# help
+
+
+def field_docs() -> dict[str, str]:
+    """{field name: its one-line docstring}, read from this module's source."""
+    tree = ast.parse(inspect.getsource(TrainConfig))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = nxt.value.value.strip()
+    return docs
+
+
+def usage() -> str:
+    """The --help text: every flag with its default and docstring."""
+    docs = field_docs()
+    lines = [
+        "usage: python -m training.finetune [--flag value | --flag=value | --bool_flag] ...",
+        "",
+    ]
+    for f in dataclasses.fields(TrainConfig):
+        lines.append(f"  --{f.name} (default {f.default!r})")
+        lines.append(f"      {docs.get(f.name, '')}")
+    return "\n".join(lines)
