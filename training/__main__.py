@@ -1,0 +1,7 @@
+"""`python -m training` is `python -m training.finetune`."""
+
+import sys
+
+from training.finetune import main
+
+sys.exit(main())

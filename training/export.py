@@ -1,0 +1,49 @@
+"""Export the trained model as a consolidated Hugging Face folder (safetensors + config + tokenizer).
+
+Every rank takes part in gathering the full state dict (`get_model_state_dict` with
+`full_state_dict=True, cpu_offload=True`: shards are gathered one parameter at a time into rank 0's
+CPU memory); rank 0 writes it with `save_pretrained`, so
+`AutoModelForCausalLM.from_pretrained(<output_dir>/hf)` gives the trained model back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from training.dist import barrier
+
+
+def export_hf(model: nn.Module, config: Any, tokenizer: Any, out_dir: Path) -> Path | None:
+    """Write `out_dir` (collective). Returns the folder on rank 0, None elsewhere."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    full = get_model_state_dict(model, options=options)
+    path = None
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        path = write_hf_folder(full, config, tokenizer, out_dir)
+    barrier()
+    return path
+
+
+def write_hf_folder(
+    state_dict: dict[str, torch.Tensor], config: Any, tokenizer: Any, out_dir: Path
+) -> Path:
+    """save_pretrained a model of `config` holding `state_dict` (no second copy in memory)."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights(include_buffers=False):
+        shell = AutoModelForCausalLM.from_config(config)
+    dtype = next(iter(state_dict.values())).dtype
+    shell.config.dtype = dtype
+    shell.load_state_dict(state_dict, strict=False, assign=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shell.save_pretrained(str(out_dir), safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(out_dir))
+    return out_dir

@@ -1,0 +1,445 @@
+"""Fine-tune a causal LM with FSDP2: `torchrun --nproc_per_node N -m training.finetune --enable_fsdp ...`
+
+The loop reads top to bottom: `Trainer(cfg, env)` sets up (data, model, sharding, optimizer,
+checkpoint to resume from), `fit()` trains and validates epoch by epoch, `finish()` exports and
+summarises. Flags are llama-recipes' (see training.config); bad input stops before any work with
+one line `error: ...` and exit status 2.
+
+Invariant: the gradient of every optimizer step is that of the sum of token losses of the GLOBAL
+batch divided by its number of label tokens (counted over all ranks and micro-batches before the
+backward pass), so any world size, sharding or accumulation split gives the same update.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from training.config import ConfigError, TrainConfig, parse_args
+
+if TYPE_CHECKING:
+    import torch
+
+    from training.dist import DistEnv
+
+PREEMPTED_EXIT = 0
+"""Exit status after a SIGTERM-triggered checkpoint (rerun with --resume to continue)."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags, train, return the exit status (2 for bad input)."""
+    try:
+        cfg = parse_args(argv)
+    except ConfigError as e:
+        return _fail(e)
+    from training.data import DataError
+    from training.dist import distributed
+    from training.model import ModelError
+    from training.parallelize import ParallelError
+
+    with distributed() as env:
+        try:
+            trainer = Trainer(cfg, env)
+        except (ConfigError, DataError, ModelError, ParallelError) as e:
+            return _fail(e, env.rank)
+        preempted = trainer.fit()
+        trainer.finish(preempted)
+    return PREEMPTED_EXIT if preempted else 0
+
+
+def _fail(err: Exception, rank: int = 0) -> int:
+    if rank == 0:  # every rank finds the same problem; one line is enough
+        print(f"error: {err}", file=sys.stderr, flush=True)
+    return 2
+
+
+class TrainerState:
+    """Counters saved with every checkpoint (a `Stateful`)."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.epoch = 0
+        self.tokens_seen = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"step": self.step, "epoch": self.epoch, "tokens_seen": self.tokens_seen}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        self.step, self.epoch = int(sd["step"]), int(sd["epoch"])
+        self.tokens_seen = int(sd["tokens_seen"])
+
+
+class Trainer:
+    """setup (here) -> fit -> finish."""
+
+    def __init__(self, cfg: TrainConfig, env: DistEnv) -> None:
+        import torch
+
+        from training import checkpoint
+        from training.data import DistributedBatches, build_dataset, eval_batches, load_tokenizer
+        from training.dist import device_type
+        from training.metrics import JsonlSink, Metrics, ProgressSink, peak_flops
+        from training.model import build_empty, full_state_dict, materialize, model_spec
+        from training.parallelize import ParallelDims, build_mesh, parallelize
+
+        self.cfg, self.env = cfg, env
+        torch.manual_seed(cfg.seed)
+        self.dims = ParallelDims.from_config(cfg, env.world_size, env.local_world_size)
+
+        # data
+        self.tokenizer = load_tokenizer(cfg.model_name)
+        pad_id = self.tokenizer.pad_token_id
+        self.batches = DistributedBatches(
+            build_dataset(cfg, self.tokenizer, "train"),
+            micro_batch_size=cfg.batch_size_training,
+            grad_accum=cfg.gradient_accumulation_steps,
+            rank=env.rank,
+            world_size=env.world_size,
+            seed=cfg.seed,
+            shuffle=True,
+            pad_id=pad_id,
+        )
+        self.eval_data = None
+        if cfg.run_validation:
+            self.eval_data = eval_batches(
+                build_dataset(cfg, self.tokenizer, "validation"),
+                batch_size=cfg.val_batch_size,
+                rank=env.rank,
+                world_size=env.world_size,
+                pad_id=pad_id,
+                max_steps=cfg.max_eval_step,
+            )
+
+        # model: empty everywhere, sharded, then filled from rank 0
+        dtype = torch.bfloat16 if cfg.pure_bf16 else torch.float32
+        self.spec = model_spec(cfg.model_name, len(self.tokenizer), cfg.context_length, dtype)
+        self.model = build_empty(self.spec)
+        self.mesh = build_mesh(self.dims, device_type())
+        parallelize(self.model, self.mesh, cfg, self.dims)
+        where = torch.device("cpu") if cfg.fsdp_cpu_offload and cfg.enable_fsdp else env.device
+        weights = full_state_dict(self.spec, cfg.seed) if env.is_main else None
+        materialize(self.model, self.spec, where, weights)
+        del weights
+        self.model.train()
+
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.StepLR(
+            self.optimizer, step_size=1, gamma=cfg.gamma
+        )
+        self.state = TrainerState()
+
+        # checkpoints
+        self.ckpt_root = Path(cfg.dist_checkpoint_root_folder) / cfg.dist_checkpoint_folder
+        self.stateful = {
+            "app": checkpoint.ModelOptimizerState(self.model, self.optimizer),
+            "scheduler": self.scheduler,
+            "data": self.batches,
+            "trainer": self.state,
+        }
+        self.resumed_from: Path | None = None
+        if cfg.resume:
+            latest = checkpoint.latest_complete(self.ckpt_root)
+            if latest is not None:
+                checkpoint.load(latest, self.stateful)
+                self.resumed_from = latest
+        self.stop = checkpoint.StopSignal()
+
+        # metrics
+        self.out_dir = Path(cfg.output_dir)
+        self.total_steps = self._planned_steps()
+        self.metrics = Metrics()
+        if env.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.metrics.add(JsonlSink(self.out_dir / "metrics.jsonl"))
+            self.metrics.add(
+                ProgressSink(self.total_steps, cfg.log_every, self.state.step, bar=cfg.progress)
+            )
+        self.peak_flops = peak_flops(env.device)
+        from training.model import flops_per_token, num_params
+
+        self.flops_per_token = flops_per_token(self.spec.config, cfg.context_length)
+        self.n_params = num_params(self.model)
+        self.history: dict[str, list[float]] = {
+            "epoch_loss": [],
+            "epoch_time": [],
+            "eval_loss": [],
+            "ckpt_time": [],
+        }
+        self.train_time = 0.0
+        self.train_tokens = 0
+        self._announce()
+
+    # ------------------------------------------------------------------------------------------
+    def fit(self) -> bool:
+        """Train until num_epochs / max_train_step; returns True when stopped by SIGTERM."""
+        cfg, st = self.cfg, self.state
+        self.stop.install()
+        try:
+            while st.epoch < cfg.num_epochs and not self._step_limit_reached():
+                self.batches.set_epoch(st.epoch)
+                t_epoch, losses = time.perf_counter(), []
+                t_last = time.perf_counter()
+                for micro_batches in self.batches:
+                    out = self.train_step(micro_batches)
+                    now = time.perf_counter()
+                    out["step_time_s"] = now - t_last
+                    st.step += 1
+                    st.tokens_seen += out["tokens"]
+                    losses.append(out["loss"])
+                    self._log(out)
+                    if out["stop"]:
+                        self.save()
+                        return True
+                    if cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0:
+                        self.save()
+                    if self._step_limit_reached():
+                        break
+                    t_last = time.perf_counter()
+                epoch_done = self.batches.remaining_steps() == 0
+                if losses:
+                    self.history["epoch_loss"].append(sum(losses) / len(losses))
+                    self.history["epoch_time"].append(time.perf_counter() - t_epoch)
+                if epoch_done:
+                    st.epoch += 1
+                    self.scheduler.step()
+                if cfg.run_validation:
+                    self.history["eval_loss"].append(self.validate())
+                self.save()
+            return False
+        finally:
+            self.stop.uninstall()
+
+    def train_step(self, micro_batches: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
+        """One optimizer step over this rank's micro-batches; returns global figures."""
+        import torch
+
+        from training.data import IGNORE_INDEX
+        from training.dist import all_reduce_sum
+
+        dev = self.env.device
+        n_label = sum(int((mb["labels"][:, 1:] != IGNORE_INDEX).sum()) for mb in micro_batches)
+        n_input = sum(int(mb["attention_mask"].sum()) for mb in micro_batches)
+        g_label, g_input, g_stop = all_reduce_sum(
+            [n_label, n_input, float(self.stop.requested)], dev
+        )
+        # FSDP averages gradients over ranks: scale so that the result is sum / global count.
+        scale = self.env.world_size / max(g_label, 1.0)
+        loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
+        for mb in micro_batches:
+            batch = {k: v.to(dev, non_blocking=True) for k, v in mb.items()}
+            tok_loss = token_loss_sum(self.model, batch)
+            (tok_loss * scale).backward()
+            loss_sum += tok_loss.detach().double()
+        grad_norm = self._clip_grads()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        (g_loss,) = all_reduce_sum([float(loss_sum)], dev)
+        return {
+            "loss": g_loss / max(g_label, 1.0),
+            "grad_norm": grad_norm,
+            "tokens": int(g_input),
+            "label_tokens": int(g_label),
+            "stop": g_stop > 0,
+            "lr": self.optimizer.param_groups[0]["lr"],
+        }
+
+    def _clip_grads(self) -> float:
+        import torch
+        from torch.nn.utils import clip_grads_with_norm_, get_total_norm
+
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        norm = get_total_norm(grads, norm_type=2.0)
+        if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
+            norm = norm.full_tensor()
+        if self.cfg.gradient_clipping:
+            clip_grads_with_norm_(
+                [p for p in self.model.parameters() if p.grad is not None],
+                self.cfg.gradient_clipping_threshold,
+                norm,
+            )
+        return float(torch.as_tensor(norm))
+
+    def validate(self) -> float:
+        """Mean token loss over the validation split (all ranks), as llama-recipes' eval loss."""
+        import torch
+
+        from training.data import IGNORE_INDEX
+        from training.dist import all_reduce_sum
+
+        assert self.eval_data is not None
+        self.model.eval()
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for mb in self.eval_data:
+                batch = {k: v.to(self.env.device) for k, v in mb.items()}
+                total += float(token_loss_sum(self.model, batch))
+                count += int((mb["labels"][:, 1:] != IGNORE_INDEX).sum())
+        self.model.train()
+        g_total, g_count = all_reduce_sum([total, count], self.env.device)
+        loss = g_total / max(g_count, 1.0)
+        if self.env.is_main:
+            print(
+                f"epoch {self.state.epoch}: eval loss {loss:.4f}, perplexity {_exp(loss):.2f}",
+                flush=True,
+            )
+        return loss
+
+    def save(self) -> Path:
+        """Checkpoint everything the run needs to continue (collective)."""
+        from training import checkpoint
+
+        t0 = time.perf_counter()
+        meta = {
+            **self.state.state_dict(),
+            "world_size": self.env.world_size,
+            "model_name": self.cfg.model_name,
+            "layout": self.dims.describe(),
+        }
+        path = checkpoint.save(self.ckpt_root, self.state.step, self.stateful, meta)
+        self.history["ckpt_time"].append(time.perf_counter() - t0)
+        return path
+
+    def finish(self, preempted: bool) -> None:
+        """Export the model, write summary.json and the plot, print the summary (rank 0)."""
+        import torch.distributed as dist
+
+        from training.export import export_hf
+        from training.metrics import peak_memory_bytes, plot_metrics, write_summary
+
+        self.metrics.close()
+        exported = None
+        if self.cfg.save_model and not preempted:
+            exported = export_hf(self.model, self.spec.config, self.tokenizer, self.out_dir / "hf")
+        import torch
+
+        peak = torch.tensor([peak_memory_bytes(self.env.device)], dtype=torch.float64)
+        if dist.get_world_size() > 1:
+            peak = peak.to(self.env.device)
+            dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+        if not self.env.is_main:
+            return
+        h = self.history
+        summary = {
+            "avg_train_loss": _mean(h["epoch_loss"]),
+            "avg_train_prep": _mean([_exp(x) for x in h["epoch_loss"]]),
+            "avg_eval_loss": _mean(h["eval_loss"]),
+            "avg_eval_prep": _mean([_exp(x) for x in h["eval_loss"]]),
+            "avg_epoch_time": _mean(h["epoch_time"]),
+            "avg_checkpoint_time": _mean(h["ckpt_time"]),
+            "tokens_per_s": self.train_tokens / self.train_time if self.train_time else 0.0,
+            "peak_mem_bytes": int(peak.item()),
+            "steps": self.state.step,
+            "tokens_seen": self.state.tokens_seen,
+            "world_size": self.env.world_size,
+            "layout": self.dims.describe(),
+            "preempted": preempted,
+        }
+        write_summary(self.out_dir / "summary.json", summary)
+        jsonl = self.out_dir / "metrics.jsonl"
+        if jsonl.is_file():
+            plot_metrics(jsonl, self.out_dir / "metrics.png")
+        print(_format_summary(summary, exported, self.ckpt_root), flush=True)
+
+    # ------------------------------------------------------------------------------------------
+    def _log(self, out: dict[str, Any]) -> None:
+        from training.metrics import peak_memory_bytes
+
+        self.train_time += out["step_time_s"]
+        self.train_tokens += out["tokens"]
+        tps = out["tokens"] / out["step_time_s"] if out["step_time_s"] > 0 else 0.0
+        row = {
+            "epoch": self.state.epoch,
+            "loss": out["loss"],
+            "lr": out["lr"],
+            "grad_norm": out["grad_norm"],
+            "tokens": out["tokens"],
+            "tokens_per_s": tps,
+            "step_time_s": out["step_time_s"],
+            "world_size": self.env.world_size,
+            "peak_mem_bytes": peak_memory_bytes(self.env.device),
+        }
+        if self.peak_flops:
+            achieved = tps * self.flops_per_token
+            row["mfu"] = achieved / (self.peak_flops * self.env.world_size)
+        self.metrics.log(row, self.state.step)
+
+    def _step_limit_reached(self) -> bool:
+        return bool(self.cfg.max_train_step) and self.state.step >= self.cfg.max_train_step
+
+    def _planned_steps(self) -> int:
+        total = self.batches.steps_per_epoch() * self.cfg.num_epochs
+        return min(total, self.cfg.max_train_step) if self.cfg.max_train_step else total
+
+    def _announce(self) -> None:
+        if not self.env.is_main:
+            return
+        cfg = self.cfg
+        resumed = (
+            f", resumed from {self.resumed_from} at step {self.state.step}"
+            if self.resumed_from
+            else ""
+        )
+        print(
+            f"model {cfg.model_name}: {self.n_params / 1e6:.2f} M parameters | "
+            f"{self.dims.describe()} | world size {self.env.world_size} on {self.env.device.type}\n"
+            f"data {cfg.dataset}: {len(self.batches.dataset)} train sequences of "
+            f"{cfg.context_length} tokens, global batch {self.batches.global_batch_size} "
+            f"({cfg.batch_size_training} x {self.env.world_size} ranks x "
+            f"{cfg.gradient_accumulation_steps} accumulation), {self.total_steps} steps{resumed}",
+            flush=True,
+        )
+
+
+def token_loss_sum(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Sum of next-token cross-entropy over the label tokens of `batch` (fp32)."""
+    import torch.nn.functional as F
+
+    from training.data import IGNORE_INDEX
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return F.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(),
+        batch["labels"][:, 1:].flatten(),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def _exp(x: float) -> float:
+    return math.exp(min(x, 700.0))
+
+
+def _format_summary(s: dict[str, Any], exported: Path | None, ckpt_root: Path) -> str:
+    def num(v: Any, fmt: str) -> str:
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+    lines = [
+        "",
+        "=== training summary ===",
+        f"steps                {s['steps']} ({s['layout']}, world size {s['world_size']})",
+        f"train loss (avg)     {num(s['avg_train_loss'], '.4f')}   perplexity {num(s['avg_train_prep'], '.2f')}",
+        f"eval loss (avg)      {num(s['avg_eval_loss'], '.4f')}   perplexity {num(s['avg_eval_prep'], '.2f')}",
+        f"throughput           {s['tokens_per_s']:,.0f} tokens/s (global)",
+        f"peak memory          {s['peak_mem_bytes'] / 2**20:,.0f} MiB (max over ranks)",
+        f"epoch / checkpoint   {num(s['avg_epoch_time'], '.1f')} s / {num(s['avg_checkpoint_time'], '.2f')} s (avg)",
+        f"checkpoints          {ckpt_root}",
+    ]
+    if exported is not None:
+        lines.append(f"exported model       {exported}")
+    if s["preempted"]:
+        lines.append("stopped by SIGTERM after a checkpoint: rerun with --resume to continue")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Metrics: one small interface (`log(metrics, step)`, `close()`) fanned out to sinks.
+
+Sinks on rank 0: `JsonlSink` (`<output_dir>/metrics.jsonl`, one line per optimizer step) and
+`ProgressSink` (a tqdm bar on a terminal, a plain line every --log_every steps otherwise). Any
+object with the same two methods (the `Sink` protocol) can join, e.g. a Prometheus exporter.
+At the end `write_summary` writes llama-recipes' summary keys to `summary.json` and
+`plot_metrics` draws loss and throughput per step into `metrics.png`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import torch
+
+# Dense bf16 peak FLOP/s by device-name fragment (first match wins). Unknown devices: no MFU.
+PEAK_FLOPS: tuple[tuple[str, float], ...] = (
+    ("H200", 989e12),
+    ("H100", 989e12),
+    ("A100", 312e12),
+    ("A10G", 125e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+)
+
+
+class Sink(Protocol):
+    """Where per-step metrics go."""
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Metrics:
+    """Fans `log` out to every sink; a rank with no sinks logs nothing."""
+
+    def __init__(self, sinks: Sequence[Sink] = ()) -> None:
+        self.sinks = list(sinks)
+
+    def add(self, sink: Sink) -> None:
+        self.sinks.append(sink)
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        for sink in self.sinks:
+            sink.log(metrics, step)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+        self.sinks = []
+
+
+class JsonlSink:
+    """Appends one JSON object per optimizer step (resumed runs append to the same file)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._f: IO[str] = path.open("a", encoding="utf-8")
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        self._f.write(json.dumps({"step": step, **metrics}, sort_keys=False) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class ProgressSink:
+    """A tqdm bar when stderr is a terminal; otherwise one readable line every `every` steps."""
+
+    def __init__(self, total: int, every: int = 1, initial: int = 0, bar: bool = True) -> None:
+        self.every = max(every, 1)
+        self.total = total
+        self._bar = None
+        if bar and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, initial=initial, desc="train", unit="step", leave=True)
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        if self._bar is not None:
+            self._bar.update(step - self._bar.n)
+            self._bar.set_postfix_str(_short(metrics), refresh=False)
+            return
+        if step % self.every == 0 or step == self.total:
+            print(f"step {step}/{self.total} | {_short(metrics)}", flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _short(m: Mapping[str, Any]) -> str:
+    parts = [f"epoch {m.get('epoch', 0)}", f"loss {m['loss']:.4f}"]
+    if "grad_norm" in m:
+        parts.append(f"grad_norm {m['grad_norm']:.3f}")
+    parts.append(f"lr {m.get('lr', 0.0):.2e}")
+    if "tokens_per_s" in m:
+        parts.append(f"{m['tokens_per_s']:,.0f} tok/s")
+    if m.get("mfu") is not None:
+        parts.append(f"mfu {100 * m['mfu']:.1f}%")
+    return " | ".join(parts)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory of this process: CUDA allocator peak, or the RSS high-water mark on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """Dense bf16 peak FLOP/s of one device, when known (None on CPU and unknown GPUs)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for fragment, flops in PEAK_FLOPS:
+        if fragment in name:
+            return flops
+    return None
+
+
+def write_summary(path: Path, summary: Mapping[str, Any]) -> None:
+    """Write summary.json (llama-recipes' keys plus throughput and memory)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean = {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+        for k, v in summary.items()
+    }
+    path.write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_metrics(jsonl: Path, png: Path) -> None:
+    """Loss and tokens/s per step, one figure with two panels (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_jsonl(jsonl)
+    if not rows:
+        return
+    steps = [r["step"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    ax1.plot(steps, [r["loss"] for r in rows], lw=1)
+    ax1.set_ylabel("train loss")
+    ax1.grid(alpha=0.3)
+    ax2.plot(steps, [r.get("tokens_per_s", 0.0) for r in rows], lw=1, color="tab:orange")
+    ax2.set_ylabel("tokens/s (global)")
+    ax2.set_xlabel("optimizer step")
+    ax2.grid(alpha=0.3)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,198 @@
+"""Models: built-in tiny Llama presets and any Hugging Face causal LM, built without weights.
+
+The model file knows nothing of FSDP. Loading is three steps so that no rank but rank 0 ever
+holds the full model:
+
+1. `build_empty(spec)` on every rank: parameters on the meta device, buffers real (so rotary
+   `inv_freq`, which is not in the state dict, is computed correctly and kept aside);
+2. the caller shards the empty model (`training.parallelize`);
+3. `materialize(model, ...)`: allocate the local shards (`to_empty`), broadcast the full state
+   dict that only rank 0 built (`full_state_dict`: random init with the seed for presets,
+   safetensors for checkpoints) and put the non-persistent buffers back.
+
+A preset's random init depends only on the seed, so every world size and sharding starts from
+exactly the weights a 1-process run gets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # ~4.6 M parameters with the bundled 3072-token tokenizer: the demo's model.
+    "tiny-llama": {
+        "hidden_size": 256,
+        "intermediate_size": 688,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 4096,
+    },
+    # ~0.5 M parameters: fast multi-process tests.
+    "tiny-llama-2l": {
+        "hidden_size": 64,
+        "intermediate_size": 176,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 4096,
+    },
+}
+"""Tiny `LlamaForCausalLM` shapes that need no download; vocab_size comes from the tokenizer."""
+
+
+class ModelError(ValueError):
+    """A model that cannot be built: the message names --model_name or --context_length."""
+
+
+@dataclass
+class ModelSpec:
+    """What every rank knows about the model before any weight exists."""
+
+    name: str
+    """--model_name: a preset name, a local folder or a hub id."""
+    config: Any
+    """The transformers `PretrainedConfig`."""
+    is_preset: bool
+    """True for the built-in random-init presets."""
+    dtype: torch.dtype = torch.float32
+    """Dtype the parameters are kept in (bf16 with --pure_bf16)."""
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Non-persistent buffers (rotary inv_freq) computed at build time, put back after to_empty."""
+
+
+def model_spec(
+    name: str, vocab_size: int, context_length: int, dtype: torch.dtype = torch.float32
+) -> ModelSpec:
+    """Resolve --model_name to a config without loading any weight."""
+    from transformers import AutoConfig, LlamaConfig
+
+    if name in PRESETS:
+        config = LlamaConfig(
+            vocab_size=vocab_size,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            attention_dropout=0.0,
+            **PRESETS[name],
+        )
+        preset = True
+    else:
+        try:
+            config = AutoConfig.from_pretrained(name)
+        except (OSError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ModelError(
+                f"--model_name {name}: not a preset ({', '.join(PRESETS)}), "
+                f"nor a loadable Hugging Face model ({first})"
+            ) from None
+        preset = False
+    max_pos = getattr(config, "max_position_embeddings", None)
+    if max_pos is not None and context_length > max_pos:
+        raise ModelError(
+            f"--context_length {context_length} exceeds the model's "
+            f"max_position_embeddings {max_pos} (--model_name {name})"
+        )
+    return ModelSpec(name=name, config=config, is_preset=preset, dtype=dtype)
+
+
+def build_empty(spec: ModelSpec) -> nn.Module:
+    """The model with parameters on the meta device and real buffers (kept in spec.buffers)."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(spec.config, dtype=torch.float32)
+    spec.buffers = {
+        name: buf.detach().clone()
+        for name, buf in _non_persistent_buffers(model)
+        if buf.device.type != "meta"
+    }
+    if spec.dtype != torch.float32:
+        model.to(spec.dtype)
+    return model
+
+
+def full_state_dict(spec: ModelSpec, seed: int) -> dict[str, torch.Tensor]:
+    """The complete weights on CPU (call on rank 0 only): seeded random init or the checkpoint."""
+    from transformers import AutoModelForCausalLM
+
+    if spec.is_preset:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(spec.config, dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(spec.name, dtype=torch.float32)
+    return {k: v.to(spec.dtype) for k, v in model.state_dict().items()}
+
+
+def materialize(
+    model: nn.Module,
+    spec: ModelSpec,
+    device: torch.device,
+    full_sd: dict[str, torch.Tensor] | None,
+) -> None:
+    """Allocate `model` (sharded or not) on `device` and fill it from rank 0's `full_sd`.
+
+    Every rank calls this; only rank 0 passes the weights, the others pass None.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    model.to_empty(device=device)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, full_sd or {}, options=options)
+    restore_buffers(model, spec)
+    tie = getattr(model, "tie_weights", None)
+    if callable(tie) and getattr(spec.config, "tie_word_embeddings", False):
+        tie()
+
+
+def restore_buffers(model: nn.Module, spec: ModelSpec) -> None:
+    """Put back the non-persistent buffers (rotary inv_freq) that to_empty left as garbage."""
+    for name, buf in _non_persistent_buffers(model):
+        saved = spec.buffers.get(name)
+        if saved is not None:
+            buf.copy_(saved.to(device=buf.device, dtype=buf.dtype))
+
+
+def _non_persistent_buffers(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    out = []
+    for mod_name, mod in model.named_modules():
+        for buf_name in mod._non_persistent_buffers_set:
+            buf = mod._buffers.get(buf_name)
+            if buf is not None:
+                out.append((f"{mod_name}.{buf_name}" if mod_name else buf_name, buf))
+    return out
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The transformer blocks, found by the model's own `_no_split_modules` class names."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def num_params(model: nn.Module) -> int:
+    """Parameter count of the whole (unsharded) model."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def flops_per_token(config: Any, seq_len: int) -> float:
+    """Training FLOPs per token: 6 N (dense) + 12 L d S (attention scores), as in PaLM's MFU."""
+    d = config.hidden_size
+    layers = config.num_hidden_layers
+    inter = config.intermediate_size
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", heads) or heads
+    head_dim = getattr(config, "head_dim", None) or d // heads
+    attn = d * heads * head_dim + 2 * d * kv * head_dim + heads * head_dim * d
+    mlp = 3 * d * inter
+    dense = layers * (attn + mlp) + config.vocab_size * d  # lm_head; embedding lookup is free
+    return 6.0 * dense + 12.0 * layers * d * seq_len
+
+
+def is_local_checkpoint(name: str) -> bool:
+    return Path(name).is_dir()
