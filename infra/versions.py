@@ -24,3 +24,46 @@ EFA_DEVICE_PLUGIN_VERSION = "v0.5.7"
 ETCD_VERSION = "3.5.21"
 """etcd 3.5.x: 3.6 dropped the v2 API that torch's etcd rendezvous backends need."""
 ETCD_IMAGE = f"quay.io/coreos/etcd:v{ETCD_VERSION}"
+
+# --- Workloads: training operator, training image, debug tools --------------------------------
+TRAINING_OPERATOR_VERSION = "v1.9.3"
+"""Kubeflow training operator release (kubeflow.org/v1 PyTorchJob); the repository is now
+github.com/kubeflow/trainer, whose v1.9.x tags still carry the v1 operator."""
+TRAINING_OPERATOR_KUSTOMIZE_URL = (
+    "https://github.com/kubeflow/trainer.git/manifests/overlays/standalone"
+    f"?ref={TRAINING_OPERATOR_VERSION}"
+)
+"""The upstream standalone overlay (namespace ``kubeflow``, CRDs, RBAC, Deployment), pinned by tag."""
+TRAINING_OPERATOR_IMAGE_NAME = "kubeflow/training-operator"
+TRAINING_OPERATOR_IMAGE = f"{TRAINING_OPERATOR_IMAGE_NAME}:{TRAINING_OPERATOR_VERSION}"
+"""Operator image the overlay is pinned to (kustomize ``images:`` override)."""
+TRAINING_OPERATOR_NAMESPACE = "kubeflow"
+
+CUDA_BASE_IMAGE = "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"
+"""Base of the training image (CUDA 12.8: H100/H200 and A100; torch cu128 wheels)."""
+EFA_INSTALLER_VERSION = "1.38.1"
+"""aws-efa-installer (libfabric + rdma-core) installed into the training image."""
+NCCL_VERSION = "2.26.2-1"
+"""libnccl2/libnccl-dev from the CUDA apt repository (``<version>+cuda12.8``)."""
+AWS_OFI_NCCL_VERSION = "1.13.0-aws"
+"""aws-ofi-nccl: NCCL's libfabric (EFA) network plugin, built from the release tarball."""
+TRAINING_IMAGE_REPOSITORY = "eks-fsdp-training"
+"""ECR repository name the stack pushes the training image to (tag = content hash)."""
+# The htop and nvtop debug DaemonSets run the training image (both tools are apt packages of
+# its Ubuntu 22.04 base): pinned by content hash, with the CUDA user-space nvtop needs.
+
+# --- EKS managed add-ons ----------------------------------------------------------------------
+# EKS add-on versions are tied to the control-plane version; None lets EKS install its default
+# build for ``KUBERNETES_VERSION`` (``aws eks describe-addon-versions --kubernetes-version 1.33
+# --addon-name <name>`` lists them). Set a string here to pin one build for every stack.
+VPC_CNI_ADDON_VERSION: str | None = None
+COREDNS_ADDON_VERSION: str | None = None
+KUBE_PROXY_ADDON_VERSION: str | None = None
+EBS_CSI_ADDON_VERSION: str | None = None
+CLOUDWATCH_OBSERVABILITY_ADDON_VERSION: str | None = None
+
+# --- Node images ------------------------------------------------------------------------------
+GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
+"""EKS-optimized accelerated AMI (NVIDIA driver, CUDA, EFA installer) for GPU nodegroups."""
+SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
+"""EKS-optimized AMI for the CPU system nodegroup."""

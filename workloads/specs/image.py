@@ -1,0 +1,46 @@
+"""The training image's content tag: a hash of every file the Dockerfile copies.
+
+The stack tags the image it builds with this value, so an unchanged tree never rebuilds or
+re-pulls, and a changed one can never be mistaken for the old image (no ``latest``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = "training/Dockerfile"
+CONTEXT_PATHS = (
+    DOCKERFILE,
+    "training/.dockerignore",
+    "training/requirements.txt",
+    "infra/__init__.py",
+    "infra/instances.py",
+    "infra/versions.py",
+)
+"""Files (besides ``training/``'s sources) whose content defines the image."""
+_SKIP_PARTS = {"__pycache__", ".pytest_cache"}
+
+
+def context_files(root: Path = REPO_ROOT) -> list[Path]:
+    """Every file that goes into the image, sorted by path relative to ``root``."""
+    files = {root / p for p in CONTEXT_PATHS if (root / p).is_file()}
+    for path in (root / "training").rglob("*"):
+        if path.is_file() and not _SKIP_PARTS & set(path.parts) and path.suffix != ".pyc":
+            files.add(path)
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def content_tag(root: Path = REPO_ROOT) -> str:
+    """``sha-<16 hex>`` over the paths and bytes of ``context_files``."""
+    digest = hashlib.sha256()
+    for path in context_files(root):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return f"sha-{digest.hexdigest()[:16]}"
+
+
+def local_reference(repository: str, root: Path = REPO_ROOT) -> str:
+    """``<repository>:<content tag>``: the image the stack would push, for rendering."""
+    return f"{repository}:{content_tag(root)}"

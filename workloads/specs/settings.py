@@ -1,0 +1,320 @@
+"""Typed settings of the workloads, and how a stack's config becomes them.
+
+Each dataclass is frozen and keyword-only and checks itself in ``__post_init__``: a bad value
+raises ``ValueError`` naming the field before any object is built. ``from_stack`` maps the stack
+config (``infra.config.StackConfig``, read duck-typed so this module stays import-light) plus the
+instance catalog onto these settings; every spec builder takes only these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra import versions
+from infra.instances import lookup
+from workloads.specs.common import check_dns_label
+
+RDZV_BACKENDS = ("etcd", "etcd-v2", "c10d")
+"""Rendezvous backends the training operator and torchrun accept."""
+ETCD_CLIENT_PORT = 2379
+C10D_PORT = 29400
+CHECKPOINT_MOUNT = "/checkpoints"
+HF_TOKEN_KEY = "token"
+"""Key of the Hugging Face token inside its Secret."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EtcdSettings:
+    """The etcd server the workers rendezvous through."""
+
+    name: str = "etcd"
+    """Name of the Deployment, Service, NetworkPolicy (and PVC) of the etcd server."""
+    namespace: str = "default"
+    """Namespace of the etcd objects (the job's namespace)."""
+    image: str = versions.ETCD_IMAGE
+    """etcd image; must be 3.5.x (3.6 has no v2 API)."""
+    client_port: int = ETCD_CLIENT_PORT
+    """Client port of the Service and the container."""
+    peer_port: int = 2380
+    """Peer port (single member; listened on loopback only)."""
+    storage_size: str | None = None
+    """Size of a PersistentVolumeClaim for the data dir, e.g. ``1Gi``; None = emptyDir."""
+    storage_class: str | None = None
+    """StorageClass of that claim; None = the cluster default."""
+    cpu_request: str = "100m"
+    """CPU request of the etcd container."""
+    memory_request: str = "256Mi"
+    """Memory request (and limit) of the etcd container."""
+    client_job_names: tuple[str, ...] = ()
+    """PyTorchJob names whose pods the NetworkPolicy lets in; empty = no pod at all."""
+
+    def __post_init__(self) -> None:
+        check_dns_label(self.name, "etcd.name")
+        check_dns_label(self.namespace, "etcd.namespace")
+        tag = self.image.rpartition(":")[2]
+        if ":" not in self.image or not tag.lstrip("v").startswith("3.5."):
+            raise ValueError(f"etcd.image: {self.image!r} must be pinned to a 3.5.x tag")
+        for port_field in ("client_port", "peer_port"):
+            port = getattr(self, port_field)
+            if not 1 <= port <= 65535:
+                raise ValueError(f"etcd.{port_field}: {port} is not a TCP port")
+        for job in self.client_job_names:
+            check_dns_label(job, "etcd.client_job_names")
+
+    @property
+    def host(self) -> str:
+        """DNS name of the client Service inside the cluster."""
+        return f"{self.name}.{self.namespace}.svc.cluster.local"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSettings:
+    """One PyTorchJob: who runs, where, with which command."""
+
+    name: str
+    """PyTorchJob name (DNS-1123 label; pods are ``<name>-worker-<i>``)."""
+    image: str
+    """Training image, pinned (tag or digest; never ``latest``)."""
+    instance_type: str
+    """EC2 instance type of the worker nodes (row of ``infra.instances.CATALOG``)."""
+    workers: int
+    """Worker pods at most (= elastic maxReplicas = the replica count)."""
+    min_workers: int
+    """Worker pods at least (elastic minReplicas)."""
+    max_restarts: int = 3
+    """Restarts of the worker group torchrun allows (elastic maxRestarts)."""
+    rdzv_backend: str = "etcd"
+    """Rendezvous backend: etcd | etcd-v2 | c10d."""
+    rdzv_host: str = ""
+    """Rendezvous host; empty = the etcd Service (etcd*) or worker 0 (c10d)."""
+    rdzv_port: int = 0
+    """Rendezvous port; 0 = 2379 (etcd*) or 29400 (c10d)."""
+    rdzv_conf: tuple[tuple[str, str], ...] = (("last_call_timeout", "5"),)
+    """Extra rendezvous options (PET_RDZV_CONF); last_call_timeout=5 re-forms faster."""
+    generation: int = 1
+    """Submission counter; bump it to resubmit an unchanged job (fresh rendezvous id)."""
+    train_args: tuple[str, ...] = ()
+    """``training.finetune`` flags (``--flag=value``); checkpoint flags are added by the spec."""
+    namespace: str = "default"
+    """Namespace of the PyTorchJob."""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    """Node labels the workers must match (the GPU node group)."""
+    extra_taints: tuple[Any, ...] = ()
+    """Node-group taints to tolerate besides ``nvidia.com/gpu``."""
+    hf_token_secret: str | None = None
+    """Secret holding the Hugging Face token under key ``token``; None = no token."""
+    checkpoint_claim: str | None = None
+    """Shared PVC (FSx/EFS) for checkpoints; None = emptyDir (dev: lost with the pod)."""
+    checkpoint_mount: str = CHECKPOINT_MOUNT
+    """Where the checkpoint volume is mounted in the container."""
+    log_level: str = "INFO"
+    """LOGLEVEL of torchrun and the training package."""
+    nccl_debug: str = "INFO"
+    """NCCL_DEBUG of the workers."""
+    shm_size: str | None = None
+    """sizeLimit of the memory-backed /dev/shm; None = no limit (node memory)."""
+    termination_grace_s: int = 120
+    """Seconds between SIGTERM (final checkpoint) and SIGKILL."""
+    nproc_per_node: int | None = None
+    """Processes per worker; None = GPUs of the instance type."""
+
+    def __post_init__(self) -> None:
+        check_dns_label(self.name, "job.name", max_len=50)
+        check_dns_label(self.namespace, "job.namespace")
+        image_tag = self.image.rpartition("/")[2]
+        if "@sha256:" not in self.image and (":" not in image_tag or image_tag.endswith(":latest")):
+            raise ValueError(f"job.image: {self.image!r} must be pinned to a tag or digest")
+        try:
+            lookup(self.instance_type)
+        except KeyError as err:
+            raise ValueError(f"job.instance_type: {err.args[0]}") from None
+        if self.workers < 1:
+            raise ValueError(f"job.workers: {self.workers} must be at least 1")
+        if not 1 <= self.min_workers <= self.workers:
+            raise ValueError(
+                f"job.min_workers: {self.min_workers} must be between 1 and workers "
+                f"({self.workers})"
+            )
+        if self.max_restarts < 0:
+            raise ValueError(f"job.max_restarts: {self.max_restarts} must be >= 0")
+        if self.rdzv_backend not in RDZV_BACKENDS:
+            raise ValueError(
+                f"job.rdzv_backend: {self.rdzv_backend!r} is not one of {', '.join(RDZV_BACKENDS)}"
+            )
+        if self.generation < 1:
+            raise ValueError(f"job.generation: {self.generation} must be >= 1")
+        if self.nproc_per_node is not None and self.nproc_per_node < 1:
+            raise ValueError(f"job.nproc_per_node: {self.nproc_per_node} must be >= 1")
+        for arg in self.train_args:
+            if not arg.startswith("--"):
+                raise ValueError(f"job.extra_args: {arg!r} is not a --flag[=value]")
+            if arg.split("=", 1)[0] in ("--nnodes", "--nproc_per_node", "--nproc-per-node"):
+                raise ValueError(
+                    f"job.extra_args: {arg!r} is torchrun's; the operator sets it (PET_NNODES)"
+                )
+        if not self.checkpoint_mount.startswith("/"):
+            raise ValueError(f"job.checkpoint_mount: {self.checkpoint_mount!r} is not absolute")
+
+    def replace(self, **changes: Any) -> JobSettings:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def uses_etcd(self) -> bool:
+        """True for the etcd and etcd-v2 backends."""
+        return self.rdzv_backend.startswith("etcd")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DebugSettings:
+    """The htop and nvtop DaemonSets on the GPU nodes."""
+
+    image: str
+    """Image carrying htop and nvtop (the training image)."""
+    namespace: str = "default"
+    """Namespace of the DaemonSets."""
+    instance_types: tuple[str, ...] = ()
+    """Instance types of the GPU node groups to run on; empty = every node tolerated."""
+    extra_taints: tuple[Any, ...] = ()
+    """Node-group taints to tolerate besides ``nvidia.com/gpu``."""
+
+    def __post_init__(self) -> None:
+        check_dns_label(self.namespace, "debug.namespace")
+        if ":" not in self.image.rpartition("/")[2] or self.image.endswith(":latest"):
+            raise ValueError(f"debug.image: {self.image!r} must be pinned to a tag or digest")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorSettings:
+    """The Kubeflow training operator install."""
+
+    version: str = versions.TRAINING_OPERATOR_VERSION
+    """Release tag of the upstream standalone overlay."""
+    kustomize_url: str = versions.TRAINING_OPERATOR_KUSTOMIZE_URL
+    """Remote kustomize directory, pinned with ``?ref=<tag>``."""
+    image_name: str = versions.TRAINING_OPERATOR_IMAGE_NAME
+    """Operator image name the overlay uses."""
+    image_tag: str = versions.TRAINING_OPERATOR_VERSION
+    """Operator image tag the overlay is pinned to."""
+    namespace: str = versions.TRAINING_OPERATOR_NAMESPACE
+    """Namespace the overlay installs into."""
+
+    def __post_init__(self) -> None:
+        if "?ref=" not in self.kustomize_url or self.kustomize_url.endswith(
+            ("?ref=master", "?ref=main")
+        ):
+            raise ValueError(f"operator.kustomize_url: {self.kustomize_url!r} must pin ?ref=<tag>")
+        if not self.image_tag or self.image_tag == "latest":
+            raise ValueError(f"operator.image_tag: {self.image_tag!r} must be a pinned tag")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workloads:
+    """Every workload setting of one stack."""
+
+    stack: str
+    """Stack name (dev, p4de-odcr, ...)."""
+    job: JobSettings
+    """The PyTorchJob."""
+    etcd: EtcdSettings
+    """Its etcd server."""
+    operator: OperatorSettings
+    """The training operator install."""
+    debug: DebugSettings
+    """The debug DaemonSets."""
+    job_enabled: bool = True
+    """Whether the stack submits the job (the operator, etcd and tools are installed anyway)."""
+    device: str = "cuda"
+    """cuda on the cluster; cpu makes the local runner use one process per worker."""
+
+
+def train_flags(job_cfg: Any) -> tuple[str, ...]:
+    """``training.finetune`` flags for a stack's ``job`` config (checkpoint flags excluded)."""
+    flags = [
+        "--enable_fsdp",
+        f"--model_name={job_cfg.model}",
+        f"--dataset={job_cfg.dataset}",
+        f"--num_epochs={job_cfg.num_epochs}",
+        f"--batch_size_training={job_cfg.batch_size}",
+        f"--context_length={job_cfg.context_length}",
+        f"--sharding_strategy={job_cfg.sharding_strategy}",
+    ]
+    max_train_step = getattr(job_cfg, "max_train_step", None)
+    if max_train_step:
+        flags.append(f"--max_train_step={max_train_step}")
+    checkpoint_every = getattr(job_cfg, "checkpoint_every", None)
+    if checkpoint_every:
+        flags.append(f"--checkpoint_every={checkpoint_every}")
+    flags.extend(getattr(job_cfg, "extra_args", None) or ())
+    return tuple(flags)
+
+
+def _node_group(stack_cfg: Any, name: str | None) -> Any:
+    groups = list(getattr(stack_cfg, "gpu_node_groups", None) or ())
+    if not groups:
+        raise ValueError("gpuNodeGroups: the stack declares no GPU node group for the job")
+    if name is None:
+        return groups[0]
+    for group in groups:
+        if group.name == name:
+            return group
+    names = ", ".join(g.name for g in groups)
+    raise ValueError(f"job.nodeGroup: {name!r} is not a gpuNodeGroups entry (have: {names})")
+
+
+def node_selector_for(group: Any) -> dict[str, str]:
+    """Labels that select the nodes of a GPU node group."""
+    selector = {"node.kubernetes.io/instance-type": group.instance_type}
+    selector.update({str(k): str(v) for k, v in (getattr(group, "labels", None) or {}).items()})
+    return selector
+
+
+def from_stack(
+    stack_cfg: Any,
+    *,
+    image: str,
+    stack: str = "",
+    generation: int | None = None,
+) -> Workloads:
+    """Settings of every workload of a stack; ``image`` is the training image reference."""
+    job_cfg = stack_cfg.job
+    group = _node_group(stack_cfg, getattr(job_cfg, "node_group", None))
+    workers = job_cfg.workers or getattr(group, "desired_size", None) or 1
+    min_workers = getattr(job_cfg, "min_workers", None) or workers
+    namespace = getattr(job_cfg, "namespace", None) or "default"
+    taints = tuple(t for g in stack_cfg.gpu_node_groups if (t := getattr(g, "taint", None)))
+    gen = generation if generation is not None else getattr(job_cfg, "generation", None) or 1
+    backend = getattr(job_cfg, "rdzv_backend", None) or "etcd"
+    job = JobSettings(
+        name=job_cfg.name,
+        namespace=namespace,
+        image=image,
+        instance_type=group.instance_type,
+        workers=int(workers),
+        min_workers=int(min_workers),
+        max_restarts=int(getattr(job_cfg, "max_restarts", None) or 3),
+        rdzv_backend=backend,
+        generation=int(gen),
+        train_args=train_flags(job_cfg),
+        node_selector=node_selector_for(group),
+        extra_taints=taints,
+        hf_token_secret=getattr(job_cfg, "hf_token_secret_name", None),
+        checkpoint_claim=getattr(job_cfg, "checkpoint_claim", None),
+    )
+    etcd = EtcdSettings(namespace=namespace, client_job_names=(job.name,))
+    instance_types = tuple(sorted({g.instance_type for g in stack_cfg.gpu_node_groups}))
+    debug = DebugSettings(
+        image=image, namespace=namespace, instance_types=instance_types, extra_taints=taints
+    )
+    return Workloads(
+        stack=stack,
+        job=job,
+        etcd=etcd,
+        operator=OperatorSettings(),
+        debug=debug,
+        job_enabled=bool(getattr(job_cfg, "enabled", True)),
+        device=getattr(job_cfg, "device", None) or "cuda",
+    )

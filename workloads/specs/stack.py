@@ -1,0 +1,65 @@
+"""A stack's workloads, end to end: stack file -> settings -> every Kubernetes object.
+
+The renderer, the local runner and the tests go through here; the Pulumi program builds the
+same settings with ``settings.from_stack`` from the config it reads itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra import versions
+from workloads.specs import debug, etcd, operator, pytorchjob
+from workloads.specs.common import K8sObject
+from workloads.specs.image import local_reference
+from workloads.specs.settings import Workloads, from_stack
+
+
+def training_image(stack_cfg: Any) -> str:
+    """The stack's training image: its ``job.image``, else the content-tagged local build."""
+    image = getattr(stack_cfg.job, "image", None) if stack_cfg.job else None
+    return image or local_reference(versions.TRAINING_IMAGE_REPOSITORY)
+
+
+def load(stack: str, *, image: str | None = None, generation: int | None = None) -> Workloads:
+    """Settings of every workload of ``Pulumi.<stack>.yaml`` (``ConfigError``/``ValueError``)."""
+    from infra.config import load_stack_file
+
+    stack_cfg = load_stack_file(stack)
+    if stack_cfg.job is None:
+        raise ValueError(f"eks-fsdp:job: stack {stack!r} declares no job")
+    w = from_stack(
+        stack_cfg, image=image or training_image(stack_cfg), stack=stack, generation=generation
+    )
+    check_train_flags(w)
+    return w
+
+
+def check_train_flags(w: Workloads) -> None:
+    """Parse the job's ``training.finetune`` flags with the training CLI (pure Python, no torch).
+
+    Raises ``ValueError`` with one line naming the flag, before any object is built.
+    """
+    from training.config import ConfigError, parse_args
+
+    flags = pytorchjob.train_command(w.job)[3:]
+    try:
+        parse_args(flags)
+    except ConfigError as err:
+        raise ValueError(f"eks-fsdp:job: {err}") from None
+
+
+def objects_by_component(w: Workloads) -> dict[str, list[K8sObject]]:
+    """Kubernetes objects grouped by the component (and file) they belong to."""
+    out: dict[str, list[K8sObject]] = {}
+    if w.job.uses_etcd:
+        out["etcd"] = etcd.objects(w.etcd)
+    if w.job_enabled:
+        out["pytorchjob"] = [pytorchjob.pytorchjob(w.job, w.etcd.host)]
+    out["debug-tools"] = debug.objects(w.debug)
+    return out
+
+
+def operator_kustomization(w: Workloads) -> dict[str, Any]:
+    """The training operator's kustomization (applied with ``kubectl apply -k``)."""
+    return operator.kustomization(w.operator)
