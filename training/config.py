@@ -194,8 +194,7 @@ def _validate(c: TrainConfig) -> None:
     def one_of(flag: str, allowed: Sequence[str]) -> None:
         value = getattr(c, flag)
         if value not in allowed:
-            close = difflib.get_close_matches(value, allowed, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
+            hint = _suggest(value, allowed)
             fail(flag, f"must be one of {', '.join(allowed)}, got {value!r}{hint}")
 
     for flag in (
@@ -324,10 +323,21 @@ def _is_bool_literal(tok: str) -> bool:
     return tok.strip().lower() in _TRUE + _FALSE
 
 
+def _suggest(word: str, choices: Sequence[str], prefix: str = "") -> str:
+    """ " (did you mean X?)" for the choice(s) `word` most likely meant, or "": same but for case;
+    the choices it starts (up to three); else the closest one by difflib."""
+    low = word.lower()
+    hits = [c for c in choices if c.lower() == low]
+    if not hits and low:
+        hits = [c for c in choices if c.lower().startswith(low)]
+        hits = hits if len(hits) <= 3 else []
+    if not hits:
+        hits = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {' or '.join(prefix + h for h in hits)}?)" if hits else ""
+
+
 def _unknown(flag: str) -> ConfigError:
-    close = difflib.get_close_matches(flag, _FLAGS, n=1, cutoff=0.6)
-    hint = f" (did you mean --{close[0]}?)" if close else ""
-    return ConfigError(f"unknown flag --{flag}{hint}")
+    return ConfigError(f"unknown flag --{flag}{_suggest(flag, _FLAGS, '--')}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:

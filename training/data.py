@@ -290,11 +290,12 @@ def _read_alpaca(path: Path) -> list[_Pair]:
 
 def _hub_samsum(split: str) -> list[_Pair]:
     hint = "use --dataset samsum_sample for the bundled sample"
-    if importlib.util.find_spec("datasets") is None:
+    try:
+        import datasets  # lazy and optional: not in training/requirements.txt
+    except ImportError:
         raise DataError(
             f"--dataset samsum_dataset: the 'datasets' package is not installed; {hint}"
-        )
-    import datasets
+        ) from None
 
     errors = []
     for name in ("knkarthick/samsum", "samsum"):

@@ -1,0 +1,588 @@
+"""Datasets, prompts, packing and the distributed batch order (training/data.py), and the assets.
+
+If these fail: the model learns from the wrong tokens (prompt not masked, llama-recipes' prompt
+changed, packing losing or duplicating tokens); a malformed data file gives a stack trace instead
+of "FILE:LINE"; runs with different world sizes / accumulation no longer see the same global batch
+per step (so FSDP parity and resume-with-another-world-size tests become meaningless); a resumed
+run sees different batches than an uninterrupted one; or the committed sample / tokenizer drifted
+from the scripts that generate them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from training.config import TrainConfig
+from training.data import (
+    IGNORE_INDEX,
+    SAMSUM_SAMPLE,
+    TOKENIZER_DIR,
+    DataError,
+    DistributedBatches,
+    build_dataset,
+    collate,
+    eval_batches,
+    load_tokenizer,
+    pack,
+    samsum_prompt,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script(name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def tok() -> PreTrainedTokenizerBase:
+    return load_tokenizer("tiny-llama")
+
+
+def _rows() -> list[dict[str, str]]:
+    return [json.loads(line) for line in SAMSUM_SAMPLE.read_text(encoding="utf-8").splitlines()]
+
+
+# ------------------------------------------------------------------------------------------------
+# assets
+
+
+def test_sample_is_the_generators_output_and_samsum_shaped() -> None:
+    gen = _script("make_samsum_sample")
+    text = SAMSUM_SAMPLE.read_text(encoding="utf-8")
+    assert text == gen.render(gen.make_rows())
+    rows = _rows()
+    assert len(rows) == 2400
+    assert SAMSUM_SAMPLE.stat().st_size < 2_000_000
+    assert all(set(r) == {"id", "dialogue", "summary"} for r in rows)
+    assert len({r["id"] for r in rows}) == len(rows)
+    assert all(":" in line for r in rows for line in r["dialogue"].splitlines())
+    crlf = sum("\r\n" in r["dialogue"] for r in rows)
+    assert 0 < crlf < len(rows)  # both separators occur, as in samsum
+    assert len({r["summary"] for r in rows}) > 0.95 * len(rows)  # varied, not a handful of strings
+
+
+def test_tokenizer_is_a_fresh_build_and_round_trips(
+    tmp_path: Path, tok: PreTrainedTokenizerBase
+) -> None:
+    _script("make_tiny_tokenizer").build(tmp_path / "tok")
+    committed = sorted(p.name for p in TOKENIZER_DIR.iterdir())
+    assert committed == sorted(p.name for p in (tmp_path / "tok").iterdir())
+    for name in committed:
+        assert (TOKENIZER_DIR / name).read_bytes() == (tmp_path / "tok" / name).read_bytes(), name
+    assert len(tok) == 1763
+    assert (tok.unk_token_id, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (0, 1, 2, 3)
+    for text in [
+        samsum_prompt(_rows()[0]["dialogue"]),
+        "Zoë: ¿Qué tal? 😀\r\n\tTabs,   spaces and 1234567 digits.",
+        "",
+    ]:
+        ids = tok.encode(text, add_special_tokens=False)
+        assert tok.decode(ids) == text
+    assert tok.encode("Hi", add_special_tokens=True)[0] == tok.bos_token_id  # like Llama's
+    # trained on the sample: its text compresses well
+    text = "".join(samsum_prompt(r["dialogue"]) + r["summary"] for r in _rows()[:200])
+    assert len(tok.encode(text, add_special_tokens=False)) < len(text) / 3
+
+
+def test_load_tokenizer_errors_are_one_line() -> None:
+    with pytest.raises(DataError) as err:
+        load_tokenizer("/nonexistent/folder/for/a/tokenizer")
+    msg = str(err.value)
+    assert msg.startswith(
+        "--model_name /nonexistent/folder/for/a/tokenizer: cannot load its tokenizer"
+    )
+    assert "\n" not in msg
+
+
+# ------------------------------------------------------------------------------------------------
+# prompts, labels, packing, padding
+
+
+def test_samsum_prompt_is_llama_recipes() -> None:
+    assert (
+        samsum_prompt("A: hi\r\nB: yo") == "Summarize this dialog:\nA: hi\r\nB: yo\n---\nSummary:\n"
+    )
+
+
+def test_labels_mask_the_prompt(tok: PreTrainedTokenizerBase) -> None:
+    cfg = TrainConfig(dataset="samsum_sample", batching_strategy="padding")
+    train = build_dataset(cfg, tok, "train")
+    rows = _rows()
+    assert len(train) == 2160 and len(build_dataset(cfg, tok, "validation")) == 240
+    for ex, row in zip(train[:50], rows[:50], strict=True):
+        ids, labels = ex["input_ids"], ex["labels"]
+        assert len(ids) == len(labels) == len(ex["attention_mask"]) and all(ex["attention_mask"])
+        assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id
+        n_prompt = labels.index(next(x for x in labels if x != IGNORE_INDEX))
+        assert labels[:n_prompt] == [IGNORE_INDEX] * n_prompt
+        assert labels[n_prompt:] == ids[n_prompt:]
+        assert tok.decode(ids[1:n_prompt]) == samsum_prompt(row["dialogue"])
+        assert tok.decode(ids[n_prompt:-1]) == row["summary"]
+
+
+def test_validation_split_is_the_last_tenth(tok: PreTrainedTokenizerBase) -> None:
+    cfg = TrainConfig(dataset="samsum_sample", batching_strategy="padding")
+    val = build_dataset(cfg, tok, "validation")
+    last = _rows()[-240]
+    n_prompt = val[0]["labels"].count(IGNORE_INDEX)
+    assert tok.decode(val[0]["input_ids"][n_prompt:-1]) == last["summary"]
+
+
+@pytest.mark.parametrize("length", [256, 512, 1000])
+def test_packing_exact_chunks_no_token_lost_or_duplicated(
+    tok: PreTrainedTokenizerBase, length: int
+) -> None:
+    padded = build_dataset(
+        TrainConfig(dataset="samsum_sample", batching_strategy="padding", context_length=10**6),
+        tok,
+        "train",
+    )
+    packed = build_dataset(
+        TrainConfig(dataset="samsum_sample", context_length=length), tok, "train"
+    )
+    total = sum(len(ex["input_ids"]) for ex in padded)
+    assert total == 167_644
+    assert len(packed) == total // length
+    assert {len(v) for ex in packed for v in ex.values()} == {length}
+    for key in ("input_ids", "labels", "attention_mask"):
+        flat = [t for ex in padded for t in ex[key]]
+        assert [t for ex in packed for t in ex[key]] == flat[: len(packed) * length]
+    assert total - len(packed) * length < length  # only the incomplete tail is dropped
+    # every chunk has tokens to learn from (the loss of a chunk is never 0/0)
+    assert all(any(x != IGNORE_INDEX for x in ex["labels"][1:]) for ex in packed)
+
+
+def test_packed_counts_of_the_sample(tok: PreTrainedTokenizerBase) -> None:
+    got = {
+        (n, split): len(
+            build_dataset(TrainConfig(dataset="samsum_sample", context_length=n), tok, split)
+        )
+        for n in (256, 512)
+        for split in ("train", "validation")
+    }
+    assert got == {
+        (256, "train"): 654,
+        (256, "validation"): 72,
+        (512, "train"): 327,
+        (512, "validation"): 36,
+    }
+
+
+def test_pack_drops_only_the_tail() -> None:
+    exs = [
+        {"input_ids": list(range(k, k + 3)), "labels": [1, 2, 3], "attention_mask": [1] * 3}
+        for k in (0, 10, 20)
+    ]
+    chunks = pack(exs, 4)
+    assert [c["input_ids"] for c in chunks] == [[0, 1, 2, 10], [11, 12, 20, 21]]
+    assert pack(exs, 9)[0]["input_ids"] == [0, 1, 2, 10, 11, 12, 20, 21, 22]
+    assert pack(exs, 10) == []
+
+
+def test_padding_truncates_and_collate_pads(tok: PreTrainedTokenizerBase) -> None:
+    cfg = TrainConfig(dataset="samsum_sample", batching_strategy="padding", context_length=40)
+    ds = build_dataset(cfg, tok, "train")
+    assert max(len(ex["input_ids"]) for ex in ds) == 40
+    full = build_dataset(
+        TrainConfig(dataset="samsum_sample", batching_strategy="padding"), tok, "train"
+    )
+    assert all(ex["input_ids"] == f["input_ids"][:40] for ex, f in zip(ds, full, strict=True))
+    a = {"input_ids": [5, 6, 7], "labels": [-100, 6, 7], "attention_mask": [1, 1, 1]}
+    b = {"input_ids": [8], "labels": [8], "attention_mask": [1]}
+    batch = collate([a, b], pad_id=3)
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 3, 3]]
+    assert batch["labels"].tolist() == [[-100, 6, 7], [8, IGNORE_INDEX, IGNORE_INDEX]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert {t.dtype for t in batch.values()} == {torch.long}
+
+
+def test_build_dataset_is_deterministic(tok: PreTrainedTokenizerBase) -> None:
+    cfg = TrainConfig(dataset="samsum_sample", context_length=256)
+    assert build_dataset(cfg, tok, "validation") == build_dataset(cfg, tok, "validation")
+
+
+# ------------------------------------------------------------------------------------------------
+# custom JSONL and alpaca
+
+
+def test_custom_jsonl_three_shapes(tmp_path: Path, tok: PreTrainedTokenizerBase) -> None:
+    path = tmp_path / "d.jsonl"
+    rows = [{"dialogue": "A: hi\nB: hello", "summary": "They greet."}] * 4
+    rows += [{"prompt": "2+2=", "completion": "4"}] * 4
+    rows += [{"text": "All of this is learned."}] * 2
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    cfg = TrainConfig(dataset="custom", data_path=str(path), batching_strategy="padding")
+    train, val = build_dataset(cfg, tok, "train"), build_dataset(cfg, tok, "validation")
+    assert (len(train), len(val)) == (9, 1)
+    d, p, t = train[0], train[4], val[0]
+    assert (
+        tok.decode(d["input_ids"]) == "<s>" + samsum_prompt("A: hi\nB: hello") + "They greet.</s>"
+    )
+    assert tok.decode([x for x in d["labels"] if x != IGNORE_INDEX]) == "They greet.</s>"
+    assert tok.decode([x for x in p["labels"] if x != IGNORE_INDEX]) == "4</s>"
+    assert tok.decode(p["input_ids"]) == "<s>2+2=4</s>"
+    assert (
+        t["labels"][0] == IGNORE_INDEX and t["labels"][1:] == t["input_ids"][1:]
+    )  # only bos masked
+
+
+BAD_ROWS = [
+    ('{"text": "ok"}\n{"text": "ok"\n', 2, "bad JSON: Expecting ',' delimiter (column 14)"),
+    ('{"text": "ok"}\n\n{"dialogue": "A: x"}\n', 3, "missing field 'summary'"),
+    ('{"prompt": "p", "completion": 4}\n', 1, "field 'completion' must be a string, got int"),
+    ('{"text": "   "}\n', 1, "field 'text' is empty"),
+    ('{"text": "a"}\n["text"]\n', 2, "expected a JSON object, got list"),
+    (
+        '{"question": "q", "answer": "a"}\n',
+        1,
+        "expected fields dialogue+summary, prompt+completion or text; got answer, question",
+    ),
+    ('{"dialogue": "", "summary": "s"}\n', 1, "field 'dialogue' is empty"),
+]
+
+
+@pytest.mark.parametrize(("content", "line", "what"), BAD_ROWS)
+def test_custom_malformed_rows_name_file_and_line(
+    tmp_path: Path, tok: PreTrainedTokenizerBase, content: str, line: int, what: str
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    cfg = TrainConfig(dataset="custom", data_path=str(path))
+    with pytest.raises(DataError) as err:
+        build_dataset(cfg, tok, "train")
+    assert str(err.value) == f"{path}:{line}: {what}"
+
+
+def test_custom_empty_or_binary_file(tmp_path: Path, tok: PreTrainedTokenizerBase) -> None:
+    empty, binary = tmp_path / "e.jsonl", tmp_path / "b.jsonl"
+    empty.write_text("\n \n")
+    binary.write_bytes(b'{"text": "\xff"}\n')
+    with pytest.raises(DataError, match=r"e\.jsonl: no rows$"):
+        build_dataset(TrainConfig(dataset="custom", data_path=str(empty)), tok, "train")
+    with pytest.raises(
+        DataError, match=r"b\.jsonl: not UTF-8 text \(invalid start byte at byte 10\)$"
+    ):
+        build_dataset(TrainConfig(dataset="custom", data_path=str(binary)), tok, "train")
+
+
+def test_alpaca(tmp_path: Path, tok: PreTrainedTokenizerBase) -> None:
+    entries = [{"instruction": f"Say {i}.", "input": "", "output": f"{i}"} for i in range(38)]
+    entries += [{"instruction": "Add.", "input": "2 and 3", "output": "5"}] * 2
+    path = tmp_path / "alpaca.json"
+    path.write_text(json.dumps(entries, indent=2))
+    cfg = TrainConfig(dataset="alpaca_dataset", data_path=str(path), batching_strategy="padding")
+    train, val = build_dataset(cfg, tok, "train"), build_dataset(cfg, tok, "validation")
+    assert (len(train), len(val)) == (38, 2)  # first 5% is validation, as llama-recipes
+    no_input = (
+        "<s>Below is an instruction that describes a task. Write a response that appropriately "
+        "completes the request.\n\n### Instruction:\nSay 0.\n\n### Response:0</s>"
+    )
+    assert tok.decode(val[0]["input_ids"]) == no_input
+    with_input = (
+        "<s>Below is an instruction that describes a task, paired with an input that provides "
+        "further context. Write a response that appropriately completes the request.\n\n"
+        "### Instruction:\nAdd.\n\n### Input:\n2 and 3\n\n### Response:5</s>"
+    )
+    assert tok.decode(train[-1]["input_ids"]) == with_input
+    assert tok.decode([x for x in train[-1]["labels"] if x != IGNORE_INDEX]) == "5</s>"
+
+
+def test_alpaca_malformed(tmp_path: Path, tok: PreTrainedTokenizerBase) -> None:
+    path = tmp_path / "a.json"
+    path.write_text('[\n  {"instruction": "x", "output": "y"},\n  {"instruction": "x"}\n]\n')
+    cfg = TrainConfig(dataset="alpaca_dataset", data_path=str(path))
+    with pytest.raises(DataError) as err:
+        build_dataset(cfg, tok, "train")
+    assert str(err.value) == f"{path}:3: missing field 'output'"
+    path.write_text('[\n  {"instruction": "x", "output": "y"},\n  {"instruction": "x",}\n]\n')
+    with pytest.raises(DataError) as err:
+        build_dataset(cfg, tok, "train")
+    assert str(err.value).startswith(f"{path}:3: bad JSON: ")
+    path.write_text('{"instruction": "x", "output": "y"}')
+    with pytest.raises(DataError) as err:
+        build_dataset(cfg, tok, "train")
+    assert str(err.value) == f"{path}:1: expected a JSON list"
+
+
+def test_samsum_dataset_without_datasets_package(
+    monkeypatch: pytest.MonkeyPatch, tok: PreTrainedTokenizerBase
+) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
+    with pytest.raises(DataError) as err:
+        build_dataset(TrainConfig(), tok, "train")
+    assert str(err.value) == (
+        "--dataset samsum_dataset: the 'datasets' package is not installed; "
+        "use --dataset samsum_sample for the bundled sample"
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# DistributedBatches
+
+
+def _toy(n: int) -> list[dict[str, list[int]]]:
+    """Example i holds token i (and a length that varies, to exercise padding)."""
+    return [
+        {
+            "input_ids": [i] * (1 + i % 3),
+            "labels": [i] * (1 + i % 3),
+            "attention_mask": [1] * (1 + i % 3),
+        }
+        for i in range(n)
+    ]
+
+
+def _ids(micro: dict[str, torch.Tensor]) -> list[int]:
+    return micro["input_ids"][:, 0].tolist()
+
+
+def _run(
+    ds: list[dict[str, list[int]]],
+    *,
+    B: int,
+    W: int,
+    A: int = 1,
+    epoch: int = 0,
+    state: dict | None = None,
+    steps: int | None = None,
+) -> tuple[list[list[int]], list[dict]]:
+    """Global batches (dataset indices per step, in rank/micro order) of one epoch, plus the
+    state_dict of every rank after the run."""
+    its = [
+        DistributedBatches(
+            ds,
+            micro_batch_size=B,
+            grad_accum=A,
+            rank=r,
+            world_size=W,
+            seed=7,
+            shuffle=True,
+            pad_id=0,
+        )
+        for r in range(W)
+    ]
+    for it in its:
+        if state is not None:
+            it.load_state_dict(state)
+        it.set_epoch(epoch)
+    gens = [iter(it) for it in its]
+    out = []
+    for step, per_rank in enumerate(zip(*gens, strict=True)):
+        assert all(len(m) == A for m in per_rank)
+        out.append([i for a in range(A) for r in range(W) for i in _ids(per_rank[r][a])])
+        if steps is not None and step + 1 == steps:
+            break
+    return out, [it.state_dict() for it in its]
+
+
+def test_world_sizes_and_accumulation_see_the_same_global_batches() -> None:
+    ds = _toy(50)
+    ref, _ = _run(ds, B=4, W=1)
+    assert len(ref) == 50 // 4
+    for B, W, A in [(2, 2, 1), (1, 4, 1), (2, 1, 2), (1, 2, 2), (1, 1, 4)]:
+        got, _ = _run(ds, B=B, W=W, A=A)
+        assert got == ref, (B, W, A)
+    # the per-rank tensors: rank r of world 2 holds the r-th half of world 1's batch
+    one = next(
+        iter(
+            DistributedBatches(
+                ds,
+                micro_batch_size=4,
+                grad_accum=1,
+                rank=0,
+                world_size=1,
+                seed=7,
+                shuffle=True,
+                pad_id=0,
+            )
+        )
+    )[0]
+    halves = [
+        next(
+            iter(
+                DistributedBatches(
+                    ds,
+                    micro_batch_size=2,
+                    grad_accum=1,
+                    rank=r,
+                    world_size=2,
+                    seed=7,
+                    shuffle=True,
+                    pad_id=0,
+                )
+            )
+        )[0]
+        for r in range(2)
+    ]
+    assert torch.equal(one["labels"][:, 0], torch.cat([h["labels"][:, 0] for h in halves]))
+    assert one["attention_mask"].sum() == sum(h["attention_mask"].sum() for h in halves)
+
+
+def test_epoch_layout_permutation_and_drop_last() -> None:
+    ds = _toy(50)
+    ep0, _ = _run(ds, B=4, W=1, epoch=0)
+    ep1, _ = _run(ds, B=4, W=1, epoch=1)
+    flat0 = [i for b in ep0 for i in b]
+    assert len(flat0) == 48 and len(set(flat0)) == 48  # each sample at most once; 2 dropped
+    perm = torch.randperm(50, generator=torch.Generator().manual_seed(7 + 0)).tolist()
+    assert flat0 == perm[:48]
+    assert ep0 != ep1 and ep1 == _run(ds, B=4, W=1, epoch=1)[0]  # reshuffled, deterministically
+    it = DistributedBatches(
+        ds, micro_batch_size=5, grad_accum=1, rank=0, world_size=1, seed=7, shuffle=False, pad_id=0
+    )
+    assert it.steps_per_epoch() == 10
+    assert [_ids(m[0]) for m in it] == [list(range(k, k + 5)) for k in range(0, 50, 5)]
+
+
+def test_state_dict_is_rank_independent_and_counts_steps() -> None:
+    _, states = _run(_toy(50), B=2, W=2, A=2, steps=3)
+    assert (
+        states[0]
+        == states[1]
+        == {
+            "epoch": 0,
+            "step_in_epoch": 3,
+            "consumed_samples": 24,
+            "global_batch_size": 8,
+            "num_samples": 50,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ((2, 2, 1), (2, 2, 1)),
+        ((2, 2, 1), (4, 1, 1)),
+        ((1, 4, 1), (2, 1, 2)),
+        ((4, 1, 1), (1, 2, 2)),
+    ],
+)
+def test_resume_mid_epoch_continues_with_identical_batches(before: tuple, after: tuple) -> None:
+    ds = _toy(70)
+    B, W, A = before
+    full, _ = _run(ds, B=B, W=W, A=A, epoch=2)
+    head, states = _run(ds, B=B, W=W, A=A, epoch=2, steps=5)
+    assert head == full[:5]
+    B2, W2, A2 = after
+    tail, _ = _run(ds, B=B2, W=W2, A=A2, epoch=2, state=states[0])
+    assert [i for b in head + tail for i in b] == [i for b in full for i in b]
+
+
+def test_resume_with_a_global_batch_that_does_not_divide_the_position() -> None:
+    ds = _toy(70)
+    perm = torch.randperm(70, generator=torch.Generator().manual_seed(7 + 1)).tolist()
+    head, states = _run(ds, B=4, W=1, epoch=1, steps=3)  # consumed 12
+    tail, after = _run(ds, B=4, W=2, epoch=1, state=states[0])  # G = 8: 12 is not a multiple
+    assert [i for b in head for i in b] == perm[:12]
+    assert tail == [perm[k : k + 8] for k in range(12, 70 - 7, 8)]  # from sample 12 on, no gap
+    assert after[0]["consumed_samples"] == 68
+    # the next epoch is the standard layout again
+    it = DistributedBatches(
+        ds, micro_batch_size=8, grad_accum=1, rank=0, world_size=1, seed=7, shuffle=True, pad_id=0
+    )
+    it.load_state_dict(after[0])
+    it.set_epoch(2)
+    assert it.state_dict()["consumed_samples"] == 0 and len(list(it)) == 70 // 8
+
+
+def test_set_epoch_keeps_a_resumed_position_and_resets_otherwise() -> None:
+    it = DistributedBatches(
+        _toy(40),
+        micro_batch_size=4,
+        grad_accum=1,
+        rank=0,
+        world_size=1,
+        seed=0,
+        shuffle=True,
+        pad_id=0,
+    )
+    it.load_state_dict({"epoch": 1, "step_in_epoch": 3, "consumed_samples": 12})
+    it.set_epoch(1)
+    assert (it.epoch, it.step_in_epoch, it.remaining_steps()) == (1, 3, 7)
+    it.set_epoch(2)
+    assert (it.epoch, it.step_in_epoch, it.remaining_steps()) == (2, 0, 10)
+    from torch.distributed.checkpoint.stateful import Stateful
+
+    assert isinstance(it, Stateful)
+
+
+def test_batches_bad_inputs() -> None:
+    with pytest.raises(DataError) as err:
+        DistributedBatches(
+            _toy(10),
+            micro_batch_size=4,
+            grad_accum=2,
+            rank=0,
+            world_size=2,
+            seed=0,
+            shuffle=True,
+            pad_id=0,
+        )
+    assert str(err.value).startswith(
+        "the training split has 10 examples, fewer than one global batch of 16 "
+        "(--batch_size_training 4 x world size 2 x --gradient_accumulation_steps 2)"
+    )
+    it = DistributedBatches(
+        _toy(40),
+        micro_batch_size=4,
+        grad_accum=1,
+        rank=0,
+        world_size=1,
+        seed=0,
+        shuffle=True,
+        pad_id=0,
+    )
+    with pytest.raises(
+        DataError,
+        match=r"^cannot resume: the checkpoint's training split had 41 examples, this one has 40",
+    ):
+        it.load_state_dict(
+            {"epoch": 0, "step_in_epoch": 1, "consumed_samples": 4, "num_samples": 41}
+        )
+    with pytest.raises(ValueError, match=r"rank"):
+        DistributedBatches(
+            _toy(40),
+            micro_batch_size=4,
+            grad_accum=1,
+            rank=2,
+            world_size=2,
+            seed=0,
+            shuffle=True,
+            pad_id=0,
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# eval_batches
+
+
+def test_eval_batches_shard_evenly_and_match_world_one() -> None:
+    ds = _toy(11)
+    one = [_ids(b) for b in eval_batches(ds, batch_size=2, rank=0, world_size=1, pad_id=0)]
+    assert one == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]  # in order; example 10 dropped
+    per_rank = [
+        list(eval_batches(ds, batch_size=1, rank=r, world_size=2, pad_id=0)) for r in range(2)
+    ]
+    assert len(per_rank[0]) == len(per_rank[1]) == 5
+    assert [_ids(a) + _ids(b) for a, b in zip(*per_rank, strict=True)] == one
+    capped = eval_batches(ds, batch_size=1, rank=1, world_size=2, pad_id=0, max_steps=2)
+    assert len(capped) == 2 and [_ids(b) for b in capped] == [[1], [3]]
+    assert [_ids(b) for b in capped] == [[1], [3]]  # iterable again
+    with pytest.raises(
+        DataError, match=r"^the validation split has 3 examples, fewer than one eval batch of 4"
+    ):
+        eval_batches(ds[:3], batch_size=2, rank=0, world_size=2, pad_id=0)
