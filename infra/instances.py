@@ -72,6 +72,7 @@ def _row(**kwargs: object) -> InstanceType:
     return InstanceType(**kwargs)  # type: ignore[arg-type]
 
 
+# fmt: off
 CATALOG: dict[str, InstanceType] = {
     it.name: it
     for it in (
@@ -124,6 +125,7 @@ CATALOG: dict[str, InstanceType] = {
              usd_per_hour=13.35),
     )
 }
+# fmt: on
 
 
 def lookup(name: str) -> InstanceType:

@@ -1,0 +1,79 @@
+"""The Pulumi program: the composition root. Reads the stack config once and wires components.
+
+Network -> Cluster -> GPU nodegroups -> device plugins (-> workloads, appended below).
+"""
+
+import pulumi
+
+from infra import outputs
+from infra.cluster import Cluster, ClusterArgs
+from infra.config import from_pulumi
+from infra.device_plugins import DevicePlugins, DevicePluginsArgs
+from infra.gpu_nodegroup import GpuNodeGroup, GpuNodeGroupArgs
+from infra.network import Network, NetworkArgs
+
+cfg = from_pulumi()
+
+network = Network(
+    "network",
+    NetworkArgs(
+        cluster_name=cfg.cluster_name,
+        vpc_cidr=cfg.vpc_cidr,
+        availability_zones=cfg.availability_zones,
+        nat_gateways=cfg.nat_gateways,
+    ),
+)
+cluster = Cluster(
+    "cluster",
+    ClusterArgs(
+        cluster_name=cfg.cluster_name,
+        kubernetes_version=cfg.kubernetes_version,
+        vpc_id=network.vpc_id,
+        public_subnet_ids=network.public_subnet_ids,
+        private_subnet_ids=network.private_subnet_ids,
+        service_cidr=cfg.kubernetes_service_cidr,
+        system_node_group=cfg.system_node_group,
+        access_entries=cfg.access_entries,
+        cloudwatch_observability=cfg.cloudwatch_observability,
+    ),
+)
+gpu_node_groups = {
+    group.name: GpuNodeGroup(
+        f"gpu-{group.name}",
+        GpuNodeGroupArgs(
+            group=group,
+            cluster_name=cluster.cluster_name,
+            node_role_arn=cluster.node_role_arn,
+            subnet_ids=network.private_subnets_in(group.availability_zone),
+            security_group_ids=[cluster.cluster_security_group_id, network.efa_security_group_id],
+        ),
+    )
+    for group in cfg.gpu_node_groups
+}
+if cfg.gpu_node_groups:
+    device_plugins = DevicePlugins(
+        "device-plugins",
+        DevicePluginsArgs(
+            gpu_taints=tuple(g.taint for g in cfg.gpu_node_groups),
+            efa=any(g.efa for g in cfg.gpu_node_groups),
+        ),
+        opts=pulumi.ResourceOptions(providers=[cluster.provider]),
+    )
+
+pulumi.export(outputs.CLUSTER_NAME, cluster.cluster_name)
+pulumi.export(outputs.REGION, cfg.region)
+pulumi.export(outputs.KUBECONFIG, cluster.kubeconfig)
+pulumi.export(outputs.VPC_ID, network.vpc_id)
+pulumi.export(outputs.NODE_ROLE_ARN, cluster.node_role_arn)
+pulumi.export(outputs.OIDC_PROVIDER_ARN, cluster.oidc_provider_arn)
+pulumi.export(outputs.SYSTEM_NODE_GROUP_NAME, cluster.system_node_group_name)
+pulumi.export(outputs.GPU_NODE_GROUP_NAMES, [ng.node_group_name for ng in gpu_node_groups.values()])
+pulumi.export(
+    outputs.PLACEMENT_GROUP_NAMES,
+    {
+        name: ng.placement_group_name
+        for name, ng in gpu_node_groups.items()
+        if ng.placement_group_name is not None
+    },
+)
+pulumi.export(outputs.NEXT_STEPS, outputs.next_steps(cfg.stack, cfg.cluster_name, cfg.region))

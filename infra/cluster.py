@@ -1,0 +1,309 @@
+"""``Cluster``: the EKS control plane, its add-ons, the system nodegroup and the k8s provider.
+
+pulumi-eks builds the control plane (pinned version, public + private subnets, OIDC provider
+for IRSA, access entries in ``API`` authentication mode, the vpc-cni and kube-proxy add-ons).
+Everything that needs a node to become healthy is created here, after the system nodegroup:
+CoreDNS, the EBS CSI driver (with its IRSA role) and, optionally, CloudWatch Observability.
+The node IAM role (worker, CNI, ECR, CloudWatch agent, EBS CSI, FSx, SSM policies, as the
+seed's eksctl nodegroup) is shared with the GPU nodegroups.
+
+The component exposes ``provider``, a ``pulumi_kubernetes.Provider`` built from the
+kubeconfig: workloads receive it through ``ResourceOptions(providers=[cluster.provider])``
+and never build one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import pulumi_kubernetes as k8s
+
+from infra import versions
+from infra.config import SystemNodeGroupConfig
+
+TYPE_TOKEN = "eks-fsdp:infra:Cluster"
+
+NODE_POLICY_ARNS: tuple[str, ...] = (
+    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+    "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+    "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy",
+    "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy",
+    "arn:aws:iam::aws:policy/AmazonFSxFullAccess",
+)
+"""Managed policies on the node role (the seed's eksctl nodegroup ``iam.withAddonPolicies``)."""
+EBS_CSI_POLICY_ARN = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
+EBS_CSI_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:ebs-csi-controller-sa"
+CLUSTER_ADMIN_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+SYSTEM_NODEGROUP_LABEL = {"eks-fsdp/nodegroup": "system"}
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterArgs:
+    """Arguments of ``Cluster``."""
+
+    cluster_name: str
+    """EKS cluster name (physical name)."""
+    kubernetes_version: str
+    """Control-plane version, e.g. ``1.33``."""
+    vpc_id: pulumi.Input[str]
+    """VPC of the cluster."""
+    public_subnet_ids: Sequence[pulumi.Input[str]]
+    """Public subnets (internet-facing load balancers)."""
+    private_subnet_ids: Sequence[pulumi.Input[str]]
+    """Private subnets (nodes, internal load balancers)."""
+    service_cidr: str = "172.20.0.0/16"
+    """Kubernetes service IP range."""
+    system_node_group: SystemNodeGroupConfig = field(default_factory=SystemNodeGroupConfig)
+    """Size and type of the CPU nodegroup for add-ons."""
+    access_entries: tuple[str, ...] = ()
+    """IAM principal ARNs given cluster-admin."""
+    cloudwatch_observability: bool = False
+    """Install the amazon-cloudwatch-observability add-on."""
+    tags: dict[str, str] | None = None
+    """Extra tags on every AWS resource."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.cluster_name):
+            raise ValueError(f"ClusterArgs.cluster_name: {self.cluster_name!r} is not valid")
+        if not re.fullmatch(r"1\.\d{2}", self.kubernetes_version):
+            raise ValueError(
+                f"ClusterArgs.kubernetes_version: {self.kubernetes_version!r} is not 1.NN"
+            )
+        if len(self.private_subnet_ids) < 2:
+            raise ValueError("ClusterArgs.private_subnet_ids: EKS needs subnets in >= 2 zones")
+        if len(self.public_subnet_ids) < 1:
+            raise ValueError("ClusterArgs.public_subnet_ids: at least one public subnet")
+        if len(set(self.access_entries)) != len(self.access_entries):
+            raise ValueError("ClusterArgs.access_entries: lists a principal twice")
+
+
+def ebs_csi_trust_policy(oidc_provider_arn: str, oidc_issuer: str) -> str:
+    """IRSA trust policy: only the EBS CSI controller's service account may assume the role."""
+    issuer = oidc_issuer.removeprefix("https://")
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Federated": oidc_provider_arn},
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {
+                            f"{issuer}:sub": EBS_CSI_SERVICE_ACCOUNT,
+                            f"{issuer}:aud": "sts.amazonaws.com",
+                        }
+                    },
+                }
+            ],
+        }
+    )
+
+
+EC2_TRUST_POLICY = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "ec2.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+)
+
+
+class Cluster(pulumi.ComponentResource):
+    """EKS control plane + add-ons + system nodegroup + the Kubernetes provider."""
+
+    cluster_name: pulumi.Output[str]
+    """EKS cluster name; resolves once the control plane exists (consumers wait for it)."""
+    kubeconfig: pulumi.Output[str]
+    """Kubeconfig JSON (secret)."""
+    provider: k8s.Provider
+    """Kubernetes provider for everything deployed into the cluster."""
+    node_role: aws.iam.Role
+    """IAM role of every node (system and GPU)."""
+    node_role_arn: pulumi.Output[str]
+    """ARN of ``node_role``."""
+    oidc_provider_arn: pulumi.Output[str]
+    """IRSA: ARN of the cluster's IAM OIDC provider."""
+    oidc_issuer: pulumi.Output[str]
+    """IRSA: OIDC issuer without ``https://``."""
+    cluster_security_group_id: pulumi.Output[str]
+    """The EKS-created cluster security group (control plane <-> every node)."""
+    system_node_group_name: pulumi.Output[str]
+    """Name of the system nodegroup."""
+
+    def __init__(
+        self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TYPE_TOKEN, name, {}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = {**(args.tags or {}), "eks-fsdp/cluster": args.cluster_name}
+
+        self.node_role = aws.iam.Role(
+            f"{name}-node-role",
+            assume_role_policy=EC2_TRUST_POLICY,
+            description=f"EKS nodes of {args.cluster_name}",
+            tags=tags,
+            opts=child,
+        )
+        attachments = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{arn.rsplit('/', 1)[-1]}",
+                role=self.node_role.name,
+                policy_arn=arn,
+                opts=child,
+            )
+            for arn in NODE_POLICY_ARNS
+        ]
+
+        self._eks = eks.Cluster(
+            f"{name}-eks",
+            name=args.cluster_name,
+            version=args.kubernetes_version,
+            vpc_id=args.vpc_id,
+            public_subnet_ids=list(args.public_subnet_ids),
+            private_subnet_ids=list(args.private_subnet_ids),
+            endpoint_public_access=True,
+            endpoint_private_access=True,
+            kubernetes_service_ip_address_range=args.service_cidr,
+            authentication_mode=eks.AuthenticationMode.API,
+            access_entries={
+                f"admin-{i}": eks.AccessEntryArgs(
+                    principal_arn=arn,
+                    access_policies={
+                        "cluster-admin": eks.AccessPolicyAssociationArgs(
+                            policy_arn=CLUSTER_ADMIN_POLICY_ARN,
+                            access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(
+                                type="cluster"
+                            ),
+                        )
+                    },
+                )
+                for i, arn in enumerate(args.access_entries)
+            },
+            create_oidc_provider=True,
+            skip_default_node_group=True,
+            skip_default_security_groups=True,
+            vpc_cni_options=eks.VpcCniOptionsArgs(addon_version=versions.VPC_CNI_ADDON_VERSION),
+            kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(
+                enabled=True, version=versions.KUBE_PROXY_ADDON_VERSION
+            ),
+            # CoreDNS stays DEGRADED until a node exists: created below, after the nodegroup.
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
+            enabled_cluster_log_types=["api", "audit", "authenticator"],
+            tags=tags,
+            opts=child,
+        )
+
+        # The name is known up front; deriving it from an output of the control plane makes
+        # every consumer (nodegroups, add-ons) wait until the cluster exists.
+        self.cluster_name = self._eks.cluster_security_group_id.apply(lambda _: args.cluster_name)
+        self.cluster_security_group_id = self._eks.cluster_security_group_id
+        self.oidc_provider_arn = self._eks.oidc_provider_arn
+        self.oidc_issuer = self._eks.oidc_issuer
+        self.node_role_arn = self.node_role.arn
+        self.kubeconfig = pulumi.Output.secret(self._eks.kubeconfig_json)
+
+        system = args.system_node_group
+        system_ng = aws.eks.NodeGroup(
+            f"{name}-system",
+            cluster_name=self.cluster_name,
+            node_group_name="system",
+            node_role_arn=self.node_role.arn,
+            subnet_ids=list(args.private_subnet_ids),
+            instance_types=[system.instance_type],
+            ami_type=versions.SYSTEM_AMI_TYPE,
+            capacity_type="ON_DEMAND",
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=system.min_size,
+                desired_size=system.desired_size,
+                max_size=system.max_size,
+            ),
+            labels=dict(SYSTEM_NODEGROUP_LABEL),
+            tags=tags,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=attachments, delete_before_replace=True
+            ),
+        )
+        self.system_node_group_name = system_ng.node_group_name
+        after_nodes = pulumi.ResourceOptions(parent=self, depends_on=[system_ng])
+
+        aws.eks.Addon(
+            f"{name}-coredns",
+            cluster_name=self.cluster_name,
+            addon_name="coredns",
+            addon_version=versions.COREDNS_ADDON_VERSION,
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=tags,
+            opts=after_nodes,
+        )
+        ebs_role = aws.iam.Role(
+            f"{name}-ebs-csi-role",
+            assume_role_policy=pulumi.Output.all(self.oidc_provider_arn, self.oidc_issuer).apply(
+                lambda v: ebs_csi_trust_policy(v[0], v[1])
+            ),
+            description=f"EBS CSI controller of {args.cluster_name} (IRSA)",
+            tags=tags,
+            opts=child,
+        )
+        ebs_attach = aws.iam.RolePolicyAttachment(
+            f"{name}-ebs-csi-policy",
+            role=ebs_role.name,
+            policy_arn=EBS_CSI_POLICY_ARN,
+            opts=child,
+        )
+        aws.eks.Addon(
+            f"{name}-ebs-csi",
+            cluster_name=self.cluster_name,
+            addon_name="aws-ebs-csi-driver",
+            addon_version=versions.EBS_CSI_ADDON_VERSION,
+            service_account_role_arn=ebs_role.arn,
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[system_ng, ebs_attach]),
+        )
+        if args.cloudwatch_observability:
+            # The agent uses the node role (CloudWatchAgentServerPolicy is attached above).
+            aws.eks.Addon(
+                f"{name}-cloudwatch",
+                cluster_name=self.cluster_name,
+                addon_name="amazon-cloudwatch-observability",
+                addon_version=versions.CLOUDWATCH_OBSERVABILITY_ADDON_VERSION,
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                tags=tags,
+                opts=after_nodes,
+            )
+
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            enable_server_side_apply=True,
+            opts=child,
+        )
+        self.register_outputs(
+            {
+                "clusterName": self.cluster_name,
+                "kubeconfig": self.kubeconfig,
+                "nodeRoleArn": self.node_role_arn,
+                "oidcProviderArn": self.oidc_provider_arn,
+                "clusterSecurityGroupId": self.cluster_security_group_id,
+                "systemNodeGroupName": self.system_node_group_name,
+            }
+        )

@@ -1,0 +1,238 @@
+"""``GpuNodeGroup``: one GPU managed nodegroup with its own launch template.
+
+pulumi-eks has no capacity-reservation argument, so each GPU nodegroup owns an EC2 launch
+template carrying what the managed nodegroup API cannot: every EFA interface of the type
+(``efa_network_interfaces``), the ODCR / capacity-block target, the placement group, the gp3
+root volume and IMDSv2 (hop limit 2 so pods reach the metadata service). The nodegroup itself
+(``aws.eks.NodeGroup``, a plain resource: testable under mocks) uses the EKS-optimized NVIDIA
+AMI, the GPU taint and labels, and only the private subnet of its zone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from infra import versions
+from infra.config import GpuNodeGroupConfig
+from infra.instances import InstanceType
+
+TYPE_TOKEN = "eks-fsdp:infra:GpuNodeGroup"
+ROOT_DEVICE = "/dev/xvda"
+"""Root device of the AL2023 EKS AMIs."""
+NODEGROUP_LABEL = "eks-fsdp/nodegroup"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+"""Matched by the NVIDIA device plugin's node affinity."""
+EFA_PRESENT_LABEL = "vpc.amazonaws.com/efa.present"
+"""Matched by the EFA device plugin's node affinity."""
+_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE",
+            "PreferNoSchedule": "PREFER_NO_SCHEDULE"}  # fmt: skip
+
+
+def efa_network_interfaces(
+    instance: InstanceType, security_group_ids: Sequence[pulumi.Input[str]]
+) -> list[dict[str, object]]:
+    """Launch-template network interfaces attaching every EFA of ``instance``.
+
+    Network card 0 carries the primary interface: an ``efa`` interface (EFA + ENA, IP traffic)
+    at device index 0. Cards 1..N-1 carry ``efa-only`` interfaces (no IP address, so the VPC
+    CNI and the subnet are not charged for them) at device index 1.
+    32 interfaces on p5.48xlarge, 16 on p5en.48xlarge, 4 on p4d/p4de.24xlarge.
+    """
+    if not instance.efa_supported:
+        raise ValueError(f"instance: {instance.name} has no EFA interfaces")
+    if not security_group_ids:
+        raise ValueError("security_group_ids: EFA interfaces need at least one security group")
+    interfaces: list[dict[str, object]] = []
+    for card in range(instance.efa_interfaces):
+        interfaces.append(
+            {
+                "network_card_index": card,
+                "device_index": 0 if card == 0 else 1,
+                "interface_type": "efa" if card == 0 else "efa-only",
+                "delete_on_termination": "true",
+                "security_groups": list(security_group_ids),
+            }
+        )
+    return interfaces
+
+
+def node_labels(group: GpuNodeGroupConfig) -> dict[str, str]:
+    """Kubernetes labels of the group's nodes (config labels first, ours win)."""
+    labels = {
+        **dict(group.labels),
+        NODEGROUP_LABEL: group.name,
+        "node.kubernetes.io/instance-type": group.instance_type,
+        GPU_PRESENT_LABEL: "true",
+    }
+    if group.efa:
+        labels[EFA_PRESENT_LABEL] = "true"
+    return labels
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuNodeGroupArgs:
+    """Arguments of ``GpuNodeGroup``."""
+
+    group: GpuNodeGroupConfig
+    """The validated config entry (type, sizes, zone, EFA, reservation, placement)."""
+    cluster_name: pulumi.Input[str]
+    """EKS cluster name (an Output of ``Cluster`` so the nodegroup waits for it)."""
+    node_role_arn: pulumi.Input[str]
+    """IAM role of the nodes."""
+    subnet_ids: Sequence[pulumi.Input[str]]
+    """Private subnet(s) to launch into: only the one of ``group.availability_zone`` if set."""
+    security_group_ids: Sequence[pulumi.Input[str]] = ()
+    """Security groups of the EFA interfaces: the cluster SG and the EFA SG."""
+    tags: dict[str, str] | None = None
+    """Extra tags on AWS resources and instances."""
+
+    def __post_init__(self) -> None:
+        if not self.subnet_ids:
+            raise ValueError("GpuNodeGroupArgs.subnet_ids: at least one private subnet")
+        if self.group.availability_zone is not None and len(self.subnet_ids) != 1:
+            raise ValueError(
+                "GpuNodeGroupArgs.subnet_ids: a group pinned to"
+                f" {self.group.availability_zone} takes exactly one subnet"
+                f" (got {len(self.subnet_ids)})"
+            )
+        if self.group.efa and not self.security_group_ids:
+            raise ValueError(
+                "GpuNodeGroupArgs.security_group_ids: EFA interfaces need the cluster and EFA"
+                " security groups"
+            )
+        if self.group.max_size <= 0:
+            raise ValueError("GpuNodeGroupArgs.group: max_size must be > 0")
+
+
+class GpuNodeGroup(pulumi.ComponentResource):
+    """Launch template (+ placement group) + EKS managed nodegroup for one config entry."""
+
+    node_group_name: pulumi.Output[str]
+    """EKS nodegroup name."""
+    launch_template_id: pulumi.Output[str]
+    """Launch template id."""
+    placement_group_name: pulumi.Output[str] | None
+    """Placement group the instances launch into (None without one)."""
+
+    def __init__(
+        self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TYPE_TOKEN, name, {}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        group = args.group
+        instance = group.instance
+        tags = {**(args.tags or {}), NODEGROUP_LABEL: group.name}
+
+        self.placement_group_name = None
+        if group.creates_placement_group:
+            pg = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", tags=tags, opts=child)
+            self.placement_group_name = pg.name
+        elif group.existing_placement_group is not None:
+            self.placement_group_name = pulumi.Output.from_input(group.existing_placement_group)
+
+        reservation = None
+        if group.capacity_reservation_id:
+            reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                    capacity_reservation_id=group.capacity_reservation_id
+                )
+            )
+        elif group.capacity_reservation_resource_group_arn:
+            reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                    capacity_reservation_resource_group_arn=group.capacity_reservation_resource_group_arn
+                )
+            )
+        market = (
+            aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+            if group.capacity_type == "capacity-block"
+            else None
+        )
+        placement = (
+            aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group_name)
+            if self.placement_group_name is not None
+            else None
+        )
+        interfaces = (
+            efa_network_interfaces(instance, args.security_group_ids) if group.efa else None
+        )
+        lt = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"GPU nodegroup {group.name}: {group.instance_type}",
+            # Capacity Blocks want the instance type in the template, not in the nodegroup.
+            instance_type=group.instance_type,
+            network_interfaces=interfaces,
+            capacity_reservation_specification=reservation,
+            instance_market_options=market,
+            placement=placement,
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=ROOT_DEVICE,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=group.root_volume_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                http_put_response_hop_limit=2,
+            ),
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(
+                    resource_type=kind, tags={**tags, "Name": f"{group.name}"}
+                )
+                for kind in ("instance", "volume")
+            ],
+            update_default_version=True,
+            tags=tags,
+            opts=child,
+        )
+        self.launch_template_id = lt.id
+
+        ng = aws.eks.NodeGroup(
+            f"{name}-ng",
+            cluster_name=args.cluster_name,
+            node_group_name=group.name,
+            node_role_arn=args.node_role_arn,
+            subnet_ids=list(args.subnet_ids),
+            ami_type=versions.GPU_AMI_TYPE,
+            capacity_type="CAPACITY_BLOCK"
+            if group.capacity_type == "capacity-block"
+            else "ON_DEMAND",
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=lt.id, version=lt.latest_version.apply(str)
+            ),
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=group.min_size,
+                desired_size=group.desired_size,
+                max_size=group.max_size,
+            ),
+            labels=node_labels(group),
+            taints=[
+                aws.eks.NodeGroupTaintArgs(
+                    key=group.taint.key,
+                    value=group.taint.value,
+                    effect=_EFFECTS[group.taint.effect],
+                )
+            ],
+            tags=tags,
+            # A reservation rarely has room for old and new nodes at once, and the name is
+            # fixed: replace by deleting first.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+        )
+        self.node_group_name = ng.node_group_name
+        self.register_outputs(
+            {
+                "nodeGroupName": self.node_group_name,
+                "launchTemplateId": self.launch_template_id,
+                "placementGroupName": self.placement_group_name,
+            }
+        )

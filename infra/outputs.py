@@ -1,0 +1,38 @@
+"""Stack output keys (shared by ``__main__.py`` and the tests) and the next-steps text."""
+
+from __future__ import annotations
+
+CLUSTER_NAME = "clusterName"
+"""EKS cluster name."""
+REGION = "region"
+"""AWS region of the stack."""
+KUBECONFIG = "kubeconfig"
+"""Kubeconfig JSON (secret)."""
+VPC_ID = "vpcId"
+"""VPC id."""
+NODE_ROLE_ARN = "nodeRoleArn"
+"""IAM role of the nodes."""
+OIDC_PROVIDER_ARN = "oidcProviderArn"
+"""IRSA: the cluster's IAM OIDC provider."""
+SYSTEM_NODE_GROUP_NAME = "systemNodeGroupName"
+"""Name of the CPU nodegroup."""
+GPU_NODE_GROUP_NAMES = "gpuNodeGroupNames"
+"""Names of the GPU nodegroups, in config order."""
+PLACEMENT_GROUP_NAMES = "placementGroupNames"
+"""Placement group of each GPU nodegroup that has one ({nodegroup: group name})."""
+NEXT_STEPS = "nextSteps"
+"""The commands a user runs after ``pulumi up``."""
+
+
+def next_steps(stack: str, cluster_name: str, region: str | None) -> list[str]:
+    """Commands to run after ``pulumi up`` (exported as ``nextSteps``)."""
+    region_flag = f" --region {region}" if region else ""
+    return [
+        f"pulumi stack select {stack}",
+        "pulumi stack output kubeconfig --show-secrets > kubeconfig",
+        "export KUBECONFIG=$PWD/kubeconfig",
+        f"# or: aws eks update-kubeconfig --name {cluster_name}{region_flag}",
+        "kubectl get nodes -L eks-fsdp/nodegroup -L node.kubernetes.io/instance-type",
+        "kubectl get ds -n kube-system nvidia-device-plugin aws-efa-k8s-device-plugin",
+        "kubectl describe nodes -l nvidia.com/gpu.present=true | grep -E 'nvidia.com/gpu|vpc.amazonaws.com/efa'",
+    ]
