@@ -1,0 +1,122 @@
+"""The generated Prometheus config, alert rules and rule unit tests pass promtool.
+
+If this fails, the cluster's or the local Prometheus would refuse its config, an alert rule would
+be invalid, or an alert would not fire on the series it exists for (XID error, hot GPU, training
+throughput drop or stall, dead exporter, restart) or would fire on healthy series. No mocks:
+Debian's promtool 2.42. (Debian builds Prometheus without Kubernetes discovery, so promtool checks
+the local form of the config: the same jobs and relabel rules with static targets.)
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workloads.local_prometheus import worker_targets
+from workloads.specs.prometheus_files import (
+    ALERT_NAMES,
+    DCGM_SCRAPE_JOB,
+    TRAINING_SCRAPE_JOB,
+    AlertThresholds,
+    kubernetes_scrape_configs,
+    rule_groups,
+    static_scrape_configs,
+    training_pod_annotations,
+    write_prometheus_files,
+)
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool missing: apt-get install prometheus"
+)
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def files(tmp_path: Path):
+    scrape = static_scrape_configs(worker_targets("llama", [19001, 19002]), ["127.0.0.1:9400"])
+    return write_prometheus_files(tmp_path, scrape, scrape_interval="1s")
+
+
+@needs_promtool
+def test_promtool_check_config_and_rules(files) -> None:
+    res = promtool("check", "config", files.config.name, cwd=files.config.parent)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCESS" in res.stdout
+    res = promtool("check", "rules", files.rules.name, cwd=files.rules.parent)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"SUCCESS: {len(ALERT_NAMES)} rules found" in res.stdout
+
+
+@needs_promtool
+def test_promtool_rule_unit_tests_pass(files) -> None:
+    res = promtool("test", "rules", files.rule_tests.name, cwd=files.rule_tests.parent)
+    assert res.returncode == 0, res.stdout + res.stderr
+    tests = yaml.safe_load(files.rule_tests.read_text())["tests"]
+    tested = {c["alertname"] for t in tests for c in t["alert_rule_test"]}
+    assert tested == set(ALERT_NAMES)
+    # Every alert has a case where it must stay silent and one where it must fire.
+    for name in ALERT_NAMES:
+        cases = [c for t in tests for c in t["alert_rule_test"] if c["alertname"] == name]
+        assert any(not c["exp_alerts"] for c in cases), name
+        assert any(c["exp_alerts"] for c in cases), name
+
+
+@needs_promtool
+@pytest.mark.parametrize(
+    ("alert", "old", "new"),
+    [
+        ("GpuXidError", "DCGM_FI_DEV_XID_ERRORS) > 0", "DCGM_FI_DEV_XID_ERRORS) > 100"),
+        ("GpuTemperatureHigh", "DCGM_FI_DEV_GPU_TEMP) > 85", "DCGM_FI_DEV_GPU_TEMP) > 95"),
+        ("TrainingThroughputDropped", "< 0.5 *", "< 0.1 *"),
+        ("TrainingStalled", "== 0 and", "== 1 and"),
+    ],
+)
+def test_rule_tests_catch_a_broken_rule(files, alert: str, old: str, new: str) -> None:
+    text = files.rules.read_text()
+    assert old in text, alert
+    files.rules.write_text(text.replace(old, new))
+    res = promtool("test", "rules", files.rule_tests.name, cwd=files.rule_tests.parent)
+    assert res.returncode != 0
+    assert alert in res.stdout + res.stderr
+
+
+def test_thresholds_flow_into_rules_and_are_validated(tmp_path: Path) -> None:
+    rules = rule_groups(AlertThresholds(gpu_temp_celsius=80, stall_window="20m"))
+    exprs = {r["alert"]: r["expr"] for g in rules for r in g["rules"]}
+    assert exprs["GpuTemperatureHigh"].endswith("> 80")
+    assert "changes(eksfsdp_step[20m])" in exprs["TrainingStalled"]
+    with pytest.raises(ValueError, match=r"throughput_drop_ratio 1\.5"):
+        AlertThresholds(throughput_drop_ratio=1.5)
+    with pytest.raises(ValueError, match="stall_for '5 minutes'"):
+        AlertThresholds(stall_for="5 minutes")
+
+
+def test_cluster_and_local_jobs_share_relabelling() -> None:
+    cluster = {j["job_name"]: j for j in kubernetes_scrape_configs()}
+    local = {j["job_name"]: j for j in static_scrape_configs(worker_targets("x", [1]), ["h:9400"])}
+    assert set(cluster) == set(local) == {TRAINING_SCRAPE_JOB, DCGM_SCRAPE_JOB}
+    for name, job in cluster.items():
+        assert job["kubernetes_sd_configs"] == [{"role": "pod"}]
+        assert local[name]["relabel_configs"] == job["relabel_configs"]
+    keep = cluster[TRAINING_SCRAPE_JOB]["relabel_configs"][:2]
+    assert keep[0]["source_labels"] == ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"]
+    assert keep[1]["source_labels"] == [
+        "__meta_kubernetes_pod_label_training_kubeflow_org_job_name"
+    ]
+    assert [j["job_name"] for j in kubernetes_scrape_configs(dcgm=False)] == [TRAINING_SCRAPE_JOB]
+    assert training_pod_annotations() == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9102",
+        "prometheus.io/path": "/metrics",
+    }
+    with pytest.raises(ValueError, match="metrics port 0"):
+        training_pod_annotations(0)

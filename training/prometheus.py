@@ -1,0 +1,171 @@
+"""Prometheus exporter for the training loop: a metrics sink served over HTTP.
+
+``PrometheusSink`` implements the metrics sink interface (``log(metrics, step)``, ``close()``)
+and serves the latest per-step values on ``http://<addr>:<port>/metrics`` (prometheus-client,
+its own registry, a daemon thread).
+
+Who serves: **local rank 0 of every node** (one endpoint per pod, so a PyTorchJob pod carries a
+single ``prometheus.io/port`` annotation). Every series carries a ``rank`` label (the global rank
+of the serving process) and, in the multi-node case, Prometheus adds pod/node labels from
+discovery. The loop's values are global (loss averaged over ranks, tokens/s of the whole job), so
+every node reports the same numbers; dashboards aggregate with ``max by (training_job)``. Only
+peak memory is per node (that node's local rank 0). Other local ranks get ``None`` from
+:func:`prometheus_sink_for_rank` and serve nothing, so ports never clash inside a pod.
+
+Names (all prefixed ``eksfsdp_``; see ``METRIC_NAMES``): tokens/s, step time, loss, MFU, peak
+memory, step, epoch, learning rate, grad norm, world size, elastic restarts
+(``TORCHELASTIC_RESTART_COUNT``), the wall-clock time of the last step, and the counters
+``eksfsdp_tokens_total`` / ``eksfsdp_steps_total``. A counter restarts from zero when torchrun
+restarts the worker; Prometheus' ``rate()``/``increase()`` handle that reset.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.exposition import start_http_server
+
+PREFIX = "eksfsdp_"
+
+# metric name -> (per-step key in the metrics dict, help text). Gauges set from each log() call.
+STEP_GAUGES: dict[str, tuple[str, str]] = {
+    "eksfsdp_tokens_per_second": ("tokens_per_s", "Global training throughput of the last step."),
+    "eksfsdp_step_time_seconds": ("step_time_s", "Wall time of the last optimizer step."),
+    "eksfsdp_loss": ("loss", "Training loss of the last step (mean over ranks)."),
+    "eksfsdp_mfu_ratio": ("mfu", "Model FLOPs utilisation of the last step (0..1)."),
+    "eksfsdp_peak_memory_bytes": ("peak_mem_bytes", "Peak memory of this rank (CUDA or RSS)."),
+    "eksfsdp_step": ("step", "Optimizer step last completed."),
+    "eksfsdp_epoch": ("epoch", "Epoch of the last step."),
+    "eksfsdp_learning_rate": ("lr", "Learning rate of the last step."),
+    "eksfsdp_grad_norm": ("grad_norm", "Gradient norm of the last step (before clipping)."),
+    "eksfsdp_world_size": ("world_size", "Number of training processes."),
+}
+RESTARTS = "eksfsdp_elastic_restarts"
+LAST_STEP_TIME = "eksfsdp_last_step_timestamp_seconds"
+TOKENS_TOTAL = "eksfsdp_tokens_total"
+STEPS_TOTAL = "eksfsdp_steps_total"
+
+METRIC_NAMES: tuple[str, ...] = (
+    *STEP_GAUGES,
+    RESTARTS,
+    LAST_STEP_TIME,
+    TOKENS_TOTAL,
+    STEPS_TOTAL,
+)
+"""Every series name the exporter serves (counters with their ``_total`` suffix)."""
+
+
+def _env_int(env: Mapping[str, str], key: str, default: int) -> int:
+    raw = env.get(key, "")
+    if raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {key}={raw!r} is not an integer") from None
+
+
+class PrometheusSink:
+    """Metrics sink that serves the latest training metrics for Prometheus to scrape.
+
+    Args:
+        port: TCP port to listen on (``0`` picks a free one; see :attr:`port`).
+        addr: Listen address; ``0.0.0.0`` in a pod, ``127.0.0.1`` locally.
+        env: Environment to read ``RANK``, ``WORLD_SIZE`` and ``TORCHELASTIC_RESTART_COUNT`` from.
+    """
+
+    def __init__(
+        self, port: int, *, addr: str = "0.0.0.0", env: Mapping[str, str] | None = None
+    ) -> None:
+        if not 0 <= port <= 65535:
+            raise ValueError(f"metrics_port {port} is not a TCP port (0..65535)")
+        env = os.environ if env is None else env
+        self.rank = str(_env_int(env, "RANK", 0))
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ["rank"]
+        self._gauges: dict[str, tuple[str, Gauge]] = {
+            name: (key, Gauge(name, doc, labels, registry=self.registry))
+            for name, (key, doc) in STEP_GAUGES.items()
+        }
+        self._restarts = Gauge(
+            RESTARTS, "torchrun restarts of this worker group.", labels, registry=self.registry
+        )
+        self._last_step = Gauge(
+            LAST_STEP_TIME,
+            "Unix time at which the last step was logged.",
+            labels,
+            registry=self.registry,
+        )
+        # prometheus-client appends "_total" to counter names.
+        self._tokens = Counter(
+            TOKENS_TOTAL.removesuffix("_total"),
+            "Tokens trained on (global).",
+            labels,
+            registry=self.registry,
+        )
+        self._steps = Counter(
+            STEPS_TOTAL.removesuffix("_total"),
+            "Optimizer steps completed.",
+            labels,
+            registry=self.registry,
+        )
+        self._restarts.labels(self.rank).set(_env_int(env, "TORCHELASTIC_RESTART_COUNT", 0))
+        world = _env_int(env, "WORLD_SIZE", 1)
+        self._gauges["eksfsdp_world_size"][1].labels(self.rank).set(world)
+        self._lock = threading.Lock()
+        try:
+            self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+        except OSError as exc:
+            raise OSError(f"metrics_port {port}: cannot listen on {addr}: {exc.strerror}") from None
+        self.port: int = int(self._server.server_port)
+        """The port actually bound (differs from the argument only when it was 0)."""
+        self.addr = addr
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """The scrape URL of this endpoint."""
+        host = "127.0.0.1" if self.addr in ("0.0.0.0", "") else self.addr
+        return f"http://{host}:{self.port}/metrics"
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Publish one step's metrics. Missing or non-numeric keys are skipped."""
+        with self._lock:
+            for _name, (key, gauge) in self._gauges.items():
+                value = step if key == "step" else metrics.get(key)
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    continue
+                gauge.labels(self.rank).set(float(value))
+            tokens = metrics.get("tokens")
+            if isinstance(tokens, int | float) and math.isfinite(tokens) and tokens > 0:
+                self._tokens.labels(self.rank).inc(float(tokens))
+            self._steps.labels(self.rank).inc()
+            self._last_step.labels(self.rank).set(time.time())
+
+    def close(self) -> None:
+        """Stop serving (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def prometheus_sink_for_rank(
+    port: int, *, addr: str = "0.0.0.0", env: Mapping[str, str] | None = None
+) -> PrometheusSink | None:
+    """The sink for this process: a server on local rank 0 of each node, ``None`` elsewhere.
+
+    ``port`` 0 means metrics are off (the default of ``TrainConfig.metrics_port``).
+    """
+    env = os.environ if env is None else env
+    if port == 0 or _env_int(env, "LOCAL_RANK", 0) != 0:
+        return None
+    return PrometheusSink(port, addr=addr, env=env)

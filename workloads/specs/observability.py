@@ -1,0 +1,240 @@
+"""The observability stack as data: Helm values, the Grafana Secret and dashboard ConfigMap.
+
+- dcgm-exporter (NVIDIA's chart): a DaemonSet on GPU nodes only, serving DCGM metrics on 9400.
+  Its own ServiceMonitor is off: our scrape job (``prometheus_files.kubernetes_scrape_configs``)
+  finds the pods and labels them with ``node``, exactly as the local Prometheus does.
+- kube-prometheus-stack: Prometheus (with our scrape jobs as ``additionalScrapeConfigs`` and our
+  alert rules as ``additionalPrometheusRulesMap``), Alertmanager and Grafana, all ClusterIP.
+  Grafana's admin user comes from a Secret we create (``grafana.admin.existingSecret``) and its
+  dashboard sidecar loads every ConfigMap labelled ``grafana_dashboard: "1"``.
+- Training pods are scraped through annotations (``training_pod_annotations``): no PodMonitor CRD
+  is needed, and the same relabel rules run in the local Prometheus.
+
+Pure data, no pulumi import. Versions live in ``infra/versions.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra import versions
+from infra.instances import CATALOG
+from workloads.specs.dashboard import DASHBOARD_UID, dashboard_json
+from workloads.specs.prometheus_files import (
+    ANNOTATION_PATH,
+    ANNOTATION_PORT,
+    ANNOTATION_SCRAPE,
+    DCGM_PORT,
+    TRAINING_METRICS_PORT,
+    AlertThresholds,
+    kubernetes_scrape_configs,
+    rule_groups,
+    training_pod_annotations,
+)
+
+__all__ = [
+    "ANNOTATION_PATH",
+    "ANNOTATION_PORT",
+    "ANNOTATION_SCRAPE",
+    "DASHBOARD_LABEL",
+    "TRAINING_METRICS_PORT",
+    "ObservabilitySettings",
+    "dashboard_configmap",
+    "dcgm_exporter_values",
+    "grafana_admin_secret",
+    "kube_prometheus_stack_values",
+    "namespace",
+    "port_forward_commands",
+    "training_pod_annotations",
+]
+
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}
+"""Label the Grafana sidecar watches for dashboard ConfigMaps."""
+GRAFANA_USER_KEY = "admin-user"
+GRAFANA_PASSWORD_KEY = "admin-password"
+GRAFANA_LOCAL_PORT = 3000
+PROMETHEUS_LOCAL_PORT = 9090
+GPU_TAINT_KEY = "nvidia.com/gpu"
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservabilitySettings:
+    """What the observability stack looks like in one cluster."""
+
+    namespace: str = "monitoring"
+    """Namespace of Prometheus, Grafana, dcgm-exporter and the dashboard ConfigMap."""
+    dcgm: bool = True
+    """Install dcgm-exporter on the GPU nodes (off for clusters without GPUs)."""
+    release: str = "kps"
+    """Helm release name and fullname of kube-prometheus-stack (services: kps-prometheus, ...)."""
+    grafana_admin_user: str = "admin"
+    """Grafana admin login (the password comes from the ``grafanaAdminPassword`` secret)."""
+    grafana_admin_secret: str = "grafana-admin"
+    """Name of the Secret holding the Grafana admin credentials."""
+    scrape_interval: str = "15s"
+    """Prometheus scrape and rule evaluation interval."""
+    retention: str = "15d"
+    """How long Prometheus keeps samples."""
+    gpu_instance_types: tuple[str, ...] = field(
+        default_factory=lambda: tuple(sorted(name for name, row in CATALOG.items() if row.gpus))
+    )
+    """Instance types dcgm-exporter is scheduled on (node affinity)."""
+    thresholds: AlertThresholds = field(default_factory=AlertThresholds)
+    """Alert thresholds."""
+
+    def __post_init__(self) -> None:
+        for name in ("namespace", "release", "grafana_admin_secret"):
+            value = getattr(self, name)
+            if not _DNS_LABEL.fullmatch(value) or len(value) > 40:
+                raise ValueError(f"observability.{name} {value!r} is not a DNS label (<= 40 chars)")
+        if not re.fullmatch(r"\d+[smh]", self.scrape_interval):
+            raise ValueError(
+                f"observability.scrape_interval {self.scrape_interval!r} is not like 15s"
+            )
+        if not re.fullmatch(r"\d+[smhdwy]", self.retention):
+            raise ValueError(f"observability.retention {self.retention!r} is not like 15d")
+        if self.dcgm and not self.gpu_instance_types:
+            raise ValueError("observability.gpu_instance_types is empty but dcgm is on")
+
+    @property
+    def grafana_service(self) -> str:
+        """Grafana's ClusterIP Service name."""
+        return f"{self.release}-grafana"
+
+    @property
+    def prometheus_service(self) -> str:
+        """Prometheus' ClusterIP Service name."""
+        return f"{self.release}-prometheus"
+
+
+def namespace(s: ObservabilitySettings) -> dict[str, Any]:
+    """The monitoring Namespace."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": s.namespace}}
+
+
+def grafana_admin_secret(s: ObservabilitySettings, password: Any) -> dict[str, Any]:
+    """The Secret Grafana reads its admin credentials from.
+
+    ``password`` is a string, or a Pulumi secret Output when the component builds it; the
+    renderer passes a placeholder so no password is ever written to disk.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": s.grafana_admin_secret, "namespace": s.namespace},
+        "type": "Opaque",
+        "stringData": {GRAFANA_USER_KEY: s.grafana_admin_user, GRAFANA_PASSWORD_KEY: password},
+    }
+
+
+def dashboard_configmap(s: ObservabilitySettings) -> dict[str, Any]:
+    """The dashboard as a ConfigMap the Grafana sidecar provisions (label grafana_dashboard=1)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"{DASHBOARD_UID}-dashboard",
+            "namespace": s.namespace,
+            "labels": dict(DASHBOARD_LABEL),
+        },
+        "data": {f"{DASHBOARD_UID}.json": dashboard_json()},
+    }
+
+
+def _gpu_toleration() -> dict[str, str]:
+    return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def dcgm_exporter_values(s: ObservabilitySettings) -> dict[str, Any]:
+    """Values for NVIDIA's dcgm-exporter chart (DaemonSet on the GPU instance types)."""
+    return {
+        "image": {"tag": versions.DCGM_EXPORTER_IMAGE_TAG},
+        "serviceMonitor": {"enabled": False},
+        "service": {"enable": True, "type": "ClusterIP", "port": DCGM_PORT},
+        "tolerations": [_gpu_toleration()],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "node.kubernetes.io/instance-type",
+                                    "operator": "In",
+                                    "values": list(s.gpu_instance_types),
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "128Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+    }
+
+
+def kube_prometheus_stack_values(s: ObservabilitySettings) -> dict[str, Any]:
+    """Values for kube-prometheus-stack: our scrape jobs, rules, Grafana admin and dashboards."""
+    return {
+        "fullnameOverride": s.release,
+        # EKS runs the control plane: these endpoints are not scrapeable from the cluster.
+        "kubeControllerManager": {"enabled": False},
+        "kubeScheduler": {"enabled": False},
+        "kubeEtcd": {"enabled": False},
+        "kubeProxy": {"enabled": False},
+        "alertmanager": {"enabled": True, "service": {"type": "ClusterIP"}},
+        "prometheus": {
+            "service": {"type": "ClusterIP"},
+            "prometheusSpec": {
+                "scrapeInterval": s.scrape_interval,
+                "evaluationInterval": s.scrape_interval,
+                "retention": s.retention,
+                "additionalScrapeConfigs": kubernetes_scrape_configs(dcgm=s.dcgm),
+                # Pick up ServiceMonitors/PodMonitors/rules from any release, not only ours.
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "ruleSelectorNilUsesHelmValues": False,
+            },
+        },
+        "additionalPrometheusRulesMap": {"eksfsdp": {"groups": rule_groups(s.thresholds)}},
+        "grafana": {
+            "fullnameOverride": s.grafana_service,
+            "admin": {
+                "existingSecret": s.grafana_admin_secret,
+                "userKey": GRAFANA_USER_KEY,
+                "passwordKey": GRAFANA_PASSWORD_KEY,
+            },
+            "service": {"type": "ClusterIP"},
+            "sidecar": {
+                "dashboards": {
+                    "enabled": True,
+                    "label": next(iter(DASHBOARD_LABEL)),
+                    "labelValue": next(iter(DASHBOARD_LABEL.values())),
+                    "searchNamespace": s.namespace,
+                },
+                "datasources": {"enabled": True, "defaultDatasourceEnabled": True},
+            },
+        },
+    }
+
+
+def port_forward_commands(s: ObservabilitySettings) -> dict[str, str]:
+    """kubectl port-forward commands to reach the ClusterIP services from a laptop."""
+    return {
+        "grafana": (
+            f"kubectl -n {s.namespace} port-forward svc/{s.grafana_service} "
+            f"{GRAFANA_LOCAL_PORT}:80  # then http://localhost:{GRAFANA_LOCAL_PORT}"
+            f"/d/{DASHBOARD_UID} as {s.grafana_admin_user}"
+        ),
+        "prometheus": (
+            f"kubectl -n {s.namespace} port-forward svc/{s.prometheus_service} "
+            f"{PROMETHEUS_LOCAL_PORT}:9090  # then http://localhost:{PROMETHEUS_LOCAL_PORT}"
+        ),
+    }
