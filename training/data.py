@@ -404,6 +404,10 @@ class DistributedBatches:
     The position is the number of samples of the current epoch already consumed. It advances
     when a step's micro-batches are handed out (before the yield), so a state_dict() taken after
     the optimizer step for them resumes at the next step. `state_dict()` is rank independent.
+    At the end of an epoch the position stays (epoch, everything consumed) and iterating yields
+    nothing until set_epoch(epoch + 1); a loop that checkpoints after its end-of-epoch work
+    (validation, scheduler step) should call set_epoch(epoch + 1) before saving, so that a resume
+    starts the next epoch instead of redoing that work.
 
     Resuming with a different G (another world size, batch or accumulation): the position is
     carried over in samples (`consumed_samples`). If it is a multiple of the new G, the run
