@@ -77,3 +77,15 @@ pulumi.export(
     },
 )
 pulumi.export(outputs.NEXT_STEPS, outputs.next_steps(cfg.stack, cfg.cluster_name, cfg.region))
+
+
+# --- Observability: Prometheus, Grafana, dcgm-exporter (workloads/observability.py) -----------
+if cfg.observability.enabled:
+    from workloads.observability import OUTPUT_KEY, Observability, ObservabilityArgs
+
+    observability = Observability(
+        "observability",
+        ObservabilityArgs.from_stack(cfg),
+        opts=pulumi.ResourceOptions(providers=[cluster.provider]),
+    )
+    pulumi.export(OUTPUT_KEY, observability.port_forward)

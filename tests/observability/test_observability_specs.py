@@ -16,7 +16,6 @@ import kubernetes_validate
 import pytest
 
 from infra import versions
-from infra.instances import CATALOG
 from workloads.specs import observability as obs
 from workloads.specs.prometheus_files import ALERT_NAMES, kubernetes_scrape_configs
 
@@ -82,15 +81,18 @@ def test_prometheus_gets_our_scrape_jobs_and_rules() -> None:
     assert jobs == ["eksfsdp-training"]
 
 
-def test_dcgm_exporter_runs_on_gpu_types_only() -> None:
+def test_dcgm_exporter_runs_on_gpu_nodes_only() -> None:
     s = obs.ObservabilitySettings()
     v = obs.dcgm_exporter_values(s)
     (term,) = v["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
     (expr,) = term["matchExpressions"]
-    assert expr["key"] == "node.kubernetes.io/instance-type"
-    assert set(expr["values"]) == {n for n, r in CATALOG.items() if r.gpus} and expr["values"]
+    assert (expr["key"], expr["operator"], expr["values"]) == (
+        "nvidia.com/gpu.present",
+        "In",
+        ["true"],
+    )
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in v[
         "tolerations"
     ]
@@ -117,7 +119,7 @@ def test_versions_pinned() -> None:
         ({"release": "a_b"}, "observability.release 'a_b'"),
         ({"scrape_interval": "15"}, "observability.scrape_interval '15'"),
         ({"retention": "forever"}, "observability.retention 'forever'"),
-        ({"gpu_instance_types": ()}, "observability.gpu_instance_types is empty"),
+        ({"gpu_tolerations": ()}, "observability.gpu_tolerations is empty"),
     ],
 )
 def test_bad_settings_name_the_key(kwargs: dict, message: str) -> None:

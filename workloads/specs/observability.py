@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra import versions
-from infra.instances import CATALOG
 from workloads.specs.dashboard import DASHBOARD_UID, dashboard_json
 from workloads.specs.prometheus_files import (
     ANNOTATION_PATH,
@@ -57,6 +56,8 @@ GRAFANA_PASSWORD_KEY = "admin-password"
 GRAFANA_LOCAL_PORT = 3000
 PROMETHEUS_LOCAL_PORT = 9090
 GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+"""Node label the GPU nodegroups carry (``infra.gpu_nodegroup.GPU_PRESENT_LABEL``; a test pins it)."""
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
@@ -79,10 +80,10 @@ class ObservabilitySettings:
     """Prometheus scrape and rule evaluation interval."""
     retention: str = "15d"
     """How long Prometheus keeps samples."""
-    gpu_instance_types: tuple[str, ...] = field(
-        default_factory=lambda: tuple(sorted(name for name, row in CATALOG.items() if row.gpus))
+    gpu_tolerations: tuple[dict[str, str], ...] = (
+        {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
     )
-    """Instance types dcgm-exporter is scheduled on (node affinity)."""
+    """Tolerations for the GPU nodegroups' taints (one per distinct taint)."""
     thresholds: AlertThresholds = field(default_factory=AlertThresholds)
     """Alert thresholds."""
 
@@ -97,8 +98,8 @@ class ObservabilitySettings:
             )
         if not re.fullmatch(r"\d+[smhdwy]", self.retention):
             raise ValueError(f"observability.retention {self.retention!r} is not like 15d")
-        if self.dcgm and not self.gpu_instance_types:
-            raise ValueError("observability.gpu_instance_types is empty but dcgm is on")
+        if self.dcgm and not self.gpu_tolerations:
+            raise ValueError("observability.gpu_tolerations is empty but dcgm is on")
 
     @property
     def grafana_service(self) -> str:
@@ -145,17 +146,13 @@ def dashboard_configmap(s: ObservabilitySettings) -> dict[str, Any]:
     }
 
 
-def _gpu_toleration() -> dict[str, str]:
-    return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
-
-
 def dcgm_exporter_values(s: ObservabilitySettings) -> dict[str, Any]:
-    """Values for NVIDIA's dcgm-exporter chart (DaemonSet on the GPU instance types)."""
+    """Values for NVIDIA's dcgm-exporter chart (a DaemonSet on the GPU nodes only)."""
     return {
         "image": {"tag": versions.DCGM_EXPORTER_IMAGE_TAG},
         "serviceMonitor": {"enabled": False},
         "service": {"enable": True, "type": "ClusterIP", "port": DCGM_PORT},
-        "tolerations": [_gpu_toleration()],
+        "tolerations": [dict(t) for t in s.gpu_tolerations],
         "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -163,9 +160,9 @@ def dcgm_exporter_values(s: ObservabilitySettings) -> dict[str, Any]:
                         {
                             "matchExpressions": [
                                 {
-                                    "key": "node.kubernetes.io/instance-type",
+                                    "key": GPU_PRESENT_LABEL,
                                     "operator": "In",
-                                    "values": list(s.gpu_instance_types),
+                                    "values": ["true"],
                                 }
                             ]
                         }

@@ -1,0 +1,144 @@
+"""``Observability``: Prometheus, Grafana and the DCGM exporter, wrapping the pure specs.
+
+Children: the monitoring Namespace, the Grafana admin Secret (password from the
+``grafanaAdminPassword`` secret config, kept secret), the dashboard ConfigMap (label
+``grafana_dashboard: "1"``), and two Helm releases with pinned charts (``infra.versions``):
+kube-prometheus-stack (our scrape jobs and alert rules in its values) and dcgm-exporter (GPU nodes
+only). Services stay ClusterIP; ``port_forward`` holds the kubectl commands to reach them, which
+the program exports as ``observability``. The Kubernetes provider comes in through ``opts``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra import versions
+from infra.config import StackConfig
+from workloads.specs import observability as spec
+
+TYPE_TOKEN = "eks-fsdp:workloads:Observability"
+OUTPUT_KEY = "observability"
+"""Stack output: ``{"grafana": <port-forward command>, "prometheus": ..., "namespace": ...}``."""
+KPS_RELEASE_TIMEOUT_S = 900
+"""kube-prometheus-stack installs CRDs, an operator and three StatefulSets: give it 15 min."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservabilityArgs:
+    """Arguments of ``Observability``."""
+
+    settings: spec.ObservabilitySettings = field(default_factory=spec.ObservabilitySettings)
+    """Namespace, DCGM switch, release name, tolerations, thresholds (see the spec module)."""
+    grafana_admin_password: Any = None
+    """Grafana admin password: a secret ``Output[str]`` from ``grafanaAdminPassword``."""
+
+    def __post_init__(self) -> None:
+        if self.grafana_admin_password is None:
+            raise ValueError(
+                "grafanaAdminPassword: not set; run "
+                "'pulumi config set --secret grafanaAdminPassword <password>'"
+            )
+
+    @classmethod
+    def from_stack(cls, cfg: StackConfig) -> ObservabilityArgs:
+        """Args from the stack config: DCGM only where there are GPU nodegroups."""
+        tolerations: list[dict[str, str]] = []
+        for group in cfg.gpu_node_groups:
+            toleration = group.taint.toleration()
+            if toleration not in tolerations:
+                tolerations.append(toleration)
+        settings = spec.ObservabilitySettings(
+            dcgm=cfg.observability.dcgm and bool(cfg.gpu_node_groups),
+            **({"gpu_tolerations": tuple(tolerations)} if tolerations else {}),
+        )
+        return cls(settings=settings, grafana_admin_password=cfg.secrets.grafana_admin_password)
+
+
+def _meta(obj: dict[str, Any]) -> k8s.meta.v1.ObjectMetaArgs:
+    m = obj["metadata"]
+    return k8s.meta.v1.ObjectMetaArgs(
+        name=m["name"], namespace=m.get("namespace"), labels=m.get("labels")
+    )
+
+
+class Observability(pulumi.ComponentResource):
+    """Prometheus + Grafana (kube-prometheus-stack), dcgm-exporter and the eks-fsdp dashboard."""
+
+    namespace: k8s.core.v1.Namespace
+    """The monitoring namespace."""
+    grafana_admin: k8s.core.v1.Secret
+    """Grafana admin credentials."""
+    dashboard: k8s.core.v1.ConfigMap
+    """The dashboard ConfigMap the Grafana sidecar loads."""
+    prometheus_stack: k8s.helm.v3.Release
+    """kube-prometheus-stack release."""
+    dcgm_exporter: k8s.helm.v3.Release | None
+    """dcgm-exporter release (None when DCGM is off)."""
+    port_forward: dict[str, str]
+    """kubectl port-forward commands for Grafana and Prometheus, plus the namespace."""
+
+    def __init__(
+        self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TYPE_TOKEN, name, {}, opts)
+        s = args.settings
+        child = pulumi.ResourceOptions(parent=self)
+
+        ns = spec.namespace(s)
+        self.namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=_meta(ns), opts=child)
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
+
+        secret = spec.grafana_admin_secret(s, pulumi.Output.secret(args.grafana_admin_password))
+        self.grafana_admin = k8s.core.v1.Secret(
+            f"{name}-grafana-admin",
+            metadata=_meta(secret),
+            type=secret["type"],
+            string_data=secret["stringData"],
+            opts=pulumi.ResourceOptions.merge(
+                in_ns, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"])
+            ),
+        )
+        cm = spec.dashboard_configmap(s)
+        self.dashboard = k8s.core.v1.ConfigMap(
+            f"{name}-dashboard", metadata=_meta(cm), data=cm["data"], opts=in_ns
+        )
+        self.prometheus_stack = k8s.helm.v3.Release(
+            f"{name}-kube-prometheus-stack",
+            name=s.release,
+            chart=versions.KUBE_PROMETHEUS_STACK_CHART,
+            version=versions.KUBE_PROMETHEUS_STACK_VERSION,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(
+                repo=versions.KUBE_PROMETHEUS_STACK_REPO
+            ),
+            namespace=s.namespace,
+            values=spec.kube_prometheus_stack_values(s),
+            timeout=KPS_RELEASE_TIMEOUT_S,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.namespace, self.grafana_admin]
+            ),
+        )
+        self.dcgm_exporter = None
+        if s.dcgm:
+            self.dcgm_exporter = k8s.helm.v3.Release(
+                f"{name}-dcgm-exporter",
+                name="dcgm-exporter",
+                chart=versions.DCGM_EXPORTER_CHART,
+                version=versions.DCGM_EXPORTER_VERSION,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.DCGM_EXPORTER_REPO),
+                namespace=s.namespace,
+                values=spec.dcgm_exporter_values(s),
+                opts=in_ns,
+            )
+        self.port_forward = {**spec.port_forward_commands(s), "namespace": s.namespace}
+        self.register_outputs(
+            {
+                "namespace": s.namespace,
+                "portForward": self.port_forward,
+                "prometheusStack": self.prometheus_stack.status,
+                "dcgmExporter": self.dcgm_exporter.status if self.dcgm_exporter else None,
+            }
+        )
