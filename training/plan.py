@@ -1,0 +1,242 @@
+"""``python -m training.plan``: will it fit, how fast, how well it scales, what an epoch costs.
+
+    python -m training.plan --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
+    python -m training.plan --stack p5-16 --json
+    python -m training.plan --model path/to/config.json --instance p5.48xlarge --nodes 2 \
+        --sharding HYBRID_SHARD --hsdp-group 8 --no-ac --batch 2 --plot plan.png
+
+Imports no torch and no Pulumi. Formulas and assumptions: docs/planner.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from infra.instances import lookup
+from training.planner.assumptions import DATASETS, DEFAULT
+from training.planner.memory import PRECISIONS, STRATEGIES
+from training.planner.predict import PlanInput, plan
+from training.planner.report import table
+from training.planner.shapes import ShapeError, resolve
+
+
+class UsageError(Exception):
+    """Bad input: the message names the flag (or the stack key)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+_HF_IDS = (
+    (r"llama-2-7b", "llama2-7b"),
+    (r"llama-2-13b", "llama2-13b"),
+    (r"llama-2-70b", "llama2-70b"),
+    (r"llama-3(\.\d)?-8b", "llama3-8b"),
+    (r"llama-3(\.\d)?-70b", "llama3-70b"),
+)
+
+
+def builtin_for_hub_id(name: str) -> str:
+    """``meta-llama/Llama-2-7b-hf`` -> ``llama2-7b``; other names unchanged."""
+    lowered = name.lower()
+    for pattern, key in _HF_IDS:
+        if re.search(pattern, lowered):
+            return key
+    return name
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m training.plan", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--model",
+        help="llama2-7b|llama2-13b|llama2-70b|llama3-8b|llama3-70b, a "
+        "training preset (tiny-llama), or a path to a Hugging Face config.json",
+    )
+    p.add_argument("--instance", help="EC2 instance type from infra/instances.py")
+    p.add_argument("--nodes", help="comma-separated node counts, e.g. 1,2,4,8,16")
+    p.add_argument(
+        "--stack",
+        help="read instance, nodes, model, batch, seq, sharding, dataset "
+        "and epochs from Pulumi.<stack>.yaml (flags given explicitly win)",
+    )
+    p.add_argument("--sharding", choices=STRATEGIES, help="default FULL_SHARD")
+    p.add_argument(
+        "--hsdp-group", type=int, help="HYBRID_SHARD shard-group size (default: GPUs per node)"
+    )
+    p.add_argument(
+        "--ac",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="activation checkpointing per decoder layer (default on)",
+    )
+    p.add_argument("--seq", type=int, help="tokens per sample (default 4096)")
+    p.add_argument("--batch", type=int, help="micro-batch per GPU (default 3)")
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    p.add_argument(
+        "--precision",
+        choices=tuple(PRECISIONS),
+        default="mixed",
+        help="mixed (bf16 compute, fp32 master), pure_bf16, fp32",
+    )
+    data = p.add_mutually_exclusive_group()
+    data.add_argument("--dataset-tokens", type=int, help="training tokens per epoch")
+    data.add_argument("--dataset", help=f"named dataset ({', '.join(DATASETS)})")
+    p.add_argument("--epochs", type=int, help="epochs in the job (default 1)")
+    p.add_argument("--price", type=float, help="USD per node-hour (default: catalog on-demand)")
+    p.add_argument(
+        "--json", action="store_true", help="print a JSON list, one object per node count"
+    )
+    p.add_argument("--plot", type=Path, help="write a PNG: memory stack and predicted scaling")
+    return p
+
+
+@dataclass
+class _Resolved:
+    inp: PlanInput
+    nodes: list[int]
+
+
+def _positive(value: int | None, flag: str, minimum: int = 1) -> None:
+    if value is not None and value < minimum:
+        raise UsageError(f"{flag} {value}: must be >= {minimum}")
+
+
+def _nodes(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--nodes {text}: comma-separated positive integers, e.g. 1,2,4") from None
+    if not counts or any(n < 1 for n in counts):
+        raise UsageError(f"--nodes {text}: comma-separated positive integers, e.g. 1,2,4")
+    return counts
+
+
+def _from_stack(stack: str) -> dict[str, Any]:
+    from infra.config import ConfigError, load_stack_file
+
+    try:
+        cfg = load_stack_file(stack)
+    except (ConfigError, KeyError, ValueError, OSError) as e:
+        raise UsageError(f"--stack {stack}: {e}") from None
+    if cfg.job is None or cfg.job_node_group is None:
+        raise UsageError(f"--stack {stack}: the stack has no job (job.nodeGroup) to plan")
+    group, job = cfg.job_node_group, cfg.job
+    return {
+        "model": builtin_for_hub_id(job.model),
+        "instance": group.instance_type,
+        "nodes": str(job.workers),
+        "batch": job.batch_size,
+        "seq": job.context_length,
+        "sharding": job.sharding_strategy,
+        "dataset": job.dataset,
+        "epochs": job.num_epochs,
+        "price": group.price_per_hour,
+    }
+
+
+def resolve_args(args: argparse.Namespace) -> _Resolved:
+    """Flags (and the stack) -> a PlanInput; UsageError naming the flag on bad input."""
+    values: dict[str, Any] = _from_stack(args.stack) if args.stack else {}
+    for key in ("model", "instance", "nodes", "batch", "seq", "sharding", "epochs", "price"):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    if args.dataset is not None or args.dataset_tokens is not None:
+        values.pop("dataset", None)
+    for flag in ("model", "instance", "nodes"):
+        if values.get(flag) is None:
+            raise UsageError(f"--{flag} is required (or --stack)")
+    _positive(values.get("batch"), "--batch")
+    _positive(values.get("seq"), "--seq")
+    _positive(values.get("epochs"), "--epochs")
+    _positive(args.grad_accum, "--grad-accum")
+    _positive(args.hsdp_group, "--hsdp-group")
+    _positive(args.dataset_tokens, "--dataset-tokens")
+    if values.get("price") is not None and values["price"] < 0:
+        raise UsageError(f"--price {values['price']}: must be >= 0")
+    nodes = _nodes(str(values["nodes"]))
+    try:
+        shape = resolve(str(values["model"]))
+    except ShapeError as e:
+        raise UsageError(str(e)) from None
+    try:
+        instance = lookup(str(values["instance"]))
+    except KeyError as e:
+        raise UsageError(f"--instance {values['instance']}: {e.args[0]}") from None
+    seq = int(values.get("seq") or 4096)
+    if seq > shape.max_position_embeddings:
+        raise UsageError(
+            f"--seq {seq}: longer than the model's max_position_embeddings "
+            f"{shape.max_position_embeddings}"
+        )
+    dataset = args.dataset if args.dataset is not None else values.get("dataset")
+    tokens = args.dataset_tokens or 0
+    if dataset is not None:
+        key = {"samsum_dataset": "samsum"}.get(dataset, dataset)
+        if key not in DATASETS:
+            if args.dataset is not None:
+                raise UsageError(
+                    f"--dataset {dataset}: unknown (known: {', '.join(DATASETS)}; "
+                    "or give --dataset-tokens)"
+                )
+        else:
+            tokens = DATASETS[key]
+    strategy = values.get("sharding") or "FULL_SHARD"
+    gpus = instance.gpus
+    if args.hsdp_group is not None:
+        if strategy != "HYBRID_SHARD":
+            raise UsageError("--hsdp-group needs --sharding HYBRID_SHARD")
+        for n in nodes:
+            if (n * gpus) % args.hsdp_group:
+                raise UsageError(
+                    f"--hsdp-group {args.hsdp_group}: does not divide "
+                    f"{n} nodes x {gpus} GPUs = {n * gpus}"
+                )
+    inp = PlanInput(
+        shape=shape,
+        instance=instance,
+        precision=PRECISIONS[args.precision],
+        strategy=strategy,
+        hsdp_group=args.hsdp_group,
+        ac=True if args.ac is None else args.ac,
+        batch=int(values.get("batch") or 3),
+        seq=seq,
+        grad_accum=args.grad_accum,
+        dataset_tokens=tokens,
+        epochs=int(values.get("epochs") or 1),
+        usd_per_hour=values.get("price"),
+        assumptions=DEFAULT,
+    )
+    return _Resolved(inp=inp, nodes=nodes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parser().parse_args(argv)
+        resolved = resolve_args(args)
+    except UsageError as e:
+        print(f"plan: error: {e}", file=sys.stderr)
+        return 2
+    rows = plan(resolved.inp, resolved.nodes)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(table(rows))
+    if args.plot is not None:
+        from training.planner.plot import plot
+
+        plot(rows, args.plot)
+        if not args.json:
+            print(f"plot written to {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

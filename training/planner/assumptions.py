@@ -1,0 +1,164 @@
+"""Every number the planner assumes that is not in the instance catalog, with its source.
+
+Hardware facts per instance (GPU count and memory, dense bf16 peak, NVLink and network
+bandwidth, price) come from ``infra.instances``; this module adds what the catalog does not
+hold (HBM bandwidth, achievable fractions of the peaks) and the software constants of the
+memory, communication and epoch models. docs/planner.md derives each value; nothing here is
+fitted to a published scaling point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuGeneration:
+    """What a GPU generation achieves, as fractions of its data-sheet peaks."""
+
+    name: str
+    """Generation key (prefix of the catalog's ``gpu_model``)."""
+    hbm_gbytes_per_s: float
+    """HBM bandwidth of one GPU, GB/s (NVIDIA data sheet)."""
+    gemm_efficiency: float
+    """Sustained fraction of dense bf16 peak in large training GEMMs (power-capped clocks x cuBLAS)."""
+    attention_efficiency: float
+    """Fraction of peak FlashAttention-2 (PyTorch SDPA flash backend) reaches, forward+backward."""
+    nccl_sm_fraction: float
+    """Share of the SMs NCCL kernels occupy while a collective overlaps compute (channels / SMs)."""
+
+
+GENERATIONS: dict[str, GpuGeneration] = {
+    g.name: g
+    for g in (
+        # H100 SXM5: 3.35 TB/s HBM3; 989 TF at 1.83 GHz boost, GEMMs sustain ~1.6-1.7 GHz at the
+        # 700 W cap and cuBLAS reaches ~85% of the clock's peak -> 0.75. FA2 on H100: ~335 TF/s
+        # of 989 (Dao 2023) -> 0.35. NCCL: 16 channels on 132 SMs -> 0.12.
+        GpuGeneration(
+            name="H100",
+            hbm_gbytes_per_s=3350.0,
+            gemm_efficiency=0.75,
+            attention_efficiency=0.35,
+            nccl_sm_fraction=16 / 132,
+        ),
+        # H200: the H100 die at the same 700 W; 4.8 TB/s HBM3e.
+        GpuGeneration(
+            name="H200",
+            hbm_gbytes_per_s=4800.0,
+            gemm_efficiency=0.75,
+            attention_efficiency=0.35,
+            nccl_sm_fraction=16 / 132,
+        ),
+        # A100 SXM4: 312 TF at 1.41 GHz, which it holds at 400 W; cuBLAS ~85-90% -> 0.85.
+        # FA2 fwd+bwd ~190 TF/s at head dim 128 (Dao 2023) -> 0.6. 16 channels on 108 SMs.
+        # HBM2e 2.04 TB/s (80 GB) / 1.56 TB/s (40 GB): keyed by the full model name below.
+        GpuGeneration(
+            name="A100-SXM-80GB",
+            hbm_gbytes_per_s=2039.0,
+            gemm_efficiency=0.85,
+            attention_efficiency=0.6,
+            nccl_sm_fraction=16 / 108,
+        ),
+        GpuGeneration(
+            name="A100-SXM-40GB",
+            hbm_gbytes_per_s=1555.0,
+            gemm_efficiency=0.85,
+            attention_efficiency=0.6,
+            nccl_sm_fraction=16 / 108,
+        ),
+        # A10G and L4: PCIe cards, power-limited (150 W / 72 W): clocks sag under GEMM load.
+        GpuGeneration(
+            name="A10G",
+            hbm_gbytes_per_s=600.0,
+            gemm_efficiency=0.7,
+            attention_efficiency=0.5,
+            nccl_sm_fraction=16 / 80,
+        ),
+        GpuGeneration(
+            name="L4",
+            hbm_gbytes_per_s=300.0,
+            gemm_efficiency=0.6,
+            attention_efficiency=0.45,
+            nccl_sm_fraction=16 / 58,
+        ),
+    )
+}
+
+
+def generation(gpu_model: str) -> GpuGeneration:
+    """The generation row for a catalog ``gpu_model`` (longest matching key wins)."""
+    matches = [k for k in GENERATIONS if gpu_model.startswith(k)]
+    if not matches:
+        raise KeyError(f"no planner assumptions for GPU model {gpu_model!r}")
+    return GENERATIONS[max(matches, key=len)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assumptions:
+    """Software and system constants of the memory, time and epoch models."""
+
+    # -- memory -------------------------------------------------------------------------------
+    cuda_context_bytes: int = 768 * 2**20
+    """CUDA context + kernels loaded lazily (CUDA_MODULE_LOADING=LAZY) + cuBLAS workspace."""
+    nccl_buffer_bytes: int = 1024 * 2**20
+    """NCCL communicator buffers (NCCL_BUFFSIZE 4 MiB x channels x peers, proxy FIFOs)."""
+    fragmentation: float = 0.10
+    """Caching-allocator slack on the dynamic memory (activations and gathered units)."""
+    prefetch_units: int = 2
+    """Unsharded units alive at once under FULL_SHARD: the running one and the prefetched next."""
+
+    # -- compute ------------------------------------------------------------------------------
+    hbm_efficiency: float = 0.7
+    """Fraction of HBM bandwidth that eager elementwise/reduction kernels reach."""
+    backward_traffic_factor: float = 2.0
+    """HBM traffic of the backward of elementwise ops, in units of the forward's."""
+
+    # -- communication ------------------------------------------------------------------------
+    nvlink_efficiency: float = 0.8
+    """NCCL ring bus bandwidth / NVLink (or PCIe) bandwidth per direction inside a node."""
+    network_efficiency: float = 0.75
+    """NCCL ring bus bandwidth / instance network bandwidth across nodes (EFA, SRD)."""
+    intra_hop_latency_s: float = 3e-6
+    """Latency of one ring step between GPUs of a node."""
+    inter_hop_latency_s: float = 12e-6
+    """Latency of one ring step that crosses the network (EFA)."""
+
+    # -- epoch --------------------------------------------------------------------------------
+    loop_start_s: float = 0.3
+    """Train-loop entry: DataLoader worker fork, first batch, progress bar, memory tracer."""
+    first_step_extra_s: float = 0.4
+    """First optimizer step's one-off cost: lazy kernel loads, allocator growth, optimizer state."""
+    process_start_s: float = 20.0
+    """Python + torch + transformers import and CUDA init on every rank (in parallel)."""
+    rendezvous_s_per_node: float = 0.5
+    """torchrun rendezvous + NCCL communicator init, per node in the job (store round trips)."""
+    rendezvous_base_s: float = 5.0
+    """Rendezvous floor: etcd/c10d round trips and the last-call window."""
+    storage_gbytes_per_s: float = 1.0
+    """Read/write bandwidth of one node to the checkpoint/model storage (FSx/EBS class), GB/s."""
+    eval_fraction: float = 818 / 14732
+    """Validation split size relative to the training split (samsum: 818 / 14,732 dialogs)."""
+
+    overrides: dict[str, float] = field(default_factory=dict)
+    """Values replaced on the command line or by a benchmark (recorded in the JSON)."""
+
+    def with_overrides(self, **values: float) -> Assumptions:
+        """A copy with some fields replaced (the changes are recorded in ``overrides``)."""
+        return replace(self, overrides={**self.overrides, **values}, **values)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values for the JSON output."""
+        return asdict(self)
+
+
+DEFAULT = Assumptions()
+
+# samsum (Gliwa et al. 2019): 14,732 training dialogs. With llama-recipes' prompt ("Summarize this
+# dialog:\n...\n---\nSummary:\n") the Llama-2 tokenizer gives about 190 tokens per example
+# (dialogs average ~95 words, summaries ~20; ~1.4 tokens per chat word with speaker tags and
+# newlines; 13 template tokens; BOS/EOS).
+SAMSUM_EXAMPLES = 14732
+SAMSUM_TOKENS_PER_EXAMPLE = 190
+DATASETS: dict[str, int] = {"samsum": SAMSUM_EXAMPLES * SAMSUM_TOKENS_PER_EXAMPLE}
+"""Named datasets -> training tokens per epoch (before packing)."""

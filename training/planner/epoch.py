@@ -1,0 +1,61 @@
+"""The epoch: how many steps a dataset makes, and what else the wall clock pays for.
+
+An epoch on a small dataset at many GPUs is a handful of steps, so its time is not
+steps x step time: the train loop pays a fixed entry and first-step cost, the epoch pays an
+evaluation pass and a checkpoint, the job pays process start, rendezvous and model load.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+SAMPLERS = ("drop", "pad")
+
+
+def steps_per_epoch(
+    samples: int, world: int, batch: int, grad_accum: int = 1, sampler: str = "drop"
+) -> tuple[int, int]:
+    """(optimizer steps, samples processed) of one epoch.
+
+    ``drop`` (this project's training package): len // (B x W x A) steps, the rest dropped.
+    ``pad`` (llama-recipes: DistributedSampler pads to a multiple of W, the DataLoader drops the
+    last incomplete per-rank batch): floor(ceil(len / W) / B) / A steps.
+    """
+    if sampler == "drop":
+        steps = samples // (batch * world * grad_accum)
+    elif sampler == "pad":
+        steps = (math.ceil(samples / world) // batch) // grad_accum
+    else:
+        raise ValueError(f"sampler {sampler!r}: one of {', '.join(SAMPLERS)}")
+    return steps, steps * batch * world * grad_accum
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpochTime:
+    """Seconds and sizes of one epoch (and of the job's one-off start)."""
+
+    samples: int
+    """Packed samples in the training split."""
+    steps: int
+    """Optimizer steps in one epoch."""
+    tokens: int
+    """Tokens the train loop processes in one epoch (padding samples included)."""
+    loop_s: float
+    """Train loop: entry + first-step extra + steps x step time (llama-recipes' epoch timer)."""
+    eval_s: float
+    """Validation pass after the epoch."""
+    checkpoint_s: float
+    """Sharded checkpoint save after the epoch."""
+    startup_s: float
+    """Once per job: process start, rendezvous, model load and broadcast."""
+    epochs: int
+    """Epochs the job runs (start-up is shared among them)."""
+
+    @property
+    def wall_s(self) -> float:
+        """Wall-clock share of one epoch in a job: loop + eval + checkpoint + start-up / epochs."""
+        return self.loop_s + self.eval_s + self.checkpoint_s + self.startup_s / self.epochs
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {**asdict(self), "wall_s": self.wall_s}

@@ -1,0 +1,224 @@
+"""Memory per GPU under FSDP2: sharded state, gathered units, activations, overheads.
+
+Parametric in dtypes (``Precision``): the same formulas predict an fp32 CPU run and a
+bf16-compute / fp32-master GPU run. Sharding follows FSDP2 exactly: every parameter is split
+on dim 0 into ``shard`` chunks of ceil(d0 / shard) rows, so the largest shard (rank 0) holds
+sum(ceil(d0 / shard) x rest) elements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from training.planner.assumptions import Assumptions
+from training.planner.shapes import ModelShape
+
+STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Precision:
+    """Bytes per element of each kind of tensor."""
+
+    name: str
+    """``mixed`` (bf16 compute, fp32 master/grads/optimizer, fp32 reduce), ``pure_bf16``, ``fp32``."""
+    param: int
+    """Sharded parameters as stored (the master copy)."""
+    compute: int
+    """Unsharded (all-gathered) parameters and activations."""
+    grad: int
+    """Sharded gradients."""
+    reduce: int
+    """Gradient reduce-scatter / all-reduce dtype."""
+    optim: int
+    """Each AdamW state tensor (exp_avg, exp_avg_sq): the parameter's dtype."""
+
+
+PRECISIONS: dict[str, Precision] = {
+    "mixed": Precision(name="mixed", param=4, compute=2, grad=4, reduce=4, optim=4),
+    "pure_bf16": Precision(name="pure_bf16", param=2, compute=2, grad=2, reduce=2, optim=2),
+    "fp32": Precision(name="fp32", param=4, compute=4, grad=4, reduce=4, optim=4),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """How the world is split: FSDP shard groups x replicas."""
+
+    strategy: str
+    """FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | NO_SHARD."""
+    world: int
+    """GPUs in the job."""
+    shard: int
+    """Ranks a parameter is sharded over."""
+
+    @property
+    def replicas(self) -> int:
+        """Copies of each shard (data-parallel replicas of the shard group)."""
+        return self.world // self.shard
+
+    @property
+    def reshard_after_forward(self) -> bool:
+        """FULL_SHARD and HYBRID_SHARD free the gathered parameters after each unit's forward."""
+        return self.strategy != "SHARD_GRAD_OP"
+
+
+def layout(strategy: str, world: int, gpus_per_node: int, hsdp_group: int | None = None) -> Layout:
+    """The Layout of a strategy; HYBRID_SHARD shards over ``hsdp_group`` (default: one node)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"--sharding {strategy}: one of {', '.join(STRATEGIES)}")
+    if strategy == "NO_SHARD":
+        return Layout(strategy=strategy, world=world, shard=1)
+    if strategy == "HYBRID_SHARD":
+        group = hsdp_group or min(gpus_per_node, world)
+        if group < 1 or world % group:
+            raise ValueError(f"--hsdp-group {group} does not divide the world size {world}")
+        return Layout(strategy=strategy, world=world, shard=group)
+    return Layout(strategy=strategy, world=world, shard=world)
+
+
+def shard_elements(shapes: list[tuple[int, ...]], shard: int) -> int:
+    """Elements of the largest FSDP2 shard (rank 0): sum of ceil(d0 / shard) x rest."""
+    total = 0
+    for shape in shapes:
+        rest = math.prod(shape[1:])
+        total += math.ceil(shape[0] / shard) * rest
+    return total
+
+
+def rank_shard_elements(shapes: list[tuple[int, ...]], shard: int, rank: int) -> int:
+    """Elements rank ``rank`` holds (torch.chunk split: the last ranks may hold fewer rows)."""
+    total = 0
+    for shape in shapes:
+        rows = math.ceil(shape[0] / shard)
+        mine = max(0, min(rows, shape[0] - rank * rows))
+        total += mine * math.prod(shape[1:])
+    return total
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationModel:
+    """Bytes of saved activations per token (see docs/planner.md, 'Activations')."""
+
+    per_layer: float
+    """Everything one decoder layer saves for backward, per token."""
+    layer_input: float
+    """What a checkpointed layer keeps: its input hidden state, per token."""
+    head: float
+    """Final norm, bf16 logits, fp32 log-softmax and its gradient, per token."""
+
+
+def activation_model(shape: ModelShape, p: Precision) -> ActivationModel:
+    """Per-token saved bytes of HF LlamaDecoderLayer with SDPA (flash) attention.
+
+    attention half: RMSNorm saves its fp32 input and the cast normalized input h(4 + c);
+      q/k/v projections save their input h c; SDPA saves q, k, v (GQA-native: k, v at kv width),
+      its output and the fp32 logsumexp per head; o_proj saves its input h c.
+    MLP half: RMSNorm h(4 + c); gate/up input h c; SiLU input, SiLU output, up output and the
+      product (down_proj input) 4 i c. RoPE multiplies by constant cos/sin and saves nothing
+      per token; residual adds save nothing; dropout is 0.
+    """
+    h, i, c = shape.hidden_size, shape.intermediate_size, p.compute
+    norm = h * (4 + c) + 4
+    attention = norm + h * c + (shape.q_size + 2 * shape.kv_size) * c + shape.q_size * c
+    attention += 4 * shape.num_heads + shape.q_size * c
+    mlp = norm + h * c + 4 * i * c
+    head = norm + h * c + shape.vocab_size * (c + 4 + 4)
+    return ActivationModel(per_layer=attention + mlp, layer_input=h * c, head=head)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryBreakdown:
+    """Bytes per GPU (the largest rank)."""
+
+    params: int
+    grads: int
+    optimizer: int
+    activations: int
+    """Saved activations for the chosen AC setting."""
+    activations_no_ac: int
+    activations_ac: int
+    gathered_unit: int
+    """One unsharded copy of the largest FSDP unit, in the compute dtype."""
+    gathered_unit_name: str
+    """``decoder layer`` or ``root (embedding + lm_head)``."""
+    gathered_peak: int
+    """Transient unsharded parameters and gradients at the peak."""
+    overhead: int
+    """CUDA context + NCCL buffers + allocator fragmentation."""
+
+    @property
+    def sharded_state(self) -> int:
+        """Parameters + gradients + optimizer state."""
+        return self.params + self.grads + self.optimizer
+
+    @property
+    def total(self) -> int:
+        """Peak bytes per GPU."""
+        return self.sharded_state + self.activations + self.gathered_peak + self.overhead
+
+    def as_dict(self) -> dict[str, int | str]:
+        """Plain values for the JSON output."""
+        return {
+            "params": self.params,
+            "grads": self.grads,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "activations_no_ac": self.activations_no_ac,
+            "activations_ac": self.activations_ac,
+            "gathered_unit": self.gathered_unit,
+            "gathered_unit_name": self.gathered_unit_name,
+            "gathered_peak": self.gathered_peak,
+            "overhead": self.overhead,
+            "sharded_state": self.sharded_state,
+            "total": self.total,
+        }
+
+
+def memory(
+    shape: ModelShape,
+    lay: Layout,
+    p: Precision,
+    *,
+    batch: int,
+    seq: int,
+    ac: bool,
+    a: Assumptions,
+) -> MemoryBreakdown:
+    """Peak memory of one GPU for one training step."""
+    elems = shard_elements(shape.param_shapes(), lay.shard)
+    params = elems * p.param
+    grads = elems * p.grad
+    optimizer = elems * 2 * p.optim
+
+    tokens = batch * seq
+    act = activation_model(shape, p)
+    no_ac = int(tokens * (shape.num_layers * act.per_layer + act.head))
+    with_ac = int(tokens * (shape.num_layers * act.layer_input + act.per_layer + act.head))
+
+    unit_params = max(shape.layer_params, shape.root_params)
+    unit_name = (
+        "decoder layer" if shape.layer_params >= shape.root_params else "root (embedding + lm_head)"
+    )
+    gathered_unit = unit_params * p.compute
+    # Unsharded gradient of the unit being reduced, plus its reduce-dtype copy when it differs.
+    grad_unit = unit_params * (p.compute + (p.reduce if p.reduce != p.compute else 0))
+    if lay.reshard_after_forward:
+        gathered_peak = a.prefetch_units * gathered_unit + grad_unit
+    else:
+        gathered_peak = shape.n_params * p.compute + grad_unit
+    dynamic = (with_ac if ac else no_ac) + gathered_peak
+    overhead = a.cuda_context_bytes + a.nccl_buffer_bytes + int(a.fragmentation * dynamic)
+    return MemoryBreakdown(
+        params=params,
+        grads=grads,
+        optimizer=optimizer,
+        activations=with_ac if ac else no_ac,
+        activations_no_ac=no_ac,
+        activations_ac=with_ac,
+        gathered_unit=gathered_unit,
+        gathered_unit_name=unit_name,
+        gathered_peak=gathered_peak,
+        overhead=overhead,
+    )

@@ -1,0 +1,262 @@
+"""One prediction per node count: memory, step, epoch, cost, scaling vs one node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from infra.instances import InstanceType
+from training.planner.assumptions import DEFAULT, Assumptions, generation
+from training.planner.epoch import EpochTime, steps_per_epoch
+from training.planner.memory import (
+    Layout,
+    MemoryBreakdown,
+    Precision,
+    layout,
+    memory,
+    shard_elements,
+)
+from training.planner.shapes import ModelShape
+from training.planner.timing import (
+    CommTime,
+    ComputeTime,
+    comm_time,
+    compute_time,
+    model_flops_per_token,
+    ring_link,
+    ring_time,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanInput:
+    """Everything a prediction depends on except the node count."""
+
+    shape: ModelShape
+    instance: InstanceType
+    precision: Precision
+    strategy: str = "FULL_SHARD"
+    """FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | NO_SHARD."""
+    hsdp_group: int | None = None
+    """HYBRID_SHARD shard-group size (default: GPUs per node)."""
+    ac: bool = True
+    """Activation checkpointing of every decoder layer."""
+    batch: int = 3
+    """Micro-batch per GPU (samples)."""
+    seq: int = 4096
+    """Tokens per sample (packing)."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step."""
+    dataset_tokens: int = 0
+    """Training tokens per epoch before packing (0: no epoch model)."""
+    epochs: int = 1
+    """Epochs in the job."""
+    sampler: str = "drop"
+    """How an epoch is cut into batches: ``drop`` (this project) or ``pad`` (llama-recipes)."""
+    usd_per_hour: float | None = None
+    """Price override (reservations); None: the catalog's on-demand price."""
+    assumptions: Assumptions = DEFAULT
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """The planner's figures for one node count."""
+
+    nodes: int
+    gpus: int
+    layout: Layout
+    memory: MemoryBreakdown
+    fits: bool
+    compute: ComputeTime
+    comm: CommTime
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    flops_per_token: float
+    epoch: EpochTime | None
+    cost_per_epoch_usd: float | None
+
+    @property
+    def epoch_tokens_per_s(self) -> float:
+        """Throughput over the train loop of an epoch (what an epoch timer measures)."""
+        if self.epoch is None or self.epoch.steps == 0:
+            return 0.0
+        return self.epoch.tokens / self.epoch.loop_s
+
+    @property
+    def job_tokens_per_s(self) -> float:
+        """Throughput over the epoch's wall clock (eval, checkpoint, start-up share included)."""
+        if self.epoch is None or self.epoch.steps == 0:
+            return 0.0
+        return self.epoch.tokens / self.epoch.wall_s
+
+
+def predict(inp: PlanInput, nodes: int) -> Prediction:
+    """The prediction for ``nodes`` instances of ``inp.instance``."""
+    it, a, p, shape = inp.instance, inp.assumptions, inp.precision, inp.shape
+    gen = generation(it.gpu_model)
+    world = nodes * it.gpus
+    lay = layout(inp.strategy, world, it.gpus, inp.hsdp_group)
+    mem = memory(shape, lay, p, batch=inp.batch, seq=inp.seq, ac=inp.ac, a=a)
+    elems = shard_elements(shape.param_shapes(), lay.shard)
+    tokens = inp.batch * inp.seq
+    comp = compute_time(
+        shape, it, gen, p, tokens=tokens, seq=inp.seq, ac=inp.ac, shard_elems=elems, a=a
+    )
+    comm = comm_time(shape, lay, it, gen, p, comp, inp.ac, a)
+    micro_s = comp.total_s + comm.exposed_s + comm.interference_s
+    step_s = micro_s * inp.grad_accum
+    tps = tokens / micro_s
+    fpt = model_flops_per_token(shape, inp.seq)
+    mfu = fpt * tps / (it.peak_bf16_tflops * 1e12)
+    epoch = _epoch(inp, lay, nodes, step_s, comp, elems) if inp.dataset_tokens else None
+    price = inp.usd_per_hour if inp.usd_per_hour is not None else it.usd_per_hour
+    cost = nodes * price * epoch.wall_s / 3600.0 if epoch is not None else None
+    return Prediction(
+        nodes=nodes,
+        gpus=world,
+        layout=lay,
+        memory=mem,
+        fits=mem.total <= it.gpu_memory_bytes,
+        compute=comp,
+        comm=comm,
+        step_time_s=step_s,
+        tokens_per_s_per_gpu=tps,
+        mfu=mfu,
+        flops_per_token=fpt,
+        epoch=epoch,
+        cost_per_epoch_usd=cost,
+    )
+
+
+def _epoch(
+    inp: PlanInput, lay: Layout, nodes: int, step_s: float, comp: ComputeTime, elems: int
+) -> EpochTime:
+    a, p, shape, it = inp.assumptions, inp.precision, inp.shape, inp.instance
+    samples = inp.dataset_tokens // inp.seq
+    steps, processed = steps_per_epoch(samples, lay.world, inp.batch, inp.grad_accum, inp.sampler)
+    loop_s = a.loop_start_s + a.first_step_extra_s + steps * step_s if steps else 0.0
+
+    # Evaluation: forward only, one sample per rank per step (val_batch_size 1).
+    val = int(samples * a.eval_fraction)
+    eval_steps = steps_per_epoch(val, lay.world, 1, 1, inp.sampler)[0]
+    fwd_share = 1.0 / (4.0 if inp.ac else 3.0)
+    eval_compute = (comp.total_s - comp.optimizer_s) * fwd_share / inp.batch
+    link = ring_link(lay.shard, min(lay.shard, it.gpus), it, a)
+    eval_ag = ring_time(shape.n_params * p.compute, lay.shard, link)
+    eval_s = eval_steps * max(eval_compute, eval_ag)
+
+    # Sharded model checkpoint (save_optimizer defaults to False, as in llama-recipes): every
+    # node writes its GPUs' shards in parallel.
+    per_node = min(it.gpus, lay.world) * elems * p.param
+    storage = a.storage_gbytes_per_s * 1e9
+    checkpoint_s = per_node / storage
+
+    # Start-up: processes, rendezvous, rank 0 reads the bf16 checkpoint, broadcast to all.
+    bcast_link = ring_link(lay.world, min(lay.world, it.gpus), it, a)
+    load_s = shape.n_params * 2 / storage + ring_time(
+        shape.n_params * p.param, lay.world, bcast_link
+    )
+    startup_s = a.process_start_s + a.rendezvous_base_s + a.rendezvous_s_per_node * nodes + load_s
+    return EpochTime(
+        samples=samples,
+        steps=steps,
+        tokens=processed * inp.seq,
+        loop_s=loop_s,
+        eval_s=eval_s,
+        checkpoint_s=checkpoint_s,
+        startup_s=startup_s,
+        epochs=inp.epochs,
+    )
+
+
+def plan(inp: PlanInput, node_counts: list[int]) -> list[dict[str, Any]]:
+    """One JSON-ready row per node count, with scaling efficiencies against one node."""
+    base = predict(inp, 1)
+    rows = []
+    for n in node_counts:
+        pr = predict(inp, n)
+        rows.append(row(inp, pr, base))
+    return rows
+
+
+def _ratio(value: float, base: float, nodes: int) -> float | None:
+    return value / (nodes * base) if base > 0 else None
+
+
+def row(inp: PlanInput, pr: Prediction, base: Prediction) -> dict[str, Any]:
+    """The JSON object of one prediction (``base``: the same plan on one node)."""
+    from training.planner.recommend import recommend
+
+    it = inp.instance
+    return {
+        "nodes": pr.nodes,
+        "gpus": pr.gpus,
+        "instance": it.name,
+        "model": inp.shape.name,
+        "n_params": inp.shape.n_params,
+        "sharding": pr.layout.strategy,
+        "shard_group": pr.layout.shard,
+        "replicas": pr.layout.replicas,
+        "activation_checkpointing": inp.ac,
+        "micro_batch": inp.batch,
+        "seq": inp.seq,
+        "precision": inp.precision.name,
+        "fits": pr.fits,
+        "mem_per_gpu_bytes": pr.memory.total,
+        "gpu_memory_bytes": it.gpu_memory_bytes,
+        "memory": pr.memory.as_dict(),
+        "flops_per_token": pr.flops_per_token,
+        "step_time_s": pr.step_time_s,
+        "compute_s": {
+            "gemm": pr.compute.gemm_s,
+            "attention": pr.compute.attention_s,
+            "elementwise": pr.compute.elementwise_s,
+            "optimizer": pr.compute.optimizer_s,
+            "total": pr.compute.total_s,
+        },
+        "comm_s": {
+            "nvlink": pr.comm.nvlink_s,
+            "efa": pr.comm.network_s,
+            "exposed": pr.comm.exposed_s,
+            "interference": pr.comm.interference_s,
+        },
+        "tokens_per_s_per_gpu": pr.tokens_per_s_per_gpu,
+        "mfu": pr.mfu,
+        "step_scaling_efficiency": pr.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu,
+        "scaling_efficiency": _ratio(pr.epoch_tokens_per_s, base.epoch_tokens_per_s, pr.nodes)
+        if pr.epoch is not None
+        else pr.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu,
+        "job_scaling_efficiency": _ratio(pr.job_tokens_per_s, base.job_tokens_per_s, pr.nodes),
+        "scaling_baseline_fits": base.fits,
+        "epoch": pr.epoch.as_dict() if pr.epoch is not None else None,
+        "cost_per_epoch_usd": pr.cost_per_epoch_usd,
+        "usd_per_hour": inp.usd_per_hour if inp.usd_per_hour is not None else it.usd_per_hour,
+        "recommendation": recommend(inp, pr.nodes),
+        "assumptions": assumptions_used(inp),
+    }
+
+
+def assumptions_used(inp: PlanInput) -> dict[str, Any]:
+    """The values behind a prediction: generation row, constants, dataset and dtypes."""
+    gen = generation(inp.instance.gpu_model)
+    return {
+        "gpu_generation": vars(gen).copy(),
+        "instance": {
+            "gpu_model": inp.instance.gpu_model,
+            "peak_bf16_tflops": inp.instance.peak_bf16_tflops,
+            "nvlink_gbytes_per_s": inp.instance.nvlink_gbytes_per_s,
+            "network_gbps": inp.instance.network_gbps,
+        },
+        "precision": vars(inp.precision).copy(),
+        "dataset_tokens": inp.dataset_tokens,
+        "epochs": inp.epochs,
+        "sampler": inp.sampler,
+        "grad_accum": inp.grad_accum,
+        **inp.assumptions.as_dict(),
+    }
+
+
+def with_changes(inp: PlanInput, **changes: Any) -> PlanInput:
+    """A copy of ``inp`` with some fields replaced."""
+    return replace(inp, **changes)
