@@ -170,7 +170,9 @@ def parallelize(
     if cfg.mixed_precision and not cfg.pure_bf16:
         low = torch.float16 if cfg.use_fp16 else torch.bfloat16
         mp = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
-    offload = CPUOffloadPolicy() if cfg.fsdp_cpu_offload else OffloadPolicy()
+    # Pinned host memory needs CUDA; on a CPU-only machine offloading is a no-op anyway.
+    pin = torch.cuda.is_available()
+    offload = CPUOffloadPolicy(pin_memory=pin) if cfg.fsdp_cpu_offload else OffloadPolicy()
 
     if dims.strategy == "NO_SHARD":
         from torch.distributed._composable.replicate_with_fsdp import replicate

@@ -1,0 +1,121 @@
+"""Session fixtures of the training tests: a few multi-process launches shared by many tests.
+
+Each fixture is one torchrun launch running several configurations in sequence (see
+helpers.launch); tests only read the metrics and measurements those runs leave behind.
+  world1: the 1-process reference run (no FSDP) and a same-world-size resume;
+  world2: every 2-process sharding variant, a 1 -> 2 resume, state bytes, an HF export;
+  world4: HYBRID_SHARD 2x2 and FULL_SHARD with 4 processes, state bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.training.helpers import GLOBAL_BATCH, TINY, ckpt_dir, launch, merge, run_dirs
+
+STEPS = 6
+RESUME_AT = 3  # the reference run checkpoints every RESUME_AT steps
+
+
+def _argv(base: Path, name: str, world: int, *extra: str) -> list[str]:
+    per_rank = GLOBAL_BATCH // world
+    fsdp = ["--enable_fsdp"] if world > 1 else []
+    return merge(
+        TINY,
+        [f"--max_train_step={STEPS}", f"--batch_size_training={per_rank}", *fsdp],
+        run_dirs(base, name),
+        extra,
+    )
+
+
+def _train(base: Path, name: str, world: int, *extra: str) -> dict[str, Any]:
+    return {"kind": "train", "name": name, "argv": _argv(base, name, world, *extra)}
+
+
+def _copy(base: Path, src: str, dst: str) -> dict[str, Any]:
+    return {
+        "kind": "copy_checkpoint",
+        "src": str(ckpt_dir(base, src)),
+        "dst": str(ckpt_dir(base, dst)),
+        "step": RESUME_AT,
+    }
+
+
+@pytest.fixture(scope="session")
+def train_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("training")
+
+
+@pytest.fixture(scope="session")
+def world1(train_root: Path) -> tuple[Path, dict[str, Any]]:
+    base = train_root / "w1"
+    # A checkpoint interrupted mid-write, and one renamed but never marked complete: both ignored.
+    partial = ckpt_dir(base, "resume_w1")
+    (partial / "step-000004.tmp").mkdir(parents=True)
+    (partial / "step-000004.tmp" / "__0_0.distcp").write_bytes(b"\0" * 100)
+    (partial / "step-000005").mkdir()
+    (partial / "step-000005" / ".metadata").write_bytes(b"truncated")
+    jobs = [
+        _train(base, "ref", 1, f"--checkpoint_every={RESUME_AT}"),
+        _copy(base, "ref", "resume_w1"),
+        _train(base, "resume_w1", 1, "--resume"),
+    ]
+    return base, launch(1, jobs, base)
+
+
+@pytest.fixture(scope="session")
+def world2(train_root: Path, world1: tuple[Path, dict[str, Any]]) -> tuple[Path, dict[str, Any]]:
+    base = train_root / "w2"
+    w1_base, _ = world1
+    no_ac = "--fsdp_activation_checkpointing=False"
+    jobs = [
+        _train(base, "full_shard", 2),
+        _train(base, "full_shard_no_ac", 2, no_ac),
+        _train(base, "shard_grad_op", 2, "--sharding_strategy=SHARD_GRAD_OP"),
+        _train(base, "shard_grad_op_no_ac", 2, "--sharding_strategy=SHARD_GRAD_OP", no_ac),
+        _train(base, "no_shard", 2, "--sharding_strategy=NO_SHARD", no_ac),
+        _train(base, "no_shard_ac", 2, "--sharding_strategy=NO_SHARD"),
+        _train(
+            base,
+            "accumulation",
+            2,
+            "--gradient_accumulation_steps=2",
+            "--batch_size_training=1",
+        ),
+        _train(base, "cpu_offload", 2, "--fsdp_cpu_offload"),
+        _train(base, "bf16_mixed", 2, "--mixed_precision=True"),
+        {
+            "kind": "copy_checkpoint",
+            "src": str(ckpt_dir(w1_base, "ref")),
+            "dst": str(ckpt_dir(base, "resume_1to2")),
+            "step": RESUME_AT,
+        },
+        _train(base, "resume_1to2", 2, "--resume"),
+        {"kind": "state_bytes", "name": "bytes", "argv": _argv(base, "bytes", 2, no_ac)},
+        {
+            "kind": "export_logits",
+            "name": "export",
+            "argv": _argv(base, "export", 2, "--save_model=True", "--max_train_step=3"),
+            "out": str(base / "export" / "logits.pt"),
+        },
+    ]
+    return base, launch(2, jobs, base)
+
+
+@pytest.fixture(scope="session")
+def world4(train_root: Path) -> tuple[Path, dict[str, Any]]:
+    base = train_root / "w4"
+    hsdp = ["--hsdp", "--sharding_group_size=2", "--replica_group_size=2"]
+    jobs = [
+        _train(base, "hsdp_2x2", 4, *hsdp),
+        _train(base, "full_shard_4", 4),
+        {
+            "kind": "state_bytes",
+            "name": "bytes",
+            "argv": _argv(base, "bytes", 4, "--fsdp_activation_checkpointing=False"),
+        },
+    ]
+    return base, launch(4, jobs, base)

@@ -1,0 +1,250 @@
+"""Shared helpers of the training tests: free ports, a torchrun launcher, and a job driver.
+
+A torchrun start plus the torch/transformers imports cost several seconds, so the tests run many
+configurations in ONE launch: `launch(nproc, jobs, workdir)` starts
+`torchrun --nproc_per_node N tests/training/helpers.py JOBS.json`, and the driver below (this file
+run as a script) executes the jobs in order inside one process group, recording per job the exit
+status and stderr of `training.finetune.main(argv)` plus any measurement the job asks for.
+Every child process gets OMP_NUM_THREADS=1 (two threads on two cores made a step 60x slower).
+
+Job kinds (dicts): {"kind": "train", "name", "argv"}; {"kind": "copy_checkpoint", "src", "dst",
+"step"} (copy one complete checkpoint folder); {"kind": "state_bytes", "name", "argv"} (one
+step, then per-rank local bytes of parameters, gradients and optimizer state); {"kind":
+"export_logits", "name", "argv", "out"} (train + export, then the trained model's logits on a
+fixed batch saved to `out`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+
+# Small, fast, fp32: the parity baseline every multi-process test compares against.
+TINY = [
+    "--model_name=tiny-llama-2l",
+    "--dataset=samsum_sample",
+    "--context_length=64",
+    "--lr=1e-3",
+    "--mixed_precision=False",
+    "--run_validation=False",
+    "--save_model=False",
+    "--progress=False",
+]
+GLOBAL_BATCH = 4
+
+
+def merge(*argvs: list[str] | tuple[str, ...]) -> list[str]:
+    """Concatenate `--name=value` flag lists; a later flag replaces an earlier one of that name."""
+    out: dict[str, str] = {}
+    for argv in argvs:
+        for flag in argv:
+            out[flag.split("=", 1)[0].replace("-", "_")] = flag
+    return list(out.values())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONPATH=str(REPO),
+        PYTHONUNBUFFERED="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_VERBOSITY="error",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+    )
+    env.update(extra)
+    return env
+
+
+def torchrun_cmd(nproc: int, *args: str) -> list[str]:
+    """torchrun on a free port; the script and its options follow."""
+    return [
+        PYTHON,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--nnodes=1",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        *args,
+    ]
+
+
+def finetune_cmd(nproc: int, argv: list[str]) -> list[str]:
+    """The user's command: torchrun ... -m training.finetune ARGV (or plain python for 0)."""
+    if nproc == 0:
+        return [PYTHON, "-m", "training.finetune", *argv]
+    return torchrun_cmd(nproc, "-m", "training.finetune", *argv)
+
+
+def run(cmd: list[str], timeout: float = 600, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cmd, cwd=REPO, env=child_env(**env), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def launch(nproc: int, jobs: list[dict[str, Any]], workdir: Path, timeout: float = 600) -> dict:
+    """Run `jobs` in one torchrun launch of `nproc` processes; returns {job name: result}."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    jobs_file = workdir / "jobs.json"
+    jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
+    proc = run(torchrun_cmd(nproc, str(Path(__file__).resolve()), str(jobs_file)), timeout)
+    results_file = workdir / "results.json"
+    if proc.returncode != 0 or not results_file.is_file():
+        raise AssertionError(
+            f"launch of {nproc} processes failed (exit {proc.returncode}):\n"
+            f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+        )
+    return json.loads(results_file.read_text(encoding="utf-8"))
+
+
+def run_dirs(base: Path, name: str) -> list[str]:
+    """--output_dir / checkpoint flags of a job called `name` under `base`."""
+    return [
+        f"--output_dir={base / name / 'out'}",
+        f"--dist_checkpoint_root_folder={base / name / 'ckpt'}",
+        "--dist_checkpoint_folder=run",
+    ]
+
+
+def ckpt_dir(base: Path, name: str) -> Path:
+    return base / name / "ckpt" / "run"
+
+
+def metrics(base: Path, name: str) -> list[dict[str, Any]]:
+    path = base / name / "out" / "metrics.jsonl"
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def max_diff(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> float:
+    """Largest |a - b| of `key` over the steps both runs have (matched by step number)."""
+    bs = {r["step"]: r[key] for r in b}
+    common = [(r[key], bs[r["step"]]) for r in a if r["step"] in bs]
+    assert common, "no common steps"
+    return max(abs(x - y) for x, y in common)
+
+
+# ---------------------------------------------------------------------------------------------
+# the driver (runs inside torchrun)
+
+
+def _local_bytes(tensors: list[Any]) -> int:
+    total = 0
+    for t in tensors:
+        local = t.to_local() if hasattr(t, "to_local") else t
+        total += local.numel() * local.element_size()
+    return total
+
+
+def _state_bytes(argv: list[str]) -> dict[str, Any]:
+    """One forward/backward/step of the configured model; bytes held by this rank."""
+    import torch
+
+    from training.config import parse_args
+    from training.dist import distributed
+    from training.finetune import Trainer, token_loss_sum
+
+    cfg = parse_args(argv)
+    with distributed() as env:
+        trainer = Trainer(cfg, env)
+        model, opt = trainer.model, trainer.optimizer
+        micro = next(iter(trainer.batches))[0]
+        token_loss_sum(model, micro).backward()
+        params = list(model.parameters())
+        grads = [p.grad for p in params if p.grad is not None]
+        grad_bytes = _local_bytes(grads)  # measured before step (zero_grad frees them)
+        opt.step()
+        optim = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
+        full = sum(p.numel() * p.element_size() for p in params)  # global shapes
+        return {
+            "param_bytes": _local_bytes(params),
+            "grad_bytes": grad_bytes,
+            "optim_bytes": _local_bytes(optim),
+            "full_param_bytes": full,
+            "n_grads": len(grads),
+            "n_params": len(params),
+        }
+
+
+def _export_logits(argv: list[str], out: str) -> None:
+    """Train and export as finetune.main does, then save the trained model's logits."""
+    import torch
+
+    from training.config import parse_args
+    from training.dist import distributed
+    from training.finetune import Trainer
+
+    cfg = parse_args(argv)
+    with distributed() as env:
+        trainer = Trainer(cfg, env)
+        trainer.finish(trainer.fit())
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, len(trainer.tokenizer), (2, 24), generator=g)
+        trainer.model.eval()
+        with torch.no_grad():
+            logits = trainer.model(input_ids=ids).logits.float()
+        if env.is_main:
+            torch.save({"input_ids": ids, "logits": logits}, out)
+
+
+def _driver(jobs_file: str) -> None:
+    import torch.distributed as dist
+
+    from training.dist import distributed
+    from training.finetune import main
+
+    jobs = json.loads(Path(jobs_file).read_text(encoding="utf-8"))
+    results: dict[str, Any] = {}
+    with distributed() as env:
+        for i, job in enumerate(jobs):
+            kind, name = job["kind"], job.get("name", f"job{i}")
+            if kind == "copy_checkpoint":
+                if env.is_main:
+                    src = Path(job["src"]) / f"step-{job['step']:06d}"
+                    dst = Path(job["dst"]) / src.name
+                    shutil.rmtree(dst, ignore_errors=True)
+                    shutil.copytree(src, dst)
+                dist.barrier()
+                continue
+            if kind == "state_bytes":
+                per_rank: list[Any] = [None] * env.world_size
+                dist.all_gather_object(per_rank, _state_bytes(job["argv"]))
+                results[name] = {"ranks": per_rank}
+                continue
+            if kind == "export_logits":
+                _export_logits(job["argv"], job["out"])
+                results[name] = {"rc": 0}
+                continue
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = main(job["argv"])
+            rcs: list[Any] = [None] * env.world_size
+            dist.all_gather_object(rcs, (rc, err.getvalue()))
+            results[name] = {"rc": [r for r, _ in rcs], "stderr": [e for _, e in rcs]}
+        if env.is_main:
+            out = Path(jobs_file).with_name("results.json")
+            out.write_text(json.dumps(results, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    _driver(sys.argv[1])
