@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import runpy
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,8 @@ class RecordedResource:
     """Logical name."""
     urn: str
     """URN (the parent type chain is encoded in it)."""
+    id: str
+    """Physical id the mock gave it ('' for components)."""
     inputs: dict[str, Any]
     """Inputs (camelCase keys, resource references replaced by id/URN, ints as floats)."""
     outputs: dict[str, Any] = field(default_factory=dict)
@@ -130,7 +133,7 @@ def _mock_outputs(args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict[str, A
         state["arn"] = f"arn:aws:eks:us-west-2:{ACCOUNT}:nodegroup/{name}"
         state["status"] = "ACTIVE"
     elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
-        rid = f"lt-{abs(hash(name)) % 10**17:017d}"
+        rid = f"lt-{zlib.crc32(name.encode()):017x}"
         state["latestVersion"] = 1
         state["defaultVersion"] = 1
     elif typ == "aws:ec2/placementGroup:PlacementGroup":
@@ -205,6 +208,7 @@ class RecordingMockMonitor(pulumi_mocks.MockMonitor):
                 type=request.type,
                 name=request.name,
                 urn=urn,
+                id=response.id,
                 inputs=inputs,
                 outputs=self.resources[urn].state if urn in self.resources else {},
                 custom=bool(request.custom),

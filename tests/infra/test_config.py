@@ -1,0 +1,323 @@
+"""Stack config validation (``infra.config``): pure Python, nothing mocked.
+
+If these fail, a typo or an impossible combination in ``Pulumi.<stack>.yaml`` (EFA on a type
+without it, a capacity block without a reservation, more workers than nodes...) would reach
+AWS and fail there, minutes into ``pulumi up``, instead of stopping at once with one line
+naming the key. They also pin that the three shipped stack files parse and that the defaults
+declared in ``Pulumi.yaml`` are the parser's own.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from infra import config, versions
+from infra.config import ConfigError, load_stack_file, parse, project_defaults
+
+GROUP: dict[str, Any] = {
+    "name": "gpu",
+    "instanceType": "p4de.24xlarge",
+    "minSize": 0,
+    "desiredSize": 2,
+    "maxSize": 2,
+    "availabilityZone": "us-east-1a",
+}
+BASE: dict[str, Any] = {
+    "aws:region": "us-east-1",
+    "availabilityZones": ["us-east-1a", "us-east-1b"],
+    "gpuNodeGroups": [GROUP],
+}
+
+
+def with_group(**changes: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(BASE)
+    group = raw["gpuNodeGroups"][0]
+    for key, value in changes.items():
+        if value is None:
+            group.pop(key, None)
+        else:
+            group[key] = value
+    return raw
+
+
+def with_top(**changes: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(BASE)
+    raw.update(changes)
+    return raw
+
+
+def with_job(**job: Any) -> dict[str, Any]:
+    return with_top(job=job)
+
+
+BAD: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "unknown-instance-type",
+        with_group(instanceType="p9.huge"),
+        "eks-fsdp:gpuNodeGroups[0].instanceType: unknown instance type 'p9.huge' (catalog: ",
+    ),
+    (
+        "desired-outside-min-max",
+        with_group(desiredSize=5),
+        "eks-fsdp:gpuNodeGroups[0].desiredSize: 5 is outside [minSize 0, maxSize 2]",
+    ),
+    (
+        "max-size-zero",
+        with_group(minSize=0, desiredSize=0, maxSize=0),
+        "eks-fsdp:gpuNodeGroups[0].maxSize: must be greater than 0",
+    ),
+    (
+        "min-above-max",
+        with_group(minSize=3, desiredSize=2, maxSize=2),
+        "eks-fsdp:gpuNodeGroups[0].minSize: 3 is greater than maxSize 2",
+    ),
+    (
+        "bad-reservation-id",
+        with_group(capacityReservationId="cr-123"),
+        "eks-fsdp:gpuNodeGroups[0].capacityReservationId: 'cr-123' is not shaped cr- + 17 hex",
+    ),
+    (
+        "uppercase-reservation-id",
+        with_group(capacityReservationId="cr-0123456789ABCDEF0"),
+        "eks-fsdp:gpuNodeGroups[0].capacityReservationId: 'cr-0123456789ABCDEF0' is not shaped",
+    ),
+    (
+        "efa-on-type-without-efa",
+        with_group(instanceType="g5.xlarge", efa=True),
+        "eks-fsdp:gpuNodeGroups[0].efa: g5.xlarge has no EFA interfaces",
+    ),
+    (
+        "efa-without-availability-zone",
+        with_group(availabilityZone=None),
+        "eks-fsdp:gpuNodeGroups[0].availabilityZone: is required with efa",
+    ),
+    (
+        "availability-zone-not-in-vpc",
+        with_group(availabilityZone="us-east-1c"),
+        "eks-fsdp:gpuNodeGroups[0].availabilityZone: us-east-1c is not in availabilityZones"
+        " (us-east-1a, us-east-1b)",
+    ),
+    (
+        "capacity-block-without-reservation",
+        with_group(capacityType="capacity-block"),
+        "eks-fsdp:gpuNodeGroups[0].capacityReservationId: is required with capacityType"
+        " capacity-block",
+    ),
+    (
+        "reservation-id-and-resource-group",
+        with_group(
+            capacityReservationId="cr-0123456789abcdef0",
+            capacityReservationResourceGroupArn=(
+                "arn:aws:resource-groups:us-east-1:123456789012:group/p4de"
+            ),
+        ),
+        "eks-fsdp:gpuNodeGroups[0].capacityReservationResourceGroupArn: set either",
+    ),
+    (
+        "reservation-without-availability-zone",
+        with_group(
+            instanceType="g5.xlarge",
+            availabilityZone=None,
+            capacityReservationId="cr-0123456789abcdef0",
+        ),
+        "eks-fsdp:gpuNodeGroups[0].availabilityZone: is required with a capacity reservation",
+    ),
+    (
+        "bad-capacity-type",
+        with_group(capacityType="spot"),
+        "eks-fsdp:gpuNodeGroups[0].capacityType: 'spot' is not one of on-demand, capacity-block",
+    ),
+    (
+        "bad-taint",
+        with_group(taint="nvidia.com/gpu=true:Never"),
+        "eks-fsdp:gpuNodeGroups[0].taint: 'Never' is not one of NoSchedule",
+    ),
+    (
+        "typo-in-nodegroup-key",
+        with_group(desiredsize=2),
+        "eks-fsdp:gpuNodeGroups[0].desiredsize: unknown key (known: name, instanceType,",
+    ),
+    (
+        "duplicate-nodegroup-names",
+        with_top(gpuNodeGroups=[GROUP, GROUP]),
+        "eks-fsdp:gpuNodeGroups[1].name: 'gpu' is used twice",
+    ),
+    (
+        "cidr-invalid",
+        with_top(vpcCidr="10.0.0.1/16"),
+        "eks-fsdp:vpcCidr: '10.0.0.1/16' is not an IPv4 network CIDR",
+    ),
+    (
+        "cidr-too-large",
+        with_top(vpcCidr="10.0.0.0/8"),
+        "eks-fsdp:vpcCidr: 10.0.0.0/8 has prefix /8; a VPC must be /16 to /28",
+    ),
+    (
+        "subnets-do-not-fit",
+        with_top(vpcCidr="10.0.0.0/26"),
+        "eks-fsdp:vpcCidr: 10.0.0.0/26 is too small for 2 availability zones: public subnets"
+        " would be /30",
+    ),
+    (
+        "service-cidr-overlaps-vpc",
+        with_top(kubernetesServiceCidr="10.0.128.0/20"),
+        "eks-fsdp:kubernetesServiceCidr: 10.0.128.0/20 overlaps vpcCidr 10.0.0.0/16",
+    ),
+    (
+        "one-availability-zone",
+        with_top(availabilityZones=["us-east-1a"]),
+        "eks-fsdp:availabilityZones: needs at least 2 zones for EKS, got 1",
+    ),
+    (
+        "zone-of-another-region",
+        with_top(availabilityZones=["us-east-1a", "us-west-2b"]),
+        "eks-fsdp:availabilityZones[1]: us-west-2b is not in aws:region us-east-1",
+    ),
+    (
+        "bad-nat-gateways",
+        with_top(natGateways="two"),
+        "eks-fsdp:natGateways: 'two' is not one of single, perAz",
+    ),
+    (
+        "unknown-top-level-key",
+        with_top(clusterNmae="x"),
+        "eks-fsdp:clusterNmae: unknown key (known: clusterName,",
+    ),
+    (
+        "bad-access-entry",
+        with_top(accessEntries=["alice"]),
+        "eks-fsdp:accessEntries[0]: 'alice' is not an IAM role or user ARN",
+    ),
+    (
+        "system-desired-outside",
+        with_top(systemNodeGroup={"minSize": 1, "desiredSize": 9, "maxSize": 3}),
+        "eks-fsdp:systemNodeGroup.desiredSize: 9 is outside [minSize 1, maxSize 3]",
+    ),
+    (
+        "job-unknown-nodegroup",
+        with_job(nodeGroup="nope"),
+        "eks-fsdp:job.nodeGroup: 'nope' is not a GPU nodegroup (gpu)",
+    ),
+    (
+        "job-workers-above-max-size",
+        with_job(workers=3),
+        "eks-fsdp:job.workers: 3 is greater than maxSize 2 of nodegroup gpu",
+    ),
+    (
+        "job-min-workers-above-workers",
+        with_job(workers=2, minWorkers=3),
+        "eks-fsdp:job.minWorkers: 3 is greater than workers 2",
+    ),
+    (
+        "job-bad-rdzv-backend",
+        with_job(rdzvBackend="zookeeper"),
+        "eks-fsdp:job.rdzvBackend: 'zookeeper' is not one of etcd, c10d",
+    ),
+    (
+        "job-bad-sharding",
+        with_job(shardingStrategy="ZERO3"),
+        "eks-fsdp:job.shardingStrategy: 'ZERO3' is not one of FULL_SHARD",
+    ),
+    (
+        "job-extra-arg-not-a-flag",
+        with_job(extraArgs=["lr=1e-4"]),
+        "eks-fsdp:job.extraArgs[0]: 'lr=1e-4' is not a --flag or --flag=value",
+    ),
+    (
+        "job-typo",
+        with_job(worker=2),
+        "eks-fsdp:job.worker: unknown key (known: enabled, name, nodeGroup,",
+    ),
+    (
+        "job-without-gpu-nodegroup",
+        with_top(gpuNodeGroups=[], job={"workers": 1}),
+        "eks-fsdp:job.nodeGroup: there is no GPU nodegroup to run the job on",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(r, e) for _, r, e in BAD], ids=[i for i, *_ in BAD])
+def test_bad_config_stops_with_one_line_naming_the_key(raw: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(raw)
+    message = str(err.value)
+    assert message.startswith(expected), message
+    assert "\n" not in message
+    assert isinstance(err.value, ValueError)
+
+
+def test_defaults_derive_from_the_catalog_and_the_nodegroup() -> None:
+    cfg = parse(BASE)
+    group = cfg.gpu_node_groups[0]
+    assert group.efa is True  # p4de has 4 EFA interfaces
+    assert group.placement_group == "create"  # EFA, no reservation -> cluster placement group
+    assert group.root_volume_gib == 500
+    assert str(group.taint) == "nvidia.com/gpu=true:NoSchedule"
+    assert group.usd_per_hour == pytest.approx(27.45)
+    assert cfg.job is not None
+    assert (cfg.job.node_group, cfg.job.workers, cfg.job.min_workers) == ("gpu", 2, 2)
+    assert (cfg.job.rdzv_backend, cfg.job.max_restarts, cfg.job.device) == ("etcd", 3, "cuda")
+    assert cfg.kubernetes_version == versions.KUBERNETES_VERSION
+    assert cfg.job_node_group is group
+
+
+def test_reservation_turns_the_default_placement_group_off() -> None:
+    cfg = parse(with_group(capacityReservationId="cr-0123456789abcdef0"))
+    assert cfg.gpu_node_groups[0].placement_group == "none"
+    assert cfg.gpu_node_groups[0].has_reservation
+
+
+def test_engine_shaped_values_are_accepted() -> None:
+    """Pulumi hands integers over as floats, and CLI-set scalars as strings."""
+    cfg = parse(with_group(minSize=0.0, desiredSize="1", maxSize=2.0, efa="false", pricePerHour=9))
+    group = cfg.gpu_node_groups[0]
+    assert (group.min_size, group.desired_size, group.max_size) == (0, 1, 2)
+    assert group.efa is False
+    assert group.usd_per_hour == 9.0
+
+
+def test_job_disabled_without_gpu_nodegroups_is_none() -> None:
+    assert parse(with_top(gpuNodeGroups=[])).job is None
+
+
+def test_shipped_stack_files_parse() -> None:
+    dev = load_stack_file("dev")
+    p4de = load_stack_file("p4de-odcr")
+    p5 = load_stack_file("p5-16")
+    assert [(g.instance_type, g.desired_size, g.efa) for g in dev.gpu_node_groups] == [
+        ("g5.xlarge", 2, False)
+    ]
+    assert dev.nat_gateways == "single" and len(dev.availability_zones) == 2
+    assert dev.job is not None and dev.job.device == "cpu" and dev.job.model == "tiny-llama"
+    (g4,) = p4de.gpu_node_groups
+    assert (g4.instance_type, g4.desired_size, g4.placement_group) == ("p4de.24xlarge", 2, "none")
+    assert g4.capacity_reservation_id is not None and g4.capacity_type == "on-demand"
+    (g5,) = p5.gpu_node_groups
+    assert (g5.instance_type, g5.desired_size, g5.capacity_type) == (
+        "p5.48xlarge",
+        16,
+        "capacity-block",
+    )
+    assert g5.placement_group == "create" and g5.efa
+    assert p5.job is not None and (p5.job.batch_size, p5.job.context_length) == (3, 4096)
+
+
+def test_pulumi_yaml_declares_every_key_with_a_description() -> None:
+    project = yaml.safe_load((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    assert project["name"] == config.NAMESPACE
+    declared = project["config"]
+    for key in config.TOP_LEVEL_KEYS + config.SECRET_KEYS:
+        assert key in declared, key
+        assert declared[key].get("description"), key
+    for key in config.SECRET_KEYS:
+        assert declared[key].get("secret") is True, key
+    assert set(declared) == set(config.TOP_LEVEL_KEYS + config.SECRET_KEYS)
+
+
+def test_pulumi_yaml_defaults_are_the_parser_defaults() -> None:
+    """The engine applies Pulumi.yaml defaults; parse() must agree when they are absent."""
+    assert parse({**project_defaults(), **BASE}) == parse(BASE)
