@@ -799,7 +799,12 @@ def from_pulumi() -> StackConfig:
     if region is not None:
         raw["aws:region"] = region
     secrets = Secrets(
-        hf_token=cfg.get_secret("hfToken"),
-        grafana_admin_password=cfg.get_secret("grafanaAdminPassword"),
+        **{
+            field_name: cfg.get_secret(key) if runtime_config.get_config(_k(key)) else None
+            for key, field_name in (
+                ("hfToken", "hf_token"),
+                ("grafanaAdminPassword", "grafana_admin_password"),
+            )
+        }
     )
     return parse(raw, stack=pulumi.get_stack(), secrets=secrets)

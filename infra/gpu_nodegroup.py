@@ -158,7 +158,12 @@ class GpuNodeGroup(pulumi.ComponentResource):
             else None
         )
         interfaces = (
-            efa_network_interfaces(instance, args.security_group_ids) if group.efa else None
+            [
+                aws.ec2.LaunchTemplateNetworkInterfaceArgs(**nic)  # type: ignore[arg-type]
+                for nic in efa_network_interfaces(instance, args.security_group_ids)
+            ]
+            if group.efa
+            else None
         )
         lt = aws.ec2.LaunchTemplate(
             f"{name}-lt",

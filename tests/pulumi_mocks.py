@@ -276,7 +276,10 @@ def run_program(
 
         from pulumi.runtime.stack import run_pulumi_func
 
-        _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
+        def execute() -> None:
+            runpy.run_path(str(program), run_name="__main__")
+
+        _sync_await(run_pulumi_func(execute))
         root = runtime_settings.get_root_resource()
         exported: dict[str, Any] = {}
         secret_outputs: set[str] = set()

@@ -318,6 +318,24 @@ def test_pulumi_yaml_declares_every_key_with_a_description() -> None:
     assert set(declared) == set(config.TOP_LEVEL_KEYS + config.SECRET_KEYS)
 
 
+def test_pulumi_yaml_follows_the_engine_rules() -> None:
+    """The CLI rejects an array type without ``items`` and a default of the wrong type, and
+    treats a declared key without a default as required: only availabilityZones may be."""
+    declared = yaml.safe_load((config.REPO_ROOT / "Pulumi.yaml").read_text())["config"]
+    python_types = {"string": str, "boolean": bool, "integer": int, "array": list}
+    required = sorted(k for k, d in declared.items() if "default" not in d and "value" not in d)
+    assert required == ["availabilityZones"]
+    for key, decl in declared.items():
+        assert not ("default" in decl and "value" in decl), key
+        if "type" not in decl:
+            continue
+        assert decl["type"] in python_types, key
+        if decl["type"] == "array":
+            assert decl.get("items", {}).get("type") in ("string", "integer", "boolean"), key
+        if "default" in decl:
+            assert isinstance(decl["default"], python_types[decl["type"]]), key
+
+
 def test_pulumi_yaml_defaults_are_the_parser_defaults() -> None:
     """The engine applies Pulumi.yaml defaults; parse() must agree when they are absent."""
     assert parse({**project_defaults(), **BASE}) == parse(BASE)

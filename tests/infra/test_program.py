@@ -353,5 +353,9 @@ def test_secrets_stay_outputs_and_typos_stop_the_program(tmp_path: Path) -> None
     run = run_program("dev", secrets={"hfToken": "hf_secret"}, program=program)
     assert run.outputs == {"hf": "hf_secret", "grafana_unset": True, "workers": 2}
     assert run.secret_outputs == {"hf"}
+    # Pulumi.yaml defaults the optional secrets to "" (declared keys without a default are
+    # required by Pulumi); "" reads as unset.
+    unset = run_program("dev", program=program)
+    assert unset.outputs["hf"] is None and unset.outputs["grafana_unset"] is True
     with pytest.raises(ConfigError, match=r"^eks-fsdp:clusterNmae: unknown key"):
         run_program("dev", overrides={"clusterNmae": "x"}, program=program)
