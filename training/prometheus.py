@@ -25,11 +25,13 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
+from prometheus_client.registry import Collector
 
 PREFIX = "eksfsdp_"
 
@@ -71,6 +73,39 @@ def _env_int(env: Mapping[str, str], key: str, default: int) -> int:
         raise ValueError(f"environment variable {key}={raw!r} is not an integer") from None
 
 
+class _StepCollector(Collector):
+    """Serves one consistent snapshot: a scrape never mixes two steps' values."""
+
+    def __init__(self, rank: str) -> None:
+        self.rank = rank
+        self.lock = threading.Lock()
+        self.gauges: dict[str, float] = {}
+        self.tokens_total = 0.0
+        self.steps_total = 0.0
+
+    def collect(self) -> Iterable[Metric]:
+        with self.lock:
+            gauges = dict(self.gauges)
+            tokens, steps = self.tokens_total, self.steps_total
+        docs = {
+            **{name: doc for name, (_key, doc) in STEP_GAUGES.items()},
+            RESTARTS: "torchrun restarts of this worker group (TORCHELASTIC_RESTART_COUNT).",
+            LAST_STEP_TIME: "Unix time at which the last step was logged.",
+        }
+        for name, doc in docs.items():
+            if name in gauges:
+                family = GaugeMetricFamily(name, doc, labels=["rank"])
+                family.add_metric([self.rank], gauges[name])
+                yield family
+        for name, doc, value in (
+            (TOKENS_TOTAL, "Tokens trained on (global).", tokens),
+            (STEPS_TOTAL, "Optimizer steps completed.", steps),
+        ):
+            family = CounterMetricFamily(name.removesuffix("_total"), doc, labels=["rank"])
+            family.add_metric([self.rank], value)
+            yield family
+
+
 class PrometheusSink:
     """Metrics sink that serves the latest training metrics for Prometheus to scrape.
 
@@ -87,38 +122,11 @@ class PrometheusSink:
             raise ValueError(f"metrics_port {port} is not a TCP port (0..65535)")
         env = os.environ if env is None else env
         self.rank = str(_env_int(env, "RANK", 0))
-        self.registry = CollectorRegistry(auto_describe=True)
-        labels = ["rank"]
-        self._gauges: dict[str, tuple[str, Gauge]] = {
-            name: (key, Gauge(name, doc, labels, registry=self.registry))
-            for name, (key, doc) in STEP_GAUGES.items()
-        }
-        self._restarts = Gauge(
-            RESTARTS, "torchrun restarts of this worker group.", labels, registry=self.registry
-        )
-        self._last_step = Gauge(
-            LAST_STEP_TIME,
-            "Unix time at which the last step was logged.",
-            labels,
-            registry=self.registry,
-        )
-        # prometheus-client appends "_total" to counter names.
-        self._tokens = Counter(
-            TOKENS_TOTAL.removesuffix("_total"),
-            "Tokens trained on (global).",
-            labels,
-            registry=self.registry,
-        )
-        self._steps = Counter(
-            STEPS_TOTAL.removesuffix("_total"),
-            "Optimizer steps completed.",
-            labels,
-            registry=self.registry,
-        )
-        self._restarts.labels(self.rank).set(_env_int(env, "TORCHELASTIC_RESTART_COUNT", 0))
-        world = _env_int(env, "WORLD_SIZE", 1)
-        self._gauges["eksfsdp_world_size"][1].labels(self.rank).set(world)
-        self._lock = threading.Lock()
+        self._collector = _StepCollector(self.rank)
+        self._collector.gauges[RESTARTS] = float(_env_int(env, "TORCHELASTIC_RESTART_COUNT", 0))
+        self._collector.gauges["eksfsdp_world_size"] = float(_env_int(env, "WORLD_SIZE", 1))
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self._collector)
         try:
             self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
         except OSError as exc:
@@ -135,18 +143,21 @@ class PrometheusSink:
         return f"http://{host}:{self.port}/metrics"
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
-        """Publish one step's metrics. Missing or non-numeric keys are skipped."""
-        with self._lock:
-            for _name, (key, gauge) in self._gauges.items():
-                value = step if key == "step" else metrics.get(key)
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    continue
-                gauge.labels(self.rank).set(float(value))
-            tokens = metrics.get("tokens")
+        """Publish one step's metrics atomically. Missing or non-numeric keys are skipped."""
+        update: dict[str, float] = {}
+        for name, (key, _doc) in STEP_GAUGES.items():
+            value = step if key == "step" else metrics.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            update[name] = float(value)
+        update[LAST_STEP_TIME] = time.time()
+        tokens = metrics.get("tokens")
+        c = self._collector
+        with c.lock:
+            c.gauges.update(update)
             if isinstance(tokens, int | float) and math.isfinite(tokens) and tokens > 0:
-                self._tokens.labels(self.rank).inc(float(tokens))
-            self._steps.labels(self.rank).inc()
-            self._last_step.labels(self.rank).set(time.time())
+                c.tokens_total += float(tokens)
+            c.steps_total += 1
 
     def close(self) -> None:
         """Stop serving (idempotent)."""

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.specs.prometheus_files import (
+    TRAINING_SCRAPE_JOB,
     LocalTarget,
     PrometheusFiles,
     static_scrape_configs,
@@ -218,3 +219,118 @@ def start_local_prometheus(
         handle.stop()
         raise
     return handle
+
+
+SNAPSHOT_FILE = "snapshot.json"
+"""Written under ``<out>/prometheus/`` when the local run ends: what Prometheus saw."""
+
+R0 = 'rank="0"'
+SNAPSHOT_QUERIES: dict[str, str] = {
+    "tokens_per_second_last": (
+        f"max by (training_job) (last_over_time(eksfsdp_tokens_per_second{{{R0}}}[1h]))"
+    ),
+    "tokens_per_second_median": (
+        f"max by (training_job) (quantile_over_time(0.5, eksfsdp_tokens_per_second{{{R0}}}[1h]))"
+    ),
+    "step_time_seconds_median": (
+        f"max by (training_job) (quantile_over_time(0.5, eksfsdp_step_time_seconds{{{R0}}}[1h]))"
+    ),
+    "loss_last": f"max by (training_job) (last_over_time(eksfsdp_loss{{{R0}}}[1h]))",
+    "step_last": f"max by (training_job) (last_over_time(eksfsdp_step{{{R0}}}[1h]))",
+    "world_size_last": "max by (training_job) (last_over_time(eksfsdp_world_size[1h]))",
+    "peak_memory_bytes_max": (
+        "max by (training_job) (max_over_time(eksfsdp_peak_memory_bytes[1h]))"
+    ),
+    "mfu_median": (
+        f"max by (training_job) (quantile_over_time(0.5, eksfsdp_mfu_ratio{{{R0}}}[1h]))"
+    ),
+    "restarts_max": "max by (training_job) (max_over_time(eksfsdp_elastic_restarts[1h]))",
+    "scrapes_up": (
+        f'sum by (training_job) (count_over_time(up{{job="{TRAINING_SCRAPE_JOB}"}}[1h]))'
+    ),
+}
+"""Job-level figures the local runner records (the scaling notebook reads them).
+
+Throughput, step time and loss are global rank 0's (step time is measured per rank, so another
+rank's tokens/s differs slightly); rank 0 also writes metrics.jsonl, so the two agree exactly.
+Elastic rank order can change between rounds: the ``rank`` label follows the rank, not the pod.
+"""
+
+
+def with_metrics_port(command: Sequence[str], port: int) -> list[str]:
+    """The container command with its training ``--metrics_port`` set to ``port``.
+
+    Local pods share one host, so each gets its own port (the cluster uses one port per pod IP).
+    """
+    kept = [a for a in command if not a.startswith("--metrics_port")]
+    return [*kept, f"--metrics_port={port}"]
+
+
+class LocalPrometheusHook:
+    """The local runner's ``--prometheus``: ports per pod, a Prometheus scraping them, a snapshot.
+
+    ``start`` picks a free metrics port per worker pod and starts Prometheus with those targets;
+    ``command_for`` gives pod ``i`` its port; ``stop`` (after the pods ended) writes
+    ``<out>/prometheus/snapshot.json`` with :data:`SNAPSHOT_QUERIES` and the rank-0 samples, then
+    stops the server.
+    """
+
+    def __init__(self, job_name: str, ports: list[int], prometheus: LocalPrometheus) -> None:
+        self.job_name = job_name
+        self.ports = ports
+        self.prometheus = prometheus
+        self.started_at = time.time()
+
+    @classmethod
+    def start(
+        cls, job_name: str, pods: int, out_dir: str | Path, echo: Any = print
+    ) -> LocalPrometheusHook:
+        """Start Prometheus for ``pods`` worker pods of ``job_name``."""
+        ports = [free_port() for _ in range(pods)]
+        prom = start_local_prometheus(worker_targets(job_name, ports), out_dir)
+        echo(f"prometheus: {prom.url} scraping {pods} pod(s) on ports {ports}")
+        return cls(job_name, ports, prom)
+
+    def command_for(self, command: Sequence[str], pod_index: int) -> list[str]:
+        """Pod ``pod_index``'s command with its metrics port."""
+        return with_metrics_port(command, self.ports[pod_index])
+
+    def snapshot(self) -> dict[str, Any]:
+        """The job-level figures Prometheus holds now (``{name: value or None}``) and samples."""
+        out: dict[str, Any] = {"training_job": self.job_name, "prometheus": self.prometheus.url}
+        for name, promql in SNAPSHOT_QUERIES.items():
+            values = self.prometheus.query_values(promql)
+            out[name] = values.get((("training_job", self.job_name),))
+        out["samples"] = self.samples()
+        return out
+
+    def samples(self) -> list[dict[str, float]]:
+        """Rank 0's scraped values, one row per second: ``{t, step, tokens_per_s, loss}``.
+
+        The exporter serves each step atomically, so each row pairs a step with the values
+        logged at that step.
+        """
+        columns = {
+            "step": "eksfsdp_step",
+            "tokens_per_s": "eksfsdp_tokens_per_second",
+            "loss": "eksfsdp_loss",
+        }
+        rows: dict[float, dict[str, float]] = {}
+        end = time.time()
+        for column, metric in columns.items():
+            promql = f'{metric}{{training_job="{self.job_name}",{R0}}}'
+            for series in self.prometheus.query_range(promql, self.started_at, end, 1.0):
+                for t, v in series["values"]:
+                    rows.setdefault(float(t), {"t": float(t)})[column] = float(v)
+        return [r for _, r in sorted(rows.items()) if len(r) == 1 + len(columns)]
+
+    def stop(self) -> dict[str, Any] | None:
+        """Write the snapshot (when Prometheus still runs) and stop Prometheus. Idempotent."""
+        snap = None
+        if self.prometheus.process.poll() is None:
+            with contextlib.suppress(OSError, RuntimeError, urllib.error.URLError):
+                snap = self.snapshot()
+                path = self.prometheus.files.config.parent / SNAPSHOT_FILE
+                path.write_text(json.dumps(snap, indent=2))
+        self.prometheus.stop()
+        return snap
