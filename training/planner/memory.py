@@ -112,17 +112,21 @@ class ActivationModel:
 def activation_model(shape: ModelShape, p: Precision) -> ActivationModel:
     """Per-token saved bytes of HF LlamaDecoderLayer with SDPA (flash) attention.
 
-    attention half: RMSNorm saves its fp32 input and the cast normalized input h(4 + c);
-      q/k/v projections save their input h c; SDPA saves q, k, v (GQA-native: k, v at kv width),
-      its output and the fp32 logsumexp per head; o_proj saves its input h c.
-    MLP half: RMSNorm h(4 + c); gate/up input h c; SiLU input, SiLU output, up output and the
-      product (down_proj input) 4 i c. RoPE multiplies by constant cos/sin and saves nothing
+    attention half: RMSNorm saves its fp32 input, the 1/rms scale and the cast normalized input,
+      h(4 + c) + 4; q/k/v projections save their input h c; SDPA saves q, k, v (GQA-native:
+      k and v at kv width) and the fp32 logsumexp per head; its output, laid out (B, S, H, D),
+      is o_proj's input without a copy: h_q c.
+    MLP half: RMSNorm h(4 + c) + 4; gate/up input h c; SiLU input, SiLU output, up output and
+      the product (down_proj input) 4 i c. RoPE multiplies by constant cos/sin and saves nothing
       per token; residual adds save nothing; dropout is 0.
+    head: final norm and lm_head input, then V (c + 4 + 4): the logits in the compute dtype, the
+      fp32 log-softmax output and, at the start of backward, its fp32 gradient.
+    Checked against autograd's saved tensors in tests/planner/test_activations_vs_autograd.py.
     """
     h, i, c = shape.hidden_size, shape.intermediate_size, p.compute
     norm = h * (4 + c) + 4
-    attention = norm + h * c + (shape.q_size + 2 * shape.kv_size) * c + shape.q_size * c
-    attention += 4 * shape.num_heads + shape.q_size * c
+    attention = norm + h * c + (shape.q_size + 2 * shape.kv_size) * c + 4 * shape.num_heads
+    attention += shape.q_size * c
     mlp = norm + h * c + 4 * i * c
     head = norm + h * c + shape.vocab_size * (c + 4 + 4)
     return ActivationModel(per_layer=attention + mlp, layer_input=h * c, head=head)
@@ -183,7 +187,7 @@ def memory(
     *,
     batch: int,
     seq: int,
-    ac: bool,
+    ac: float,
     a: Assumptions,
 ) -> MemoryBreakdown:
     """Peak memory of one GPU for one training step."""
@@ -208,13 +212,24 @@ def memory(
         gathered_peak = a.prefetch_units * gathered_unit + grad_unit
     else:
         gathered_peak = shape.n_params * p.compute + grad_unit
-    dynamic = (with_ac if ac else no_ac) + gathered_peak
+    # A fraction ``ac`` of the layers is checkpointed (1.0: every layer, --ac; 0.0: none).
+    checkpointed = round(ac * shape.num_layers)
+    chosen = int(
+        tokens
+        * (
+            (shape.num_layers - checkpointed) * act.per_layer
+            + checkpointed * act.layer_input
+            + act.head
+            + (act.per_layer if checkpointed else 0.0)
+        )
+    )
+    dynamic = chosen + gathered_peak
     overhead = a.cuda_context_bytes + a.nccl_buffer_bytes + int(a.fragmentation * dynamic)
     return MemoryBreakdown(
         params=params,
         grads=grads,
         optimizer=optimizer,
-        activations=with_ac if ac else no_ac,
+        activations=chosen,
         activations_no_ac=no_ac,
         activations_ac=with_ac,
         gathered_unit=gathered_unit,

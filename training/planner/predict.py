@@ -39,8 +39,8 @@ class PlanInput:
     """FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | NO_SHARD."""
     hsdp_group: int | None = None
     """HYBRID_SHARD shard-group size (default: GPUs per node)."""
-    ac: bool = True
-    """Activation checkpointing of every decoder layer."""
+    ac: float = 1.0
+    """Fraction of decoder layers checkpointed: 1.0 every layer (--ac), 0.0 none (--no-ac)."""
     batch: int = 3
     """Micro-batch per GPU (samples)."""
     seq: int = 4096
@@ -140,7 +140,7 @@ def _epoch(
     # Evaluation: forward only, one sample per rank per step (val_batch_size 1).
     val = int(samples * a.eval_fraction)
     eval_steps = steps_per_epoch(val, lay.world, 1, 1, inp.sampler)[0]
-    fwd_share = 1.0 / (4.0 if inp.ac else 3.0)
+    fwd_share = 1.0 / (3.0 + inp.ac)
     eval_compute = (comp.total_s - comp.optimizer_s) * fwd_share / inp.batch
     link = ring_link(lay.shard, min(lay.shard, it.gpus), it, a)
     eval_ag = ring_time(shape.n_params * p.compute, lay.shard, link)
@@ -198,7 +198,8 @@ def row(inp: PlanInput, pr: Prediction, base: Prediction) -> dict[str, Any]:
         "sharding": pr.layout.strategy,
         "shard_group": pr.layout.shard,
         "replicas": pr.layout.replicas,
-        "activation_checkpointing": inp.ac,
+        "activation_checkpointing": inp.ac > 0,
+        "ac_fraction": float(inp.ac),
         "micro_batch": inp.batch,
         "seq": inp.seq,
         "precision": inp.precision.name,

@@ -15,6 +15,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
+def _ac(fraction: float) -> str:
+    return "on" if fraction >= 1 else "off" if fraction <= 0 else f"on {fraction:.0%} of layers"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The plan as aligned text: memory, time, throughput, scaling, cost, recommendation."""
     if not rows:
@@ -22,7 +26,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     r0 = rows[0]
     lines = [
         f"{r0['model']} ({r0['n_params'] / 1e9:.2f} B params) on {r0['instance']}: "
-        f"{r0['sharding']}, AC {'on' if r0['activation_checkpointing'] else 'off'}, "
+        f"{r0['sharding']}, AC {_ac(r0['ac_fraction'])}, "
         f"micro-batch {r0['micro_batch']} x {r0['seq']} tokens, {r0['precision']} precision",
         "",
     ]

@@ -35,19 +35,22 @@ class FlopsExecuted:
     attention: float
 
 
-def executed_flops_per_token(shape: ModelShape, seq: int, ac: bool) -> FlopsExecuted:
-    """GEMM: 6 N_matmul (+2 N_layers when AC recomputes each layer's forward).
+def executed_flops_per_token(shape: ModelShape, seq: int, ac: float) -> FlopsExecuted:
+    """GEMM: 6 N_matmul + 2 N_layers x ac (checkpointed layers run their forward again).
 
-    Attention: flash attention skips the masked half: 6 L h_q s (+2 L h_q s with AC).
+    Attention: flash attention skips the masked half: 6 L h_q s + 2 L h_q s x ac.
+    ``ac``: fraction of decoder layers checkpointed (1.0 = every layer, 0.0 = none).
     """
     layers_matmul = shape.layer_matmul_params * shape.num_layers
-    gemm = 6.0 * shape.matmul_params + (2.0 * layers_matmul if ac else 0.0)
+    gemm = 6.0 * shape.matmul_params + 2.0 * layers_matmul * ac
     attn_fwd = 2.0 * shape.num_layers * shape.q_size * seq  # 4 L h s forward, halved (causal)
-    attention = 3.0 * attn_fwd + (attn_fwd if ac else 0.0)
+    attention = 3.0 * attn_fwd + attn_fwd * ac
     return FlopsExecuted(gemm=gemm, attention=attention)
 
 
-def elementwise_bytes_per_token(shape: ModelShape, p: Precision, ac: bool, a: Assumptions) -> float:
+def elementwise_bytes_per_token(
+    shape: ModelShape, p: Precision, ac: float, a: Assumptions
+) -> float:
     """HBM traffic of the memory-bound ops per token (HF eager kernels, unfused).
 
     Forward per layer: 2 RMSNorms h(28 + 4c) each (fp32 upcast, square, mean, scale, downcast,
@@ -58,7 +61,7 @@ def elementwise_bytes_per_token(shape: ModelShape, p: Precision, ac: bool, a: As
     h, i, c = shape.hidden_size, shape.intermediate_size, p.compute
     fwd = 2 * h * (28 + 4 * c) + 10 * (shape.q_size + shape.kv_size) * c + 2 * shape.q_size * c
     fwd += 6 * h * c + 5 * i * c
-    passes = 1.0 + a.backward_traffic_factor + (1.0 if ac else 0.0)
+    passes = 1.0 + a.backward_traffic_factor + ac
     return shape.num_layers * fwd * passes + (40 + 2 * c) * shape.vocab_size
 
 
@@ -84,7 +87,7 @@ def compute_time(
     *,
     tokens: int,
     seq: int,
-    ac: bool,
+    ac: float,
     shard_elems: int,
     a: Assumptions,
 ) -> ComputeTime:
@@ -169,7 +172,7 @@ def comm_time(
     gen: GpuGeneration,
     p: Precision,
     comp: ComputeTime,
-    ac: bool,
+    ac: float,
     a: Assumptions,
 ) -> CommTime:
     """FSDP2 collectives of one step, per unit, and the part compute does not hide."""
@@ -181,7 +184,7 @@ def comm_time(
 
     units = [shape.layer_params] * shape.num_layers + [shape.root_params]
     per_layer_compute = comp.total_s - comp.optimizer_s
-    fwd_share = 1.0 / (4.0 if ac else 3.0)
+    fwd_share = 1.0 / (3.0 + ac)
     fwd_layer = per_layer_compute * fwd_share / shape.num_layers
     bwd_layer = per_layer_compute * (1.0 - fwd_share) / shape.num_layers
 

@@ -1,0 +1,214 @@
+"""``python -m training.plan``: JSON schema, human table, --stack, --plot and bad inputs.
+
+If this fails, users (and the scaling notebook) lose a documented output key, a stack file
+is no longer read the way `pulumi up` would deploy it, the plot is not written, or a bad flag
+gives a traceback instead of one line naming the flag with exit status 2. In-process calls
+of ``main`` plus one real subprocess; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.plan import builtin_for_hub_id, main
+
+REPO = Path(__file__).resolve().parents[2]
+REQUIRED = {
+    "nodes",
+    "gpus",
+    "fits",
+    "mem_per_gpu_bytes",
+    "step_time_s",
+    "tokens_per_s_per_gpu",
+    "mfu",
+    "scaling_efficiency",
+    "cost_per_epoch_usd",
+    "memory",
+    "comm_s",
+    "assumptions",
+    "recommendation",
+    "epoch",
+    "flops_per_token",
+}
+MEMORY = {
+    "params",
+    "grads",
+    "optimizer",
+    "activations",
+    "activations_no_ac",
+    "activations_ac",
+    "gathered_unit",
+    "gathered_unit_name",
+    "gathered_peak",
+    "overhead",
+    "total",
+}
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, object]]:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_has_one_object_per_node_count_with_the_schema(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rows = _json(
+        capsys,
+        "--model",
+        "llama2-70b",
+        "--instance",
+        "p4de.24xlarge",
+        "--nodes",
+        "1,2,4,8,16",
+        "--dataset",
+        "samsum",
+    )
+    assert [r["nodes"] for r in rows] == [1, 2, 4, 8, 16]
+    assert [r["gpus"] for r in rows] == [8, 16, 32, 64, 128]
+    for r in rows:
+        assert r.keys() >= REQUIRED
+        assert r["memory"].keys() >= MEMORY  # type: ignore[union-attr]
+        assert {"nvlink", "efa", "exposed"} <= r["comm_s"].keys()  # type: ignore[union-attr]
+        assert r["mem_per_gpu_bytes"] == r["memory"]["total"]  # type: ignore[index]
+    assert [r["fits"] for r in rows] == [False, False, True, True, True]
+    a = rows[0]["assumptions"]
+    assert a["gpu_generation"]["name"] == "A100-SXM-80GB"  # type: ignore[index]
+    assert a["dataset_tokens"] == 14732 * 190  # type: ignore[index]
+
+
+def test_without_a_dataset_there_is_no_epoch_or_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _json(capsys, "--model", "llama2-7b", "--instance", "p5.48xlarge", "--nodes", "1,2")
+    assert rows[0]["epoch"] is None and rows[0]["cost_per_epoch_usd"] is None
+    assert rows[1]["scaling_efficiency"] == rows[1]["step_scaling_efficiency"]
+
+
+def test_flags_change_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--model", "llama2-13b", "--instance", "p5.48xlarge", "--nodes", "2"]
+    ac = _json(capsys, *base)[0]
+    no_ac = _json(capsys, *base, "--no-ac")[0]
+    assert no_ac["memory"]["activations"] > ac["memory"]["activations"]  # type: ignore[index]
+    hsdp = _json(capsys, *base, "--sharding", "HYBRID_SHARD", "--hsdp-group", "8")[0]
+    assert (hsdp["shard_group"], hsdp["replicas"]) == (8, 2)
+    small = _json(capsys, *base, "--batch", "1", "--seq", "2048")[0]
+    assert small["mem_per_gpu_bytes"] < ac["mem_per_gpu_bytes"]
+
+
+def test_human_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--model", "llama2-70b", "--instance", "p4de.24xlarge", "--nodes", "2,4"]) == 0
+    out = capsys.readouterr().out
+    assert "GiB/GPU" in out and "recommend @ 2 nodes" in out and "NO" in out
+
+
+def test_stack_file_supplies_instance_nodes_model_and_batch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rows = _json(capsys, "--stack", "p5-16")
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r["nodes"], r["gpus"], r["instance"], r["model"]) == (
+        16,
+        128,
+        "p5.48xlarge",
+        "llama2-7b",
+    )
+    assert (r["micro_batch"], r["seq"], r["sharding"]) == (3, 4096, "FULL_SHARD")
+    assert r["epoch"] is not None  # dataset samsum
+    override = _json(capsys, "--stack", "p5-16", "--nodes", "1,16")
+    assert [x["nodes"] for x in override] == [1, 16]
+
+
+def test_hub_ids_map_to_builtin_shapes() -> None:
+    assert builtin_for_hub_id("meta-llama/Llama-2-70b-hf") == "llama2-70b"
+    assert builtin_for_hub_id("meta-llama/Meta-Llama-3-8B") == "llama3-8b"
+    assert builtin_for_hub_id("meta-llama/Llama-3.1-70B-Instruct") == "llama3-70b"
+    assert builtin_for_hub_id("tiny-llama") == "tiny-llama"
+
+
+def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plan.png"
+    assert (
+        main(
+            [
+                "--model",
+                "llama2-7b",
+                "--instance",
+                "p5.48xlarge",
+                "--nodes",
+                "1,2,4",
+                "--dataset",
+                "samsum",
+                "--plot",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def _bad_config(tmp_path: Path) -> str:
+    path = tmp_path / "config.json"
+    path.write_text('{\n  "hidden_size": 64,\n  oops\n}')
+    return str(path)
+
+
+BASE = ["--model", "llama2-7b", "--instance", "p5.48xlarge", "--nodes", "1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (
+            ["--model", "llama9-1b", "--instance", "p5.48xlarge", "--nodes", "1"],
+            "--model llama9-1b",
+        ),
+        (["--model", "llama2-7b", "--instance", "p9.huge", "--nodes", "1"], "--instance p9.huge"),
+        (["--model", "llama2-7b", "--instance", "p5.48xlarge", "--nodes", "0"], "--nodes 0"),
+        (["--model", "llama2-7b", "--instance", "p5.48xlarge", "--nodes", "1,x"], "--nodes 1,x"),
+        (["--model", "BADCONFIG", "--instance", "p5.48xlarge", "--nodes", "1"], "config.json:3"),
+        ([*BASE, "--seq", "0"], "--seq 0"),
+        ([*BASE, "--seq", "100000"], "--seq 100000"),
+        ([*BASE, "--batch", "0"], "--batch 0"),
+        ([*BASE, "--epochs", "0"], "--epochs 0"),
+        ([*BASE, "--hsdp-group", "8"], "--hsdp-group"),
+        ([*BASE, "--sharding", "HYBRID_SHARD", "--hsdp-group", "3"], "--hsdp-group 3"),
+        ([*BASE, "--sharding", "ZERO9"], "--sharding"),
+        ([*BASE, "--dataset", "nope"], "--dataset nope"),
+        (["--instance", "p5.48xlarge", "--nodes", "1"], "--model"),
+        (["--stack", "no-such-stack"], "--stack no-such-stack"),
+        ([*BASE, "--bogus"], "--bogus"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_flag(
+    argv: list[str], flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [_bad_config(tmp_path) if a == "BADCONFIG" else a for a in argv]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0], captured.err
+
+
+def test_module_entry_point_exit_codes() -> None:
+    ok = subprocess.run(
+        [sys.executable, "-m", "training.plan", *BASE, "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0 and json.loads(ok.stdout)[0]["nodes"] == 1
+    bad = subprocess.run(
+        [sys.executable, "-m", "training.plan", *BASE[:-1], "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--nodes 0" in bad.stderr

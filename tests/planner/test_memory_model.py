@@ -1,0 +1,134 @@
+"""Properties of the planner's memory model (FSDP2 sharding, activations, overheads).
+
+If this fails, the planner's per-GPU memory stops behaving like FSDP2: more nodes must shrink
+FULL_SHARD's sharded state, AC must shrink activations, HYBRID_SHARD must shard over its group
+only, SHARD_GRAD_OP must keep the whole model unsharded between forward and backward, mixed
+precision must cost 16 bytes per parameter. The fits verdicts (e.g. Llama-2-70B on 2 p4de)
+would be wrong. Pure arithmetic, nothing mocked.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from infra.instances import lookup
+from training.planner.assumptions import DEFAULT
+from training.planner.memory import (
+    PRECISIONS,
+    layout,
+    memory,
+    rank_shard_elements,
+    shard_elements,
+)
+from training.planner.predict import PlanInput, predict
+from training.planner.shapes import BUILTIN
+
+S70 = BUILTIN["llama2-70b"]
+MIXED = PRECISIONS["mixed"]
+
+
+def _mem(strategy: str, world: int, ac: float = 1.0, batch: int = 3, group: int | None = None):
+    lay = layout(strategy, world, 8, group)
+    return memory(S70, lay, MIXED, batch=batch, seq=4096, ac=ac, a=DEFAULT)
+
+
+def test_full_shard_memory_falls_with_nodes() -> None:
+    totals = [_mem("FULL_SHARD", 8 * n).total for n in (1, 2, 4, 8, 16)]
+    assert totals == sorted(totals, reverse=True)
+    states = [_mem("FULL_SHARD", 8 * n).sharded_state for n in (1, 2, 4, 8, 16)]
+    for a, b in itertools.pairwise(states):
+        assert a / b == pytest.approx(2.0, rel=1e-3)
+
+
+def test_mixed_precision_is_16_bytes_per_parameter_sharded() -> None:
+    m = _mem("FULL_SHARD", 16)
+    assert m.sharded_state == pytest.approx(16 * S70.n_params / 16, rel=1e-4)
+    pure = memory(
+        S70,
+        layout("FULL_SHARD", 16, 8),
+        PRECISIONS["pure_bf16"],
+        batch=3,
+        seq=4096,
+        ac=1.0,
+        a=DEFAULT,
+    )
+    assert pure.sharded_state * 2 == pytest.approx(m.sharded_state, rel=1e-4)
+
+
+def test_ac_reduces_activations_and_partial_ac_lies_between() -> None:
+    on, off, half = (
+        _mem("FULL_SHARD", 16, 1.0),
+        _mem("FULL_SHARD", 16, 0.0),
+        _mem("FULL_SHARD", 16, 0.5),
+    )
+    assert on.activations < half.activations < off.activations
+    assert off.activations == off.activations_no_ac and on.activations == on.activations_ac
+    # Without AC, 80 layers x 12,288 tokens x ~400 KB: hundreds of GiB for 70B.
+    assert off.activations > 300 * 2**30 > 30 * 2**30 > on.activations
+
+
+def test_activations_scale_with_micro_batch() -> None:
+    assert _mem("FULL_SHARD", 16, batch=2).activations * 3 == pytest.approx(
+        _mem("FULL_SHARD", 16, batch=3).activations * 2, rel=1e-6
+    )
+
+
+def test_hybrid_shards_over_its_group_only() -> None:
+    hsdp = _mem("HYBRID_SHARD", 32, group=8)
+    assert hsdp.sharded_state == _mem("FULL_SHARD", 8).sharded_state
+    assert _mem("HYBRID_SHARD", 32, group=16).sharded_state == _mem("FULL_SHARD", 16).sharded_state
+
+
+def test_shard_grad_op_keeps_the_whole_model_gathered() -> None:
+    sgo, full = _mem("SHARD_GRAD_OP", 16), _mem("FULL_SHARD", 16)
+    assert sgo.sharded_state == full.sharded_state
+    assert sgo.gathered_peak - full.gathered_peak > 0.9 * S70.n_params * 2
+
+
+def test_no_shard_holds_everything() -> None:
+    assert _mem("NO_SHARD", 16).sharded_state == 16 * S70.n_params
+
+
+def test_gathered_unit_is_the_largest_fsdp_unit() -> None:
+    assert _mem("FULL_SHARD", 16).gathered_unit_name == "decoder layer"
+    assert _mem("FULL_SHARD", 16).gathered_unit == S70.layer_params * 2
+    l3 = memory(
+        BUILTIN["llama3-8b"],
+        layout("FULL_SHARD", 8, 8),
+        MIXED,
+        batch=1,
+        seq=8192,
+        ac=1.0,
+        a=DEFAULT,
+    )
+    assert l3.gathered_unit_name.startswith("root")  # 2 x 128256 x 4096 > one layer
+
+
+def test_rank_shards_sum_to_the_model_and_rank0_is_largest() -> None:
+    shapes = BUILTIN["llama3-8b"].param_shapes()
+    for world in (1, 3, 8, 128):
+        per_rank = [rank_shard_elements(shapes, world, r) for r in range(world)]
+        assert sum(per_rank) == BUILTIN["llama3-8b"].n_params
+        assert max(per_rank) == per_rank[0] == shard_elements(shapes, world)
+
+
+def test_seventy_b_on_two_p4de_full_shard_does_not_fit() -> None:
+    inp = PlanInput(shape=S70, instance=lookup("p4de.24xlarge"), precision=MIXED)
+    two = predict(inp, 2)
+    assert not two.fits
+    assert two.memory.sharded_state / 2**30 == pytest.approx(64.2, abs=0.1)  # 16 B x 69 B / 16
+    assert predict(inp, 4).fits
+    from training.planner.recommend import recommend
+
+    rec = recommend(inp, 2)
+    assert rec is not None and rec["precision"] == "pure_bf16"
+
+
+def test_overhead_counts_context_nccl_and_fragmentation() -> None:
+    m = _mem("FULL_SHARD", 16)
+    dynamic = m.activations + m.gathered_peak
+    assert m.overhead == DEFAULT.cuda_context_bytes + DEFAULT.nccl_buffer_bytes + int(
+        DEFAULT.fragmentation * dynamic
+    )

@@ -1,0 +1,122 @@
+"""The planner's step-time, communication and epoch models, and the seed's published point.
+
+If this fails, the planner's predicted step times, NVLink/EFA traffic, epoch step counts or
+scaling efficiencies changed meaning: FSDP traffic on one node must stay on NVLink and cross
+EFA only with more nodes; HYBRID_SHARD must keep all-gathers on NVLink; an epoch of samsum at
+128 GPUs is a handful of steps; and the seed's published 87% efficiency (16 vs 1 p5.48xlarge,
+llama-recipes on samsum) must be reproduced within 5 points with the default assumptions.
+Pure arithmetic, nothing mocked.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.instances import lookup
+from training.planner.assumptions import DEFAULT
+from training.planner.epoch import steps_per_epoch
+from training.planner.memory import PRECISIONS
+from training.planner.predict import PlanInput, plan, predict
+from training.planner.published import POINTS, seed_efficiency, seed_input
+from training.planner.shapes import BUILTIN
+from training.planner.timing import Link, ring_link, ring_time
+
+P5 = lookup("p5.48xlarge")
+P4DE = lookup("p4de.24xlarge")
+
+
+def _inp(**kw: object) -> PlanInput:
+    base = {"shape": BUILTIN["llama2-13b"], "instance": P5, "precision": PRECISIONS["mixed"]}
+    return PlanInput(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_ring_time_formula() -> None:
+    link = Link(name="network", bus_bytes_per_s=100e9, hop_latency_s=10e-6)
+    assert ring_time(1e9, 1, link) == 0.0
+    assert ring_time(1e9, 4, link) == pytest.approx(0.75e9 / 100e9 + 3 * 10e-6)
+    assert ring_time(1e9, 4, link, factor=2.0) == pytest.approx(2 * (0.0075 + 30e-6))
+
+
+def test_ring_links_use_nvlink_inside_a_node_and_the_nic_across() -> None:
+    inside = ring_link(8, 8, P5, DEFAULT)
+    assert inside.name == "nvlink"
+    assert inside.bus_bytes_per_s == pytest.approx(450e9 * DEFAULT.nvlink_efficiency)
+    across = ring_link(128, 8, P5, DEFAULT)
+    assert across.bus_bytes_per_s == pytest.approx(400e9 * DEFAULT.network_efficiency)
+    # HSDP replica all-reduce: 8 rings (one per shard position) share each node's NIC.
+    shared = ring_link(16, 1, P4DE, DEFAULT)
+    assert shared.bus_bytes_per_s == pytest.approx(50e9 * DEFAULT.network_efficiency / 8)
+
+
+def test_one_node_talks_over_nvlink_more_nodes_over_efa() -> None:
+    one, two = predict(_inp(), 1), predict(_inp(), 2)
+    assert one.comm.network_s == 0 and one.comm.nvlink_s > 0
+    assert two.comm.nvlink_s == 0 and two.comm.network_s > one.comm.nvlink_s
+    hsdp = predict(_inp(strategy="HYBRID_SHARD"), 2)
+    assert hsdp.comm.nvlink_s == pytest.approx(one.comm.nvlink_s, rel=1e-6)
+    assert hsdp.comm.network_s > 0  # the replica all-reduce
+
+
+def test_full_shard_traffic_is_two_gathers_and_a_reduce_scatter() -> None:
+    inp = _inp()
+    pr = predict(inp, 2)
+    link = ring_link(16, 8, P5, DEFAULT)
+    s = inp.shape
+    per_unit = [s.layer_params] * s.num_layers + [s.root_params]
+    expected = sum(2 * ring_time(n * 2, 16, link) + ring_time(n * 4, 16, link) for n in per_unit)
+    assert pr.comm.network_s == pytest.approx(expected, rel=1e-9)
+    sgo = predict(_inp(strategy="SHARD_GRAD_OP"), 2)
+    assert sgo.comm.network_s < pr.comm.network_s  # no backward all-gather
+
+
+def test_step_time_adds_up_and_mfu_is_below_the_gemm_fraction() -> None:
+    pr = predict(_inp(), 4)
+    assert pr.step_time_s == pytest.approx(
+        pr.compute.total_s + pr.comm.exposed_s + pr.comm.interference_s
+    )
+    assert pr.tokens_per_s_per_gpu == pytest.approx(3 * 4096 / pr.step_time_s)
+    assert 0.2 < pr.mfu < 0.75
+    assert predict(_inp(ac=0.0), 4).tokens_per_s_per_gpu > pr.tokens_per_s_per_gpu
+
+
+def test_a100_network_is_slower_than_h100_network() -> None:
+    a = predict(_inp(instance=P4DE, shape=BUILTIN["llama2-7b"]), 4)
+    h = predict(_inp(shape=BUILTIN["llama2-7b"]), 4)
+    assert a.comm.network_s > 5 * h.comm.network_s  # 400 vs 3200 Gbit/s
+
+
+@pytest.mark.parametrize(
+    ("samples", "world", "batch", "sampler", "steps"),
+    [
+        (683, 8, 3, "drop", 28),
+        (683, 128, 3, "drop", 1),
+        (683, 128, 3, "pad", 2),
+        (683, 8, 3, "pad", 28),
+        (683, 64, 3, "pad", 3),
+        (100, 128, 1, "drop", 0),
+    ],
+)
+def test_steps_per_epoch(samples: int, world: int, batch: int, sampler: str, steps: int) -> None:
+    assert steps_per_epoch(samples, world, batch, 1, sampler)[0] == steps
+
+
+def test_epoch_at_128_gpus_is_a_handful_of_steps_and_costs_money() -> None:
+    rows = plan(seed_input("llama2-13b"), [1, 16])
+    assert rows[0]["epoch"]["steps"] == 28 and rows[1]["epoch"]["steps"] == 2
+    assert rows[1]["cost_per_epoch_usd"] > rows[0]["cost_per_epoch_usd"] > 0
+    # cost = nodes x price x wall seconds / 3600
+    e = rows[1]["epoch"]
+    assert rows[1]["cost_per_epoch_usd"] == pytest.approx(16 * P5.usd_per_hour * e["wall_s"] / 3600)
+    assert rows[1]["step_scaling_efficiency"] > rows[1]["scaling_efficiency"]
+    assert rows[1]["scaling_efficiency"] > rows[1]["job_scaling_efficiency"]
+
+
+def test_seed_published_point_within_five_points() -> None:
+    # 87% epoch throughput efficiency, 16 vs 1 p5.48xlarge (docs/planner.md: assumptions).
+    assert seed_efficiency("llama2-13b") == pytest.approx(0.87, abs=0.05)
+
+
+def test_other_published_points_report_a_number() -> None:
+    for point in POINTS:
+        value = point.predict()
+        assert value > 0, point.name
