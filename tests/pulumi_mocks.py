@@ -40,7 +40,7 @@ from infra import config as infra_config
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = infra_config.NAMESPACE
 ACCOUNT = "123456789012"
-RESOURCE_REF_SIG = rpc._special_sig_key
+_SIG_KEY = rpc._special_sig_key
 _RESOURCE_SIG = rpc._special_resource_sig
 
 
@@ -152,9 +152,6 @@ def _mock_outputs(args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict[str, A
 class Mocks(pulumi_mocks.Mocks):
     """Providers played by plain Python: inputs echoed, computed properties made up."""
 
-    def __init__(self) -> None:
-        self.created: dict[str, tuple[str, dict[str, Any]]] = {}
-
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         rid, state = _mock_outputs(args)
         return rid, state
@@ -172,7 +169,7 @@ def _strip_refs(value: struct_pb2.Value) -> None:
     kind = value.WhichOneof("kind")
     if kind == "struct_value":
         fields = value.struct_value.fields
-        sig = fields.get(RESOURCE_REF_SIG)
+        sig = fields.get(_SIG_KEY)
         if sig is not None and sig.string_value == _RESOURCE_SIG:
             rid = fields["id"].string_value if "id" in fields else ""
             urn = fields["urn"].string_value if "urn" in fields else ""
