@@ -215,7 +215,10 @@ class Cluster(pulumi.ComponentResource):
         self.cluster_security_group_id = self._eks.cluster_security_group_id
         self.oidc_provider_arn = self._eks.oidc_provider_arn
         self.oidc_issuer = self._eks.oidc_issuer
-        self.node_role_arn = self.node_role.arn
+        # The ARN resolves once every policy is attached, so nodegroups given it wait for them.
+        self.node_role_arn = pulumi.Output.all(
+            self.node_role.arn, *[a.id for a in attachments]
+        ).apply(lambda values: values[0])
         self.kubeconfig = pulumi.Output.secret(self._eks.kubeconfig_json)
 
         system = args.system_node_group
@@ -242,7 +245,7 @@ class Cluster(pulumi.ComponentResource):
         self.system_node_group_name = system_ng.node_group_name
         after_nodes = pulumi.ResourceOptions(parent=self, depends_on=[system_ng])
 
-        aws.eks.Addon(
+        coredns = aws.eks.Addon(
             f"{name}-coredns",
             cluster_name=self.cluster_name,
             addon_name="coredns",
@@ -291,11 +294,12 @@ class Cluster(pulumi.ComponentResource):
                 opts=after_nodes,
             )
 
+        # Everything deployed through the provider waits for a node and cluster DNS.
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
             enable_server_side_apply=True,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[system_ng, coredns]),
         )
         self.register_outputs(
             {

@@ -265,10 +265,19 @@ def test_cluster_control_plane_and_addons(runs: dict[str, ProgramRun], stack: st
         "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy",
         "arn:aws:iam::aws:policy/AmazonFSxFullAccess",
     } <= attached
-    # Nodegroups wait for the control plane: their cluster name comes from its outputs.
+    # Nodegroups wait for the control plane (their cluster name comes from its outputs) and
+    # GPU nodegroups for the node role's policies; the k8s provider waits for nodes and DNS.
+    node_policies = {
+        a.urn
+        for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if a.name.startswith("cluster-node-")
+    }
     for ng in run.of_type(NG):
         assert ng.inputs["clusterName"] == cfg.cluster_name
         assert eks.urn in ng.dependencies
+        assert node_policies <= set(ng.dependencies)
+    provider = run.one("pulumi:providers:kubernetes", "cluster-k8s")
+    assert {system.urn, addons["coredns"].urn} <= set(provider.dependencies)
 
 
 def test_access_entries_are_cluster_admins() -> None:
