@@ -88,7 +88,10 @@ def parser() -> argparse.ArgumentParser:
     )
     data = p.add_mutually_exclusive_group()
     data.add_argument("--dataset-tokens", type=int, help="training tokens per epoch")
-    data.add_argument("--dataset", help=f"named dataset ({', '.join(DATASETS)})")
+    data.add_argument(
+        "--dataset",
+        help=f"named dataset ({', '.join(DATASETS)}, default samsum; none: no epoch model)",
+    )
     p.add_argument("--epochs", type=int, help="epochs in the job (default 1)")
     p.add_argument("--price", type=float, help="USD per node-hour (default: catalog on-demand)")
     p.add_argument(
@@ -178,6 +181,10 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
         )
     dataset = args.dataset if args.dataset is not None else values.get("dataset")
     tokens = args.dataset_tokens or 0
+    if dataset is None and not tokens:
+        dataset = "samsum"
+    if dataset == "none":
+        dataset = None
     if dataset is not None:
         key = {"samsum_dataset": "samsum"}.get(dataset, dataset)
         if key not in DATASETS:

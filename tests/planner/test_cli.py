@@ -83,7 +83,17 @@ def test_json_has_one_object_per_node_count_with_the_schema(
 
 
 def test_without_a_dataset_there_is_no_epoch_or_cost(capsys: pytest.CaptureFixture[str]) -> None:
-    rows = _json(capsys, "--model", "llama2-7b", "--instance", "p5.48xlarge", "--nodes", "1,2")
+    rows = _json(
+        capsys,
+        "--model",
+        "llama2-7b",
+        "--instance",
+        "p5.48xlarge",
+        "--nodes",
+        "1,2",
+        "--dataset",
+        "none",
+    )
     assert rows[0]["epoch"] is None and rows[0]["cost_per_epoch_usd"] is None
     assert rows[1]["scaling_efficiency"] == rows[1]["step_scaling_efficiency"]
 
