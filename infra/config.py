@@ -685,7 +685,7 @@ def parse(
         raise _fail("clusterName", f"{cluster_name!r} is not a valid EKS cluster name")
     k8s = _str(str(raw.get("kubernetesVersion", versions.KUBERNETES_VERSION)), "kubernetesVersion")
     if not _K8S_VERSION.match(k8s):
-        raise _fail("kubernetesVersion", f"{k8s!r} is not shaped 1.NN")
+        raise _fail("kubernetesVersion", f"{k8s!r} is not shaped 1.NN (quote it in YAML: '1.30')")
     azs, vpc_cidr, svc, nat = _parse_network(raw, region)
     system = _parse_system(raw.get("systemNodeGroup", {}))
     access = _str_list(raw.get("accessEntries", []), "accessEntries")

@@ -178,6 +178,11 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "eks-fsdp:availabilityZones[1]: us-west-2b is not in aws:region us-east-1",
     ),
     (
+        "kubernetes-version-as-yaml-float",
+        with_top(kubernetesVersion=1.3),
+        "eks-fsdp:kubernetesVersion: '1.3' is not shaped 1.NN (quote it in YAML: '1.30')",
+    ),
+    (
         "bad-nat-gateways",
         with_top(natGateways="two"),
         "eks-fsdp:natGateways: 'two' is not one of single, perAz",
