@@ -106,9 +106,21 @@ def save(root: Path, step: int, state: dict[str, Stateful], meta: dict[str, Any]
     return final
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit this run (another model, say); one line naming --resume."""
+
+
 def load(path: Path, state: dict[str, Stateful]) -> dict[str, Any]:
     """Load `state` in place from a complete checkpoint; returns its meta.json."""
-    dcp.load(state, checkpoint_id=str(path))
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        dcp.load(state, checkpoint_id=str(path))
+    except CheckpointException as e:  # raised on every rank: DCP gathers the planning errors
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise CheckpointError(
+            f"--resume: {path} does not fit this run ({lines[-1] if lines else e!r})"
+        ) from None
     meta_path = path / "meta.json"
     return json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
 

@@ -36,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = parse_args(argv)
     except ConfigError as e:
         return _fail(e)
+    from training.checkpoint import CheckpointError
     from training.data import DataError
     from training.dist import distributed
     from training.model import ModelError
@@ -44,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with distributed() as env:
         try:
             trainer = Trainer(cfg, env)
-        except (ConfigError, DataError, ModelError, ParallelError) as e:
+        except (CheckpointError, ConfigError, DataError, ModelError, ParallelError) as e:
             return _fail(e, env.rank)
         preempted = trainer.fit()
         trainer.finish(preempted)
@@ -90,8 +91,12 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.dims = ParallelDims.from_config(cfg, env.world_size, env.local_world_size)
 
-        # data
+        # tokenizer and model config first: a wrong --model_name fails before any data work
         self.tokenizer = load_tokenizer(cfg.model_name)
+        dtype = torch.bfloat16 if cfg.pure_bf16 else torch.float32
+        self.spec = model_spec(cfg.model_name, len(self.tokenizer), cfg.context_length, dtype)
+
+        # data
         pad_id = self.tokenizer.pad_token_id
         self.batches = DistributedBatches(
             build_dataset(cfg, self.tokenizer, "train"),
@@ -115,8 +120,6 @@ class Trainer:
             )
 
         # model: empty everywhere, sharded, then filled from rank 0
-        dtype = torch.bfloat16 if cfg.pure_bf16 else torch.float32
-        self.spec = model_spec(cfg.model_name, len(self.tokenizer), cfg.context_length, dtype)
         self.model = build_empty(self.spec)
         self.mesh = build_mesh(self.dims, device_type())
         parallelize(self.model, self.mesh, cfg, self.dims)
@@ -143,11 +146,13 @@ class Trainer:
             "trainer": self.state,
         }
         self.resumed_from: Path | None = None
+        self._saved_at: tuple[int, int] | None = None
         if cfg.resume:
             latest = checkpoint.latest_complete(self.ckpt_root)
             if latest is not None:
                 checkpoint.load(latest, self.stateful)
                 self.resumed_from = latest
+                self._saved_at = (self.state.step, self.state.epoch)
         self.stop = checkpoint.StopSignal()
 
         # metrics
@@ -194,6 +199,7 @@ class Trainer:
                     losses.append(out["loss"])
                     self._log(out)
                     if out["stop"]:
+                        self._end_epoch_stats(losses, t_epoch)
                         self.save()
                         return True
                     if cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0:
@@ -202,9 +208,7 @@ class Trainer:
                         break
                     t_last = time.perf_counter()
                 epoch_done = self.batches.remaining_steps() == 0
-                if losses:
-                    self.history["epoch_loss"].append(sum(losses) / len(losses))
-                    self.history["epoch_time"].append(time.perf_counter() - t_epoch)
+                self._end_epoch_stats(losses, t_epoch)
                 if epoch_done:
                     st.epoch += 1
                     self.scheduler.step()
@@ -294,6 +298,8 @@ class Trainer:
         """Checkpoint everything the run needs to continue (collective)."""
         from training import checkpoint
 
+        if self._saved_at == (self.state.step, self.state.epoch):
+            return self.ckpt_root  # nothing changed since the last checkpoint
         t0 = time.perf_counter()
         meta = {
             **self.state.state_dict(),
@@ -303,6 +309,7 @@ class Trainer:
         }
         path = checkpoint.save(self.ckpt_root, self.state.step, self.stateful, meta)
         self.history["ckpt_time"].append(time.perf_counter() - t0)
+        self._saved_at = (self.state.step, self.state.epoch)
         return path
 
     def finish(self, preempted: bool) -> None:
@@ -368,6 +375,11 @@ class Trainer:
             achieved = tps * self.flops_per_token
             row["mfu"] = achieved / (self.peak_flops * self.env.world_size)
         self.metrics.log(row, self.state.step)
+
+    def _end_epoch_stats(self, losses: list[float], t_epoch: float) -> None:
+        if losses:
+            self.history["epoch_loss"].append(sum(losses) / len(losses))
+            self.history["epoch_time"].append(time.perf_counter() - t_epoch)
 
     def _step_limit_reached(self) -> bool:
         return bool(self.cfg.max_train_step) and self.state.step >= self.cfg.max_train_step
