@@ -89,15 +89,13 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"FLOPs/token {r0['flops_per_token']:.3g} (6N + 12 L h s)"
     )
     if r0["epoch"] is not None:
-        lines.append(
-            "epoch: "
-            + ", ".join(
-                f"{r['nodes']} nodes {r['epoch']['steps']} steps {r['epoch']['loop_s']:.0f} s loop "
-                f"+ {r['epoch']['eval_s'] + r['epoch']['checkpoint_s']:.0f} s eval/ckpt "
-                f"+ {r['epoch']['startup_s']:.0f} s start"
-                for r in rows
+        for r in rows:
+            e = r["epoch"]
+            lines.append(
+                f"epoch @ {r['nodes']} nodes: {e['steps']} steps, loop {e['loop_s']:.0f} s, "
+                f"eval {e['eval_s']:.0f} s, checkpoint {e['checkpoint_s']:.0f} s, "
+                f"start-up {e['startup_s']:.0f} s"
             )
-        )
         lines.append(
             "eff = epoch-loop throughput vs 1 node; job eff includes eval, checkpoint and start-up"
         )
