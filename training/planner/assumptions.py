@@ -145,7 +145,8 @@ class Assumptions:
 
     def with_overrides(self, **values: float) -> Assumptions:
         """A copy with some fields replaced (the changes are recorded in ``overrides``)."""
-        return replace(self, overrides={**self.overrides, **values}, **values)
+        changes: dict[str, Any] = {**values, "overrides": {**self.overrides, **values}}
+        return replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values for the JSON output."""

@@ -41,6 +41,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     nodes = [r["nodes"] for r in rows]
     total = [r["tokens_per_s_per_gpu"] * r["gpus"] / 1e3 for r in rows]
     ax_tp.plot(nodes, total, "o-", label="steady-state tokens/s (k)")
+    ideal = [total[0] * n / nodes[0] for n in nodes]
+    ax_tp.plot(nodes, ideal, ":", color="gray", label="linear from the first point")
     if rows[0]["epoch"] is not None:
         epoch_tp = [
             r["epoch"]["tokens"] / r["epoch"]["loop_s"] / 1e3 if r["epoch"]["loop_s"] else 0.0
@@ -57,7 +59,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax_eff.set_ylabel("scaling efficiency vs 1 node (%)")
     lines = ax_tp.get_legend_handles_labels()
     lines_eff = ax_eff.get_legend_handles_labels()
-    ax_tp.legend(lines[0] + lines_eff[0], lines[1] + lines_eff[1], fontsize=8, loc="upper left")
+    ax_tp.legend(lines[0] + lines_eff[0], lines[1] + lines_eff[1], fontsize=8, loc="lower right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
