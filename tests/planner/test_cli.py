@@ -118,19 +118,23 @@ def test_human_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_stack_file_supplies_instance_nodes_model_and_batch(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    from infra.config import load_stack_file
+
+    cfg = load_stack_file("p5-16")
+    assert cfg.job is not None and cfg.job_node_group is not None
     rows = _json(capsys, "--stack", "p5-16")
     assert len(rows) == 1
     r = rows[0]
-    assert (r["nodes"], r["gpus"], r["instance"], r["model"]) == (
-        16,
-        128,
-        "p5.48xlarge",
-        "llama2-7b",
-    )
-    assert (r["micro_batch"], r["seq"], r["sharding"]) == (3, 4096, "FULL_SHARD")
-    assert r["epoch"] is not None  # dataset samsum
-    override = _json(capsys, "--stack", "p5-16", "--nodes", "1,16")
+    assert r["nodes"] == cfg.job.workers
+    assert r["gpus"] == cfg.job.workers * 8
+    assert r["instance"] == cfg.job_node_group.instance_type
+    assert r["model"] == builtin_for_hub_id(cfg.job.model)
+    assert (r["micro_batch"], r["seq"]) == (cfg.job.batch_size, cfg.job.context_length)
+    assert r["sharding"] == cfg.job.sharding_strategy
+    assert r["usd_per_hour"] == cfg.job_node_group.usd_per_hour
+    override = _json(capsys, "--stack", "p5-16", "--nodes", "1,16", "--batch", "1")
     assert [x["nodes"] for x in override] == [1, 16]
+    assert override[0]["micro_batch"] == 1
 
 
 def test_hub_ids_map_to_builtin_shapes() -> None:

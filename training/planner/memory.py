@@ -209,7 +209,13 @@ def memory(
     # Unsharded gradient of the unit being reduced, plus its reduce-dtype copy when it differs.
     grad_unit = unit_params * (p.compute + (p.reduce if p.reduce != p.compute else 0))
     if lay.reshard_after_forward:
-        gathered_peak = a.prefetch_units * gathered_unit + grad_unit
+        # The root (embedding, norm, lm_head) is not resharded after forward (backward needs it
+        # first), so it stays gathered all step; decoder layers are gathered two at a time.
+        gathered_peak = (
+            shape.root_params * p.compute
+            + a.prefetch_units * shape.layer_params * p.compute
+            + grad_unit
+        )
     else:
         gathered_peak = shape.n_params * p.compute + grad_unit
     # A fraction ``ac`` of the layers is checkpointed (1.0: every layer, --ac; 0.0: none).

@@ -193,12 +193,13 @@ def comm_time(
     overlapped = 0.0
     for k, n in enumerate(units):
         ag = ring_time(n * p.compute, lay.shard, shard_link)
-        ag_bwd = ag if lay.reshard_after_forward else 0.0
+        is_root = k == len(units) - 1  # the root is never resharded after forward
+        ag_bwd = ag if lay.reshard_after_forward and not is_root else 0.0
         rs = ring_time(n * p.reduce, lay.shard, shard_link)
         ar = ring_time(n * p.reduce / lay.shard, lay.replicas, replica_link, factor=2.0)
         totals[shard_link.name] += ag + ag_bwd + rs
         totals[replica_link.name] += ar
-        if k == len(units) - 1:  # root: gathered before the first layer, reduced after the last
+        if is_root:  # gathered before the first layer, reduced after the last: exposed
             exposed += ag + rs + ar
             continue
         fwd_excess = max(0.0, ag - fwd_layer)
