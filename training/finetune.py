@@ -370,6 +370,7 @@ class Trainer:
             "step_time_s": out["step_time_s"],
             "world_size": self.env.world_size,
             "peak_mem_bytes": peak_memory_bytes(self.env.device),
+            "time": time.time(),
         }
         if self.peak_flops:
             achieved = tps * self.flops_per_token
