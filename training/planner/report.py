@@ -92,7 +92,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         for r in rows:
             e = r["epoch"]
             lines.append(
-                f"epoch @ {r['nodes']} nodes: {e['steps']} steps, loop {e['loop_s']:.0f} s, "
+                f"epoch @ {r['nodes']} nodes: {e['steps']} step{'' if e['steps'] == 1 else 's'}, loop {e['loop_s']:.0f} s, "
                 f"eval {e['eval_s']:.0f} s, checkpoint {e['checkpoint_s']:.0f} s, "
                 f"start-up {e['startup_s']:.0f} s"
             )
