@@ -355,20 +355,22 @@ def plot_scaling(
     tps = [r["tokens_per_s"] for r in rows]
     ax1.plot(nodes, tps, "o-", label="measured")
     ax1.plot(nodes, [tps[0] / nodes[0] * n for n in nodes], "k--", label="linear")
+    handles, labels = ax1.get_legend_handles_labels()
     if all(r["predicted_tokens_per_s"] is not None for r in rows):
         ax1b = ax1.twinx()
-        ax1b.plot(
+        (line,) = ax1b.plot(
             nodes,
             [r["predicted_tokens_per_s"] for r in rows],
             "s:",
             color="tab:orange",
-            label=predicted_label,
+            label=f"{predicted_label} (right axis)",
         )
         ax1b.set_ylabel(f"{predicted_label} tokens/s", color="tab:orange")
+        handles, labels = [*handles, line], [*labels, line.get_label()]
     ax1.set_xlabel("nodes")
     ax1.set_ylabel("tokens/s (job)")
     ax1.set_title("Throughput")
-    ax1.legend(loc="upper left")
+    ax1.legend(handles, labels, loc="upper left")
     ax2.plot(nodes, [r["efficiency"] for r in rows], "o-", label="measured")
     if all(r["predicted_efficiency"] is not None for r in rows):
         ax2.plot(nodes, [r["predicted_efficiency"] for r in rows], "s:", label=predicted_label)

@@ -101,9 +101,9 @@ class _StepCollector(Collector):
             (TOKENS_TOTAL, "Tokens trained on (global).", tokens),
             (STEPS_TOTAL, "Optimizer steps completed.", steps),
         ):
-            family = CounterMetricFamily(name.removesuffix("_total"), doc, labels=["rank"])
-            family.add_metric([self.rank], value)
-            yield family
+            counter = CounterMetricFamily(name.removesuffix("_total"), doc, labels=["rank"])
+            counter.add_metric([self.rank], value)
+            yield counter
 
 
 class PrometheusSink:

@@ -257,6 +257,33 @@ Elastic rank order can change between rounds: the ``rank`` label follows the ran
 """
 
 
+SAMPLES_PNG = "training.png"
+"""Loss and tokens/s per step as Prometheus scraped them, next to ``snapshot.json``."""
+
+
+def plot_samples(samples: Sequence[dict[str, float]], png: Path, title: str) -> Path:
+    """Loss and tokens/s against the step, from Prometheus' samples (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [s["step"] for s in samples]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    ax1.plot(steps, [s["loss"] for s in samples], "o-", lw=1, ms=3)
+    ax1.set_ylabel("train loss")
+    ax1.grid(alpha=0.3)
+    ax2.plot(steps, [s["tokens_per_s"] for s in samples], "o-", lw=1, ms=3, color="tab:orange")
+    ax2.set_ylabel("tokens/s (rank 0)")
+    ax2.set_xlabel("optimizer step (as scraped by Prometheus)")
+    ax2.grid(alpha=0.3)
+    fig.suptitle(f"{title}: Prometheus samples")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return png
+
+
 def with_metrics_port(command: Sequence[str], port: int) -> list[str]:
     """The container command with its training ``--metrics_port`` set to ``port``.
 
@@ -332,5 +359,7 @@ class LocalPrometheusHook:
                 snap = self.snapshot()
                 path = self.prometheus.files.config.parent / SNAPSHOT_FILE
                 path.write_text(json.dumps(snap, indent=2))
+                if snap["samples"]:
+                    plot_samples(snap["samples"], path.with_name(SAMPLES_PNG), self.job_name)
         self.prometheus.stop()
         return snap

@@ -53,7 +53,7 @@ class ObservabilityArgs:
                 tolerations.append(toleration)
         settings = spec.ObservabilitySettings(
             dcgm=cfg.observability.dcgm and bool(cfg.gpu_node_groups),
-            **({"gpu_tolerations": tuple(tolerations)} if tolerations else {}),
+            gpu_tolerations=tuple(tolerations) or spec.ObservabilitySettings().gpu_tolerations,
         )
         return cls(settings=settings, grafana_admin_password=cfg.secrets.grafana_admin_password)
 

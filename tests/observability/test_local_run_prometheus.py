@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from workloads.local import LocalOptions, Runner
-from workloads.local_prometheus import SNAPSHOT_FILE
+from workloads.local_prometheus import SAMPLES_PNG, SNAPSHOT_FILE
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -59,6 +59,10 @@ def test_local_run_read_back_from_prometheus(tmp_path: Path) -> None:
     tps = [m["tokens_per_s"] for m in logged.values()]
     assert min(tps) <= snap["tokens_per_second_median"] <= max(tps)
     assert snap["scrapes_up"] >= 2 * len(steps_seen)
+    # The plots land next to the metrics: the run's own, and what Prometheus saw.
+    png_magic = b"\x89PNG\r\n\x1a\n"
+    assert (result.metrics_path.parent / "metrics.png").read_bytes()[:8] == png_magic
+    assert (tmp_path / "prometheus" / SAMPLES_PNG).read_bytes()[:8] == png_magic
     print(
         f"steps logged {len(logged)}, steps seen by Prometheus {len(steps_seen)} "
         f"(last {last}); tokens/s last {snap['tokens_per_second_last']:.1f}, median "
