@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,51 @@ def test_prometheus_reads_back_exporter_values(tmp_path: Path) -> None:
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_cluster_relabelling_keeps_only_annotated_job_pods(tmp_path: Path) -> None:
+    """Pods without ``prometheus.io/scrape: "true"`` or the operator's job label are dropped."""
+    from workloads.specs.prometheus_files import static_scrape_configs, write_prometheus_files
+
+    port = free_port()
+    (job,) = static_scrape_configs(worker_targets("keep", [port, port + 1, port + 2]))
+    groups = job["static_configs"]
+    groups[1]["labels"]["__meta_kubernetes_pod_annotation_prometheus_io_scrape"] = "false"
+    del groups[2]["labels"]["__meta_kubernetes_pod_label_training_kubeflow_org_job_name"]
+    files = write_prometheus_files(tmp_path, [job], scrape_interval="1s")
+    proc = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={files.config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{(api := free_port())}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        body: dict = {}
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{api}/api/v1/targets") as r:
+                    body = json.loads(r.read())["data"]
+                if len(body["activeTargets"]) + len(body["droppedTargets"]) == 3:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        (active,) = body["activeTargets"]
+        assert active["labels"] == {
+            "instance": f"127.0.0.1:{port}",
+            "job": "eksfsdp-training",
+            "training_job": "keep",
+            "pod": "keep-worker-0",
+            "node": "local-0",
+            "namespace": "local",
+        }
+        assert active["scrapeUrl"] == f"http://127.0.0.1:{port}/metrics"
+        assert len(body["droppedTargets"]) == 2
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
