@@ -109,7 +109,7 @@ def test_dcgm_affinity_matches_gpu_nodegroup_label() -> None:
     assert spec.GPU_PRESENT_LABEL == GPU_PRESENT_LABEL
 
 
-@pytest.mark.parametrize("stack", ["p5-16", "dev"])
+@pytest.mark.parametrize("stack", ["p5-16", "p4de-odcr", "dev"])
 def test_main_program_composes_observability(stack: str) -> None:
     run = run_program(stack, secrets={"grafanaAdminPassword": "pw", "hfToken": "hf_x"})
     comps = [r for r in run.resources if r.type == TYPE_TOKEN]
