@@ -121,6 +121,8 @@ class PodResult:
     exit_code: int | None = None
     lost: bool = False
     """Killed by a kill-node fault (not expected to finish)."""
+    restarts: int = 0
+    """Times the pod was restarted after a failure (restartPolicy OnFailure, like the kubelet)."""
 
 
 @dataclass
@@ -270,14 +272,22 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
 class Runner:
     """One local run: etcd, the worker pods, progress, the fault, the cleanup."""
 
-    def __init__(self, opts: LocalOptions, echo: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        opts: LocalOptions,
+        echo: Callable[[str], None] | None = None,
+        etcd: LocalEtcd | None = None,
+    ) -> None:
+        """``etcd``: a running server to use (and leave running) instead of starting one."""
         self.opts = opts
         self.echo = echo or (lambda line: print(line, flush=True))
         self.out = opts.out.resolve()
         self.shared = self.out / "shared"
         self.logs = self.out / "logs"
-        self.etcd: LocalEtcd | None = None
+        self.etcd: LocalEtcd | None = etcd
+        self._own_etcd = etcd is None
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._pod_args: tuple[dict[str, Any], str, list[str]] = ({}, "cpu", [])
         self._log_files: list[TextIO] = []
         self.prometheus: LocalPrometheusHook | None = None
 
@@ -291,7 +301,8 @@ class Runner:
             shutil.rmtree(job_dir)
         for log in self.logs.glob("*.log"):
             log.unlink()
-        shutil.rmtree(self.out / "etcd-data", ignore_errors=True)
+        if self._own_etcd:
+            shutil.rmtree(self.out / "etcd-data", ignore_errors=True)
 
     def _endpoint(self, job: JobSettings) -> tuple[str, int]:
         if job.uses_etcd:
@@ -302,7 +313,8 @@ class Runner:
                         f"--etcd-endpoint: {self.opts.etcd_endpoint!r} is not host:port"
                     )
                 return host, int(port)
-            self.etcd = LocalEtcd(self.out / "etcd-data", self.logs / "etcd.log").start()
+            if self.etcd is None:
+                self.etcd = LocalEtcd(self.out / "etcd-data", self.logs / "etcd.log").start()
             return "127.0.0.1", self.etcd.client_port
         return "127.0.0.1", free_port()
 
@@ -370,19 +382,7 @@ class Runner:
                     job.name, len(pods), self.out, self.echo
                 )
             for index, pod in enumerate(pods):
-                log = pod.log.open("w")
-                self._log_files.append(log)
-                self.procs.append(
-                    subprocess.Popen(
-                        self.prometheus.command_for(command, index) if self.prometheus else command,
-                        cwd=REPO_ROOT,
-                        env=self.pod_env(job_obj, device, pod.name),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                )
+                self.procs.append(self._start_pod(job_obj, device, command, index, pod))
             self._monitor(result, t0, self._planned_steps(job))
         except KeyboardInterrupt:
             if result is not None:
@@ -395,6 +395,46 @@ class Runner:
         result.wall_s = time.monotonic() - t0
         self._collect(result)
         return result
+
+    def _start_pod(
+        self,
+        job_obj: dict[str, Any],
+        device: str,
+        command: list[str],
+        index: int,
+        pod: PodResult,
+    ) -> subprocess.Popen[bytes]:
+        """Start (or restart) one worker pod: its torchrun agent in a process group of its own."""
+        log = pod.log.open("a")
+        self._log_files.append(log)
+        self._pod_args = (job_obj, device, command)
+        return subprocess.Popen(
+            self.prometheus.command_for(command, index) if self.prometheus else command,
+            cwd=REPO_ROOT,
+            env=self.pod_env(job_obj, device, pod.name),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def _maybe_restart(self, result: RunResult, index: int, code: int) -> bool:
+        """Restart a failed pod as the kubelet would (restartPolicy OnFailure, backoffLimit)."""
+        pod = result.pods[index]
+        spec = result.job["spec"]
+        policy = spec["pytorchReplicaSpecs"]["Worker"].get("restartPolicy", "Never")
+        limit = (spec.get("runPolicy") or {}).get("backoffLimit", 0)
+        total = sum(p.restarts for p in result.pods)
+        if code == 0 or pod.lost or policy not in ("OnFailure", "Always") or total >= limit:
+            return False
+        pod.restarts += 1
+        self.echo(
+            f"  {pod.name} exited with {code}: restarting it (restartPolicy {policy}, "
+            f"restart {total + 1} of backoffLimit {limit})"
+        )
+        job_obj, device, command = self._pod_args
+        self.procs[index] = self._start_pod(job_obj, device, command, index, pod)
+        return True
 
     @staticmethod
     def _planned_steps(job: JobSettings) -> int | None:
@@ -454,8 +494,11 @@ class Runner:
                 elif last_step >= fault.step:
                     fired = self._fire(result, t0)
             codes = [p.poll() for p in self.procs]
-            for pod, code in zip(result.pods, codes, strict=True):
+            for index, (pod, code) in enumerate(zip(result.pods, codes, strict=True)):
                 if code is not None and pod.exit_code is None:
+                    if self._maybe_restart(result, index, code):
+                        codes[index] = None
+                        continue
                     pod.exit_code = code
                     if not pod.lost:
                         self.echo(f"  {pod.name} exited with {code}")
@@ -503,7 +546,7 @@ class Runner:
             for f in self._log_files:
                 f.close()
             self._log_files.clear()
-            if self.etcd is not None:
+            if self.etcd is not None and self._own_etcd:
                 self.etcd.stop()
 
     def _stop_pods(self) -> None:
@@ -549,7 +592,8 @@ def summary(result: RunResult) -> str:
     lines.append(f"status         {status} in {result.wall_s:.1f} s")
     for pod in result.pods:
         lost = " (lost to the fault)" if pod.lost else ""
-        lines.append(f"  {pod.name:<28} exit {pod.exit_code}{lost}  log {pod.log}")
+        again = f", restarted {pod.restarts}x" if pod.restarts else ""
+        lines.append(f"  {pod.name:<28} exit {pod.exit_code}{lost}{again}  log {pod.log}")
     if steps:
         first, last = losses[steps[0]], losses[steps[-1]]
         lines.append(

@@ -22,6 +22,8 @@ RDZV_BACKENDS = ("etcd", "etcd-v2", "c10d")
 ETCD_CLIENT_PORT = 2379
 C10D_PORT = 29400
 CHECKPOINT_MOUNT = "/checkpoints"
+NODEGROUP_LABEL = "eks-fsdp/nodegroup"
+"""Node label naming the GPU node group (``infra.gpu_nodegroup.NODEGROUP_LABEL``; a test checks)."""
 HF_TOKEN_KEY = "token"
 """Key of the Hugging Face token inside its Secret."""
 
@@ -266,10 +268,11 @@ def _node_group(stack_cfg: Any, name: str | None) -> Any:
 
 
 def node_selector_for(group: Any) -> dict[str, str]:
-    """Labels that select the nodes of a GPU node group."""
-    selector = {"node.kubernetes.io/instance-type": group.instance_type}
-    selector.update({str(k): str(v) for k, v in (getattr(group, "labels", None) or {}).items()})
-    return selector
+    """Labels that select the nodes of a GPU node group (the labels the infra gives them)."""
+    return {
+        NODEGROUP_LABEL: group.name,
+        "node.kubernetes.io/instance-type": group.instance_type,
+    }
 
 
 def from_stack(

@@ -1,0 +1,368 @@
+"""Spec builders of the workloads: what the cluster would receive, checked offline.
+
+Nothing is mocked. If these fail, a rendered object would be rejected by the API server (strict
+schemas for the stack's Kubernetes version; the PyTorchJob against the operator's SDK types), or
+the job would break in the known ways: ``--nnodes`` overriding the elastic range, a reused
+rendezvous id (RendezvousClosedError for 2 hours), a Hugging Face token in plain text, pods
+without their EFA devices (silent TCP fallback), FI_* on p5, unpinned images, etcd without the
+v2 API, or the spec modules pulling in pulumi/torch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra import versions
+from infra.config import load_stack_file
+from tests.workloads.conftest import STACKS, stack_workloads
+from workloads.localrun.operator_env import operator_env
+from workloads.specs import debug, etcd, operator, pytorchjob
+from workloads.specs.settings import EtcdSettings, JobSettings, OperatorSettings
+from workloads.specs.stack import check_train_flags
+from workloads.specs.validate import ValidationError, validate, validate_pytorchjob
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _job(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == "PyTorchJob")
+
+
+def _container(job: dict[str, Any]) -> dict[str, Any]:
+    return job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+
+
+def _env(job: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e for e in _container(job)["env"]}
+
+
+def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj.get("spec", {})
+    if obj["kind"] == "PyTorchJob":
+        spec = spec["pytorchReplicaSpecs"]["Worker"]
+    pod = spec.get("template", {}).get("spec", {})
+    return list(pod.get("containers", [])) + list(pod.get("initContainers", []))
+
+
+def _settings(**kw: Any) -> JobSettings:
+    base: dict[str, Any] = {
+        "name": "llama",
+        "image": "repo/train:sha-1234",
+        "instance_type": "p5.48xlarge",
+        "workers": 4,
+        "min_workers": 2,
+        "train_args": ("--enable_fsdp", "--model_name=tiny-llama"),
+        "hf_token_secret": "hf-token",
+    }
+    return JobSettings(**{**base, **kw})
+
+
+# --- invariants of the package --------------------------------------------------------------
+
+
+def test_spec_modules_import_neither_pulumi_nor_torch() -> None:
+    code = (
+        "import importlib, pkgutil, sys, json\n"
+        "import workloads.specs as pkg\n"
+        "for m in pkgutil.iter_modules(pkg.__path__):\n"
+        "    importlib.import_module(f'workloads.specs.{m.name}')\n"
+        "import workloads.render, workloads.local\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('pulumi', 'pulumi_kubernetes', 'pulumi_aws', 'torch'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout) == []
+
+
+# --- every object of every stack validates ----------------------------------------------------
+
+
+def test_every_object_validates_strictly(stack_objects: Any) -> None:
+    stack, _, objs = stack_objects
+    version = load_stack_file(stack).kubernetes_version
+    kinds = sorted(o["kind"] for o in objs)
+    assert kinds == [
+        "DaemonSet",
+        "DaemonSet",
+        "Deployment",
+        "NetworkPolicy",
+        "PyTorchJob",
+        "Service",
+    ]
+    for obj in objs:
+        validate(obj, version)
+
+
+def test_strict_validation_rejects_unknown_fields() -> None:
+    s = EtcdSettings()
+    dep = etcd.deployment(s)
+    dep["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    with pytest.raises(ValidationError, match="Deployment/etcd"):
+        validate(dep, versions.KUBERNETES_VERSION)
+    job = pytorchjob.pytorchjob(_settings(), "etcd")
+    job["spec"]["elasticPolicy"]["nnodes"] = "1:2"
+    with pytest.raises(ValidationError, match=r"elasticPolicy\.nnodes"):
+        validate_pytorchjob(job)
+    job = pytorchjob.pytorchjob(_settings(), "etcd")
+    _container(job)["resourcez"] = {}
+    with pytest.raises(ValidationError, match="resourcez"):
+        validate_pytorchjob(job)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_training_flags_parse_with_the_training_cli(stack: str) -> None:
+    check_train_flags(stack_workloads(stack))
+
+
+# --- the PyTorchJob ---------------------------------------------------------------------------
+
+
+def test_command_is_torchrun_module_without_nnodes(stack_objects: Any) -> None:
+    _, w, objs = stack_objects
+    job = _job(objs)
+    cmd = _container(job)["command"]
+    assert cmd[:3] == ["torchrun", "-m", "training.finetune"]
+    assert not any(a.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")) for a in cmd)
+    assert "--resume" in cmd and "--enable_fsdp" in cmd
+    assert f"--dist_checkpoint_root_folder={w.job.checkpoint_mount}" in cmd
+    assert _container(job)["name"] == "pytorch"
+    with pytest.raises(ValueError, match=r"job\.extra_args"):
+        _settings(train_args=("--nnodes=2",))
+
+
+@pytest.mark.parametrize(
+    ("stack", "gpus", "efa", "fi"),
+    [("dev", 1, None, False), ("p4de-odcr", 8, 4, True), ("p5-16", 8, 32, False)],
+)
+def test_devices_and_fi_env_per_instance_type(
+    stack: str, gpus: int, efa: int | None, fi: bool
+) -> None:
+    w = stack_workloads(stack)
+    job = pytorchjob.pytorchjob(w.job, w.etcd.host)
+    res = _container(job)["resources"]
+    assert res["limits"] == res["requests"]
+    assert res["limits"]["nvidia.com/gpu"] == str(gpus)
+    assert res["limits"].get("vpc.amazonaws.com/efa") == (str(efa) if efa else None)
+    assert job["spec"]["nprocPerNode"] == str(gpus)
+    env = _env(job)
+    assert ("FI_PROVIDER" in env) is fi and ("FI_EFA_USE_DEVICE_RDMA" in env) is fi
+    if fi:
+        assert env["FI_PROVIDER"]["value"] == "efa"
+    assert env["NCCL_DEBUG"]["value"] == "INFO"
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"]["value"] == "1"
+    assert "LOGLEVEL" in env
+
+
+def test_elastic_policy_points_at_the_etcd_service(stack_objects: Any) -> None:
+    _, w, objs = stack_objects
+    job = _job(objs)
+    ep = job["spec"]["elasticPolicy"]
+    svc = next(o for o in objs if o["kind"] == "Service")
+    assert ep["rdzvBackend"] == "etcd"
+    assert (
+        ep["rdzvHost"]
+        == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc.cluster.local"
+    )
+    assert ep["rdzvPort"] == svc["spec"]["ports"][0]["port"] == 2379
+    assert ep["minReplicas"] == w.job.min_workers <= ep["maxReplicas"] == w.job.workers
+    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == w.job.workers
+    assert ep["maxRestarts"] == w.job.max_restarts
+    assert {"key": "last_call_timeout", "value": "5"} in ep["rdzvConf"]
+    assert "Master" not in job["spec"]["pytorchReplicaSpecs"]
+
+
+def test_rdzv_id_unique_per_generation_and_per_change() -> None:
+    s = _settings()
+    ids = {
+        pytorchjob.rdzv_id(s),
+        pytorchjob.rdzv_id(s.replace(generation=2)),
+        pytorchjob.rdzv_id(s.replace(generation=3)),
+        pytorchjob.rdzv_id(s.replace(train_args=(*s.train_args, "--max_train_step=9"))),
+        pytorchjob.rdzv_id(s.replace(workers=8)),
+        pytorchjob.rdzv_id(s.replace(image="repo/train:sha-5678")),
+    }
+    assert len(ids) == 6
+    assert pytorchjob.rdzv_id(s) == pytorchjob.rdzv_id(_settings())  # deterministic
+    assert pytorchjob.rdzv_id(s.replace(generation=7)).startswith("llama-g7-")
+    job = pytorchjob.pytorchjob(s.replace(generation=2), "etcd")
+    assert job["spec"]["elasticPolicy"]["rdzvId"] == pytorchjob.rdzv_id(s.replace(generation=2))
+    assert job["metadata"]["labels"]["eks-fsdp/generation"] == "2"
+
+
+def test_hf_token_only_through_a_secret_key_ref(stack_objects: Any) -> None:
+    _, w, objs = stack_objects
+    job = _job(objs)
+    ref = _env(job)["HF_TOKEN"]
+    assert "value" not in ref
+    assert ref["valueFrom"]["secretKeyRef"] == {
+        "name": w.job.hf_token_secret,
+        "key": "token",
+        "optional": True,
+    }
+    text = json.dumps(objs)
+    assert "hf_" not in text.lower().replace("hf_token", "")
+    assert not any(o["kind"] == "Secret" for o in objs)
+    assert not any("token" in a.lower() for a in _container(job)["command"])
+
+
+def test_rdzv_store_sharing_disabled_only_where_needed() -> None:
+    for backend, expected in (("etcd", False), ("etcd-v2", True), ("c10d", True)):
+        job = pytorchjob.pytorchjob(_settings(rdzv_backend=backend), "etcd.default")
+        assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in _env(job)) is expected
+    c10d = pytorchjob.pytorchjob(_settings(rdzv_backend="c10d"), "etcd.default")
+    assert c10d["spec"]["elasticPolicy"]["rdzvHost"] == "llama-worker-0"
+    assert c10d["spec"]["elasticPolicy"]["rdzvPort"] == 29400
+
+
+def test_pod_template_shm_checkpoints_scheduling(stack_objects: Any) -> None:
+    stack, w, objs = stack_objects
+    pod = _job(objs)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert "emptyDir" in vols["checkpoints"] or "persistentVolumeClaim" in vols["checkpoints"]
+    mounts = {m["name"]: m["mountPath"] for m in _container(_job(objs))["volumeMounts"]}
+    assert mounts == {"dshm": "/dev/shm", "checkpoints": w.job.checkpoint_mount}
+    group = load_stack_file(stack).job_node_group
+    assert pod["nodeSelector"]["eks-fsdp/nodegroup"] == group.name
+    assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == group.instance_type
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    assert pod["terminationGracePeriodSeconds"] >= 60  # room for the SIGTERM checkpoint
+    claim = pytorchjob.pytorchjob(_settings(checkpoint_claim="fsx-checkpoints"), "etcd")
+    vol = claim["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"][1]
+    assert vol == {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "fsx-checkpoints"}}
+
+
+def test_nodegroup_label_matches_the_infra() -> None:
+    from infra.gpu_nodegroup import NODEGROUP_LABEL
+    from workloads.specs.settings import NODEGROUP_LABEL as OURS
+
+    assert OURS == NODEGROUP_LABEL
+
+
+def test_operator_env_is_what_torchrun_reads() -> None:
+    job = pytorchjob.pytorchjob(_settings(generation=3), "etcd.default.svc.cluster.local")
+    env = operator_env(job)
+    assert env == {
+        "PYTHONUNBUFFERED": "1",
+        "PET_RDZV_ENDPOINT": "etcd.default.svc.cluster.local:2379",
+        "PET_RDZV_BACKEND": "etcd",
+        "PET_NNODES": "2:4",
+        "PET_MAX_RESTARTS": "3",
+        "PET_RDZV_ID": pytorchjob.rdzv_id(_settings(generation=3)),
+        "PET_RDZV_CONF": "last_call_timeout=5",
+        "PET_NPROC_PER_NODE": "8",
+    }
+
+
+# --- images, etcd, operator, debug --------------------------------------------------------------
+
+
+def test_every_image_is_pinned(stack_objects: Any) -> None:
+    _, _, objs = stack_objects
+    images = [c["image"] for o in objs for c in _containers(o)]
+    assert len(images) == 4  # etcd, pytorch, htop, nvtop
+    for image in images:
+        name, _, tag = image.rpartition("/")[2].partition(":")
+        assert name and tag and tag != "latest", image
+    k = operator.kustomization(OperatorSettings())
+    assert k["resources"][0].endswith(f"?ref={versions.TRAINING_OPERATOR_VERSION}")
+    assert k["images"] == [{"name": "kubeflow/training-operator", "newTag": "v1.9.3"}]
+    with pytest.raises(ValueError, match=r"operator\.kustomize_url"):
+        OperatorSettings(kustomize_url="https://github.com/kubeflow/trainer.git/x?ref=master")
+    with pytest.raises(ValueError, match=r"job\.image"):
+        _settings(image="repo/train:latest")
+    with pytest.raises(ValueError, match=r"job\.image"):
+        _settings(image="repo/train")
+
+
+def test_committed_operator_kustomization_matches_the_spec() -> None:
+    path = REPO / "workloads/manifests/training-operator/kustomization.yaml"
+    assert yaml.safe_load(path.read_text()) == operator.kustomization(OperatorSettings())
+
+
+def test_etcd_serves_v2_on_3_5_and_only_to_the_job() -> None:
+    s = EtcdSettings(client_job_names=("llama",), storage_size="2Gi", storage_class="gp3")
+    objs = {o["kind"]: o for o in etcd.objects(s)}
+    c = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == versions.ETCD_IMAGE and ":v3.5." in c["image"]
+    assert "--enable-v2=true" in c["command"]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": 2379}
+    assert c["resources"]["requests"]["cpu"]
+    assert objs["Deployment"]["spec"]["strategy"]["type"] == "Recreate"
+    vol = objs["Deployment"]["spec"]["template"]["spec"]["volumes"][0]
+    assert (
+        vol["persistentVolumeClaim"]["claimName"]
+        == objs["PersistentVolumeClaim"]["metadata"]["name"]
+    )
+    assert objs["PersistentVolumeClaim"]["spec"]["storageClassName"] == "gp3"
+    assert objs["Service"]["spec"]["ports"][0]["port"] == 2379
+    ingress = objs["NetworkPolicy"]["spec"]["ingress"]
+    assert ingress == [
+        {
+            "from": [
+                {
+                    "podSelector": {
+                        "matchExpressions": [
+                            {
+                                "key": "training.kubeflow.org/job-name",
+                                "operator": "In",
+                                "values": ["llama"],
+                            }
+                        ]
+                    }
+                }
+            ],
+            "ports": [{"protocol": "TCP", "port": 2379}],
+        }
+    ]
+    for obj in objs.values():
+        validate(obj, versions.KUBERNETES_VERSION)
+    with pytest.raises(ValueError, match=r"etcd\.image"):
+        EtcdSettings(image="quay.io/coreos/etcd:v3.6.0")
+    assert "PersistentVolumeClaim" not in {o["kind"] for o in etcd.objects(EtcdSettings())}
+
+
+def test_debug_daemonsets_tolerate_gpus_and_see_host_processes(stack_objects: Any) -> None:
+    stack, _, objs = stack_objects
+    sets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "DaemonSet"}
+    assert sorted(sets) == list(debug.TOOLS)
+    types_ = sorted({g.instance_type for g in load_stack_file(stack).gpu_node_groups})
+    for ds in sets.values():
+        pod = ds["spec"]["template"]["spec"]
+        assert pod["hostPID"] is True
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+            "tolerations"
+        ]
+        term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == types_
+        assert "nvidia.com/gpu" not in json.dumps(pod["containers"][0]["resources"])
+    nv_env = {e["name"] for e in sets["nvtop"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "NVIDIA_VISIBLE_DEVICES" in nv_env
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"name": "Llama_2"}, "job.name"),
+        ({"workers": 0}, "job.workers"),
+        ({"min_workers": 5}, "job.min_workers"),
+        ({"rdzv_backend": "zookeeper"}, "job.rdzv_backend"),
+        ({"instance_type": "p9.huge"}, "job.instance_type"),
+        ({"generation": 0}, "job.generation"),
+        ({"train_args": ("model=x",)}, "job.extra_args"),
+    ],
+)
+def test_bad_settings_name_the_field(change: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        _settings(**change)
