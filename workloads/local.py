@@ -140,6 +140,8 @@ class RunResult:
     fault_time_s: float | None = None
     """Seconds after start when the fault fired (None if it never did)."""
     fault_note: str = ""
+    fault_checkpoint_complete: bool | None = None
+    """kill-in-checkpoint: whether checkpoint K was complete when the worker was frozen."""
     recovery_s: float | None = None
     """Seconds from the fault to the next optimizer step logged after it."""
     resumed_from_steps: list[int] = field(default_factory=list)
@@ -212,6 +214,10 @@ def local_job_settings(opts: LocalOptions, shared: Path) -> tuple[JobSettings, s
             min_workers=min_workers,
             rdzv_backend=opts.backend or job.rdzv_backend,
             train_args=_override_flags(job.train_args, opts.train_overrides),
+        )
+        # The rendezvous id is the cluster job's: fixed before the local swaps (paths, ports).
+        job = job.replace(
+            rdzv_id=pj.rdzv_id(job),
             checkpoint_mount=str(shared),
             nproc_per_node=1 if w.device == "cpu" else None,
         )
@@ -464,6 +470,8 @@ class Runner:
         last_step = 0
         every = self.opts.progress_every or max(1, (planned or 100) // 20)
         tmp_dir = result.checkpoint_root / f"step-{fault.step:06d}.tmp"
+        watch_pids: list[int] = []
+        watch_refreshed = 0.0
         while True:
             now = time.monotonic()
             if now - t0 > self.opts.timeout_s:
@@ -490,7 +498,10 @@ class Runner:
             if not fired and fault.kind != "none":
                 if fault.kind == "kill-in-checkpoint":
                     if tmp_dir.is_dir():
-                        fired = self._fire(result, t0)
+                        fired = self._fire(result, t0, watch_pids)
+                    elif now - watch_refreshed > 0.3:  # know whom to freeze before it matters
+                        watch_pids = _children(self.procs[min(FAULT_POD, len(self.procs) - 1)].pid)
+                        watch_refreshed = now
                 elif last_step >= fault.step:
                     fired = self._fire(result, t0)
             codes = [p.poll() for p in self.procs]
@@ -506,18 +517,24 @@ class Runner:
                 return
             time.sleep(0.005 if fault.kind == "kill-in-checkpoint" and not fired else 0.2)
 
-    def _fire(self, result: RunResult, t0: float) -> bool:
+    def _fire(self, result: RunResult, t0: float, known_pids: Sequence[int] = ()) -> bool:
         fault = self.opts.fault
         pod_index = min(FAULT_POD, len(self.procs) - 1)
         proc, pod = self.procs[pod_index], result.pods[pod_index]
         result.fault_time_s = time.monotonic() - t0
         if fault.kind in ("kill-worker", "kill-in-checkpoint"):
-            workers = _children(proc.pid)
+            workers = list(known_pids) or _children(proc.pid)
             if fault.kind == "kill-in-checkpoint":
                 for pid in workers:  # freeze first: the write cannot finish without them
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGSTOP)
+                workers = sorted(set(workers) | set(_children(proc.pid)))
+                for pid in workers:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGSTOP)
             complete = (result.checkpoint_root / f"step-{fault.step:06d}" / "COMPLETE").exists()
+            if fault.kind == "kill-in-checkpoint":
+                result.fault_checkpoint_complete = complete
             for pid in workers:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)

