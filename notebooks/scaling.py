@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import statistics
@@ -48,7 +49,7 @@ class Measurement:
     nodes: int
     """Worker pods (= nodes on the cluster)."""
     tokens_per_s: float
-    """Job-wide tokens/s: median over the run of global rank 0's per-step value."""
+    """Job-wide tokens/s: median over the run's steps of global rank 0's value."""
     source: str
     """Where the number came from: ``prometheus`` or ``metrics.jsonl``."""
     job: str
@@ -80,16 +81,41 @@ def _one(values: dict[tuple[tuple[str, str], ...], float]) -> float | None:
     return next(iter(values.values())) if values else None
 
 
-def job_throughput(url: str, job: str, window: str = "6h") -> tuple[float | None, int | None]:
-    """(median tokens/s of rank 0, last step) of ``job`` as Prometheus holds them."""
+def prom_range(
+    url: str, promql: str, start: float, end: float, step: float
+) -> list[dict[str, Any]]:
+    """Range query against a Prometheus at ``url``: the ``result`` matrix."""
+    q = urllib.parse.urlencode({"query": promql, "start": start, "end": end, "step": step})
+    with urllib.request.urlopen(f"{url}/api/v1/query_range?{q}", timeout=30) as resp:
+        body = json.loads(resp.read().decode())
+    if body.get("status") != "success":
+        raise RuntimeError(f"Prometheus range query {promql!r} failed: {body}")
+    return list(body["data"]["result"])
+
+
+def last_logged_step(url: str, job: str, window: str = "6h") -> int | None:
+    """The last step rank 0 of ``job`` logged, as Prometheus holds it."""
     sel = f'training_job="{job}",{R0}'
-    tps = _one(
-        prom_query(
-            url, f"max(quantile_over_time(0.5, eksfsdp_tokens_per_second{{{sel}}}[{window}]))"
-        )
-    )
     step = _one(prom_query(url, f"max(last_over_time(eksfsdp_step{{{sel}}}[{window}]))"))
-    return tps, (int(step) if step is not None else None)
+    return int(step) if step is not None else None
+
+
+def job_throughput(
+    url: str, job: str, *, since: float, resolution_s: float = 5.0
+) -> tuple[float | None, int | None]:
+    """(median tokens/s of rank 0 over distinct steps, last step) of ``job`` since ``since``."""
+    from workloads.local_prometheus import per_step_median
+
+    sel = f'training_job="{job}",{R0}'
+    rows: dict[float, dict[str, float]] = {}
+    now = time.time()
+    start = now - math.ceil(max(now - since, resolution_s) / resolution_s) * resolution_s
+    for column, metric in (("step", "eksfsdp_step"), ("tokens_per_s", "eksfsdp_tokens_per_second")):
+        for series in prom_range(url, f"{metric}{{{sel}}}", start, now, resolution_s):
+            for t, v in series["values"]:
+                rows.setdefault(float(t), {})[column] = float(v)
+    samples = [r for _, r in sorted(rows.items()) if len(r) == 2]
+    return per_step_median(samples), last_logged_step(url, job)
 
 
 def wait_for_job(
@@ -100,7 +126,7 @@ def wait_for_job(
     seen: int | None = None
     while True:
         with contextlib.suppress(OSError, RuntimeError):
-            _, seen = job_throughput(url, job)
+            seen = last_logged_step(url, job)
             if seen is not None and seen >= last_step:
                 return seen
         if time.monotonic() > deadline:
@@ -163,9 +189,9 @@ def measure_local(
         job = result.job["metadata"]["name"]
         snap_path = out / "prometheus" / SNAPSHOT_FILE
         snap = json.loads(snap_path.read_text()) if snap_path.is_file() else {}
-        if snap.get("tokens_per_second_median") is not None:
+        if snap.get("tokens_per_second_step_median") is not None:
             tps, last, source = (
-                snap["tokens_per_second_median"],
+                snap["tokens_per_second_step_median"],
                 int(snap["step_last"]),
                 "prometheus",
             )
@@ -286,11 +312,12 @@ def measure_cloud(
             put("job.minWorkers", n)
             put("job.maxTrainStep", steps)
             log(f"{n} node(s): pulumi up ({job})")
+            started = time.time()
             stack.up(on_output=lambda _line: None)
             outputs = {k: v.value for k, v in stack.outputs().items()}
             with prometheus(outputs, job) as url:
                 last = wait_for_job(url, job, steps, timeout_s=wait_timeout_s, poll_s=poll_s)
-                tps, _ = job_throughput(url, job)
+                tps, _ = job_throughput(url, job, since=started)
             if tps is None:
                 raise RuntimeError(f"job {job}: no eksfsdp_tokens_per_second in Prometheus")
             m = Measurement(

@@ -17,6 +17,7 @@ import contextlib
 import json
 import shutil
 import socket
+import statistics
 import subprocess
 import time
 import urllib.error
@@ -254,6 +255,8 @@ SNAPSHOT_QUERIES: dict[str, str] = {
 Throughput, step time and loss are global rank 0's (step time is measured per rank, so another
 rank's tokens/s differs slightly); rank 0 also writes metrics.jsonl, so the two agree exactly.
 Elastic rank order can change between rounds: the ``rank`` label follows the rank, not the pod.
+The snapshot also holds ``samples`` (rank 0's scraped rows) and ``tokens_per_second_step_median``
+(median over distinct steps, see :func:`per_step_median`), the figure the scaling notebook uses.
 """
 
 
@@ -282,6 +285,18 @@ def plot_samples(samples: Sequence[dict[str, float]], png: Path, title: str) -> 
     fig.savefig(png, dpi=100)
     plt.close(fig)
     return png
+
+
+def per_step_median(samples: Sequence[dict[str, float]]) -> float | None:
+    """Median tokens/s over the distinct steps in ``samples`` (rows with ``step``, ``tokens_per_s``).
+
+    Counting each step once keeps the scrapes taken while a run saves and exits (which all repeat
+    the last step) from pulling the median towards the last step.
+    """
+    per_step: dict[float, float] = {}
+    for row in samples:
+        per_step.setdefault(row["step"], row["tokens_per_s"])
+    return statistics.median(per_step.values()) if per_step else None
 
 
 def with_metrics_port(command: Sequence[str], port: int) -> list[str]:
@@ -329,6 +344,7 @@ class LocalPrometheusHook:
             values = self.prometheus.query_values(promql)
             out[name] = values.get((("training_job", self.job_name),))
         out["samples"] = self.samples()
+        out["tokens_per_second_step_median"] = per_step_median(out["samples"])
         return out
 
     def samples(self) -> list[dict[str, float]]:

@@ -10,6 +10,7 @@ model on CPU, Debian's prometheus 2.42, its HTTP API.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,8 @@ def test_local_run_read_back_from_prometheus(tmp_path: Path) -> None:
     assert snap["restarts_max"] == 0.0
     tps = [m["tokens_per_s"] for m in logged.values()]
     assert min(tps) <= snap["tokens_per_second_median"] <= max(tps)
+    seen_tps = [logged[s]["tokens_per_s"] for s in steps_seen]
+    assert snap["tokens_per_second_step_median"] == pytest.approx(statistics.median(seen_tps))
     assert snap["scrapes_up"] >= 2 * len(steps_seen)
     # The plots land next to the metrics: the run's own, and what Prometheus saw.
     png_magic = b"\x89PNG\r\n\x1a\n"
@@ -66,6 +69,6 @@ def test_local_run_read_back_from_prometheus(tmp_path: Path) -> None:
     print(
         f"steps logged {len(logged)}, steps seen by Prometheus {len(steps_seen)} "
         f"(last {last}); tokens/s last {snap['tokens_per_second_last']:.1f}, median "
-        f"{snap['tokens_per_second_median']:.1f}; loss last {snap['loss_last']:.4f}; "
+        f"{snap['tokens_per_second_step_median']:.1f} (median over steps seen); loss last {snap['loss_last']:.4f}; "
         f"wall {result.wall_s:.1f}s"
     )
