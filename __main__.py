@@ -11,6 +11,7 @@ from infra.config import from_pulumi
 from infra.device_plugins import DevicePlugins, DevicePluginsArgs
 from infra.gpu_nodegroup import GpuNodeGroup, GpuNodeGroupArgs
 from infra.network import Network, NetworkArgs
+from workloads.program import deploy as deploy_workloads
 
 cfg = from_pulumi()
 
@@ -89,3 +90,7 @@ if cfg.observability.enabled:
         opts=pulumi.ResourceOptions(providers=[cluster.provider]),
     )
     pulumi.export(OUTPUT_KEY, observability.port_forward)
+
+# --- workloads: training image, training operator, etcd, debug tools, the PyTorchJob ----------
+if cfg.job is not None:
+    deploy_workloads(cfg, cluster.provider, depends_on=[device_plugins])

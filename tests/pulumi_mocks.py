@@ -156,12 +156,12 @@ class Mocks(pulumi_mocks.Mocks):
         rid, state = _mock_outputs(args)
         return rid, state
 
-    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], None]:
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
         if args.token == "aws:index/getPartition:getPartition":
-            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}, None
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}, []
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {"accountId": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/test"}, None
-        return {}, None
+            return {"accountId": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/test"}, []
+        return {}, []  # (result, check failures): the monitor iterates the failures
 
 
 def _strip_refs(value: struct_pb2.Value) -> None:

@@ -7,13 +7,16 @@ re-pulls, and a changed one can never be mistaken for the old image (no ``latest
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
+
+from infra import versions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "training/Dockerfile"
 CONTEXT_PATHS = (
     DOCKERFILE,
-    "training/.dockerignore",
+    "training/Dockerfile.dockerignore",
     "training/requirements.txt",
     "infra/__init__.py",
     "infra/instances.py",
@@ -44,3 +47,20 @@ def content_tag(root: Path = REPO_ROOT) -> str:
 def local_reference(repository: str, root: Path = REPO_ROOT) -> str:
     """``<repository>:<content tag>``: the image the stack would push, for rendering."""
     return f"{repository}:{content_tag(root)}"
+
+
+def build_args() -> dict[str, str]:
+    """The Dockerfile's build arguments, from ``infra.versions`` (the Dockerfile pins nothing)."""
+    return {
+        "CUDA_BASE_IMAGE": versions.CUDA_BASE_IMAGE,
+        "EFA_INSTALLER_VERSION": versions.EFA_INSTALLER_VERSION,
+        "NCCL_VERSION": versions.NCCL_VERSION,
+        "AWS_OFI_NCCL_VERSION": versions.AWS_OFI_NCCL_VERSION,
+    }
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--build-args"]:
+        print(" ".join(f"--build-arg {k}={v}" for k, v in build_args().items()))
+    else:
+        print(content_tag())

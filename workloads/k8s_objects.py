@@ -1,0 +1,32 @@
+"""Turn spec dicts into typed pulumi-kubernetes resources (one resource per object)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from workloads.specs.common import K8sObject
+
+_TYPED: dict[tuple[str, str], Any] = {
+    ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
+    ("v1", "Service"): k8s.core.v1.Service,
+    ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
+    ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
+}
+
+
+def resource_name(prefix: str, obj: K8sObject) -> str:
+    """Stable logical name: ``<prefix>-<kind>-<object name>`` in lower case."""
+    return f"{prefix}-{obj['kind'].lower()}-{obj['metadata']['name']}"
+
+
+def apply_object(prefix: str, obj: K8sObject, opts: pulumi.ResourceOptions) -> pulumi.Resource:
+    """One Kubernetes object as the matching typed resource (``ValueError`` for other kinds)."""
+    cls = _TYPED.get((obj["apiVersion"], obj["kind"]))
+    if cls is None:
+        raise ValueError(f"kind: no typed resource for {obj['apiVersion']} {obj['kind']}")
+    body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    return cls(resource_name(prefix, obj), opts=opts, **body)

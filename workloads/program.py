@@ -1,0 +1,89 @@
+"""The workloads part of the Pulumi program: one function the composition root calls.
+
+    deploy(cfg, provider, depends_on=[device_plugins])
+
+builds the settings from the stack config (``workloads.specs.settings.from_stack``) and creates
+``TrainingImage`` (unless ``job.image`` pins one), ``TrainingOperator``, ``Etcd`` (etcd
+backends), ``DebugTools`` and, when ``job.enabled``, the ``PyTorchJob`` with the HF token from
+the secret config ``hfToken``, every Kubernetes resource on the cluster's provider.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from workloads.debug_tools import DebugTools, DebugToolsArgs
+from workloads.etcd import Etcd, EtcdArgs
+from workloads.pytorch_job import PyTorchJob, PyTorchJobArgs
+from workloads.specs.settings import from_stack
+from workloads.training_image import TrainingImage, TrainingImageArgs
+from workloads.training_operator import TrainingOperator, TrainingOperatorArgs
+
+OUTPUT_TRAINING_IMAGE = "trainingImage"
+OUTPUT_JOB_NAME = "jobName"
+OUTPUT_RDZV_ID = "rdzvId"
+OUTPUT_TRAINING_OPERATOR = "trainingOperatorVersion"
+PLACEHOLDER_IMAGE = "pending/training:built-by-the-stack"
+"""Stands in for the built image while settings are validated (replaced by the Output)."""
+
+
+@dataclass
+class Deployed:
+    """The workload components of a stack."""
+
+    image: pulumi.Output[str]
+    operator: TrainingOperator
+    etcd: Etcd | None
+    debug: DebugTools
+    job: PyTorchJob | None
+    training_image: TrainingImage | None
+
+
+def deploy(
+    cfg: Any, provider: Any, depends_on: list[pulumi.Resource] | None = None
+) -> Deployed | None:
+    """Create the workloads of ``cfg`` (an ``infra.config.StackConfig``); None without a job."""
+    if cfg.job is None:
+        return None
+    w = from_stack(cfg, image=cfg.job.image or PLACEHOLDER_IMAGE, stack=cfg.stack)
+    k8s_opts = pulumi.ResourceOptions(providers=[provider], depends_on=depends_on or [])
+    training_image = None
+    if cfg.job.image:
+        image: pulumi.Output[str] = pulumi.Output.from_input(cfg.job.image)
+    else:
+        training_image = TrainingImage("training-image", TrainingImageArgs())
+        image = training_image.image_ref
+    operator = TrainingOperator(
+        "training-operator", TrainingOperatorArgs(settings=w.operator), opts=k8s_opts
+    )
+    etcd = Etcd("etcd", EtcdArgs(settings=w.etcd), opts=k8s_opts) if w.job.uses_etcd else None
+    debug = DebugTools("debug-tools", DebugToolsArgs(settings=w.debug, image=image), opts=k8s_opts)
+    job = None
+    if w.job_enabled:
+        job = PyTorchJob(
+            "pytorch-job",
+            PyTorchJobArgs(
+                settings=w.job,
+                image=image,
+                etcd_host=w.etcd.host,
+                hf_token=cfg.secrets.hf_token,
+                depends_on=[operator, *([etcd] if etcd else [])],
+            ),
+            opts=k8s_opts,
+        )
+    pulumi.export(OUTPUT_TRAINING_IMAGE, image)
+    pulumi.export(OUTPUT_TRAINING_OPERATOR, operator.version)
+    if job is not None:
+        pulumi.export(OUTPUT_JOB_NAME, job.job_name)
+        pulumi.export(OUTPUT_RDZV_ID, job.rdzv_id)
+    return Deployed(
+        image=image,
+        operator=operator,
+        etcd=etcd,
+        debug=debug,
+        job=job,
+        training_image=training_image,
+    )
