@@ -47,6 +47,7 @@ FAULT_POD = 1
 """Index of the worker pod faults hit (worker 0 hosts the c10d store; keep it alive)."""
 _RESUMED = re.compile(r"resumed from (\S+) at step (\d+)")
 _CLOSED = "RendezvousClosedError"
+_SUMMARY = "=== training summary ==="
 _SCRUB_PREFIXES = ("PET_", "TORCHELASTIC_", "MASTER_", "LOCAL_RANK", "RANK", "WORLD_SIZE")
 
 
@@ -148,6 +149,8 @@ class RunResult:
     """Steps the workers resumed from (one entry per resume, from the pod logs)."""
     rendezvous_closed: bool = False
     """Some pod failed with RendezvousClosedError."""
+    training_summary: str = ""
+    """The training package's own summary block (from the pod that printed it last)."""
     timed_out: bool = False
     interrupted: bool = False
 
@@ -595,6 +598,11 @@ class Runner:
             result.resumed_from_steps += [int(m.group(2)) for m in _RESUMED.finditer(text)]
             if _CLOSED in text:
                 result.rendezvous_closed = True
+            block = text.rfind(_SUMMARY)
+            if block >= 0 and pod.exit_code == 0:
+                lines = text[block:].splitlines()
+                end = next((i for i, ln in enumerate(lines[1:], 1) if not ln.strip()), len(lines))
+                result.training_summary = "\n".join(lines[:end])
 
 
 def summary(result: RunResult) -> str:
@@ -634,6 +642,16 @@ def summary(result: RunResult) -> str:
         lines.append("rendezvous     RendezvousClosedError seen (reused rdzvId?)")
     lines.append(f"metrics        {result.metrics_path}")
     lines.append(f"checkpoints    {result.checkpoint_root}")
+    extras = [
+        p.name
+        for p in ("summary.json", "metrics.png", "hf")
+        for p in [result.metrics_path.parent / p]
+        if p.exists()
+    ]
+    if extras:
+        lines.append(f"outputs        {result.metrics_path.parent} ({', '.join(extras)})")
+    if result.training_summary:
+        lines += ["", result.training_summary]
     return "\n".join(lines)
 
 
@@ -693,11 +711,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         opts = parse_options(argv)
         runner = Runner(opts)
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        # Ctrl-C and SIGTERM both stop the pods and etcd (also when started with SIGINT ignored).
+        previous = {
+            sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
         try:
             result = runner.run()
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     except (LocalRunError, EtcdError, ValueError, KeyError, FileNotFoundError) as err:
         message = err.args[0] if err.args else str(err)
         print(f"local: {message}", file=sys.stderr)

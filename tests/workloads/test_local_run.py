@@ -157,3 +157,49 @@ def test_etcd_restart_closes_the_rendezvous_and_a_new_generation_resumes(
     assert max(second.losses) == STEPS
     assert os.path.isdir(second.checkpoint_root)
     assert read_metrics(second.metrics_path)[-1]["step"] == STEPS
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmd:
+                found.append(f"{entry.name}: {cmd[:120]}")
+    return found
+
+
+def test_ctrl_c_stops_every_pod_and_etcd(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "workloads.local",
+        "--out",
+        str(out),
+        "--timeout",
+        "120",
+        *(f"--set={f}" for f in TINY[:2]),
+        "--set=--max_train_step=100000",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = out / "shared" / "llama-finetune-dev" / "output" / "metrics.jsonl"
+    deadline = time.monotonic() + 90
+    while len(read_metrics(metrics)) < 3 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert len(read_metrics(metrics)) >= 3, "the run never trained"
+    assert _processes_mentioning(str(out))  # etcd (its data dir) is up
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stdout[-2000:]
+    assert "INTERRUPTED" in stdout
+    time.sleep(0.5)
+    assert _processes_mentioning(str(out)) == []
+    assert _processes_mentioning("--max_train_step=100000") == []
