@@ -642,14 +642,10 @@ def summary(result: RunResult) -> str:
         lines.append("rendezvous     RendezvousClosedError seen (reused rdzvId?)")
     lines.append(f"metrics        {result.metrics_path}")
     lines.append(f"checkpoints    {result.checkpoint_root}")
-    extras = [
-        p.name
-        for p in ("summary.json", "metrics.png", "hf")
-        for p in [result.metrics_path.parent / p]
-        if p.exists()
-    ]
+    out_dir = result.metrics_path.parent
+    extras = [name for name in ("summary.json", "metrics.png", "hf") if (out_dir / name).exists()]
     if extras:
-        lines.append(f"outputs        {result.metrics_path.parent} ({', '.join(extras)})")
+        lines.append(f"outputs        {out_dir} ({', '.join(extras)})")
     if result.training_summary:
         lines += ["", result.training_summary]
     return "\n".join(lines)
