@@ -118,6 +118,22 @@ def test_killed_worker_resumes_from_the_last_checkpoint_with_identical_losses(
     assert diff <= LOSS_TOL
 
 
+def test_c10d_backend_recovers_from_a_killed_worker(baseline: RunResult, tmp_path: Path) -> None:
+    # c10d needs TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (the spec sets it for this backend).
+    result = _run(tmp_path, backend="c10d", fault=Fault("kill-worker", 10))
+    assert result.succeeded, summary(result)
+    env = {e["name"]: e.get("value") for e in _pod_env(result)}
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert result.resumed_from_steps
+    assert _max_diff(result.losses, baseline.losses) <= LOSS_TOL
+    print(f"c10d kill-worker: recovery {result.recovery_s:.1f} s")
+
+
+def _pod_env(result: RunResult) -> list[dict[str, str]]:
+    spec = result.job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    return list(spec["containers"][0]["env"])
+
+
 def test_lost_node_leaves_a_survivor_that_finishes(tmp_path: Path) -> None:
     result = _run(tmp_path, fault=Fault("kill-node", 8))
     assert result.succeeded, summary(result)
