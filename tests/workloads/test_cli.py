@@ -1,0 +1,89 @@
+"""The command lines of the workloads room: ``workloads.render`` and ``workloads.local``.
+
+Nothing is mocked (no process is started: bad input must stop before any work). If these fail,
+``make render`` would write objects that differ from what the stack applies or write nothing
+useful, and a typo in a flag, a fault or a stack name would start etcd and workers (or print a
+stack trace) instead of one line naming the culprit with exit status 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.workloads.conftest import stack_workloads
+from workloads import local, render
+from workloads.specs.stack import objects_by_component, operator_kustomization
+
+
+def test_render_writes_one_file_per_component(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert render.main(["--stack", "dev", "--out", str(tmp_path)]) == 0
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.yaml"))
+    assert files == [
+        "debug-tools.yaml",
+        "etcd.yaml",
+        "pytorchjob.yaml",
+        "training-operator/kustomization.yaml",
+    ]
+    w = stack_workloads("dev")
+    for component, objs in objects_by_component(w).items():
+        assert list(yaml.safe_load_all((tmp_path / f"{component}.yaml").read_text())) == objs
+    kust = yaml.safe_load((tmp_path / "training-operator/kustomization.yaml").read_text())
+    assert kust == operator_kustomization(w)
+    assert "kubectl apply --server-side -k" in capsys.readouterr().out
+
+
+def test_render_generation_changes_only_the_rendezvous(tmp_path: Path) -> None:
+    assert render.main(["--stack", "dev", "--out", str(tmp_path / "a")]) == 0
+    assert render.main(["--stack", "dev", "--out", str(tmp_path / "b"), "--generation", "2"]) == 0
+    a = yaml.safe_load((tmp_path / "a/pytorchjob.yaml").read_text())
+    b = yaml.safe_load((tmp_path / "b/pytorchjob.yaml").read_text())
+    assert a["spec"]["elasticPolicy"]["rdzvId"] != b["spec"]["elasticPolicy"]["rdzvId"]
+    a["spec"]["elasticPolicy"].pop("rdzvId")
+    b["spec"]["elasticPolicy"].pop("rdzvId")
+    assert a["spec"] == b["spec"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--stack", "nope"], "Pulumi.nope.yaml"),
+        (["--stack", "dev", "--image", "repo/train:latest"], "job.image"),
+    ],
+)
+def test_render_bad_input_is_one_line_and_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert render.main([*argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--stack", "nope"], "Pulumi.nope.yaml"),
+        (["--fault", "kill@x"], "--fault"),
+        (["--fault", "kill-worker@0"], "--fault"),
+        (["--set=--bogus=1"], "unknown flag --bogus"),
+        (["--set=--context_length=0"], "--context_length"),
+        (["--backend", "zookeeper"], "--backend"),
+        (["--workers", "1", "--fault", "kill-node@3"], "--workers >= 2"),
+        (["--workers", "0"], "--workers"),
+        (["--etcd-endpoint", "nowhere"], "--etcd-endpoint"),
+    ],
+)
+def test_local_bad_input_is_one_line_and_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert local.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err, err
+    assert not (tmp_path / "out" / "logs").exists() or not any(
+        (tmp_path / "out" / "logs").iterdir()
+    )
