@@ -221,6 +221,7 @@ def local_job_settings(opts: LocalOptions, shared: Path) -> tuple[JobSettings, s
         # The rendezvous id is the cluster job's: fixed before the local swaps (paths, ports).
         job = job.replace(
             rdzv_id=pj.rdzv_id(job),
+            resume=True,  # the local folder is shared by every pod, like a claim
             checkpoint_mount=str(shared),
             nproc_per_node=1 if w.device == "cpu" else None,
         )

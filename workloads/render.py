@@ -79,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         "secret: kubectl create secret generic <job.hfTokenSecretName> "
         "--from-literal=token=$HF_TOKEN  (never rendered)"
     )
+    job = load(args.stack, image=args.image, generation=args.generation).job
+    if not job.resumes:
+        print(
+            f"note: no shared checkpoint claim: each of the {job.workers} pods keeps its own "
+            "shards in an emptyDir, so --resume is left out (restarts start over)"
+        )
     return 0
 
 

@@ -80,6 +80,12 @@ def test_two_workers_join_through_etcd_and_train(baseline: RunResult) -> None:
     assert f"run_id                   : {baseline.rdzv_id}" in env
     assert "min_nodes                : 2" in env and "max_nodes                : 2" in env
     assert not baseline.rendezvous_closed
+    assert (
+        "--resume"
+        in baseline.job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][
+            0
+        ]["command"]
+    )
 
 
 def test_resubmitting_the_same_job_uses_a_fresh_rendezvous(

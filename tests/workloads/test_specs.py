@@ -132,7 +132,9 @@ def test_command_is_torchrun_module_without_nnodes(stack_objects: Any) -> None:
     cmd = _container(job)["command"]
     assert cmd[:3] == ["torchrun", "-m", "training.finetune"]
     assert not any(a.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")) for a in cmd)
-    assert "--resume" in cmd and "--enable_fsdp" in cmd
+    assert "--enable_fsdp" in cmd
+    # No shared claim in the shipped stacks: an emptyDir per pod cannot be resumed from.
+    assert ("--resume" in cmd) is (w.job.workers == 1 or bool(w.job.checkpoint_claim))
     assert f"--dist_checkpoint_root_folder={w.job.checkpoint_mount}" in cmd
     assert _container(job)["name"] == "pytorch"
     with pytest.raises(ValueError, match=r"job\.extra_args"):
@@ -241,6 +243,11 @@ def test_pod_template_shm_checkpoints_scheduling(stack_objects: Any) -> None:
     claim = pytorchjob.pytorchjob(_settings(checkpoint_claim="fsx-checkpoints"), "etcd")
     vol = claim["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"][1]
     assert vol == {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "fsx-checkpoints"}}
+    assert "--resume" in _container(claim)["command"]
+    one = pytorchjob.pytorchjob(_settings(workers=1, min_workers=1), "etcd")
+    assert "--resume" in _container(one)["command"]
+    many = pytorchjob.pytorchjob(_settings(), "etcd")  # 4 pods, 4 emptyDirs
+    assert "--resume" not in _container(many)["command"]
 
 
 def test_nodegroup_label_matches_the_infra() -> None:

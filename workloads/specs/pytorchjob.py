@@ -9,8 +9,9 @@ Invariants the builder keeps (and the tests assert):
   for 7200 s in etcd);
 - GPUs and EFA devices come from the instance catalog, FI_* only where the type needs them;
 - the Hugging Face token reaches the pod only through a ``secretKeyRef``;
-- the command always carries ``--resume``: a restarted worker continues from the newest
-  complete checkpoint on the shared volume.
+- the command carries ``--resume`` whenever the checkpoints are shared (a claim, or a single
+  worker): a restarted worker continues from the newest complete checkpoint. With an emptyDir
+  per pod and several workers it is left out (each pod would hold only its own rank's shards).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def train_command(s: JobSettings) -> list[str]:
         f"--dist_checkpoint_root_folder={s.checkpoint_mount}",
         f"--dist_checkpoint_folder={s.name}",
         f"--output_dir={output_dir(s)}",
-        "--resume",
+        *(["--resume"] if s.resumes else []),
     ]
 
 

@@ -124,6 +124,10 @@ class JobSettings:
     """Processes per worker; None = GPUs of the instance type."""
     rdzv_id: str = ""
     """Rendezvous id; empty = ``<name>-g<generation>-<hash of these settings>``."""
+    resume: bool | None = None
+    """Pass ``--resume``; None = when every worker sees the same checkpoints (a shared claim, or
+    one worker): DCP writes each rank's shard on its own pod, so an emptyDir per pod holds
+    checkpoints no pod can load."""
 
     def __post_init__(self) -> None:
         check_dns_label(self.name, "job.name", max_len=50)
@@ -165,6 +169,13 @@ class JobSettings:
     def replace(self, **changes: Any) -> JobSettings:
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def resumes(self) -> bool:
+        """Whether the command carries ``--resume``."""
+        if self.resume is not None:
+            return self.resume
+        return bool(self.checkpoint_claim) or self.workers == 1
 
     @property
     def uses_etcd(self) -> bool:
