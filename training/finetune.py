@@ -12,6 +12,7 @@ backward pass), so any world size, sharding or accumulation split gives the same
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
 import time
@@ -43,16 +44,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.parallelize import ParallelError
 
     with distributed() as env:
+        error = None
         try:
             trainer = Trainer(cfg, env)
         except (CheckpointError, ConfigError, DataError, ModelError, ParallelError) as e:
-            return _fail(e, env.rank)
+            error = str(e)
+        if error is not None:
+            gc.collect()  # a half-built trainer goes while the process group is alive
+            return _fail(error, env.rank)
         preempted = trainer.fit()
         trainer.finish(preempted)
+        # Free the sharded model, its meshes and the checkpoint state while the process group
+        # is alive: collected after it is destroyed, they can abort the process at exit.
+        del trainer
+        gc.collect()
     return PREEMPTED_EXIT if preempted else 0
 
 
-def _fail(err: Exception, rank: int = 0) -> int:
+def _fail(err: Exception | str, rank: int = 0) -> int:
     if rank == 0:  # every rank finds the same problem; one line is enough
         print(f"error: {err}", file=sys.stderr, flush=True)
     return 2

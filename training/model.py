@@ -107,6 +107,8 @@ def build_empty(spec: ModelSpec) -> nn.Module:
 
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(spec.config, dtype=torch.float32)
+    # init_empty_weights re-creates every registered parameter, which unties tied embeddings.
+    model.tie_weights()
     spec.buffers = {
         name: buf.detach().clone()
         for name, buf in _non_persistent_buffers(model)
@@ -142,13 +144,17 @@ def materialize(
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    model.to_empty(device=device)
+    # Swap tensors in place so that shared (tied) parameters stay one object: a plain
+    # to_empty would give the input embedding and the LM head separate storage.
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        model.to_empty(device=device)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_model_state_dict(model, full_sd or {}, options=options)
     restore_buffers(model, spec)
-    tie = getattr(model, "tie_weights", None)
-    if callable(tie) and getattr(spec.config, "tie_word_embeddings", False):
-        tie()
 
 
 def restore_buffers(model: nn.Module, spec: ModelSpec) -> None:

@@ -2,8 +2,9 @@
 
 Each fixture is one torchrun launch running several configurations in sequence (see
 helpers.launch); tests only read the metrics and measurements those runs leave behind.
-  world1: the 1-process reference run (no FSDP) and a same-world-size resume;
-  world2: every 2-process sharding variant, a 1 -> 2 resume, state bytes, an HF export;
+  world1: the 1-process reference run (no FSDP), a same-world-size resume, a local HF checkpoint;
+  world2: every 2-process sharding variant, a 1 -> 2 resume, state bytes, an HF export, the
+          local HF checkpoint (tied embeddings) sharded;
   world4: HYBRID_SHARD 2x2 and FULL_SHARD with 4 processes, state bytes.
 """
 
@@ -50,7 +51,33 @@ def train_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def world1(train_root: Path) -> tuple[Path, dict[str, Any]]:
+def hf_checkpoint(train_root: Path) -> Path:
+    """A local Hugging Face checkpoint with tied input/output embeddings (like Llama 3.2 1B)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from training.data import load_tokenizer
+
+    tok = load_tokenizer("tiny-llama-2l")
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(7)
+    path = train_root / "hf_tied"
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def world1(train_root: Path, hf_checkpoint: Path) -> tuple[Path, dict[str, Any]]:
     base = train_root / "w1"
     # A checkpoint interrupted mid-write, and one renamed but never marked complete: both ignored.
     partial = ckpt_dir(base, "resume_w1")
@@ -62,12 +89,15 @@ def world1(train_root: Path) -> tuple[Path, dict[str, Any]]:
         _train(base, "ref", 1, f"--checkpoint_every={RESUME_AT}"),
         _copy(base, "ref", "resume_w1"),
         _train(base, "resume_w1", 1, "--resume"),
+        _train(base, "hf_tied", 1, f"--model_name={hf_checkpoint}"),
     ]
     return base, launch(1, jobs, base)
 
 
 @pytest.fixture(scope="session")
-def world2(train_root: Path, world1: tuple[Path, dict[str, Any]]) -> tuple[Path, dict[str, Any]]:
+def world2(
+    train_root: Path, world1: tuple[Path, dict[str, Any]], hf_checkpoint: Path
+) -> tuple[Path, dict[str, Any]]:
     base = train_root / "w2"
     w1_base, _ = world1
     no_ac = "--fsdp_activation_checkpointing=False"
@@ -87,6 +117,7 @@ def world2(train_root: Path, world1: tuple[Path, dict[str, Any]]) -> tuple[Path,
         ),
         _train(base, "cpu_offload", 2, "--fsdp_cpu_offload"),
         _train(base, "bf16_mixed", 2, "--mixed_precision=True"),
+        _train(base, "hf_tied", 2, f"--model_name={hf_checkpoint}"),
         {
             "kind": "copy_checkpoint",
             "src": str(ckpt_dir(w1_base, "ref")),

@@ -17,6 +17,7 @@ fixed batch saved to `out`).
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
@@ -218,6 +219,7 @@ def _driver(jobs_file: str) -> None:
     with distributed() as env:
         for i, job in enumerate(jobs):
             kind, name = job["kind"], job.get("name", f"job{i}")
+            print(f"[driver rank {env.rank}] job {name} ({kind})", flush=True)
             if kind == "copy_checkpoint":
                 if env.is_main:
                     src = Path(job["src"]) / f"step-{job['step']:06d}"
@@ -235,12 +237,14 @@ def _driver(jobs_file: str) -> None:
                 _export_logits(job["argv"], job["out"])
                 results[name] = {"rc": 0}
                 continue
+            gc.collect()  # the previous job's model and meshes go while the group is alive
             err = io.StringIO()
             with contextlib.redirect_stderr(err):
                 rc = main(job["argv"])
             rcs: list[Any] = [None] * env.world_size
             dist.all_gather_object(rcs, (rc, err.getvalue()))
             results[name] = {"rc": [r for r, _ in rcs], "stderr": [e for _, e in rcs]}
+        gc.collect()
         if env.is_main:
             out = Path(jobs_file).with_name("results.json")
             out.write_text(json.dumps(results, indent=1), encoding="utf-8")

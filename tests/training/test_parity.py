@@ -5,7 +5,8 @@ activation checkpointing, CPU offload, gradient accumulation) no longer compute 
 loss AND gradient norm as a 1-process run without FSDP on the same global batch: typically a
 loss normalised per rank instead of by the global token count, a gradient scaled by the world
 size (which AdamW hides in the loss, hence the grad-norm check), garbage rotary buffers after
-meta-device init, or a data order that depends on the world size.
+meta-device init, tied embeddings untied by meta-device init (a local Hugging Face checkpoint),
+or a data order that depends on the world size.
 """
 
 from __future__ import annotations
@@ -85,3 +86,15 @@ def _run(campaign: tuple[Path, dict[str, Any]], name: str) -> tuple[Path, str]:
     base, results = campaign
     _ok(results, name)
     return base, name
+
+
+def test_local_hf_checkpoint_with_tied_embeddings(
+    world1: tuple[Path, dict[str, Any]], world2: tuple[Path, dict[str, Any]]
+) -> None:
+    """A Hugging Face folder (not a preset) loads on rank 0 only and keeps its tied weights."""
+    ref = metrics(*_run(world1, "hf_tied"))
+    got = metrics(*_run(world2, "hf_tied"))
+    assert len(got) == len(ref) == STEPS
+    assert max_diff(got, ref, "loss") < FP32_TOL
+    assert max_diff(got, ref, "grad_norm") < FP32_TOL
+    assert ref[-1]["loss"] < ref[0]["loss"]
