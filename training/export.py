@@ -36,7 +36,9 @@ def write_hf_folder(
     """save_pretrained a model of `config` holding `state_dict` (no second copy in memory)."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     with init_empty_weights(include_buffers=False):
         shell = AutoModelForCausalLM.from_config(config)
     dtype = next(iter(state_dict.values())).dtype

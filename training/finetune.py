@@ -170,7 +170,8 @@ class Trainer:
         self.metrics = Metrics()
         if env.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            self.metrics.add(JsonlSink(self.out_dir / "metrics.jsonl"))
+            resume_step = self.state.step if cfg.resume else None
+            self.metrics.add(JsonlSink(self.out_dir / "metrics.jsonl", resume_step))
             self.metrics.add(
                 ProgressSink(self.total_steps, cfg.log_every, self.state.step, bar=cfg.progress)
             )

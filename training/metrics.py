@@ -58,11 +58,20 @@ class Metrics:
 
 
 class JsonlSink:
-    """Appends one JSON object per optimizer step (resumed runs append to the same file)."""
+    """Appends one JSON object per optimizer step; a resumed run continues the same file.
 
-    def __init__(self, path: Path) -> None:
+    `resume_step`: rows after it (steps a crashed run logged past its last checkpoint, which the
+    resumed run repeats) are dropped first, so every step appears once.
+    """
+
+    def __init__(self, path: Path, resume_step: int | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        if resume_step is not None and path.is_file():
+            kept = [r for r in read_jsonl(path) if r.get("step", 0) <= resume_step]
+            path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        elif resume_step is None and path.is_file():
+            path.unlink()  # a fresh run starts a fresh file
         self._f: IO[str] = path.open("a", encoding="utf-8")
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:

@@ -122,7 +122,9 @@ def build_empty(spec: ModelSpec) -> nn.Module:
 def full_state_dict(spec: ModelSpec, seed: int) -> dict[str, torch.Tensor]:
     """The complete weights on CPU (call on rank 0 only): seeded random init or the checkpoint."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # one bar per rank-0 load only clutters job logs
     if spec.is_preset:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

@@ -127,3 +127,20 @@ def test_sigterm_checkpoints_then_resume_two_to_one(tmp_path: Path) -> None:
     assert max_diff(resumed[stopped_at:], straight, "grad_norm") < TOL
     assert max_diff(resumed[:stopped_at], straight, "loss") < TOL  # the 2-process part, too
     assert resumed[-1]["world_size"] == 1 and resumed[0]["world_size"] == 2
+
+
+def test_resumed_metrics_drop_steps_past_the_checkpoint(tmp_path: Path) -> None:
+    """A crash after step 7 with the last checkpoint at 5: the resumed run logs 6 and 7 again."""
+    from training.metrics import JsonlSink, read_jsonl
+
+    path = tmp_path / "metrics.jsonl"
+    sink = JsonlSink(path)
+    for step in range(1, 8):
+        sink.log({"loss": 1.0 / step}, step)
+    sink.close()
+    sink = JsonlSink(path, resume_step=5)
+    sink.log({"loss": 0.5}, 6)
+    sink.close()
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3, 4, 5, 6]
+    JsonlSink(path).close()  # a fresh (not resumed) run starts an empty file
+    assert read_jsonl(path) == []
