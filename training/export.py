@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -30,9 +29,7 @@ def export_hf(model: nn.Module, config: Any, tokenizer: Any, out_dir: Path) -> P
     return path
 
 
-def write_hf_folder(
-    state_dict: dict[str, torch.Tensor], config: Any, tokenizer: Any, out_dir: Path
-) -> Path:
+def write_hf_folder(state_dict: dict[str, Any], config: Any, tokenizer: Any, out_dir: Path) -> Path:
     """save_pretrained a model of `config` holding `state_dict` (no second copy in memory)."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM

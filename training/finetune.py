@@ -24,6 +24,7 @@ from training.config import ConfigError, TrainConfig, parse_args
 
 if TYPE_CHECKING:
     import torch
+    from torch.distributed.checkpoint.stateful import Stateful
 
     from training.dist import DistEnv
 
@@ -148,7 +149,7 @@ class Trainer:
 
         # checkpoints
         self.ckpt_root = Path(cfg.dist_checkpoint_root_folder) / cfg.dist_checkpoint_folder
-        self.stateful = {
+        self.stateful: dict[str, Stateful] = {
             "app": checkpoint.ModelOptimizerState(self.model, self.optimizer),
             "scheduler": self.scheduler,
             "data": self.batches,
@@ -217,13 +218,13 @@ class Trainer:
                     if self._step_limit_reached():
                         break
                     t_last = time.perf_counter()
-                epoch_done = self.batches.remaining_steps() == 0
+                trained, epoch_done = st.epoch, self.batches.remaining_steps() == 0
                 self._end_epoch_stats(losses, t_epoch)
                 if epoch_done:
                     st.epoch += 1
                     self.scheduler.step()
                 if cfg.run_validation:
-                    self.history["eval_loss"].append(self.validate())
+                    self.history["eval_loss"].append(self.validate(trained))
                 self.save()
             return False
         finally:
@@ -279,7 +280,7 @@ class Trainer:
             )
         return float(torch.as_tensor(norm))
 
-    def validate(self) -> float:
+    def validate(self, epoch: int = 0) -> float:
         """Mean token loss over the validation split (all ranks), as llama-recipes' eval loss."""
         import torch
 
@@ -299,7 +300,7 @@ class Trainer:
         loss = g_total / max(g_count, 1.0)
         if self.env.is_main:
             print(
-                f"epoch {self.state.epoch}: eval loss {loss:.4f}, perplexity {_exp(loss):.2f}",
+                f"epoch {epoch}: eval loss {loss:.4f}, perplexity {_exp(loss):.2f}",
                 flush=True,
             )
         return loss

@@ -155,7 +155,7 @@ def materialize(
     finally:
         torch.__future__.set_swap_module_params_on_conversion(swap)
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    set_model_state_dict(model, full_sd or {}, options=options)
+    set_model_state_dict(model, dict(full_sd or {}), options=options)  # type: ignore[arg-type]
     restore_buffers(model, spec)
 
 
