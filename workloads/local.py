@@ -519,7 +519,16 @@ class Runner:
                         self.echo(f"  {pod.name} exited with {code}")
             if all(c is not None for c in codes):
                 return
-            time.sleep(0.005 if fault.kind == "kill-in-checkpoint" and not fired else 0.2)
+            if fault.kind == "kill-in-checkpoint" and not fired:
+                # A checkpoint of a small model is written in tens of milliseconds: watch for
+                # its folder with a cheap stat every millisecond, not a metrics read.
+                until = time.monotonic() + 0.2
+                while time.monotonic() < until and not tmp_dir.is_dir():
+                    time.sleep(0.001)
+                if tmp_dir.is_dir():
+                    fired = self._fire(result, t0, watch_pids)
+            else:
+                time.sleep(0.2)
 
     def _fire(self, result: RunResult, t0: float, known_pids: Sequence[int] = ()) -> bool:
         fault = self.opts.fault
