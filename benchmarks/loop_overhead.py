@@ -9,9 +9,10 @@ Measures, in one run, global tokens/s of
 and prints (b)/(a) and (c)/(a). Targets on a 2-core CPU: (b)/(a) >= 0.95, (c)/(a) >= 0.90.
 Each variant runs in its own process with OMP_NUM_THREADS=1, fp32, no activation checkpointing
 (the bare loop has none); the first WARMUP steps are excluded, and (b)/(c) are timed by the
-wall clock between metrics.jsonl lines, so logging and data loading count.
+wall clock between metrics.jsonl lines, so logging and data loading count. The three variants
+run interleaved --repeats times and the best figure of each counts (the machine is shared).
 
-    python benchmarks/loop_overhead.py [--steps 40] [--model tiny-llama] [--context 256]
+    python benchmarks/loop_overhead.py [--steps 40] [--repeats 2] [--model tiny-llama] [--context 256]
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ def main() -> int:
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8, help="global batch (sequences per step)")
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--repeats", type=int, default=2, help="interleaved repeats (best counts)")
     ap.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.bare:
@@ -139,25 +141,32 @@ def main() -> int:
         f"--batch={a.batch}",
         f"--steps={a.steps}",
     ]
+    best = {"a": 0.0, "b": 0.0, "c": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        a_tps = float(run([py, __file__, "--bare", *common]).strip().splitlines()[-1])
-        run([py, "-m", "training.finetune", *flags(a, work / "w1", a.batch)])
-        b_tps = tokens_per_s_from_metrics(work / "w1" / "out" / "metrics.jsonl")
-        torchrun = [
-            py,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}",
-        ]
-        fsdp = [*flags(a, work / "w2", a.batch // 2), "--enable_fsdp"]
-        run([*torchrun, "-m", "training.finetune", *fsdp])
-        c_tps = tokens_per_s_from_metrics(work / "w2" / "out" / "metrics.jsonl")
+        for _ in range(a.repeats):  # interleaved, best of N: transient load on a shared machine
+            tps = float(run([py, __file__, "--bare", *common]).strip().splitlines()[-1])
+            best["a"] = max(best["a"], tps)
+            run([py, "-m", "training.finetune", *flags(a, work / "w1", a.batch)])
+            tps = tokens_per_s_from_metrics(work / "w1" / "out" / "metrics.jsonl")
+            best["b"] = max(best["b"], tps)
+            torchrun = [
+                py,
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node=2",
+                "--master_addr=127.0.0.1",
+                f"--master_port={free_port()}",
+            ]
+            fsdp = [*flags(a, work / "w2", a.batch // 2), "--enable_fsdp"]
+            run([*torchrun, "-m", "training.finetune", *fsdp])
+            tps = tokens_per_s_from_metrics(work / "w2" / "out" / "metrics.jsonl")
+            best["c"] = max(best["c"], tps)
+    a_tps, b_tps, c_tps = best["a"], best["b"], best["c"]
     print(
         f"model {a.model}, context {a.context}, global batch {a.batch}, "
-        f"{a.steps} steps ({WARMUP} warm-up), fp32, OMP_NUM_THREADS=1, {os.cpu_count()} CPUs"
+        f"{a.steps} steps ({WARMUP} warm-up), fp32, OMP_NUM_THREADS=1, {os.cpu_count()} CPUs, "
+        f"best of {a.repeats}"
     )
     print(f"(a) bare PyTorch loop, 1 process      {a_tps:10,.0f} tokens/s")
     print(
