@@ -153,10 +153,12 @@ class RunResult:
     """The training package's own summary block (from the pod that printed it last)."""
     timed_out: bool = False
     interrupted: bool = False
+    observed: list[dict[str, Any]] = field(default_factory=list)
+    """Every metrics row the runner saw, in order, including rows a resume later dropped."""
 
     @property
     def metrics(self) -> list[dict[str, Any]]:
-        """Every metrics line written (resumed steps appear twice)."""
+        """The rows of metrics.jsonl now (a resume drops the rows past its checkpoint)."""
         return read_metrics(self.metrics_path)
 
     @property
@@ -470,7 +472,7 @@ class Runner:
     def _monitor(self, result: RunResult, t0: float, planned: int | None) -> None:
         fault = self.opts.fault
         fired = False
-        seen = 0
+        seen: set[str] = set()
         last_step = 0
         every = self.opts.progress_every or max(1, (planned or 100) // 20)
         tmp_dir = result.checkpoint_root / f"step-{fault.step:06d}.tmp"
@@ -482,8 +484,17 @@ class Runner:
                 result.timed_out = True
                 self.echo(f"timeout after {self.opts.timeout_s:.0f} s: stopping")
                 return
-            lines = result.metrics
-            for m in lines[seen:]:
+            # A resumed run drops the rows logged past its checkpoint and logs those steps again,
+            # so new rows are told apart by content, not by position.
+            fresh = []
+            if result.metrics_path.is_file():
+                for line in result.metrics_path.read_text(encoding="utf-8").splitlines():
+                    if line not in seen and line.endswith("}"):
+                        seen.add(line)
+                        with contextlib.suppress(json.JSONDecodeError):
+                            fresh.append(json.loads(line))
+            result.observed.extend(fresh)
+            for m in fresh:
                 step = int(m["step"])
                 if fired and result.recovery_s is None and result.fault_time_s is not None:
                     result.recovery_s = now - t0 - result.fault_time_s
@@ -498,7 +509,6 @@ class Runner:
                         f"{float(m.get('tokens_per_s', 0)):,.0f} tok/s  t={now - t0:.0f}s"
                     )
                 last_step = step
-            seen = len(lines)
             if not fired and fault.kind != "none":
                 if fault.kind == "kill-in-checkpoint":
                     if tmp_dir.is_dir():
