@@ -116,7 +116,7 @@ class TrainConfig:
     save_model: bool = True
     """Export a consolidated Hugging Face folder at the end."""
     save_optimizer: bool = False
-    """Include the optimizer state in the final export folder's checkpoint."""
+    """Accepted for llama-recipes compatibility; DCP checkpoints always hold the optimizer."""
     dist_checkpoint_root_folder: str = "runs/checkpoints"
     """Root folder of the distributed (DCP) checkpoints."""
     dist_checkpoint_folder: str = "fine-tuned"

@@ -565,29 +565,32 @@ class EvalBatches:
             raise ValueError(f"need 0 <= rank < world_size, got rank {rank}, world {world_size}")
         if max_steps < 0:
             raise ValueError(f"max_steps must be >= 0, got {max_steps}")
+        if not dataset:
+            raise DataError("the validation split is empty; use --run_validation False")
         per_step = batch_size * world_size
-        if len(dataset) < per_step:
-            raise DataError(
-                f"the validation split has {len(dataset)} examples, fewer than one eval batch of "
-                f"{per_step} (--val_batch_size {batch_size} x world size {world_size}); use a "
-                "smaller --val_batch_size or --context_length, or --run_validation False"
-            )
         self.dataset = dataset
         self.batch_size = batch_size
         self.rank = rank
         self.world_size = world_size
         self.pad_id = pad_id
-        steps = len(dataset) // per_step
+        steps = -(-len(dataset) // per_step)  # ceil: every example is evaluated once
         self.steps = min(steps, max_steps) if max_steps else steps
+        # Positions past the end of the split hold a copy of example 0 with every label masked:
+        # every rank runs the same number of forward passes (FSDP collectives need it) and the
+        # token-weighted eval loss is exactly that of the split.
+        first = dataset[0]
+        self._filler: Example = {**first, "labels": [IGNORE_INDEX] * len(first["labels"])}
 
     def __len__(self) -> int:
         return self.steps
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         B, W = self.batch_size, self.world_size
+        n = len(self.dataset)
         for k in range(self.steps):
             start = k * B * W + self.rank * B
-            yield collate([self.dataset[i] for i in range(start, start + B)], self.pad_id)
+            examples = [self.dataset[i] if i < n else self._filler for i in range(start, start + B)]
+            yield collate(examples, self.pad_id)
 
 
 def eval_batches(
@@ -602,9 +605,10 @@ def eval_batches(
     """This rank's validation batches, in dataset order, sharded like the training layout.
 
     Batch k covers dataset[k*B*W : (k+1)*B*W]; rank r takes its B-slice [r*B:(r+1)*B]. Every
-    rank gets the same number of batches, len(dataset) // (B*W), capped at max_steps (0 = no
-    cap); the remaining len(dataset) % (B*W) examples are dropped (as llama-recipes' drop_last).
-    A split smaller than one batch of B*W raises DataError at once (call this at setup).
+    rank gets the same number of batches, ceil(len(dataset) / (B*W)), capped at max_steps (0 =
+    no cap). The last batch is filled up with fully masked examples, which carry no label
+    token, so a token-weighted loss covers every example exactly once, whatever the world size
+    (a 128-GPU job can evaluate a split of 40 packed examples). An empty split raises DataError.
     """
     return EvalBatches(
         dataset,

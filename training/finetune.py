@@ -176,6 +176,15 @@ class Trainer:
             self.metrics.add(
                 ProgressSink(self.total_steps, cfg.log_every, self.state.step, bar=cfg.progress)
             )
+        if cfg.metrics_port:  # Prometheus exporter: local rank 0 of every node serves
+            from training.prometheus import prometheus_sink_for_rank
+
+            try:
+                sink = prometheus_sink_for_rank(cfg.metrics_port)
+            except OSError as e:
+                raise ConfigError(f"--metrics_port {cfg.metrics_port}: {e.strerror or e}") from e
+            if sink is not None:
+                self.metrics.add(sink)
         self.peak_flops = peak_flops(env.device)
         from training.model import flops_per_token, num_params
 

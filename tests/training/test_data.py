@@ -570,19 +570,38 @@ def test_batches_bad_inputs() -> None:
 # eval_batches
 
 
+def _label_tokens(batches: list[dict[str, torch.Tensor]]) -> int:
+    return sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)
+
+
 def test_eval_batches_shard_evenly_and_match_world_one() -> None:
     ds = _toy(11)
-    one = [_ids(b) for b in eval_batches(ds, batch_size=2, rank=0, world_size=1, pad_id=0)]
-    assert one == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]  # in order; example 10 dropped
+    one = list(eval_batches(ds, batch_size=2, rank=0, world_size=1, pad_id=0))
+    # in order; the last batch is example 10 plus a masked filler (a copy of example 0)
+    assert [_ids(b) for b in one] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 0]]
+    assert set(one[-1]["labels"][1].tolist()) == {IGNORE_INDEX}  # the filler carries no label
     per_rank = [
         list(eval_batches(ds, batch_size=1, rank=r, world_size=2, pad_id=0)) for r in range(2)
     ]
-    assert len(per_rank[0]) == len(per_rank[1]) == 5
-    assert [_ids(a) + _ids(b) for a, b in zip(*per_rank, strict=True)] == one
+    assert len(per_rank[0]) == len(per_rank[1]) == 6
+    assert [_ids(a) + _ids(b) for a, b in zip(*per_rank, strict=True)] == [_ids(b) for b in one]
     capped = eval_batches(ds, batch_size=1, rank=1, world_size=2, pad_id=0, max_steps=2)
     assert len(capped) == 2 and [_ids(b) for b in capped] == [[1], [3]]
     assert [_ids(b) for b in capped] == [[1], [3]]  # iterable again
-    with pytest.raises(
-        DataError, match=r"^the validation split has 3 examples, fewer than one eval batch of 4"
-    ):
-        eval_batches(ds[:3], batch_size=2, rank=0, world_size=2, pad_id=0)
+
+
+def test_eval_batches_cover_a_split_smaller_than_one_batch_exactly_once() -> None:
+    """A 128-GPU job evaluates a 40-example split: label tokens equal those of the split."""
+    ds = _toy(3)
+    want = sum(len(e["labels"]) for e in ds)
+    for world in (1, 2, 4, 8):
+        got = 0
+        counts = set()
+        for r in range(world):
+            batches = list(eval_batches(ds, batch_size=2, rank=r, world_size=world, pad_id=0))
+            counts.add(len(batches))
+            got += _label_tokens(batches)
+        assert counts == {1 if world > 1 else 2}, world  # every rank runs the same passes
+        assert got == want, world
+    with pytest.raises(DataError, match=r"^the validation split is empty; use --run_validation"):
+        eval_batches([], batch_size=1, rank=0, world_size=1, pad_id=0)

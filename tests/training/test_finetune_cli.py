@@ -72,10 +72,6 @@ BAD_AT_WORLD_2: dict[str, tuple[list[str], str]] = {
         "--replica_group_size 4 does not divide WORLD_SIZE 2",
     ),
     "batch_too_big": (["--batch_size_training=2000"], "fewer than one global batch of 4000"),
-    "val_batch_too_big": (
-        ["--run_validation=True", "--val_batch_size=1000"],
-        "fewer than one eval batch of 2000",
-    ),
     "context_too_long": (
         ["--context_length=8192"],
         "--context_length 8192 exceeds the model's max_position_embeddings 4096",
