@@ -368,8 +368,50 @@ def test_debug_daemonsets_tolerate_gpus_and_see_host_processes(stack_objects: An
         ({"instance_type": "p9.huge"}, "job.instance_type"),
         ({"generation": 0}, "job.generation"),
         ({"train_args": ("model=x",)}, "job.extra_args"),
+        ({"metrics_port": 70000}, "job.metrics_port"),
     ],
 )
 def test_bad_settings_name_the_field(change: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         _settings(**change)
+
+
+def test_observability_makes_training_pods_scrapable() -> None:
+    """With observability on, the pods carry the exporter flag, port and scrape annotations the
+    cluster Prometheus relabels on (same port everywhere); with it off, none of them."""
+    from dataclasses import replace
+
+    from workloads.specs.prometheus_files import TRAINING_METRICS_PORT, training_pod_annotations
+    from workloads.specs.settings import from_stack
+
+    cfg = load_stack_file("p5-16")
+    for enabled in (False, True):
+        stack_cfg = replace(cfg, observability=replace(cfg.observability, enabled=enabled))
+        w = from_stack(stack_cfg, image="repo/train:sha-1234")
+        job = pytorchjob.pytorchjob(w.job, w.etcd.host)
+        validate_pytorchjob(job)
+        template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+        ports = {p["name"]: p["containerPort"] for p in _container(job)["ports"]}
+        flag = f"--metrics_port={TRAINING_METRICS_PORT}"
+        if enabled:
+            assert template["metadata"]["annotations"] == training_pod_annotations()
+            assert ports["metrics"] == TRAINING_METRICS_PORT
+            assert _container(job)["command"].count(flag) == 1
+            check_train_flags(w)
+        else:
+            assert "annotations" not in template["metadata"]
+            assert "metrics" not in ports
+            assert not any(a.startswith("--metrics_port") for a in _container(job)["command"])
+
+
+def test_max_restarts_zero_is_kept() -> None:
+    """maxRestarts: 0 (fail fast) must reach the elastic policy, not fall back to 3."""
+    from dataclasses import replace
+
+    from workloads.specs.settings import from_stack
+
+    cfg = load_stack_file("p4de-odcr")
+    stack_cfg = replace(cfg, job=replace(cfg.job, max_restarts=0))
+    w = from_stack(stack_cfg, image="repo/train:sha-1234")
+    assert w.job.max_restarts == 0
+    assert pytorchjob.pytorchjob(w.job, w.etcd.host)["spec"]["elasticPolicy"]["maxRestarts"] == 0

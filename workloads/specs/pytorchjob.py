@@ -25,6 +25,7 @@ from kubernetes.client import models as k8s
 
 from infra.instances import lookup
 from workloads.specs.common import K8sObject, labels, stable_hash, tolerations
+from workloads.specs.prometheus_files import training_pod_annotations
 from workloads.specs.settings import C10D_PORT, ETCD_CLIENT_PORT, HF_TOKEN_KEY, JobSettings
 
 API_VERSION = "kubeflow.org/v1"
@@ -79,6 +80,7 @@ def train_command(s: JobSettings) -> list[str]:
         f"--dist_checkpoint_folder={s.name}",
         f"--output_dir={output_dir(s)}",
         *(["--resume"] if s.resumes else []),
+        *([f"--metrics_port={s.metrics_port}"] if s.metrics_port else []),
     ]
 
 
@@ -127,7 +129,14 @@ def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
         image_pull_policy="IfNotPresent",
         command=train_command(s),
         env=container_env(s),
-        ports=[k8s.V1ContainerPort(name=OPERATOR_PORT_NAME, container_port=OPERATOR_PORT)],
+        ports=[
+            k8s.V1ContainerPort(name=OPERATOR_PORT_NAME, container_port=OPERATOR_PORT),
+            *(
+                [k8s.V1ContainerPort(name="metrics", container_port=s.metrics_port)]
+                if s.metrics_port
+                else []
+            ),
+        ],
         resources=k8s.V1ResourceRequirements(limits=resources, requests=dict(resources)),
         volume_mounts=[
             k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
@@ -135,7 +144,11 @@ def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
         ],
     )
     return k8s.V1PodTemplateSpec(
-        metadata=k8s.V1ObjectMeta(labels=labels(s.name, COMPONENT)),
+        metadata=k8s.V1ObjectMeta(
+            labels=labels(s.name, COMPONENT),
+            # the cluster Prometheus scrapes annotated training pods (workloads.specs.prometheus_files)
+            annotations=training_pod_annotations(s.metrics_port) if s.metrics_port else None,
+        ),
         spec=k8s.V1PodSpec(
             containers=[container],
             node_selector=dict(s.node_selector) or None,

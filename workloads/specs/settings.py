@@ -16,6 +16,7 @@ from typing import Any
 from infra import versions
 from infra.instances import lookup
 from workloads.specs.common import check_dns_label
+from workloads.specs.prometheus_files import TRAINING_METRICS_PORT
 
 RDZV_BACKENDS = ("etcd", "etcd-v2", "c10d")
 """Rendezvous backends the training operator and torchrun accept."""
@@ -124,6 +125,8 @@ class JobSettings:
     """Processes per worker; None = GPUs of the instance type."""
     rdzv_id: str = ""
     """Rendezvous id; empty = ``<name>-g<generation>-<hash of these settings>``."""
+    metrics_port: int = 0
+    """Port of the training Prometheus exporter (``--metrics_port``, pod annotations); 0 = off."""
     resume: bool | None = None
     """Pass ``--resume``; None = when every worker sees the same checkpoints (a shared claim, or
     one worker): DCP writes each rank's shard on its own pod, so an emptyDir per pod holds
@@ -132,6 +135,8 @@ class JobSettings:
     def __post_init__(self) -> None:
         check_dns_label(self.name, "job.name", max_len=50)
         check_dns_label(self.namespace, "job.namespace")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"job.metrics_port: {self.metrics_port} is not a TCP port (0 = off)")
         image_tag = self.image.rpartition("/")[2]
         if "@sha256:" not in self.image and (":" not in image_tag or image_tag.endswith(":latest")):
             raise ValueError(f"job.image: {self.image!r} must be pinned to a tag or digest")
@@ -280,6 +285,11 @@ def _node_group(stack_cfg: Any, name: str | None) -> Any:
     raise ValueError(f"job.nodeGroup: {name!r} is not a gpuNodeGroups entry (have: {names})")
 
 
+def _observability_on(stack_cfg: Any) -> bool:
+    obs = getattr(stack_cfg, "observability", None)
+    return bool(obs is not None and obs.enabled)
+
+
 def node_selector_for(group: Any) -> dict[str, str]:
     """Labels that select the nodes of a GPU node group (the labels the infra gives them)."""
     return {
@@ -311,7 +321,7 @@ def from_stack(
         instance_type=group.instance_type,
         workers=int(workers),
         min_workers=int(min_workers),
-        max_restarts=int(getattr(job_cfg, "max_restarts", None) or 3),
+        max_restarts=3 if job_cfg.max_restarts is None else int(job_cfg.max_restarts),
         rdzv_backend=backend,
         generation=int(gen),
         train_args=train_flags(job_cfg),
@@ -319,6 +329,7 @@ def from_stack(
         extra_taints=taints,
         hf_token_secret=getattr(job_cfg, "hf_token_secret_name", None),
         checkpoint_claim=getattr(job_cfg, "checkpoint_claim", None),
+        metrics_port=TRAINING_METRICS_PORT if _observability_on(stack_cfg) else 0,
     )
     etcd = EtcdSettings(namespace=namespace, client_job_names=(job.name,))
     instance_types = tuple(sorted({g.instance_type for g in stack_cfg.gpu_node_groups}))
