@@ -45,16 +45,8 @@ class ObservabilityArgs:
 
     @classmethod
     def from_stack(cls, cfg: StackConfig) -> ObservabilityArgs:
-        """Args from the stack config: DCGM only where there are GPU nodegroups."""
-        tolerations: list[dict[str, str]] = []
-        for group in cfg.gpu_node_groups:
-            toleration = group.taint.toleration()
-            if toleration not in tolerations:
-                tolerations.append(toleration)
-        settings = spec.ObservabilitySettings(
-            dcgm=cfg.observability.dcgm and bool(cfg.gpu_node_groups),
-            gpu_tolerations=tuple(tolerations) or spec.ObservabilitySettings().gpu_tolerations,
-        )
+        """Args from the stack config (settings as ``spec.settings_from_stack``)."""
+        settings = spec.settings_from_stack(cfg)
         return cls(settings=settings, grafana_admin_password=cfg.secrets.grafana_admin_password)
 
 

@@ -2,11 +2,14 @@
 
     python -m workloads.render --stack dev --out out/dev
 
-writes one file per component (``etcd.yaml``, ``pytorchjob.yaml``, ``debug-tools.yaml``) and
-``training-operator/kustomization.yaml`` (the operator install, pinned). Each object is
+writes one file per component (``etcd.yaml``, ``pytorchjob.yaml``, ``debug-tools.yaml``),
+``training-operator/kustomization.yaml`` (the operator install, pinned) and, when the stack
+enables observability, ``observability.yaml`` (namespace, dashboard ConfigMap) with the pinned
+Helm charts' values under ``observability/``. Each object is
 validated before anything is written (strict schemas for the stack's Kubernetes version; the
 PyTorchJob against the operator's SDK types). Secrets are referenced, never rendered: the
-PyTorchJob reads the Hugging Face token through a ``secretKeyRef``.
+PyTorchJob reads the Hugging Face token through a ``secretKeyRef``, Grafana its admin password
+from a Secret the user creates.
 A bad stack name or an invalid config prints one line and exits with status 2.
 """
 
@@ -18,12 +21,15 @@ from pathlib import Path
 
 import yaml
 
+from infra import versions
+from workloads.specs import observability as obs
 from workloads.specs.common import dump_all_yaml
 from workloads.specs.operator import KUSTOMIZATION_FILE
 from workloads.specs.stack import load, objects_by_component, operator_kustomization
 from workloads.specs.validate import ValidationError, validate
 
 OPERATOR_DIR = "training-operator"
+OBSERVABILITY_DIR = "observability"
 
 
 def render(
@@ -32,7 +38,8 @@ def render(
     """Write the stack's objects under ``out``; return the files written."""
     from infra.config import load_stack_file
 
-    kubernetes_version = load_stack_file(stack).kubernetes_version
+    stack_cfg = load_stack_file(stack)
+    kubernetes_version = stack_cfg.kubernetes_version
     w = load(stack, image=image, generation=generation)
     components = objects_by_component(w)
     for objs in components.values():
@@ -49,7 +56,54 @@ def render(
     kust = op_dir / KUSTOMIZATION_FILE
     kust.write_text(yaml.safe_dump(operator_kustomization(w), sort_keys=False))
     written.append(kust)
+    if stack_cfg.observability.enabled:
+        written += _render_observability(
+            obs.settings_from_stack(stack_cfg), out, kubernetes_version
+        )
     return written
+
+
+def _render_observability(s: obs.ObservabilitySettings, out: Path, k8s_version: str) -> list[Path]:
+    """The observability objects we own, and the values of the two pinned charts."""
+    objs = [obs.namespace(s), obs.dashboard_configmap(s)]
+    for obj in objs:
+        validate(obj, k8s_version)
+    path = out / "observability.yaml"
+    path.write_text(dump_all_yaml(objs))
+    values_dir = out / OBSERVABILITY_DIR
+    values_dir.mkdir(exist_ok=True)
+    values = {
+        versions.KUBE_PROMETHEUS_STACK_CHART: obs.kube_prometheus_stack_values(s),
+        versions.DCGM_EXPORTER_CHART: obs.dcgm_exporter_values(s) if s.dcgm else None,
+    }
+    written = [path]
+    for chart, chart_values in values.items():
+        if chart_values is not None:
+            written.append(values_dir / f"{chart}-values.yaml")
+            written[-1].write_text(yaml.safe_dump(chart_values, sort_keys=False))
+    return written
+
+
+def helm_commands(s: obs.ObservabilitySettings, out: Path) -> list[str]:
+    """The helm installs matching the rendered values (charts pinned in infra.versions)."""
+    values_dir = out / OBSERVABILITY_DIR
+    kps = versions.KUBE_PROMETHEUS_STACK_CHART
+    cmds = [
+        f"kubectl create secret generic {s.grafana_admin_secret} -n {s.namespace} "
+        f"--from-literal={obs.GRAFANA_USER_KEY}={s.grafana_admin_user} "
+        f"--from-literal={obs.GRAFANA_PASSWORD_KEY}=<password>  (never rendered)",
+        f"helm upgrade --install {s.release} {kps} --repo {versions.KUBE_PROMETHEUS_STACK_REPO} "
+        f"--version {versions.KUBE_PROMETHEUS_STACK_VERSION} -n {s.namespace} "
+        f"-f {values_dir / f'{kps}-values.yaml'}",
+    ]
+    if s.dcgm:
+        dcgm = versions.DCGM_EXPORTER_CHART
+        cmds.append(
+            f"helm upgrade --install {dcgm} {dcgm} --repo {versions.DCGM_EXPORTER_REPO} "
+            f"--version {versions.DCGM_EXPORTER_VERSION} -n {s.namespace} "
+            f"-f {values_dir / f'{dcgm}-values.yaml'}"
+        )
+    return cmds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         "secret: kubectl create secret generic <job.hfTokenSecretName> "
         "--from-literal=token=$HF_TOKEN  (never rendered)"
     )
+    from infra.config import load_stack_file
+
+    stack_cfg = load_stack_file(args.stack)
+    if stack_cfg.observability.enabled:
+        for cmd in helm_commands(obs.settings_from_stack(stack_cfg), args.out):
+            print(f"observability: {cmd}")
     job = load(args.stack, image=args.image, generation=args.generation).job
     if not job.resumes:
         print(

@@ -37,6 +37,36 @@ def test_render_writes_one_file_per_component(
     assert "kubectl apply --server-side -k" in capsys.readouterr().out
 
 
+def test_render_observability_objects_and_pinned_chart_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stack with observability on also renders its namespace, dashboard and chart values
+    (what the Observability component applies), never the Grafana password."""
+    from infra import versions
+    from infra.config import load_stack_file
+    from workloads.specs import observability as obs
+
+    assert render.main(["--stack", "p4de-odcr", "--out", str(tmp_path)]) == 0
+    s = obs.settings_from_stack(load_stack_file("p4de-odcr"))
+    objs = list(yaml.safe_load_all((tmp_path / "observability.yaml").read_text()))
+    assert objs == [obs.namespace(s), obs.dashboard_configmap(s)]
+    values = {p.name: yaml.safe_load(p.read_text()) for p in (tmp_path / "observability").iterdir()}
+    assert values == {
+        "kube-prometheus-stack-values.yaml": obs.kube_prometheus_stack_values(s),
+        "dcgm-exporter-values.yaml": obs.dcgm_exporter_values(s),
+    }
+    assert all(
+        o["kind"] != "Secret"
+        for p in tmp_path.rglob("*.yaml")
+        for o in yaml.safe_load_all(p.read_text())
+        if isinstance(o, dict) and "kind" in o
+    )
+    out = capsys.readouterr().out
+    assert f"--version {versions.KUBE_PROMETHEUS_STACK_VERSION}" in out
+    assert f"--version {versions.DCGM_EXPORTER_VERSION}" in out
+    assert "<password>  (never rendered)" in out
+
+
 def test_render_generation_changes_only_the_rendezvous(tmp_path: Path) -> None:
     assert render.main(["--stack", "dev", "--out", str(tmp_path / "a")]) == 0
     assert render.main(["--stack", "dev", "--out", str(tmp_path / "b"), "--generation", "2"]) == 0

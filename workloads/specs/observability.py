@@ -112,6 +112,20 @@ class ObservabilitySettings:
         return f"{self.release}-prometheus"
 
 
+def settings_from_stack(cfg: Any) -> ObservabilitySettings:
+    """Settings for a stack config (``infra.config.StackConfig``): DCGM only where there are GPU
+    nodegroups, tolerating each distinct GPU taint."""
+    tolerations: list[dict[str, str]] = []
+    for group in cfg.gpu_node_groups:
+        toleration = group.taint.toleration()
+        if toleration not in tolerations:
+            tolerations.append(toleration)
+    return ObservabilitySettings(
+        dcgm=cfg.observability.dcgm and bool(cfg.gpu_node_groups),
+        gpu_tolerations=tuple(tolerations) or ObservabilitySettings().gpu_tolerations,
+    )
+
+
 def namespace(s: ObservabilitySettings) -> dict[str, Any]:
     """The monitoring Namespace."""
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": s.namespace}}
