@@ -180,7 +180,7 @@ class JobConfig:
     """Rendezvous backend: ``etcd`` (legacy, recovers from lost workers) | ``c10d``."""
     model: str = "meta-llama/Llama-2-7b-hf"
     """Hugging Face model name or a preset name of ``training``."""
-    dataset: str = "samsum"
+    dataset: str = "samsum_dataset"
     """Dataset name understood by ``training``."""
     num_epochs: int = 1
     """Training epochs."""
