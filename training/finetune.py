@@ -471,7 +471,7 @@ def _format_summary(s: dict[str, Any], exported: Path | None, ckpt_root: Path) -
         lines.append(f"exported model       {exported}")
     if s["preempted"]:
         lines.append("stopped by SIGTERM after a checkpoint: rerun with --resume to continue")
-    return "\n".join(lines)
+    return "\n".join([*lines, ""])  # a blank line closes the block (the local runner quotes it)
 
 
 if __name__ == "__main__":
