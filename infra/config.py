@@ -18,7 +18,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,22 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DEFAULT_GPU_TAINT = "nvidia.com/gpu=true:NoSchedule"
 DEFAULT_ROOT_VOLUME_GIB = 500
 DEFAULT_SERVICE_CIDR = "172.20.0.0/16"
+SHARED_STORAGE_TYPES = ("none", "fsx")
+FSX_DEPLOYMENT_TYPES = ("SCRATCH_2", "PERSISTENT_2")
+FSX_THROUGHPUTS = (125, 250, 500, 1000)
+"""MB/s per TiB a PERSISTENT_2 (SSD) file system can be provisioned with."""
+FSX_MIN_CAPACITY_GIB = 1200
+FSX_CAPACITY_STEP_GIB = 2400
+"""SCRATCH_2 and PERSISTENT_2 (SSD): 1200 GiB, or a multiple of 2400 GiB."""
+DEFAULT_CHECKPOINT_CLAIM = "fsx-checkpoints"
+"""Name of the claim the stack creates for ``sharedStorage.type: fsx`` unless
+``job.checkpointClaim`` names it."""
 
 _CR_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 _RG_ARN = re.compile(r"^arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[A-Za-z0-9._-]+$")
 _IAM_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _PG_NAME = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
 _EC2_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 _AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
@@ -202,6 +213,35 @@ class JobConfig:
     """Kubernetes Secret holding the Hugging Face token."""
     device: str = "cuda"
     """``cuda`` on the cluster; ``cpu`` for the local run of the dev stack."""
+    generation: int = 1
+    """Submission counter (part of the rendezvous id); bump it to resubmit an unchanged job."""
+    checkpoint_claim: str | None = None
+    """PVC every worker mounts at the checkpoint folder (then the command carries ``--resume``).
+    With ``sharedStorage.type: fsx`` the stack creates this claim (default
+    ``DEFAULT_CHECKPOINT_CLAIM``); otherwise it must already exist. None = an emptyDir per pod."""
+    namespace: str = "default"
+    """Namespace of the job, its etcd, its Secret and its checkpoint claim (must exist)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedStorageConfig:
+    """Shared storage for checkpoints (``sharedStorage``): an FSx for Lustre file system."""
+
+    type: str = "none"
+    """``none`` (no shared storage) | ``fsx`` (FSx for Lustre + CSI driver + PV/PVC)."""
+    storage_capacity_gib: int = FSX_MIN_CAPACITY_GIB
+    """Capacity, GiB: 1200 or a multiple of 2400."""
+    deployment_type: str = "SCRATCH_2"
+    """``SCRATCH_2`` (no replication, cheapest) | ``PERSISTENT_2`` (replicated in its zone)."""
+    per_unit_storage_throughput: int | None = None
+    """PERSISTENT_2 only: MB/s per TiB, 125 | 250 | 500 | 1000 (default 125)."""
+    availability_zone: str | None = None
+    """Zone of the file system (its subnet); defaults to the job's nodegroup zone at parse time."""
+
+    @property
+    def is_fsx(self) -> bool:
+        """True when the stack creates an FSx for Lustre file system."""
+        return self.type == "fsx"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,6 +296,8 @@ class StackConfig:
     """The fine-tuning job (None when there is no GPU nodegroup to run it on)."""
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
     """Observability switches."""
+    shared_storage: SharedStorageConfig = field(default_factory=SharedStorageConfig)
+    """Shared checkpoint storage (FSx for Lustre or none)."""
     secrets: Secrets = field(default_factory=Secrets)
     """Secret values (Outputs), never plain strings."""
 
@@ -292,6 +334,7 @@ TOP_LEVEL_KEYS = (
     "gpuNodeGroups",
     "job",
     "observability",
+    "sharedStorage",
 )
 SECRET_KEYS = ("hfToken", "grafanaAdminPassword")
 STRUCTURED_KEYS = (
@@ -301,6 +344,7 @@ STRUCTURED_KEYS = (
     "gpuNodeGroups",
     "job",
     "observability",
+    "sharedStorage",
 )
 _NODEGROUP_KEYS = (
     "name",
@@ -340,8 +384,18 @@ _JOB_KEYS = (
     "image",
     "hfTokenSecretName",
     "device",
+    "generation",
+    "checkpointClaim",
+    "namespace",
 )
 _OBSERVABILITY_KEYS = ("enabled", "dcgm")
+_SHARED_STORAGE_KEYS = (
+    "type",
+    "storageCapacityGiB",
+    "deploymentType",
+    "perUnitStorageThroughput",
+    "availabilityZone",
+)
 
 
 def _k(path: str) -> str:
@@ -586,6 +640,15 @@ def _parse_job(value: Any, groups: tuple[GpuNodeGroupConfig, ...]) -> JobConfig 
     for i, arg in enumerate(extra):
         if not arg.startswith("--"):
             raise _fail(f"{path}.extraArgs[{i}]", f"{arg!r} is not a --flag or --flag=value")
+    namespace = _str(obj.get("namespace", "default"), f"{path}.namespace")
+    if not _DNS_LABEL.match(namespace):
+        raise _fail(f"{path}.namespace", f"{namespace!r} is not a DNS label (a-z, 0-9, '-')")
+    claim = _opt_str(obj.get("checkpointClaim"), f"{path}.checkpointClaim")
+    if claim is not None and (len(claim) > 253 or not _DNS_SUBDOMAIN.match(claim)):
+        raise _fail(
+            f"{path}.checkpointClaim",
+            f"{claim!r} is not a DNS-1123 name (a-z, 0-9, '-', '.'; at most 253 characters)",
+        )
     default = JobConfig(node_group=group_name, workers=workers, min_workers=min_workers)
     return JobConfig(
         enabled=enabled,
@@ -620,6 +683,62 @@ def _parse_job(value: Any, groups: tuple[GpuNodeGroupConfig, ...]) -> JobConfig 
             f"{path}.hfTokenSecretName",
         ),
         device=_choice(obj.get("device", default.device), DEVICES, f"{path}.device"),
+        generation=_int(obj.get("generation", default.generation), f"{path}.generation", minimum=1),
+        checkpoint_claim=claim,
+        namespace=namespace,
+    )
+
+
+def _parse_shared_storage(
+    value: Any, azs: tuple[str, ...], job_group: GpuNodeGroupConfig | None
+) -> SharedStorageConfig:
+    path = "sharedStorage"
+    obj = _mapping(value if value is not None else {}, path)
+    _check_keys(obj, _SHARED_STORAGE_KEYS, path)
+    kind = _choice(obj.get("type", "none"), SHARED_STORAGE_TYPES, f"{path}.type")
+    capacity = _int(
+        obj.get("storageCapacityGiB", FSX_MIN_CAPACITY_GIB), f"{path}.storageCapacityGiB"
+    )
+    deployment = _choice(
+        obj.get("deploymentType", "SCRATCH_2"), FSX_DEPLOYMENT_TYPES, f"{path}.deploymentType"
+    )
+    if capacity != FSX_MIN_CAPACITY_GIB and (capacity <= 0 or capacity % FSX_CAPACITY_STEP_GIB):
+        raise _fail(
+            f"{path}.storageCapacityGiB",
+            f"{capacity} is not {FSX_MIN_CAPACITY_GIB} or a multiple of {FSX_CAPACITY_STEP_GIB}"
+            f" (FSx for Lustre {deployment})",
+        )
+    throughput = _opt_int(obj.get("perUnitStorageThroughput"), f"{path}.perUnitStorageThroughput")
+    if deployment == "PERSISTENT_2":
+        throughput = FSX_THROUGHPUTS[0] if throughput is None else throughput
+        if throughput not in FSX_THROUGHPUTS:
+            raise _fail(
+                f"{path}.perUnitStorageThroughput",
+                f"{throughput} is not one of {', '.join(map(str, FSX_THROUGHPUTS))} (MB/s/TiB)",
+            )
+    elif throughput is not None:
+        raise _fail(
+            f"{path}.perUnitStorageThroughput",
+            f"only PERSISTENT_2 takes a throughput; {deployment} has a fixed one",
+        )
+    az = _opt_str(obj.get("availabilityZone"), f"{path}.availabilityZone")
+    if az is not None and az not in azs:
+        raise _fail(
+            f"{path}.availabilityZone", f"{az} is not in availabilityZones ({', '.join(azs)})"
+        )
+    if az is None and kind == "fsx":
+        az = job_group.availability_zone if job_group is not None else None
+        if az is None:
+            raise _fail(
+                f"{path}.availabilityZone",
+                "is required with type fsx when the job's nodegroup is not pinned to a zone",
+            )
+    return SharedStorageConfig(
+        type=kind,
+        storage_capacity_gib=capacity,
+        deployment_type=deployment,
+        per_unit_storage_throughput=throughput,
+        availability_zone=az,
     )
 
 
@@ -701,6 +820,11 @@ def parse(
         if group.name in seen:
             raise _fail(f"gpuNodeGroups[{i}].name", f"{group.name!r} is used twice")
         seen.add(group.name)
+    job = _parse_job(raw.get("job"), groups)
+    job_group = next((g for g in groups if job and g.name == job.node_group), None)
+    shared_storage = _parse_shared_storage(raw.get("sharedStorage"), azs, job_group)
+    if job is not None and shared_storage.is_fsx and job.checkpoint_claim is None:
+        job = replace(job, checkpoint_claim=DEFAULT_CHECKPOINT_CLAIM)
     return StackConfig(
         stack=stack,
         region=region,
@@ -716,8 +840,9 @@ def parse(
         ),
         access_entries=access,
         gpu_node_groups=groups,
-        job=_parse_job(raw.get("job"), groups),
+        job=job,
         observability=_parse_observability(raw.get("observability")),
+        shared_storage=shared_storage,
         secrets=secrets or Secrets(),
     )
 

@@ -242,6 +242,82 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         with_top(gpuNodeGroups=[], job={"workers": 1}),
         "eks-fsdp:job.nodeGroup: there is no GPU nodegroup to run the job on",
     ),
+    (
+        "job-generation-zero",
+        with_job(generation=0),
+        "eks-fsdp:job.generation: 0 is below the minimum 1",
+    ),
+    (
+        "job-claim-not-dns-1123",
+        with_job(checkpointClaim="FSx_Checkpoints"),
+        "eks-fsdp:job.checkpointClaim: 'FSx_Checkpoints' is not a DNS-1123 name",
+    ),
+    (
+        "job-bad-namespace",
+        with_job(namespace="Training.NS"),
+        "eks-fsdp:job.namespace: 'Training.NS' is not a DNS label",
+    ),
+    (
+        "storage-unknown-type",
+        with_top(sharedStorage={"type": "efs"}),
+        "eks-fsdp:sharedStorage.type: 'efs' is not one of none, fsx",
+    ),
+    (
+        "storage-typo",
+        with_top(sharedStorage={"type": "fsx", "capacityGiB": 1200}),
+        "eks-fsdp:sharedStorage.capacityGiB: unknown key (known: type, storageCapacityGiB,",
+    ),
+    (
+        "storage-capacity-not-lustre-step",
+        with_top(sharedStorage={"type": "fsx", "storageCapacityGiB": 2000}),
+        "eks-fsdp:sharedStorage.storageCapacityGiB: 2000 is not 1200 or a multiple of 2400"
+        " (FSx for Lustre SCRATCH_2)",
+    ),
+    (
+        "storage-capacity-zero",
+        with_top(sharedStorage={"type": "fsx", "storageCapacityGiB": 0}),
+        "eks-fsdp:sharedStorage.storageCapacityGiB: 0 is not 1200 or a multiple of 2400",
+    ),
+    (
+        "storage-bad-deployment-type",
+        with_top(sharedStorage={"type": "fsx", "deploymentType": "SCRATCH_1"}),
+        "eks-fsdp:sharedStorage.deploymentType: 'SCRATCH_1' is not one of SCRATCH_2, PERSISTENT_2",
+    ),
+    (
+        "storage-throughput-on-scratch",
+        with_top(sharedStorage={"type": "fsx", "perUnitStorageThroughput": 250}),
+        "eks-fsdp:sharedStorage.perUnitStorageThroughput: only PERSISTENT_2 takes a throughput",
+    ),
+    (
+        "storage-bad-persistent-throughput",
+        with_top(
+            sharedStorage={
+                "type": "fsx",
+                "deploymentType": "PERSISTENT_2",
+                "perUnitStorageThroughput": 200,
+            }
+        ),
+        "eks-fsdp:sharedStorage.perUnitStorageThroughput: 200 is not one of 125, 250, 500, 1000",
+    ),
+    (
+        "storage-zone-outside-vpc",
+        with_top(sharedStorage={"type": "fsx", "availabilityZone": "us-east-1c"}),
+        "eks-fsdp:sharedStorage.availabilityZone: us-east-1c is not in availabilityZones",
+    ),
+    (
+        "storage-zone-unknown",
+        {
+            **with_group(availabilityZone=None, efa=False, placementGroup="none"),
+            "sharedStorage": {"type": "fsx"},
+        },
+        "eks-fsdp:sharedStorage.availabilityZone: is required with type fsx when the job's"
+        " nodegroup is not pinned to a zone",
+    ),
+    (
+        "storage-not-an-object",
+        with_top(sharedStorage="fsx"),
+        "eks-fsdp:sharedStorage: expected an object, got 'fsx'",
+    ),
 ]
 
 
@@ -344,3 +420,45 @@ def test_pulumi_yaml_follows_the_engine_rules() -> None:
 def test_pulumi_yaml_defaults_are_the_parser_defaults() -> None:
     """The engine applies Pulumi.yaml defaults; parse() must agree when they are absent."""
     assert parse({**project_defaults(), **BASE}) == parse(BASE)
+
+
+def test_job_generation_claim_and_namespace_are_read() -> None:
+    job = parse(with_job(generation="3", checkpointClaim="shared.ckpt", namespace="train")).job
+    assert job is not None
+    assert (job.generation, job.checkpoint_claim, job.namespace) == (3, "shared.ckpt", "train")
+    defaults = parse(BASE).job
+    assert defaults is not None
+    assert (defaults.generation, defaults.checkpoint_claim, defaults.namespace) == (
+        1,
+        None,
+        "default",
+    )
+
+
+def test_shared_storage_defaults_follow_the_job() -> None:
+    """fsx: the zone defaults to the job's nodegroup zone and the job's claim to the one the
+    stack creates; a claim the stack file names is kept (the stack creates it under that name);
+    none (the default) changes nothing."""
+    off = parse(BASE)
+    assert off.shared_storage == config.SharedStorageConfig()
+    assert not off.shared_storage.is_fsx
+    on = parse(with_top(sharedStorage={"type": "fsx"}))
+    storage = on.shared_storage
+    assert storage.is_fsx
+    assert (storage.availability_zone, storage.storage_capacity_gib) == ("us-east-1a", 1200)
+    assert (storage.deployment_type, storage.per_unit_storage_throughput) == ("SCRATCH_2", None)
+    assert on.job is not None and on.job.checkpoint_claim == config.DEFAULT_CHECKPOINT_CLAIM
+    named = parse({**with_job(checkpointClaim="ckpt"), "sharedStorage": {"type": "fsx"}})
+    assert named.job is not None and named.job.checkpoint_claim == "ckpt"
+    persistent = parse(
+        with_top(
+            sharedStorage={
+                "type": "fsx",
+                "deploymentType": "PERSISTENT_2",
+                "storageCapacityGiB": 4800.0,
+                "availabilityZone": "us-east-1b",
+            }
+        )
+    ).shared_storage
+    assert (persistent.storage_capacity_gib, persistent.per_unit_storage_throughput) == (4800, 125)
+    assert persistent.availability_zone == "us-east-1b"

@@ -310,9 +310,9 @@ def from_stack(
     group = _node_group(stack_cfg, getattr(job_cfg, "node_group", None))
     workers = job_cfg.workers or getattr(group, "desired_size", None) or 1
     min_workers = getattr(job_cfg, "min_workers", None) or workers
-    namespace = getattr(job_cfg, "namespace", None) or "default"
+    namespace = job_cfg.namespace
     taints = tuple(t for g in stack_cfg.gpu_node_groups if (t := getattr(g, "taint", None)))
-    gen = generation if generation is not None else getattr(job_cfg, "generation", None) or 1
+    gen = generation if generation is not None else job_cfg.generation
     backend = getattr(job_cfg, "rdzv_backend", None) or "etcd"
     job = JobSettings(
         name=job_cfg.name,
@@ -328,7 +328,7 @@ def from_stack(
         node_selector=node_selector_for(group),
         extra_taints=taints,
         hf_token_secret=getattr(job_cfg, "hf_token_secret_name", None),
-        checkpoint_claim=getattr(job_cfg, "checkpoint_claim", None),
+        checkpoint_claim=job_cfg.checkpoint_claim,
         metrics_port=TRAINING_METRICS_PORT if _observability_on(stack_cfg) else 0,
     )
     etcd = EtcdSettings(namespace=namespace, client_job_names=(job.name,))
