@@ -1,6 +1,7 @@
 """The Pulumi program: the composition root. Reads the stack config once and wires components.
 
-Network -> Cluster -> GPU nodegroups -> device plugins (-> workloads, appended below).
+Network -> Cluster -> GPU nodegroups -> device plugins -> shared storage (FSx, when configured)
+(-> workloads, appended below).
 """
 
 import pulumi
@@ -11,6 +12,7 @@ from infra.config import from_pulumi
 from infra.device_plugins import DevicePlugins, DevicePluginsArgs
 from infra.gpu_nodegroup import GpuNodeGroup, GpuNodeGroupArgs
 from infra.network import Network, NetworkArgs
+from infra.shared_storage import SharedStorage, SharedStorageArgs
 from workloads.program import deploy as deploy_workloads
 
 cfg = from_pulumi()
@@ -36,6 +38,7 @@ cluster = Cluster(
         system_node_group=cfg.system_node_group,
         access_entries=cfg.access_entries,
         cloudwatch_observability=cfg.cloudwatch_observability,
+        fsx_csi_driver=cfg.shared_storage.is_fsx,
     ),
 )
 gpu_node_groups = {
@@ -77,6 +80,21 @@ pulumi.export(
         if ng.placement_group_name is not None
     },
 )
+shared_storage = None
+if cfg.shared_storage.is_fsx:
+    shared_storage = SharedStorage(
+        "shared-storage",
+        SharedStorageArgs(
+            storage=cfg.shared_storage,
+            cluster_name=cfg.cluster_name,
+            vpc_id=network.vpc_id,
+            subnet_id=network.private_subnets_in(cfg.shared_storage.availability_zone)[0],
+            client_security_group_ids=[cluster.cluster_security_group_id],
+        ),
+    )
+    pulumi.export(outputs.SHARED_FILE_SYSTEM_ID, shared_storage.file_system_id)
+    pulumi.export(outputs.SHARED_FILE_SYSTEM_DNS_NAME, shared_storage.dns_name)
+    pulumi.export(outputs.SHARED_FILE_SYSTEM_MOUNT_NAME, shared_storage.mount_name)
 pulumi.export(outputs.NEXT_STEPS, outputs.next_steps(cfg.stack, cfg.cluster_name, cfg.region))
 
 
@@ -93,4 +111,12 @@ if cfg.observability.enabled:
 
 # --- workloads: training image, training operator, etcd, debug tools, the PyTorchJob ----------
 if cfg.job is not None:
-    deploy_workloads(cfg, cluster.provider, depends_on=[device_plugins])
+    deploy_workloads(
+        cfg,
+        cluster.provider,
+        depends_on=[
+            device_plugins,
+            *([cluster.fsx_csi_addon] if cluster.fsx_csi_addon is not None else []),
+        ],
+        shared_storage=shared_storage,
+    )

@@ -3,7 +3,8 @@
 pulumi-eks builds the control plane (pinned version, public + private subnets, OIDC provider
 for IRSA, access entries in ``API`` authentication mode, the vpc-cni and kube-proxy add-ons).
 Everything that needs a node to become healthy is created here, after the system nodegroup:
-CoreDNS, the EBS CSI driver (with its IRSA role) and, optionally, CloudWatch Observability.
+CoreDNS, the EBS CSI driver (with its IRSA role), optionally the FSx CSI driver (with its IRSA
+role, for ``sharedStorage.type: fsx``) and, optionally, CloudWatch Observability.
 The node IAM role (worker, CNI, ECR, CloudWatch agent, EBS CSI, FSx, SSM policies, as the
 seed's eksctl nodegroup) is shared with the GPU nodegroups.
 
@@ -41,6 +42,8 @@ NODE_POLICY_ARNS: tuple[str, ...] = (
 """Managed policies on the node role (the seed's eksctl nodegroup ``iam.withAddonPolicies``)."""
 EBS_CSI_POLICY_ARN = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
 EBS_CSI_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:ebs-csi-controller-sa"
+FSX_CSI_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
+FSX_CSI_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:fsx-csi-controller-sa"
 CLUSTER_ADMIN_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 SYSTEM_NODEGROUP_LABEL = {"eks-fsdp/nodegroup": "system"}
 
@@ -69,6 +72,8 @@ class ClusterArgs:
     """IAM principal ARNs given cluster-admin."""
     cloudwatch_observability: bool = False
     """Install the amazon-cloudwatch-observability add-on."""
+    fsx_csi_driver: bool = False
+    """Install the aws-fsx-csi-driver add-on (with its IRSA role) for FSx for Lustre volumes."""
     tags: dict[str, str] | None = None
     """Extra tags on every AWS resource."""
 
@@ -89,6 +94,12 @@ class ClusterArgs:
 
 def ebs_csi_trust_policy(oidc_provider_arn: str, oidc_issuer: str) -> str:
     """IRSA trust policy: only the EBS CSI controller's service account may assume the role."""
+    return irsa_trust_policy(oidc_provider_arn, oidc_issuer, EBS_CSI_SERVICE_ACCOUNT)
+
+
+def irsa_trust_policy(oidc_provider_arn: str, oidc_issuer: str, service_account: str) -> str:
+    """IRSA trust policy: only ``service_account`` (``system:serviceaccount:<ns>:<name>``) may
+    assume the role, through the cluster's OIDC provider."""
     issuer = oidc_issuer.removeprefix("https://")
     return json.dumps(
         {
@@ -100,7 +111,7 @@ def ebs_csi_trust_policy(oidc_provider_arn: str, oidc_issuer: str) -> str:
                     "Action": "sts:AssumeRoleWithWebIdentity",
                     "Condition": {
                         "StringEquals": {
-                            f"{issuer}:sub": EBS_CSI_SERVICE_ACCOUNT,
+                            f"{issuer}:sub": service_account,
                             f"{issuer}:aud": "sts.amazonaws.com",
                         }
                     },
@@ -255,32 +266,58 @@ class Cluster(pulumi.ComponentResource):
             tags=tags,
             opts=after_nodes,
         )
-        ebs_role = aws.iam.Role(
-            f"{name}-ebs-csi-role",
-            assume_role_policy=pulumi.Output.all(self.oidc_provider_arn, self.oidc_issuer).apply(
-                lambda v: ebs_csi_trust_policy(v[0], v[1])
-            ),
-            description=f"EBS CSI controller of {args.cluster_name} (IRSA)",
-            tags=tags,
-            opts=child,
+
+        def irsa_addon(
+            suffix: str,
+            label: str,
+            addon_name: str,
+            version: str | None,
+            account: str,
+            policy_arn: str,
+        ) -> aws.eks.Addon:
+            """An EKS add-on whose controller assumes its own IRSA role (``policy_arn``)."""
+            role = aws.iam.Role(
+                f"{name}-{suffix}-role",
+                assume_role_policy=pulumi.Output.all(
+                    self.oidc_provider_arn, self.oidc_issuer
+                ).apply(lambda v: irsa_trust_policy(v[0], v[1], account)),
+                description=f"{label} controller of {args.cluster_name} (IRSA)",
+                tags=tags,
+                opts=child,
+            )
+            attach = aws.iam.RolePolicyAttachment(
+                f"{name}-{suffix}-policy", role=role.name, policy_arn=policy_arn, opts=child
+            )
+            return aws.eks.Addon(
+                f"{name}-{suffix}",
+                cluster_name=self.cluster_name,
+                addon_name=addon_name,
+                addon_version=version,
+                service_account_role_arn=role.arn,
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                tags=tags,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[system_ng, attach]),
+            )
+
+        irsa_addon(
+            "ebs-csi",
+            "EBS CSI",
+            "aws-ebs-csi-driver",
+            versions.EBS_CSI_ADDON_VERSION,
+            EBS_CSI_SERVICE_ACCOUNT,
+            EBS_CSI_POLICY_ARN,
         )
-        ebs_attach = aws.iam.RolePolicyAttachment(
-            f"{name}-ebs-csi-policy",
-            role=ebs_role.name,
-            policy_arn=EBS_CSI_POLICY_ARN,
-            opts=child,
-        )
-        aws.eks.Addon(
-            f"{name}-ebs-csi",
-            cluster_name=self.cluster_name,
-            addon_name="aws-ebs-csi-driver",
-            addon_version=versions.EBS_CSI_ADDON_VERSION,
-            service_account_role_arn=ebs_role.arn,
-            resolve_conflicts_on_create="OVERWRITE",
-            resolve_conflicts_on_update="OVERWRITE",
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[system_ng, ebs_attach]),
-        )
+        self.fsx_csi_addon: aws.eks.Addon | None = None
+        if args.fsx_csi_driver:
+            self.fsx_csi_addon = irsa_addon(
+                "fsx-csi",
+                "FSx CSI",
+                "aws-fsx-csi-driver",
+                versions.FSX_CSI_ADDON_VERSION,
+                FSX_CSI_SERVICE_ACCOUNT,
+                FSX_CSI_POLICY_ARN,
+            )
         if args.cloudwatch_observability:
             # The agent uses the node role (CloudWatchAgentServerPolicy is attached above).
             aws.eks.Addon(

@@ -60,7 +60,13 @@ VPC_CNI_ADDON_VERSION: str | None = None
 COREDNS_ADDON_VERSION: str | None = None
 KUBE_PROXY_ADDON_VERSION: str | None = None
 EBS_CSI_ADDON_VERSION: str | None = None
+FSX_CSI_ADDON_VERSION: str | None = None
+"""aws-fsx-csi-driver add-on (only on stacks with ``sharedStorage.type: fsx``)."""
 CLOUDWATCH_OBSERVABILITY_ADDON_VERSION: str | None = None
+
+# --- Shared storage ---------------------------------------------------------------------------
+FSX_LUSTRE_VERSION = "2.15"
+"""Lustre version of the FSx file system (2.15 serves SCRATCH_2 and PERSISTENT_2)."""
 
 # --- Node images ------------------------------------------------------------------------------
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"

@@ -142,6 +142,11 @@ def _mock_outputs(args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict[str, A
     elif typ == "aws:iam/role:Role":
         state.setdefault("name", f"{name}-mock")
         state["arn"] = f"arn:aws:iam::{ACCOUNT}:role/{state['name']}"
+    elif typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+        rid = f"fs-{zlib.crc32(name.encode()):017x}"
+        state["dnsName"] = f"{rid}.fsx.us-west-2.amazonaws.com"
+        state["mountName"] = f"m{zlib.crc32(rid.encode()) % 10**7:07d}"
+        state["arn"] = f"arn:aws:fsx:us-west-2:{ACCOUNT}:file-system/{rid}"
     elif typ.startswith("aws:ec2/"):
         state.setdefault("arn", f"arn:aws:ec2:us-west-2:{ACCOUNT}:{name}")
     elif typ == "kubernetes:helm.sh/v3:Release":

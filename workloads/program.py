@@ -4,8 +4,11 @@
 
 builds the settings from the stack config (``workloads.specs.settings.from_stack``) and creates
 ``TrainingImage`` (unless ``job.image`` pins one), ``TrainingOperator``, ``Etcd`` (etcd
-backends), ``DebugTools`` and, when ``job.enabled``, the ``PyTorchJob`` with the HF token from
-the secret config ``hfToken``, every Kubernetes resource on the cluster's provider.
+backends), ``DebugTools``, on ``sharedStorage.type: fsx`` stacks the ``CheckpointVolume`` (the
+FSx PersistentVolume and the claim the job mounts; ``shared_storage`` is the
+``infra.shared_storage.SharedStorage`` component) and, when ``job.enabled``, the ``PyTorchJob``
+with the HF token from the secret config ``hfToken``, every Kubernetes resource on the
+cluster's provider.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import pulumi
 
+from workloads.checkpoint_volume import CheckpointVolume, CheckpointVolumeArgs
 from workloads.debug_tools import DebugTools, DebugToolsArgs
 from workloads.etcd import Etcd, EtcdArgs
 from workloads.pytorch_job import PyTorchJob, PyTorchJobArgs
@@ -40,16 +44,38 @@ class Deployed:
     debug: DebugTools
     job: PyTorchJob | None
     training_image: TrainingImage | None
+    checkpoint_volume: CheckpointVolume | None = None
 
 
 def deploy(
-    cfg: Any, provider: Any, depends_on: list[pulumi.Resource] | None = None
+    cfg: Any,
+    provider: Any,
+    depends_on: list[pulumi.Resource] | None = None,
+    shared_storage: Any | None = None,
 ) -> Deployed | None:
-    """Create the workloads of ``cfg`` (an ``infra.config.StackConfig``); None without a job."""
+    """Create the workloads of ``cfg`` (an ``infra.config.StackConfig``); None without a job.
+
+    ``shared_storage`` (with ``file_system_id``, ``dns_name``, ``mount_name`` Outputs) is
+    required when the stack's ``sharedStorage.type`` is fsx.
+    """
     if cfg.job is None:
         return None
     w = from_stack(cfg, image=cfg.job.image or PLACEHOLDER_IMAGE, stack=cfg.stack)
     k8s_opts = pulumi.ResourceOptions(providers=[provider], depends_on=depends_on or [])
+    checkpoint_volume = None
+    if w.checkpoint_volume is not None:
+        if shared_storage is None:
+            raise ValueError("eks-fsdp:sharedStorage: type fsx, but no file system was created")
+        checkpoint_volume = CheckpointVolume(
+            "checkpoint-volume",
+            CheckpointVolumeArgs(
+                settings=w.checkpoint_volume,
+                file_system_id=shared_storage.file_system_id,
+                dns_name=shared_storage.dns_name,
+                mount_name=shared_storage.mount_name,
+            ),
+            opts=k8s_opts,
+        )
     training_image = None
     if cfg.job.image:
         image: pulumi.Output[str] = pulumi.Output.from_input(cfg.job.image)
@@ -70,7 +96,11 @@ def deploy(
                 image=image,
                 etcd_host=w.etcd.host,
                 hf_token=cfg.secrets.hf_token,
-                depends_on=[operator, *([etcd] if etcd else [])],
+                depends_on=[
+                    operator,
+                    *([etcd] if etcd else []),
+                    *([checkpoint_volume] if checkpoint_volume else []),
+                ],
             ),
             opts=k8s_opts,
         )
@@ -86,4 +116,5 @@ def deploy(
         debug=debug,
         job=job,
         training_image=training_image,
+        checkpoint_volume=checkpoint_volume,
     )

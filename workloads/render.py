@@ -3,8 +3,10 @@
     python -m workloads.render --stack dev --out out/dev
 
 writes one file per component (``etcd.yaml``, ``pytorchjob.yaml``, ``debug-tools.yaml``),
-``training-operator/kustomization.yaml`` (the operator install, pinned) and, when the stack
-enables observability, ``observability.yaml`` (namespace, dashboard ConfigMap) with the pinned
+``training-operator/kustomization.yaml`` (the operator install, pinned), on stacks with
+``sharedStorage.type: fsx`` ``checkpoint-volume.yaml`` (the FSx PersistentVolume and the claim
+the job mounts; ``--fsx-id``/``--fsx-mount-name`` fill in the file system, placeholders
+otherwise) and, when the stack enables observability, ``observability.yaml`` (namespace, dashboard ConfigMap) with the pinned
 Helm charts' values under ``observability/``. Each object is
 validated before anything is written (strict schemas for the stack's Kubernetes version; the
 PyTorchJob against the operator's SDK types). Secrets are referenced, never rendered: the
@@ -23,6 +25,7 @@ import yaml
 
 from infra import versions
 from workloads.specs import observability as obs
+from workloads.specs import storage
 from workloads.specs.common import dump_all_yaml
 from workloads.specs.operator import KUSTOMIZATION_FILE
 from workloads.specs.stack import load, objects_by_component, operator_kustomization
@@ -33,7 +36,13 @@ OBSERVABILITY_DIR = "observability"
 
 
 def render(
-    stack: str, out: Path, *, image: str | None = None, generation: int | None = None
+    stack: str,
+    out: Path,
+    *,
+    image: str | None = None,
+    generation: int | None = None,
+    fsx_id: str | None = None,
+    fsx_mount_name: str | None = None,
 ) -> list[Path]:
     """Write the stack's objects under ``out``; return the files written."""
     from infra.config import load_stack_file
@@ -41,7 +50,12 @@ def render(
     stack_cfg = load_stack_file(stack)
     kubernetes_version = stack_cfg.kubernetes_version
     w = load(stack, image=image, generation=generation)
-    components = objects_by_component(w)
+    file_system = storage.file_system_ref(
+        fsx_id or storage.PLACEHOLDER_FILE_SYSTEM_ID,
+        fsx_mount_name or storage.PLACEHOLDER_MOUNT_NAME,
+        stack_cfg.region,
+    )
+    components = objects_by_component(w, file_system)
     for objs in components.values():
         for obj in objs:
             validate(obj, kubernetes_version)
@@ -118,9 +132,24 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="job generation (bump to resubmit; default job.generation or 1)",
     )
+    parser.add_argument(
+        "--fsx-id",
+        help="FSx file system id for checkpoint-volume.yaml (stack output "
+        "sharedFileSystemId; default a placeholder)",
+    )
+    parser.add_argument(
+        "--fsx-mount-name", help="its Lustre mount name (stack output sharedFileSystemMountName)"
+    )
     args = parser.parse_args(argv)
     try:
-        files = render(args.stack, args.out, image=args.image, generation=args.generation)
+        files = render(
+            args.stack,
+            args.out,
+            image=args.image,
+            generation=args.generation,
+            fsx_id=args.fsx_id,
+            fsx_mount_name=args.fsx_mount_name,
+        )
     except (ValueError, KeyError, FileNotFoundError, ValidationError) as err:
         message = err.args[0] if err.args else str(err)
         print(f"render: {message}", file=sys.stderr)
@@ -139,7 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     if stack_cfg.observability.enabled:
         for cmd in helm_commands(obs.settings_from_stack(stack_cfg), args.out):
             print(f"observability: {cmd}")
-    job = load(args.stack, image=args.image, generation=args.generation).job
+    w = load(args.stack, image=args.image, generation=args.generation)
+    job = w.job
+    if w.checkpoint_volume is not None and not (args.fsx_id and args.fsx_mount_name):
+        print(
+            "note: checkpoint-volume.yaml names the file system by placeholders; after pulumi up "
+            "render again with --fsx-id $(pulumi stack output sharedFileSystemId) "
+            "--fsx-mount-name $(pulumi stack output sharedFileSystemMountName)"
+        )
     if not job.resumes:
         print(
             f"note: no shared checkpoint claim: each of the {job.workers} pods keeps its own "

@@ -87,7 +87,7 @@ def test_components_and_resource_counts(runs: dict[str, ProgramRun], stack: str)
             g.creates_placement_group for g in cfg.gpu_node_groups
         ),
         RELEASE: 1 + any(g.efa for g in cfg.gpu_node_groups),
-        "aws:eks/addon:Addon": 2 + cfg.cloudwatch_observability,
+        "aws:eks/addon:Addon": 2 + cfg.cloudwatch_observability + cfg.shared_storage.is_fsx,
     }
     infra = [r for r in run.resources if is_infra(r)]
     assert {t: sum(r.type == t for r in infra) for t in counts} == counts
@@ -217,7 +217,9 @@ def test_efa_security_group_allows_all_traffic_between_members(
 ) -> None:
     run = runs["p5-16"]
     sg = run.one("aws:ec2/securityGroup:SecurityGroup", "network-efa-sg")
-    ingress = run.one("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+    ingress = run.one(
+        "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "network-efa-ingress-self"
+    )
     egress_self = run.one(
         "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "network-efa-egress-self"
     )
@@ -246,6 +248,8 @@ def test_cluster_control_plane_and_addons(runs: dict[str, ProgramRun], stack: st
     expected = {"coredns", "aws-ebs-csi-driver"}
     if cfg.cloudwatch_observability:
         expected.add("amazon-cloudwatch-observability")
+    if cfg.shared_storage.is_fsx:
+        expected.add("aws-fsx-csi-driver")
     assert set(addons) == expected
     system = run.one(NG, "cluster-system")
     assert all(system.urn in a.dependencies for a in addons.values())

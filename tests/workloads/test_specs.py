@@ -88,16 +88,13 @@ def test_spec_modules_import_neither_pulumi_nor_torch() -> None:
 
 def test_every_object_validates_strictly(stack_objects: Any) -> None:
     stack, _, objs = stack_objects
-    version = load_stack_file(stack).kubernetes_version
+    cfg = load_stack_file(stack)
+    version = cfg.kubernetes_version
     kinds = sorted(o["kind"] for o in objs)
-    assert kinds == [
-        "DaemonSet",
-        "DaemonSet",
-        "Deployment",
-        "NetworkPolicy",
-        "PyTorchJob",
-        "Service",
-    ]
+    storage = ["PersistentVolume", "PersistentVolumeClaim"] if cfg.shared_storage.is_fsx else []
+    assert kinds == sorted(
+        ["DaemonSet", "DaemonSet", "Deployment", "NetworkPolicy", "PyTorchJob", "Service", *storage]
+    )
     for obj in objs:
         validate(obj, version)
 
@@ -133,7 +130,7 @@ def test_command_is_torchrun_module_without_nnodes(stack_objects: Any) -> None:
     assert cmd[:3] == ["torchrun", "-m", "training.finetune"]
     assert not any(a.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")) for a in cmd)
     assert "--enable_fsdp" in cmd
-    # No shared claim in the shipped stacks: an emptyDir per pod cannot be resumed from.
+    # An emptyDir per pod cannot be resumed from; a shared claim (the fsx stacks) can.
     assert ("--resume" in cmd) is (w.job.workers == 1 or bool(w.job.checkpoint_claim))
     assert f"--dist_checkpoint_root_folder={w.job.checkpoint_mount}" in cmd
     assert _container(job)["name"] == "pytorch"

@@ -17,6 +17,7 @@ from infra import versions
 from infra.instances import lookup
 from workloads.specs.common import check_dns_label
 from workloads.specs.prometheus_files import TRAINING_METRICS_PORT
+from workloads.specs.storage import CheckpointVolumeSettings
 
 RDZV_BACKENDS = ("etcd", "etcd-v2", "c10d")
 """Rendezvous backends the training operator and torchrun accept."""
@@ -249,6 +250,8 @@ class Workloads:
     """Whether the stack submits the job (the operator, etcd and tools are installed anyway)."""
     device: str = "cuda"
     """cuda on the cluster; cpu makes the local runner use one process per worker."""
+    checkpoint_volume: CheckpointVolumeSettings | None = None
+    """The FSx PersistentVolume/Claim the stack creates (``sharedStorage.type: fsx``), else None."""
 
 
 def train_flags(job_cfg: Any) -> tuple[str, ...]:
@@ -332,6 +335,14 @@ def from_stack(
         metrics_port=TRAINING_METRICS_PORT if _observability_on(stack_cfg) else 0,
     )
     etcd = EtcdSettings(namespace=namespace, client_job_names=(job.name,))
+    storage = getattr(stack_cfg, "shared_storage", None)
+    checkpoint_volume = None
+    if storage is not None and storage.is_fsx and job.checkpoint_claim:
+        checkpoint_volume = CheckpointVolumeSettings(
+            claim_name=job.checkpoint_claim,
+            namespace=namespace,
+            capacity_gib=storage.storage_capacity_gib,
+        )
     instance_types = tuple(sorted({g.instance_type for g in stack_cfg.gpu_node_groups}))
     debug = DebugSettings(
         image=image, namespace=namespace, instance_types=instance_types, extra_taints=taints
@@ -344,4 +355,5 @@ def from_stack(
         debug=debug,
         job_enabled=bool(getattr(job_cfg, "enabled", True)),
         device=getattr(job_cfg, "device", None) or "cuda",
+        checkpoint_volume=checkpoint_volume,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra import versions
-from workloads.specs import debug, etcd, operator, pytorchjob
+from workloads.specs import debug, etcd, operator, pytorchjob, storage
 from workloads.specs.common import K8sObject
 from workloads.specs.image import local_reference
 from workloads.specs.settings import Workloads, from_stack
@@ -49,9 +49,17 @@ def check_train_flags(w: Workloads) -> None:
         raise ValueError(f"eks-fsdp:job: {err}") from None
 
 
-def objects_by_component(w: Workloads) -> dict[str, list[K8sObject]]:
-    """Kubernetes objects grouped by the component (and file) they belong to."""
+def objects_by_component(
+    w: Workloads, file_system: storage.FileSystemRef | None = None
+) -> dict[str, list[K8sObject]]:
+    """Kubernetes objects grouped by the component (and file) they belong to.
+
+    ``file_system`` fills the checkpoint volume of an fsx stack (placeholders when None).
+    """
     out: dict[str, list[K8sObject]] = {}
+    if w.checkpoint_volume is not None:
+        fs = file_system or storage.placeholder_file_system(None)
+        out["checkpoint-volume"] = storage.objects(w.checkpoint_volume, fs)
     if w.job.uses_etcd:
         out["etcd"] = etcd.objects(w.etcd)
     if w.job_enabled:

@@ -1,0 +1,155 @@
+"""``SharedStorage``: an FSx for Lustre file system every worker pod can mount.
+
+torch.distributed.checkpoint writes one shard per rank; a checkpoint is loadable (``--resume``)
+only where every pod sees every shard, so multi-node jobs keep their checkpoints on one shared
+file system. This component owns that file system and its network access:
+
+- an ``aws.fsx.LustreFileSystem`` (SCRATCH_2 or PERSISTENT_2, Lustre ``versions.FSX_LUSTRE_VERSION``)
+  in the private subnet of one zone (the job's nodegroup zone: no cross-zone traffic);
+- a security group admitting Lustre (TCP 988 and 1018-1023) from the client security groups
+  (the cluster security group every node carries) and between the file servers themselves.
+
+The Kubernetes side (the FSx CSI driver add-on, a static PersistentVolume and its claim) lives
+in ``infra.cluster`` and ``workloads.checkpoint_volume``; they consume ``file_system_id``,
+``dns_name`` and ``mount_name``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from infra import versions
+from infra.config import SharedStorageConfig
+
+TYPE_TOKEN = "eks-fsdp:infra:SharedStorage"
+LUSTRE_PORTS: tuple[tuple[int, int], ...] = ((988, 988), (1018, 1023))
+"""TCP port ranges FSx for Lustre clients and servers talk on."""
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedStorageArgs:
+    """Arguments of ``SharedStorage``."""
+
+    storage: SharedStorageConfig
+    """The validated ``sharedStorage`` config; its ``type`` must be ``fsx``."""
+    cluster_name: str
+    """EKS cluster name (tags, security group name)."""
+    vpc_id: pulumi.Input[str]
+    """VPC of the cluster."""
+    subnet_id: pulumi.Input[str]
+    """Private subnet of ``storage.availability_zone`` (FSx for Lustre takes exactly one)."""
+    client_security_group_ids: Sequence[pulumi.Input[str]]
+    """Security groups of the nodes that mount the file system (the cluster security group)."""
+    tags: Mapping[str, str] | None = None
+    """Extra tags on every AWS resource."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.storage, SharedStorageConfig) or not self.storage.is_fsx:
+            raise ValueError("SharedStorageArgs.storage: expected a sharedStorage of type fsx")
+        if not self.storage.availability_zone:
+            raise ValueError("SharedStorageArgs.storage: availability_zone is not set")
+        if not _NAME.match(self.cluster_name):
+            raise ValueError(f"SharedStorageArgs.cluster_name: {self.cluster_name!r} is not valid")
+        if not self.client_security_group_ids:
+            raise ValueError(
+                "SharedStorageArgs.client_security_group_ids: at least one client security group"
+            )
+
+
+class SharedStorage(pulumi.ComponentResource):
+    """FSx for Lustre file system + the security group that lets the nodes mount it."""
+
+    file_system_id: pulumi.Output[str]
+    """FSx file system id (``fs-...``): the PersistentVolume's ``volumeHandle``."""
+    dns_name: pulumi.Output[str]
+    """DNS name the clients mount (``volumeAttributes.dnsname``)."""
+    mount_name: pulumi.Output[str]
+    """Lustre mount name (``volumeAttributes.mountname``)."""
+    security_group_id: pulumi.Output[str]
+    """Security group of the file system's network interfaces."""
+    availability_zone: str
+    """Zone of the file system."""
+    storage_capacity_gib: int
+    """Capacity of the file system, GiB (the PersistentVolume's capacity)."""
+
+    def __init__(
+        self, name: str, args: SharedStorageArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TYPE_TOKEN, name, {}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        storage = args.storage
+        tags = {**(args.tags or {}), "eks-fsdp/cluster": args.cluster_name}
+
+        sg = aws.ec2.SecurityGroup(
+            f"{name}-sg",
+            vpc_id=args.vpc_id,
+            description="FSx for Lustre: Lustre traffic from the cluster nodes",
+            tags={**tags, "Name": f"{args.cluster_name}-fsx-lustre"},
+            opts=child,
+        )
+        for low, high in LUSTRE_PORTS:
+            ports = f"{low}" if low == high else f"{low}-{high}"
+            for i, client in enumerate(args.client_security_group_ids):
+                aws.vpc.SecurityGroupIngressRule(
+                    f"{name}-lustre-{ports}-client-{i}",
+                    security_group_id=sg.id,
+                    referenced_security_group_id=client,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    description=f"Lustre {ports} from the cluster nodes",
+                    opts=child,
+                )
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-lustre-{ports}-self",
+                security_group_id=sg.id,
+                referenced_security_group_id=sg.id,
+                ip_protocol="tcp",
+                from_port=low,
+                to_port=high,
+                description=f"Lustre {ports} between the file servers",
+                opts=child,
+            )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-egress-all",
+            security_group_id=sg.id,
+            cidr_ipv4="0.0.0.0/0",
+            ip_protocol="-1",
+            description="replies to Lustre clients",
+            opts=child,
+        )
+
+        persistent = storage.deployment_type == "PERSISTENT_2"
+        fs = aws.fsx.LustreFileSystem(
+            f"{name}-lustre",
+            storage_capacity=storage.storage_capacity_gib,
+            deployment_type=storage.deployment_type,
+            per_unit_storage_throughput=storage.per_unit_storage_throughput if persistent else None,
+            file_system_type_version=versions.FSX_LUSTRE_VERSION,
+            storage_type="SSD",
+            subnet_ids=args.subnet_id,
+            security_group_ids=[sg.id],
+            tags={**tags, "Name": f"{args.cluster_name}-checkpoints"},
+            opts=child,
+        )
+        self.file_system_id = fs.id
+        self.dns_name = fs.dns_name
+        self.mount_name = fs.mount_name
+        self.security_group_id = sg.id
+        self.availability_zone = storage.availability_zone or ""
+        self.storage_capacity_gib = storage.storage_capacity_gib
+        self.register_outputs(
+            {
+                "fileSystemId": self.file_system_id,
+                "dnsName": self.dns_name,
+                "mountName": self.mount_name,
+                "securityGroupId": self.security_group_id,
+            }
+        )
