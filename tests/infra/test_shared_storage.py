@@ -1,0 +1,211 @@
+"""Shared checkpoint storage (``sharedStorage``) in the real Pulumi program, under Pulumi mocks.
+
+Mocked, and why: there is no Pulumi CLI/engine, no AWS account and no Kubernetes API server
+here, so ``tests/pulumi_mocks.run_program`` replaces the engine's resource monitor with Pulumi's
+unit-test mocks. Providers echo their inputs plus made-up ids; the mocked FSx for Lustre file
+system returns an ``fs-`` id, a DNS name and a mount name as AWS would compute them, so the
+wiring from the file system to the PersistentVolume can be followed. The jobs pin an image
+(``job.image``) so no image build has to be mocked. Everything else is the real program.
+
+If these fail, ``pulumi up`` on p4de-odcr / p5-16 would leave multi-node jobs unable to resume:
+no file system, one in another zone than the GPU nodes (or unreachable on the Lustre ports), no
+CSI driver to mount it (or one without its IRSA role), a PersistentVolume naming another file
+system, a claim bound to nothing, or a PyTorchJob that does not mount the claim or does not pass
+``--resume``; and the dev stack would pay for an FSx file system it does not use.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from infra import outputs, versions
+from infra.cluster import FSX_CSI_POLICY_ARN, FSX_CSI_SERVICE_ACCOUNT
+from infra.config import load_stack_file
+from infra.shared_storage import LUSTRE_PORTS, SharedStorageArgs
+from tests.pulumi_mocks import ProgramRun, RecordedResource, run_program, stack_config
+
+FSX_STACKS = ("p4de-odcr", "p5-16")
+LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
+ADDON = "aws:eks/addon:Addon"
+PV = "kubernetes:core/v1:PersistentVolume"
+PVC = "kubernetes:core/v1:PersistentVolumeClaim"
+JOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
+INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+SECRETS = {"hfToken": "hf_mock", "grafanaAdminPassword": "mock-password"}
+IMAGE = "example.com/train:v1.2.3"
+
+
+def _run(stack: str) -> ProgramRun:
+    job = stack_config(stack)["job"]
+    return run_program(stack, overrides={"job": {**job, "image": IMAGE}}, secrets=SECRETS)
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, ProgramRun]:
+    return {stack: _run(stack) for stack in ("dev", *FSX_STACKS)}
+
+
+def _component_of(run: ProgramRun, resource: RecordedResource) -> str:
+    parent = run.by_urn(resource.parent)
+    assert parent is not None
+    return parent.type
+
+
+def _container(job: RecordedResource) -> dict[str, Any]:
+    return job.inputs["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("stack", FSX_STACKS)
+def test_one_lustre_file_system_in_the_jobs_zone(runs: dict[str, ProgramRun], stack: str) -> None:
+    run, cfg = runs[stack], load_stack_file(stack)
+    fs = run.one(LUSTRE)
+    assert _component_of(run, fs) == "eks-fsdp:infra:SharedStorage"
+    zone = cfg.job_node_group.availability_zone  # type: ignore[union-attr]
+    assert cfg.shared_storage.availability_zone == zone
+    subnet = run.one("aws:ec2/subnet:Subnet", f"network-private-{zone}")
+    assert subnet.inputs["availabilityZone"] == zone
+    assert fs.inputs["subnetIds"] == subnet.id
+    assert fs.inputs["storageCapacity"] == 1200
+    assert fs.inputs["deploymentType"] == "SCRATCH_2"
+    assert fs.inputs["fileSystemTypeVersion"] == versions.FSX_LUSTRE_VERSION
+    assert "perUnitStorageThroughput" not in fs.inputs
+    sg = run.one("aws:ec2/securityGroup:SecurityGroup", "shared-storage-sg")
+    assert fs.inputs["securityGroupIds"] == [sg.id]
+    assert run.outputs[outputs.SHARED_FILE_SYSTEM_ID] == fs.id
+    assert run.outputs[outputs.SHARED_FILE_SYSTEM_DNS_NAME] == fs.outputs["dnsName"]
+    assert run.outputs[outputs.SHARED_FILE_SYSTEM_MOUNT_NAME] == fs.outputs["mountName"]
+
+
+@pytest.mark.parametrize("stack", FSX_STACKS)
+def test_lustre_ports_open_to_the_nodes_and_between_servers(
+    runs: dict[str, ProgramRun], stack: str
+) -> None:
+    run = runs[stack]
+    sg = run.one("aws:ec2/securityGroup:SecurityGroup", "shared-storage-sg")
+    cluster_sg = run.one("eks:index:Cluster").outputs["clusterSecurityGroupId"]
+    rules = [r for r in run.of_type(INGRESS) if r.inputs["securityGroupId"] == sg.id]
+    opened = sorted(
+        (r.inputs["fromPort"], r.inputs["toPort"], r.inputs["referencedSecurityGroupId"])
+        for r in rules
+    )
+    assert all(r.inputs["ipProtocol"] == "tcp" for r in rules)
+    assert opened == sorted(
+        (low, high, source) for low, high in LUSTRE_PORTS for source in (cluster_sg, sg.id)
+    )
+    assert LUSTRE_PORTS == ((988, 988), (1018, 1023))
+    # The GPU nodes carry the cluster security group the rules admit.
+    for lt in run.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
+        assert all(cluster_sg in n["securityGroups"] for n in lt.inputs["networkInterfaces"])
+
+
+@pytest.mark.parametrize("stack", FSX_STACKS)
+def test_fsx_csi_addon_with_its_irsa_role(runs: dict[str, ProgramRun], stack: str) -> None:
+    run = runs[stack]
+    (addon,) = [a for a in run.of_type(ADDON) if a.inputs["addonName"] == "aws-fsx-csi-driver"]
+    assert _component_of(run, addon) == "eks-fsdp:infra:Cluster"
+    role = run.one("aws:iam/role:Role", "cluster-fsx-csi-role")
+    assert addon.inputs["serviceAccountRoleArn"] == role.outputs["arn"]
+    statement = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert (
+        statement["Principal"]["Federated"]
+        == run.one("eks:index:Cluster").outputs["oidcProviderArn"]
+    )
+    assert FSX_CSI_SERVICE_ACCOUNT in statement["Condition"]["StringEquals"].values()
+    attach = run.one("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "cluster-fsx-csi-policy")
+    assert attach.inputs["policyArn"] == FSX_CSI_POLICY_ARN
+    assert attach.inputs["role"] == role.outputs["name"]
+    system = run.one("aws:eks/nodeGroup:NodeGroup", "cluster-system")
+    assert {system.urn, attach.urn} <= set(addon.dependencies)
+    # The EBS add-on keeps its own role, trusted by its own service account only.
+    ebs = json.loads(
+        run.one("aws:iam/role:Role", "cluster-ebs-csi-role").inputs["assumeRolePolicy"]
+    )
+    assert FSX_CSI_SERVICE_ACCOUNT not in ebs["Statement"][0]["Condition"]["StringEquals"].values()
+
+
+@pytest.mark.parametrize("stack", FSX_STACKS)
+def test_volume_and_claim_name_the_file_system(runs: dict[str, ProgramRun], stack: str) -> None:
+    run, cfg = runs[stack], load_stack_file(stack)
+    fs, pv, pvc = run.one(LUSTRE), run.one(PV), run.one(PVC)
+    provider = run.one("pulumi:providers:kubernetes", "cluster-k8s")
+    for r in (pv, pvc):
+        assert _component_of(run, r) == "eks-fsdp:workloads:CheckpointVolume"
+        assert r.provider.startswith(provider.urn + "::")
+    csi = pv.inputs["spec"]["csi"]
+    assert csi["driver"] == "fsx.csi.aws.com"
+    assert csi["volumeHandle"] == fs.id
+    assert csi["volumeAttributes"] == {
+        "dnsname": fs.outputs["dnsName"],
+        "mountname": fs.outputs["mountName"],
+    }
+    assert pv.inputs["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pv.inputs["spec"]["capacity"] == {"storage": "1200Gi"}
+    assert cfg.job is not None and cfg.job.checkpoint_claim == "fsx-checkpoints"
+    assert pvc.inputs["metadata"]["name"] == cfg.job.checkpoint_claim
+    assert pvc.inputs["metadata"]["namespace"] == cfg.job.namespace
+    assert pvc.inputs["spec"]["storageClassName"] == ""
+    assert pvc.inputs["spec"]["volumeName"] == pv.inputs["metadata"]["name"]
+    assert pv.inputs["spec"]["claimRef"] == {
+        "namespace": cfg.job.namespace,
+        "name": cfg.job.checkpoint_claim,
+    }
+    assert pv.urn in pvc.dependencies
+
+
+@pytest.mark.parametrize("stack", FSX_STACKS)
+def test_job_mounts_the_claim_and_resumes(runs: dict[str, ProgramRun], stack: str) -> None:
+    run = runs[stack]
+    job, pvc = run.one(JOB), run.one(PVC)
+    pod = _container(job)
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "checkpoints"]
+    assert volume == {
+        "name": "checkpoints",
+        "persistentVolumeClaim": {"claimName": pvc.inputs["metadata"]["name"]},
+    }
+    (container,) = pod["containers"]
+    assert "--resume" in container["command"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["checkpoints"] == "/checkpoints"
+    assert "--dist_checkpoint_root_folder=/checkpoints" in container["command"]
+    # The job is submitted after its claim exists.
+    assert pvc.urn in job.dependencies
+
+
+def test_dev_has_no_shared_storage(runs: dict[str, ProgramRun]) -> None:
+    run = runs["dev"]
+    assert not load_stack_file("dev").shared_storage.is_fsx
+    types = {r.type for r in run.resources}
+    assert not types & {
+        LUSTRE,
+        PV,
+        PVC,
+        "eks-fsdp:infra:SharedStorage",
+        "eks-fsdp:workloads:CheckpointVolume",
+    }
+    assert "aws-fsx-csi-driver" not in {a.inputs["addonName"] for a in run.of_type(ADDON)}
+    assert outputs.SHARED_FILE_SYSTEM_ID not in run.outputs
+    (container,) = _container(run.one(JOB))["containers"]
+    assert "--resume" not in container["command"]  # two workers, one emptyDir each
+
+
+def test_shared_storage_args_validate_at_construction() -> None:
+    cfg = load_stack_file("p5-16")
+    ok: dict[str, Any] = {
+        "storage": cfg.shared_storage,
+        "cluster_name": "c",
+        "vpc_id": "vpc-1",
+        "subnet_id": "subnet-1",
+        "client_security_group_ids": ["sg-1"],
+    }
+    SharedStorageArgs(**ok)
+    for change, field in (
+        ({"storage": load_stack_file("dev").shared_storage}, "storage"),
+        ({"cluster_name": "bad name"}, "cluster_name"),
+        ({"client_security_group_ids": []}, "client_security_group_ids"),
+    ):
+        with pytest.raises(ValueError, match=f"SharedStorageArgs.{field}"):
+            SharedStorageArgs(**{**ok, **change})
