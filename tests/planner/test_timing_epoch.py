@@ -121,3 +121,14 @@ def test_other_published_points_report_a_number() -> None:
     for point in POINTS:
         value = point.predict()
         assert value > 0, point.name
+
+
+def test_eval_covers_every_example_even_past_the_world_size() -> None:
+    """Evaluation costs ceil(val / W) forward steps: a 37-sample split on 128 GPUs still takes
+    one step (the training package pads the last batch with masked examples)."""
+    from training.planner.epoch import eval_steps
+
+    assert eval_steps(37, 128) == 1
+    assert eval_steps(37, 8) == 5
+    assert eval_steps(818, 8, batch=2) == 52
+    assert eval_steps(0, 8) == 0

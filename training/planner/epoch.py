@@ -31,6 +31,16 @@ def steps_per_epoch(
     return steps, steps * batch * world * grad_accum
 
 
+def eval_steps(samples: int, world: int, batch: int = 1) -> int:
+    """Forward steps of one evaluation pass: ceil(len / (B x W)) with either sampler.
+
+    This project's ``eval_batches`` fills the last batch with fully masked examples and
+    llama-recipes' DistributedSampler pads to a multiple of W: every example is evaluated,
+    so even a split smaller than one batch of B x W costs one step.
+    """
+    return math.ceil(samples / (batch * world)) if samples > 0 else 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class EpochTime:
     """Seconds and sizes of one epoch (and of the job's one-off start)."""

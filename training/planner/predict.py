@@ -7,7 +7,7 @@ from typing import Any
 
 from infra.instances import InstanceType
 from training.planner.assumptions import DEFAULT, Assumptions, generation
-from training.planner.epoch import EpochTime, steps_per_epoch
+from training.planner.epoch import EpochTime, eval_steps, steps_per_epoch
 from training.planner.memory import (
     Layout,
     MemoryBreakdown,
@@ -139,12 +139,12 @@ def _epoch(
 
     # Evaluation: forward only, one sample per rank per step (val_batch_size 1).
     val = int(samples * a.eval_fraction)
-    eval_steps = steps_per_epoch(val, lay.world, 1, 1, inp.sampler)[0]
+    n_eval = eval_steps(val, lay.world)
     fwd_share = 1.0 / (3.0 + inp.ac)
     eval_compute = (comp.total_s - comp.optimizer_s) * fwd_share / inp.batch
     link = ring_link(lay.shard, min(lay.shard, it.gpus), it, a)
     eval_ag = ring_time(shape.n_params * p.compute, lay.shard, link)
-    eval_s = eval_steps * max(eval_compute, eval_ag)
+    eval_s = n_eval * max(eval_compute, eval_ag)
 
     # Sharded model checkpoint (save_optimizer defaults to False, as in llama-recipes): every
     # node writes its GPUs' shards in parallel.
