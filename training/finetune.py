@@ -245,6 +245,7 @@ class Trainer:
 
         from training.data import IGNORE_INDEX
         from training.dist import all_reduce_sum
+        from training.parallelize import set_gradient_sync
 
         dev = self.env.device
         n_label = sum(int((mb["labels"][:, 1:] != IGNORE_INDEX).sum()) for mb in micro_batches)
@@ -255,7 +256,9 @@ class Trainer:
         # FSDP averages gradients over ranks: scale so that the result is sum / global count.
         scale = self.env.world_size / max(g_label, 1.0)
         loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
-        for mb in micro_batches:
+        for i, mb in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
+            set_gradient_sync(self.model, self.dims, last_micro_batch=last)
             batch = {k: v.to(dev, non_blocking=True) for k, v in mb.items()}
             tok_loss = token_loss_sum(self.model, batch)
             (tok_loss * scale).backward()

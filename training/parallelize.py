@@ -195,3 +195,25 @@ def parallelize(
     # The root keeps its parameters (embeddings, norm, head) after forward: backward needs them first.
     fully_shard(model, mesh=mesh, reshard_after_forward=False, mp_policy=mp, offload_policy=offload)
     return model
+
+
+def set_gradient_sync(model: nn.Module, dims: ParallelDims, *, last_micro_batch: bool) -> None:
+    """Reduce gradients across replicas only on the last micro-batch of an optimizer step.
+
+    - NO_SHARD: no all-reduce until the last micro-batch; gradients are full-size on every rank
+      anyway, so accumulating them locally costs no memory and saves (A-1)/A of the traffic.
+    - HYBRID_SHARD: the reduce-scatter inside the shard group runs every micro-batch (gradients
+      stay sharded), the all-reduce across replica groups (the inter-node traffic) only on the
+      last one.
+    - FULL_SHARD / SHARD_GRAD_OP: unchanged: reduce-scatter every micro-batch keeps gradient
+      memory sharded (skipping it would hold unsharded gradients between micro-batches).
+    The sum of the gradients is the same either way; the parity tests check it.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(model, FSDPModule):
+        return
+    if dims.strategy == "NO_SHARD":
+        model.set_requires_gradient_sync(last_micro_batch)
+    elif dims.strategy == "HYBRID_SHARD":
+        model.set_requires_all_reduce(last_micro_batch)

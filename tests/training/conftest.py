@@ -90,6 +90,7 @@ def world1(train_root: Path, hf_checkpoint: Path) -> tuple[Path, dict[str, Any]]
         _copy(base, "ref", "resume_w1"),
         _train(base, "resume_w1", 1, "--resume"),
         _train(base, "hf_tied", 1, f"--model_name={hf_checkpoint}"),
+        _train(base, "ref_batch8", 1, "--batch_size_training=8"),  # for world 4 x 2 micro-batches
     ]
     return base, launch(1, jobs, base)
 
@@ -112,6 +113,14 @@ def world2(
             base,
             "accumulation",
             2,
+            "--gradient_accumulation_steps=2",
+            "--batch_size_training=1",
+        ),
+        _train(
+            base,
+            "no_shard_accumulation",
+            2,
+            "--sharding_strategy=NO_SHARD",
             "--gradient_accumulation_steps=2",
             "--batch_size_training=1",
         ),
@@ -142,6 +151,14 @@ def world4(train_root: Path) -> tuple[Path, dict[str, Any]]:
     hsdp = ["--hsdp", "--sharding_group_size=2", "--replica_group_size=2"]
     jobs = [
         _train(base, "hsdp_2x2", 4, *hsdp),
+        _train(
+            base,
+            "hsdp_2x2_accumulation",
+            4,
+            *hsdp,
+            "--gradient_accumulation_steps=2",
+            "--batch_size_training=1",
+        ),
         _train(base, "full_shard_4", 4),
         {
             "kind": "state_bytes",

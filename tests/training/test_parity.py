@@ -32,6 +32,7 @@ W2_FP32 = [
     "no_shard",
     "no_shard_ac",
     "accumulation",
+    "no_shard_accumulation",  # gradients all-reduced only on the last micro-batch
     "cpu_offload",
 ]
 
@@ -68,6 +69,19 @@ def test_four_processes_match_one(
     ref = metrics(*_run(world1, "ref"))
     got = metrics(*_run(world4, name))
     assert len(got) == STEPS
+    assert max_diff(got, ref, "loss") < FP32_TOL
+    assert max_diff(got, ref, "grad_norm") < FP32_TOL
+
+
+def test_hsdp_accumulation_all_reduces_once_and_matches_one(
+    world1: tuple[Path, dict[str, Any]], world4: tuple[Path, dict[str, Any]]
+) -> None:
+    """HSDP 2x2 with 2 micro-batches of 1 (global batch 8) skips the cross-replica all-reduce
+    on the first micro-batch; the update still equals one process with batch 8."""
+    ref = metrics(*_run(world1, "ref_batch8"))
+    got = metrics(*_run(world4, "hsdp_2x2_accumulation"))
+    assert len(got) == len(ref) == STEPS
+    assert all(r["tokens"] == 8 * 64 for r in ref + got)
     assert max_diff(got, ref, "loss") < FP32_TOL
     assert max_diff(got, ref, "grad_norm") < FP32_TOL
 
