@@ -547,7 +547,16 @@ class DistributedBatches:
 
 
 class EvalBatches:
-    """This rank's validation batches (see eval_batches); iterable any number of times."""
+    """This rank's validation batches, in dataset order, sharded like the training layout.
+
+    Iterable any number of times; ``len()`` is the number of batches.
+
+    Batch k covers dataset[k*B*W : (k+1)*B*W]; rank r takes its B-slice [r*B:(r+1)*B]. Every
+    rank gets the same number of batches, ceil(len(dataset) / (B*W)), capped at max_steps (0 =
+    no cap). The last batch is filled up with fully masked examples, which carry no label
+    token, so a token-weighted loss covers every example exactly once, whatever the world size
+    (a 128-GPU job can evaluate a split of 40 packed examples). An empty split raises DataError.
+    """
 
     def __init__(
         self,
@@ -593,28 +602,5 @@ class EvalBatches:
             yield collate(examples, self.pad_id)
 
 
-def eval_batches(
-    dataset: Sequence[Example],
-    *,
-    batch_size: int,
-    rank: int,
-    world_size: int,
-    pad_id: int,
-    max_steps: int = 0,
-) -> EvalBatches:
-    """This rank's validation batches, in dataset order, sharded like the training layout.
-
-    Batch k covers dataset[k*B*W : (k+1)*B*W]; rank r takes its B-slice [r*B:(r+1)*B]. Every
-    rank gets the same number of batches, ceil(len(dataset) / (B*W)), capped at max_steps (0 =
-    no cap). The last batch is filled up with fully masked examples, which carry no label
-    token, so a token-weighted loss covers every example exactly once, whatever the world size
-    (a 128-GPU job can evaluate a split of 40 packed examples). An empty split raises DataError.
-    """
-    return EvalBatches(
-        dataset,
-        batch_size=batch_size,
-        rank=rank,
-        world_size=world_size,
-        pad_id=pad_id,
-        max_steps=max_steps,
-    )
+eval_batches = EvalBatches
+"""What callers use: ``eval_batches(dataset, batch_size=B, rank=r, world_size=W, ...)``."""
