@@ -349,6 +349,29 @@ def _ids(micro: dict[str, torch.Tensor]) -> list[int]:
     return micro["input_ids"][:, 0].tolist()
 
 
+def _batches(
+    ds: list[dict[str, list[int]]],
+    *,
+    B: int,
+    W: int = 1,
+    A: int = 1,
+    rank: int = 0,
+    seed: int = 7,
+    shuffle: bool = True,
+) -> DistributedBatches:
+    """Rank ``rank``'s iterator: micro-batch B, world W, accumulation A."""
+    return DistributedBatches(
+        ds,
+        micro_batch_size=B,
+        grad_accum=A,
+        rank=rank,
+        world_size=W,
+        seed=seed,
+        shuffle=shuffle,
+        pad_id=0,
+    )
+
+
 def _run(
     ds: list[dict[str, list[int]]],
     *,
@@ -361,19 +384,7 @@ def _run(
 ) -> tuple[list[list[int]], list[dict]]:
     """Global batches (dataset indices per step, in rank/micro order) of one epoch, plus the
     state_dict of every rank after the run."""
-    its = [
-        DistributedBatches(
-            ds,
-            micro_batch_size=B,
-            grad_accum=A,
-            rank=r,
-            world_size=W,
-            seed=7,
-            shuffle=True,
-            pad_id=0,
-        )
-        for r in range(W)
-    ]
+    its = [_batches(ds, B=B, W=W, A=A, rank=r) for r in range(W)]
     for it in its:
         if state is not None:
             it.load_state_dict(state)
@@ -396,37 +407,8 @@ def test_world_sizes_and_accumulation_see_the_same_global_batches() -> None:
         got, _ = _run(ds, B=B, W=W, A=A)
         assert got == ref, (B, W, A)
     # the per-rank tensors: rank r of world 2 holds the r-th half of world 1's batch
-    one = next(
-        iter(
-            DistributedBatches(
-                ds,
-                micro_batch_size=4,
-                grad_accum=1,
-                rank=0,
-                world_size=1,
-                seed=7,
-                shuffle=True,
-                pad_id=0,
-            )
-        )
-    )[0]
-    halves = [
-        next(
-            iter(
-                DistributedBatches(
-                    ds,
-                    micro_batch_size=2,
-                    grad_accum=1,
-                    rank=r,
-                    world_size=2,
-                    seed=7,
-                    shuffle=True,
-                    pad_id=0,
-                )
-            )
-        )[0]
-        for r in range(2)
-    ]
+    one = next(iter(_batches(ds, B=4)))[0]
+    halves = [next(iter(_batches(ds, B=2, W=2, rank=r)))[0] for r in range(2)]
     assert torch.equal(one["labels"][:, 0], torch.cat([h["labels"][:, 0] for h in halves]))
     assert one["attention_mask"].sum() == sum(h["attention_mask"].sum() for h in halves)
 
@@ -440,9 +422,7 @@ def test_epoch_layout_permutation_and_drop_last() -> None:
     perm = torch.randperm(50, generator=torch.Generator().manual_seed(7 + 0)).tolist()
     assert flat0 == perm[:48]
     assert ep0 != ep1 and ep1 == _run(ds, B=4, W=1, epoch=1)[0]  # reshuffled, deterministically
-    it = DistributedBatches(
-        ds, micro_batch_size=5, grad_accum=1, rank=0, world_size=1, seed=7, shuffle=False, pad_id=0
-    )
+    it = _batches(ds, B=5, shuffle=False)
     assert it.steps_per_epoch() == 10
     assert [_ids(m[0]) for m in it] == [list(range(k, k + 5)) for k in range(0, 50, 5)]
 
@@ -491,25 +471,14 @@ def test_resume_with_a_global_batch_that_does_not_divide_the_position() -> None:
     assert tail == [perm[k : k + 8] for k in range(12, 70 - 7, 8)]  # from sample 12 on, no gap
     assert after[0]["consumed_samples"] == 68
     # the next epoch is the standard layout again
-    it = DistributedBatches(
-        ds, micro_batch_size=8, grad_accum=1, rank=0, world_size=1, seed=7, shuffle=True, pad_id=0
-    )
+    it = _batches(ds, B=8)
     it.load_state_dict(after[0])
     it.set_epoch(2)
     assert it.state_dict()["consumed_samples"] == 0 and len(list(it)) == 70 // 8
 
 
 def test_set_epoch_keeps_a_resumed_position_and_resets_otherwise() -> None:
-    it = DistributedBatches(
-        _toy(40),
-        micro_batch_size=4,
-        grad_accum=1,
-        rank=0,
-        world_size=1,
-        seed=0,
-        shuffle=True,
-        pad_id=0,
-    )
+    it = _batches(_toy(40), B=4, seed=0)
     it.load_state_dict({"epoch": 1, "step_in_epoch": 3, "consumed_samples": 12})
     it.set_epoch(1)
     assert (it.epoch, it.step_in_epoch, it.remaining_steps()) == (1, 3, 7)
@@ -522,30 +491,12 @@ def test_set_epoch_keeps_a_resumed_position_and_resets_otherwise() -> None:
 
 def test_batches_bad_inputs() -> None:
     with pytest.raises(DataError) as err:
-        DistributedBatches(
-            _toy(10),
-            micro_batch_size=4,
-            grad_accum=2,
-            rank=0,
-            world_size=2,
-            seed=0,
-            shuffle=True,
-            pad_id=0,
-        )
+        _batches(_toy(10), B=4, W=2, A=2, seed=0)
     assert str(err.value).startswith(
         "the training split has 10 examples, fewer than one global batch of 16 "
         "(--batch_size_training 4 x world size 2 x --gradient_accumulation_steps 2)"
     )
-    it = DistributedBatches(
-        _toy(40),
-        micro_batch_size=4,
-        grad_accum=1,
-        rank=0,
-        world_size=1,
-        seed=0,
-        shuffle=True,
-        pad_id=0,
-    )
+    it = _batches(_toy(40), B=4, seed=0)
     with pytest.raises(
         DataError,
         match=r"^cannot resume: the checkpoint's training split had 41 examples, this one has 40",
@@ -554,16 +505,7 @@ def test_batches_bad_inputs() -> None:
             {"epoch": 0, "step_in_epoch": 1, "consumed_samples": 4, "num_samples": 41}
         )
     with pytest.raises(ValueError, match=r"rank"):
-        DistributedBatches(
-            _toy(40),
-            micro_batch_size=4,
-            grad_accum=1,
-            rank=2,
-            world_size=2,
-            seed=0,
-            shuffle=True,
-            pad_id=0,
-        )
+        _batches(_toy(40), B=4, W=2, rank=2, seed=0)
 
 
 # ------------------------------------------------------------------------------------------------
