@@ -94,9 +94,9 @@ def test_every_object_validates_strictly(stack_objects: Any) -> None:
     version = cfg.kubernetes_version
     kinds = sorted(o["kind"] for o in objs)
     storage = ["PersistentVolume", "PersistentVolumeClaim"] if cfg.shared_storage.is_fsx else []
-    assert kinds == sorted(
-        ["DaemonSet", "DaemonSet", "Deployment", "NetworkPolicy", "PyTorchJob", "Service", *storage]
-    )
+    etcd_kinds = ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass", "Service"]
+    rendezvous = etcd_kinds if load_stack_file(stack).job.rdzv_backend != "c10d" else []
+    assert kinds == sorted(["DaemonSet", "DaemonSet", "PyTorchJob", *rendezvous, *storage])
     for obj in objs:
         validate(obj, version)
 
@@ -365,6 +365,18 @@ def test_etcd_serves_v2_on_3_5_and_only_to_the_job() -> None:
     )
     assert objs["PersistentVolumeClaim"]["spec"]["storageClassName"] == "gp3"
     assert objs["Service"]["spec"]["ports"][0]["port"] == 2379
+    # an etcd restart fails the job on the etcd backends: no voluntary eviction, high priority
+    pdb = objs["PodDisruptionBudget"]
+    assert pdb["spec"] == {
+        "minAvailable": 1,
+        "selector": objs["Deployment"]["spec"]["selector"],
+    }
+    pc = objs["PriorityClass"]
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == pc["metadata"]["name"]
+    assert 0 < pc["value"] < 2_000_000_000 and pc["globalDefault"] is False
+    for obj in objs.values():
+        validate(obj, versions.KUBERNETES_VERSION)  # strict: PDB and PriorityClass too
     ingress = objs["NetworkPolicy"]["spec"]["ingress"]
     assert ingress == [
         {
