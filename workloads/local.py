@@ -756,6 +756,7 @@ class Runner:
                 self.echo(f"prometheus snapshot: {self.prometheus.prometheus.files.config.parent}")
 
     def _collect(self, result: RunResult) -> None:
+        best = -1
         for pod, proc in zip(result.pods, self.procs, strict=False):
             if pod.exit_code is None:
                 pod.exit_code = proc.returncode
@@ -763,11 +764,17 @@ class Runner:
             result.resumed_from_steps += [int(m.group(2)) for m in _RESUMED.finditer(text)]
             if _CLOSED in text:
                 result.rendezvous_closed = True
-            block = text.rfind(_SUMMARY)
-            if block >= 0 and pod.exit_code == 0:
-                lines = text[block:].splitlines()
+            if pod.exit_code != 0:
+                continue
+            # Rank 0 prints the summary; after a restart rank 0 may sit on another pod, and a
+            # stopped attempt printed one too: keep the block that got furthest.
+            for block in re.finditer(re.escape(_SUMMARY), text):
+                lines = text[block.start() :].splitlines()
                 end = next((i for i, ln in enumerate(lines[1:], 1) if not ln.strip()), len(lines))
-                result.training_summary = "\n".join(lines[:end])
+                steps = re.search(r"^steps\s+(\d+)", "\n".join(lines[:end]), re.MULTILINE)
+                n = int(steps.group(1)) if steps else 0
+                if n >= best:
+                    best, result.training_summary = n, "\n".join(lines[:end])
 
 
 def summary(result: RunResult) -> str:
