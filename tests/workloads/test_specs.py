@@ -243,6 +243,29 @@ def test_preemption_budget_derives_grace_shutdown_and_checkpoints_together() -> 
     assert fast.write_s < b.write_s and fast.grace_period_s < b.grace_period_s
 
 
+def test_docs_carry_the_budget_table_the_function_renders() -> None:
+    """docs/workloads.md shows each stack's grace period, shutdown timeout and checkpoint
+    budget; they must be what the PyTorchJob gets (the same function renders both)."""
+    from workloads.specs.preemption import budget_table
+
+    rows = []
+    for stack in ("dev", "p4de-odcr", "p5-16"):
+        job = stack_workloads(stack).job
+        rows.append(
+            (
+                stack,
+                job.instance_type,
+                pytorchjob.model_name(job),
+                job.checkpoint_mb_per_s,
+                job.workers,
+            )
+        )
+    text = (REPO / "docs" / "workloads.md").read_text(encoding="utf-8")
+    begin, end = "<!-- preemption-budget:begin -->\n", "\n<!-- preemption-budget:end -->"
+    documented = text[text.index(begin) + len(begin) : text.index(end)]
+    assert documented == budget_table(rows)
+
+
 def test_hf_token_only_through_a_secret_key_ref(stack_objects: Any) -> None:
     _, w, objs = stack_objects
     job = _job(objs)
