@@ -35,7 +35,6 @@ from workloads.specs.image import (
     TAG_PREFIX,
     build_args,
     content_tag,
-    repository_name,
 )
 
 TYPE_TOKEN = "eks-fsdp:workloads:TrainingImage"

@@ -164,9 +164,7 @@ def go_file_mode(mode: int) -> str:
         kind += "g"
     if mode & stat.S_ISVTX:
         kind += "t"
-    perms = "".join(
-        ch if mode & (1 << (8 - i)) else "-" for i, ch in enumerate("rwxrwxrwx")
-    )
+    perms = "".join(ch if mode & (1 << (8 - i)) else "-" for i, ch in enumerate("rwxrwxrwx"))
     return (kind or "-") + perms
 
 
