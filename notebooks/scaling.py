@@ -97,8 +97,10 @@ class Measurement:
     """Length of the measured window (first scrape after the warm-up to the last scrape)."""
     first_step: int = 0
     """Step count at the start of the window (the warm-up steps before it are not measured)."""
+    end_step: int = 0
+    """Step count at the end of the window (the last scrape before the final count)."""
     steps_measured: int = 0
-    """Optimizer steps inside the window."""
+    """Optimizer steps inside the window (``end_step - first_step``)."""
     tokens_measured: float = 0.0
     """Tokens trained inside the window (``increase`` of the counter)."""
     scrapes: int = 0
@@ -156,7 +158,7 @@ def steady_throughput(
     """Steady-state tokens/s of ``job`` from its counters, with ``rate()``.
 
     The window runs from the first scrape whose step counter is past ``warmup_steps`` to the last
-    scrape of the job; Prometheus evaluates ``rate(eksfsdp_tokens_total[window])`` at the window's
+    scrape before the counter's final value (the job trained throughout); Prometheus evaluates ``rate(eksfsdp_tokens_total[window])`` at the window's
     end (a range selector is left-open, so the window is widened by a millisecond to include the
     first sample; both ends are real samples, so ``rate`` does not extrapolate). Refuses a window
     with fewer than ``min_steps`` steps or ``min_scrapes`` scrapes: raise the steps (or lower the
@@ -167,7 +169,11 @@ def steady_throughput(
     if not steps:
         raise SweepError(f"job {job}: no eksfsdp_steps_total in Prometheus")
     start = next(((t, v) for t, v in steps if v >= warmup_steps), None)
-    end = steps[-1]
+    # The last scrape before the counter reached its final value: the job trained during the
+    # whole window. Scrapes from then on (the last steps' remainder, a final save, a pod waiting
+    # to be reaped) add time but no tokens, which would bias the rate low by up to an interval.
+    final = next(i for i, s in enumerate(steps) if s[1] == steps[-1][1])
+    end = steps[max(final - 1, 0)]
     in_window = [s for s in steps if start is not None and start[0] <= s[0] <= end[0]]
     n_steps = int(end[1] - start[1]) if start is not None else 0
     if start is None or n_steps < min_steps or len(in_window) < min_scrapes:
@@ -188,7 +194,8 @@ def steady_throughput(
         "tokens": next(iter(tokens.values())) * (window_s / (window_ms / 1000)),
         "window_s": window_s,
         "first_step": int(start[1]),
-        "last_step": int(end[1]),
+        "end_step": int(end[1]),
+        "last_step": int(steps[-1][1]),
         "steps": n_steps,
         "scrapes": len(in_window),
     }
@@ -204,6 +211,7 @@ def _measurement(nodes: int, job: str, wall_s: float, fig: dict[str, float]) -> 
         wall_s=wall_s,
         window_s=fig["window_s"],
         first_step=int(fig["first_step"]),
+        end_step=int(fig["end_step"]),
         steps_measured=int(fig["steps"]),
         tokens_measured=fig["tokens"],
         scrapes=int(fig["scrapes"]),
@@ -290,13 +298,16 @@ def measure_local(
     steps: int = 30,
     warmup_steps: int = 5,
     min_scrapes: int = 3,
+    fp32: bool = True,
     out_dir: str | Path | None = None,
     results: str | Path | None = None,
     log: Callable[[str], None] = print,
 ) -> list[Measurement]:
     """Run the stack's job locally with each worker count; tokens/s from Prometheus' counters.
 
-    Each result is appended to ``results`` (JSON) as soon as it is measured.
+    ``fp32`` adds ``--mixed_precision=false``: on a CPU without native bf16 (AVX2 only), bf16
+    runs about 10x slower than fp32. Each result is written to ``results`` (JSON) as soon as it
+    is measured.
     """
     from workloads.local import LocalOptions, Runner
 
@@ -311,7 +322,11 @@ def measure_local(
             out=out,
             workers=n,
             min_workers=n,
-            train_overrides=(f"--max_train_step={steps}", "--checkpoint_every=0"),
+            train_overrides=(
+                f"--max_train_step={steps}",
+                "--checkpoint_every=0",
+                *(["--mixed_precision=false"] if fp32 else []),
+            ),
             prometheus=True,
             timeout_s=900,
         )
@@ -335,7 +350,7 @@ def measure_local(
             save_results(measured, Path(results))
         log(
             f"{n} worker(s): {m.tokens_per_s:,.0f} tokens/s (rate over steps {m.first_step}-"
-            f"{m.steps}, {m.window_s:.1f} s, {m.scrapes} scrapes, from Prometheus)"
+            f"{m.end_step}, {m.window_s:.1f} s, {m.scrapes} scrapes, from Prometheus)"
         )
     return measured
 
@@ -399,11 +414,18 @@ def _write_kubeconfig(outputs: dict[str, Any], directory: Path) -> Path:
 class KubectlJobWatch:
     """``kubectl get pytorchjob`` and the job's pods, with the stack's kubeconfig."""
 
-    def __init__(self, kubeconfig: Path, namespace: str) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        get: Callable[..., dict[str, Any]] | None = None,
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
+        self._get = get or self._kubectl_get
 
-    def _get(self, *args: str) -> dict[str, Any]:
+    def _kubectl_get(self, *args: str) -> dict[str, Any]:
+        """``kubectl get <args> -o json``; OSError when kubectl fails (NotFound included)."""
         out = subprocess.run(
             [
                 "kubectl",
@@ -821,7 +843,7 @@ def measure_cloud(
             save_results(measured, results_path)
             log(
                 f"{n} node(s): {m.tokens_per_s:,.0f} tokens/s (rate over steps {m.first_step}-"
-                f"{m.steps}, {m.window_s:.0f} s, {m.scrapes} scrapes); saved to {results_path}"
+                f"{m.end_step}, {m.window_s:.0f} s, {m.scrapes} scrapes); saved to {results_path}"
             )
     finally:
         restored = stack_file.restore()
