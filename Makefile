@@ -44,7 +44,7 @@ render: setup ## render the dev stack's Kubernetes objects to out/dev
 	$(PY) -m workloads.render --stack dev --out out/dev
 
 plan: setup ## capacity plan for Llama-2-70B on p4de nodes
-	$(PY) -m training.plan --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
+	$(PY) -m planner --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
 
 clean: ## remove the venv and outputs
 	rm -rf $(VENV) out runs .pytest_cache .ruff_cache .mypy_cache
