@@ -147,6 +147,10 @@ class TrainConfig:
     """Port of the Prometheus exporter; 0 = off."""
     progress: bool = True
     """Show a tqdm progress bar on rank 0."""
+    preflight: bool = False
+    """Check the nodes (collectives, matmul, memory, transport) before step 1 (training.preflight)."""
+    preflight_expect: str = ""
+    """--preflight thresholds, e.g. intra_busbw=288,inter_busbw=225,tflops=445,net=OFI,gpus=8."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -228,6 +232,16 @@ def _validate(c: TrainConfig) -> None:
         fail("gamma", f"must be in (0, 1], got {c.gamma}")
     if not 0 <= c.metrics_port <= 65535:
         fail("metrics_port", f"must be in 0..65535 (0 = off), got {c.metrics_port}")
+
+    if c.preflight_expect:
+        from training.preflight import parse_expect  # stdlib-only at import
+
+        try:
+            parse_expect(c.preflight_expect)
+        except ValueError as e:
+            fail("preflight_expect", str(e))
+        if not c.preflight:
+            fail("preflight_expect", "only used with --preflight")
 
     one_of("batching_strategy", BATCHING_STRATEGIES)
     one_of("sharding_strategy", SHARDING_STRATEGIES)

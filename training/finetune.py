@@ -45,6 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.parallelize import ParallelError
 
     with distributed() as env:
+        if cfg.preflight:  # every (re)start checks the nodes it got, before step 1
+            from training.preflight import gate
+
+            if (status := gate(cfg.preflight_expect, cfg.output_dir, env.device)) != 0:
+                return status
         error = None
         try:
             trainer = Trainer(cfg, env)
