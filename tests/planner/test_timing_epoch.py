@@ -89,12 +89,14 @@ def test_a100_network_is_slower_than_h100_network() -> None:
 @pytest.mark.parametrize(
     ("samples", "world", "batch", "sampler", "steps"),
     [
-        (683, 8, 3, "drop", 28),
-        (683, 128, 3, "drop", 1),
+        (683, 8, 3, "fill", 29),  # 683 / 24 = 28.5: the last batch is completed with filler
+        (683, 128, 3, "fill", 2),
+        (672, 8, 3, "fill", 28),
         (683, 128, 3, "pad", 2),
         (683, 8, 3, "pad", 28),
         (683, 64, 3, "pad", 3),
-        (100, 128, 1, "drop", 0),
+        (100, 128, 1, "fill", 1),
+        (0, 128, 1, "fill", 0),
     ],
 )
 def test_steps_per_epoch(samples: int, world: int, batch: int, sampler: str, steps: int) -> None:
@@ -112,9 +114,34 @@ def test_epoch_at_128_gpus_is_a_handful_of_steps_and_costs_money() -> None:
     assert rows[1]["scaling_efficiency"] > rows[1]["job_scaling_efficiency"]
 
 
-def test_seed_published_point_within_five_points() -> None:
-    # 87% epoch throughput efficiency, 16 vs 1 p5.48xlarge (docs/planner.md: assumptions).
-    assert seed_efficiency("llama2-13b") == pytest.approx(0.87, abs=0.05)
+def test_seed_published_point_is_inside_the_sensitivity_range_not_a_fit() -> None:
+    """The seed's 87% (16 vs 1 p5.48xlarge) against every reading its source allows.
+
+    The source names neither the model size nor the tokens per example, and nobody measured
+    the train loop's fixed cost on p5: the planner gives a range, and 87% must lie inside it.
+    Efficiency falls as the fixed cost grows (a 1-2 step epoch on 16 nodes pays it in full).
+    """
+    from planner.published import seed_sensitivity
+
+    rows = seed_sensitivity()
+    assert len(rows) == 2 * 3 * 3
+    effs = [float(r["scaling_efficiency"]) for r in rows]
+    assert min(effs) < 0.87 < max(effs)
+    for model in ("llama2-7b", "llama2-13b"):
+        for tpe in (150, 190, 250):
+            line = [
+                float(r["scaling_efficiency"])
+                for r in rows
+                if r["model"] == model and r["tokens_per_example"] == tpe
+            ]
+            assert line == sorted(line, reverse=True)
+    # the default reading (13B, 190 tokens, 0.7 s) is the 'seed' POINT of the benchmark
+    default = next(
+        r
+        for r in rows
+        if (r["model"], r["tokens_per_example"], r["fixed_cost_s"]) == ("llama2-13b", 190, 0.7)
+    )
+    assert float(default["scaling_efficiency"]) == pytest.approx(seed_efficiency("llama2-13b"))
 
 
 def test_other_published_points_report_a_number() -> None:
