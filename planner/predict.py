@@ -110,8 +110,13 @@ def predict(inp: PlanInput, nodes: int) -> Prediction:
     )
     comm = comm_time(shape, lay, it, gen, p, comp, inp.ac, a)
     micro_s = comp.total_s + comm.exposed_s + comm.interference_s
-    step_s = micro_s * inp.grad_accum
-    tps = tokens / micro_s
+    # Gradient accumulation: the cross-replica all-reduce runs on the last micro-batch only.
+    step_s = micro_s
+    if inp.grad_accum > 1:
+        quiet = comm_time(shape, lay, it, gen, p, comp, inp.ac, a, replica_sync=False)
+        quiet_s = comp.total_s + quiet.exposed_s + quiet.interference_s
+        step_s += (inp.grad_accum - 1) * quiet_s
+    tps = tokens * inp.grad_accum / step_s
     fpt = model_flops_per_token(shape, inp.seq)
     mfu = fpt * tps / (it.peak_bf16_tflops * 1e12)
     epoch = _epoch(inp, lay, nodes, step_s, comp, elems) if inp.dataset_tokens else None

@@ -10,6 +10,8 @@ Pure arithmetic, nothing mocked.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from infra.instances import lookup
@@ -159,3 +161,36 @@ def test_eval_covers_every_example_even_past_the_world_size() -> None:
     assert eval_steps(37, 8) == 5
     assert eval_steps(818, 8, batch=2) == 52
     assert eval_steps(0, 8) == 0
+
+
+def test_accumulation_all_reduces_across_replicas_on_the_last_micro_batch_only() -> None:
+    """HSDP with 4 micro-batches: the training package all-reduces across replicas once per
+    step, so the step is one synced micro-batch plus three without the replica all-reduce."""
+    from planner.assumptions import generation
+    from planner.memory import layout, shard_elements
+    from planner.timing import comm_time, compute_time
+
+    inp = _inp(shape=BUILTIN["llama2-7b"], strategy="HYBRID_SHARD", batch=1, grad_accum=4)
+    one = predict(replace(inp, grad_accum=1), 4)
+    four = predict(inp, 4)
+    lay = layout("HYBRID_SHARD", 32, 8)
+    gen = generation(P5.gpu_model)
+    comp = compute_time(
+        inp.shape,
+        P5,
+        gen,
+        inp.precision,
+        tokens=inp.seq,
+        seq=inp.seq,
+        ac=1.0,
+        shard_elems=shard_elements(inp.shape.param_shapes(), lay.shard),
+        a=DEFAULT,
+    )
+    quiet = comm_time(
+        inp.shape, lay, P5, gen, inp.precision, comp, 1.0, DEFAULT, replica_sync=False
+    )
+    synced = comm_time(inp.shape, lay, P5, gen, inp.precision, comp, 1.0, DEFAULT)
+    assert quiet.network_s == 0.0 < synced.network_s  # replicas talk across nodes
+    quiet_s = comp.total_s + quiet.exposed_s + quiet.interference_s
+    assert four.step_time_s == pytest.approx(one.step_time_s + 3 * quiet_s)
+    assert four.step_time_s < 4 * one.step_time_s
