@@ -18,7 +18,9 @@ Here the labels are shifted instead of the logits (each row's last position gets
 
 Peak extra memory is therefore about two fp32 chunks (`chunk_rows x vocab x 4` bytes each: the
 fp32 copy of a low-precision chunk and the exponentials), plus one logits-sized buffer only when
-the logits cannot be overwritten. `chunk_rows` defaults to 256 MiB worth of fp32 rows.
+the logits cannot be overwritten. `chunk_rows` defaults to 256 MiB worth of fp32 rows and at
+most a quarter of the tokens, so the loss's temporaries stay under half of one fp32 logits-sized
+buffer (a quarter with fp32 logits, whose chunks need no fp32 copy).
 """
 
 from __future__ import annotations
@@ -36,9 +38,13 @@ CHUNK_BYTES = 256 * 2**20
 _OVERWRITABLE = {"MmBackward0", "AddmmBackward0", "UnsafeViewBackward0", "ViewBackward0"}
 
 
-def chunk_rows_for(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """Tokens per chunk so that one fp32 chunk of logits is about `chunk_bytes`."""
-    return max(1, chunk_bytes // (4 * vocab))
+MIN_CHUNKS = 4
+"""At least this many chunks, so a chunk is at most a quarter of the logits."""
+
+
+def chunk_rows_for(vocab: int, tokens: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """Tokens per chunk: one fp32 chunk of logits is at most `chunk_bytes` and a quarter of all."""
+    return max(1, min(chunk_bytes // (4 * vocab), -(-tokens // MIN_CHUNKS)))
 
 
 def shift_labels(labels: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
@@ -66,7 +72,7 @@ def chunked_cross_entropy(
     flat_targets = targets.reshape(-1)
     if flat.shape[0] != flat_targets.shape[0]:
         raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} differ")
-    rows = chunk_rows or chunk_rows_for(vocab)
+    rows = chunk_rows or chunk_rows_for(vocab, flat.shape[0])
     inplace = overwrite_logits and _overwritable(logits)
     return _ChunkedCrossEntropy.apply(flat, flat_targets, rows, ignore_index, inplace)
 

@@ -118,6 +118,7 @@ def test_no_grad_and_shapes() -> None:
         b = _reference(h, w, labels)
     assert abs(float(a) - float(b)) < 1e-4 * abs(float(b))
     assert shift_labels(labels)[:, -1].eq(-100).all()
-    assert chunk_rows_for(128_256) == 523  # 256 MiB of fp32 rows for Llama 3's vocabulary
+    assert chunk_rows_for(128_256, 12_288) == 523  # 256 MiB of fp32 rows for Llama 3's vocabulary
+    assert chunk_rows_for(3_072, 512) == 128  # small: a quarter of the tokens
     with pytest.raises(ValueError, match="targets"):
         chunked_cross_entropy(h @ w.t(), labels[:, 1:])
