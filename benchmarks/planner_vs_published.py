@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/planner_vs_published.py
 
 No GPU, no torch: the planner is pure arithmetic. The points, their sources and the planner
-setup used for each live in training/planner/published.py; the assumptions are the planner's
+setup used for each live in planner/published.py; the assumptions are the planner's
 defaults for all of them (nothing is tuned per point).
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from training.planner.predict import plan
-from training.planner.published import POINTS, seed_input
+from planner.predict import plan
+from planner.published import POINTS, seed_input
 
 
 def _fmt(metric: str, value: float) -> str:

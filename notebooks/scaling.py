@@ -11,7 +11,7 @@ Plain functions that ``notebooks/scaling.ipynb`` calls (and the tests call direc
   the stack config (nodegroup size, job workers, a job name per count, ``maxTrainStep``), ``up``,
   port-forward to the cluster's Prometheus, wait until the job has logged its last step, read
   tokens/s from Prometheus; ``destroy`` at the end (also on error).
-- :func:`planner_prediction`: ``python -m training.plan --json`` for the same node counts.
+- :func:`planner_prediction`: ``python -m planner --json`` for the same node counts.
 - :func:`scaling_table` and :func:`plot_scaling`: efficiency vs one node, and the PNG chart.
 """
 
@@ -142,8 +142,8 @@ def wait_for_job(
 def planner_prediction(
     nodes: Sequence[int], *, stack: str | None = None, args: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
-    """The capacity planner's prediction (``python -m training.plan ... --json``)."""
-    cmd = [sys.executable, "-m", "training.plan", "--nodes", ",".join(map(str, nodes)), "--json"]
+    """The capacity planner's prediction (``python -m planner ... --json``)."""
+    cmd = [sys.executable, "-m", "planner", "--nodes", ",".join(map(str, nodes)), "--json"]
     if stack:
         cmd += ["--stack", stack]
     cmd += list(args)

@@ -1,4 +1,4 @@
-"""``python -m training.plan``: JSON schema, human table, --stack, --plot and bad inputs.
+"""``python -m planner``: JSON schema, human table, --stack, --plot and bad inputs.
 
 If this fails, users (and the scaling notebook) lose a documented output key, a stack file
 is no longer read the way `pulumi up` would deploy it, the plot is not written, or a bad flag
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from training.plan import builtin_for_hub_id, main
+from planner.cli import builtin_for_hub_id, main
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIRED = {
@@ -213,14 +213,14 @@ def test_bad_input_is_one_line_naming_the_flag(
 
 def test_module_entry_point_exit_codes() -> None:
     ok = subprocess.run(
-        [sys.executable, "-m", "training.plan", *BASE, "--json"],
+        [sys.executable, "-m", "planner", *BASE, "--json"],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
     assert ok.returncode == 0 and json.loads(ok.stdout)[0]["nodes"] == 1
     bad = subprocess.run(
-        [sys.executable, "-m", "training.plan", *BASE[:-1], "0"],
+        [sys.executable, "-m", "planner", *BASE[:-1], "0"],
         cwd=REPO,
         capture_output=True,
         text=True,

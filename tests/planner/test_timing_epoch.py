@@ -13,13 +13,13 @@ from __future__ import annotations
 import pytest
 
 from infra.instances import lookup
-from training.planner.assumptions import DEFAULT
-from training.planner.epoch import steps_per_epoch
-from training.planner.memory import PRECISIONS
-from training.planner.predict import PlanInput, plan, predict
-from training.planner.published import POINTS, seed_efficiency, seed_input
-from training.planner.shapes import BUILTIN
-from training.planner.timing import Link, ring_link, ring_time
+from planner.assumptions import DEFAULT
+from planner.epoch import steps_per_epoch
+from planner.memory import PRECISIONS
+from planner.predict import PlanInput, plan, predict
+from planner.published import POINTS, seed_efficiency, seed_input
+from planner.shapes import BUILTIN
+from planner.timing import Link, ring_link, ring_time
 
 P5 = lookup("p5.48xlarge")
 P4DE = lookup("p4de.24xlarge")
@@ -126,7 +126,7 @@ def test_other_published_points_report_a_number() -> None:
 def test_eval_covers_every_example_even_past_the_world_size() -> None:
     """Evaluation costs ceil(val / W) forward steps: a 37-sample split on 128 GPUs still takes
     one step (the training package pads the last batch with masked examples)."""
-    from training.planner.epoch import eval_steps
+    from planner.epoch import eval_steps
 
     assert eval_steps(37, 128) == 1
     assert eval_steps(37, 8) == 5

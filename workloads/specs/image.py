@@ -18,9 +18,6 @@ CONTEXT_PATHS = (
     DOCKERFILE,
     "training/Dockerfile.dockerignore",
     "training/requirements.txt",
-    "infra/__init__.py",
-    "infra/instances.py",
-    "infra/versions.py",
 )
 """Files (besides ``training/``'s sources) whose content defines the image."""
 _SKIP_PARTS = {"__pycache__", ".pytest_cache"}

@@ -81,6 +81,8 @@ def train_command(s: JobSettings) -> list[str]:
         f"--output_dir={output_dir(s)}",
         *(["--resume"] if s.resumes else []),
         *([f"--metrics_port={s.metrics_port}"] if s.metrics_port else []),
+        *(["--preflight"] if s.preflight_expect is not None else []),
+        *([f"--preflight_expect={s.preflight_expect}"] if s.preflight_expect else []),
     ]
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.instances import InstanceType
-from training.planner.assumptions import Assumptions, GpuGeneration
-from training.planner.memory import Layout, Precision
-from training.planner.shapes import ModelShape
+from planner.assumptions import Assumptions, GpuGeneration
+from planner.memory import Layout, Precision
+from planner.shapes import ModelShape
 
 
 def model_flops_per_token(shape: ModelShape, seq: int) -> float:

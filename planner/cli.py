@@ -1,8 +1,8 @@
-"""``python -m training.plan``: will it fit, how fast, how well it scales, what an epoch costs.
+"""``python -m planner``: will it fit, how fast, how well it scales, what an epoch costs.
 
-    python -m training.plan --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
-    python -m training.plan --stack p5-16 --json
-    python -m training.plan --model path/to/config.json --instance p5.48xlarge --nodes 2 \
+    python -m planner --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
+    python -m planner --stack p5-16 --json
+    python -m planner --model path/to/config.json --instance p5.48xlarge --nodes 2 \
         --sharding HYBRID_SHARD --hsdp-group 8 --no-ac --batch 2 --plot plan.png
 
 Imports no torch and no Pulumi. Formulas and assumptions: docs/planner.md.
@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from infra.instances import lookup
-from training.planner.assumptions import DATASETS, DEFAULT
-from training.planner.memory import PRECISIONS, STRATEGIES
-from training.planner.predict import PlanInput, plan
-from training.planner.report import table
-from training.planner.shapes import ShapeError, resolve
+from planner.assumptions import DATASETS, DEFAULT
+from planner.memory import PRECISIONS, STRATEGIES
+from planner.predict import PlanInput, plan
+from planner.report import table
+from planner.shapes import ShapeError, resolve
 
 
 class UsageError(Exception):
@@ -54,7 +54,7 @@ def builtin_for_hub_id(name: str) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m training.plan", description=__doc__.splitlines()[0])
+    p = _Parser(prog="python -m planner", description=__doc__.splitlines()[0])
     p.add_argument(
         "--model",
         help="llama2-7b|llama2-13b|llama2-70b|llama3-8b|llama3-70b, a "
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(table(rows))
     if args.plot is not None:
-        from training.planner.plot import plot
+        from planner.plot import plot
 
         plot(rows, args.plot)
         if not args.json:

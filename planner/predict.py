@@ -6,9 +6,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from infra.instances import InstanceType
-from training.planner.assumptions import DEFAULT, Assumptions, generation
-from training.planner.epoch import EpochTime, eval_steps, steps_per_epoch
-from training.planner.memory import (
+from planner.assumptions import DEFAULT, Assumptions, generation
+from planner.epoch import EpochTime, eval_steps, steps_per_epoch
+from planner.memory import (
     Layout,
     MemoryBreakdown,
     Precision,
@@ -16,8 +16,8 @@ from training.planner.memory import (
     memory,
     shard_elements,
 )
-from training.planner.shapes import ModelShape
-from training.planner.timing import (
+from planner.shapes import ModelShape
+from planner.timing import (
     CommTime,
     ComputeTime,
     comm_time,
@@ -186,7 +186,7 @@ def _ratio(value: float, base: float, nodes: int) -> float | None:
 
 def row(inp: PlanInput, pr: Prediction, base: Prediction) -> dict[str, Any]:
     """The JSON object of one prediction (``base``: the same plan on one node)."""
-    from training.planner.recommend import recommend
+    from planner.recommend import recommend
 
     it = inp.instance
     return {

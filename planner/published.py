@@ -2,7 +2,7 @@
 
 Each point states its source, what was measured and how the planner is configured to match
 the setup the source describes (model, GPUs, batch, sequence, AC, epoch semantics). The
-planner's assumptions are the defaults of ``training.planner.assumptions`` for every point.
+planner's assumptions are the defaults of ``planner.assumptions`` for every point.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from infra.instances import lookup
-from training.planner.assumptions import DATASETS
-from training.planner.memory import PRECISIONS, Precision
-from training.planner.predict import PlanInput, predict, row
-from training.planner.shapes import BUILTIN
+from planner.assumptions import DATASETS
+from planner.memory import PRECISIONS, Precision
+from planner.predict import PlanInput, predict, row
+from planner.shapes import BUILTIN
 
 # llama-recipes (FSDP1): MixedPrecision(param bf16, reduce bf16) over fp32 flat parameters,
 # DistributedSampler padding + drop_last batches, per-layer activation checkpointing.
