@@ -129,8 +129,9 @@ class Trainer:
             peak_flops,
         )
         from training.model import build_empty, full_state_dict, materialize, model_spec
-        from training.parallelize import ParallelDims, build_mesh, parallelize
+        from training.parallelize import ParallelDims, build_mesh, parallelize, resolve_precision
 
+        cfg, self.precision_note = resolve_precision(cfg, env.device)
         self.cfg, self.env = cfg, env
         torch.manual_seed(cfg.seed)
         self.dims = ParallelDims.from_config(cfg, env.world_size, env.local_world_size)
@@ -173,9 +174,7 @@ class Trainer:
         del weights
         self.model.train()
 
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
-        )
+        self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.StepLR(
             self.optimizer, step_size=1, gamma=cfg.gamma
         )
@@ -547,21 +546,40 @@ class Trainer:
             f"{cfg.gradient_accumulation_steps} accumulation), {self.total_steps} steps{resumed}",
             flush=True,
         )
+        if self.precision_note:
+            print(self.precision_note, flush=True)
+
+
+def build_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW with the fused kernel (one pass over each shard, no fp32 temporaries per step).
+
+    torch's fused AdamW runs on CUDA and CPU (`_get_fused_kernels_supported_devices`) and
+    accepts FSDP2's DTensor shards, as torchtitan uses it (`optimizer.implementation = "fused"`);
+    the foreach fallback is for parameters on any other device.
+    """
+    import torch
+    from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    fused = all(p.device.type in _get_fused_kernels_supported_devices() for p in params)
+    kernel = {"fused": True} if fused else {"foreach": True}
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **kernel)
 
 
 def token_loss_sum(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Sum of next-token cross-entropy over the label tokens of `batch` (fp32)."""
-    import torch.nn.functional as F
+    """Sum of next-token cross-entropy over the label tokens of `batch` (fp32).
 
-    from training.data import IGNORE_INDEX
+    The model gets attention_mask=None: HF's SDPA path then uses the causal kernel without
+    reading a mask on the host (`_ignore_causal_mask_sdpa`, a sync per forward on CUDA). That
+    changes no scored position: packed rows are all ones, and padded rows (training.data.collate)
+    are padded on the right with ignored labels, which a causal model never attends from a real
+    token. The loss shifts the labels, not the logits, and is chunked (training.loss): no fp32
+    copy of the full logits.
+    """
+    from training import loss
 
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    return F.cross_entropy(
-        logits[:, :-1].flatten(0, 1).float(),
-        batch["labels"][:, 1:].flatten(),
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
-    )
+    logits = model(input_ids=batch["input_ids"], attention_mask=None, use_cache=False).logits
+    return loss.token_loss_sum(logits, batch["labels"], overwrite_logits=logits.requires_grad)
 
 
 def _mean(xs: list[float]) -> float:

@@ -193,6 +193,43 @@ def _non_persistent_buffers(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
+_NATIVE_FLAGS: dict[torch.dtype, tuple[str, ...]] = {
+    # x86: AVX-512 BF16 (Cooper Lake, Zen 4+) or AMX (Sapphire Rapids+); aarch64: the BF16 extension.
+    torch.bfloat16: ("avx512_bf16", "amx_bf16", "bf16"),
+    # x86: AVX-512 FP16 (Sapphire Rapids+) or AMX-FP16; aarch64: half-precision arithmetic.
+    torch.float16: ("avx512_fp16", "amx_fp16", "fphp", "asimdhp"),
+}
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU feature flags the kernel reports ("flags" on x86, "Features" on aarch64); empty elsewhere."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def native_low_precision(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether `device` computes in `dtype` (bf16 / fp16) natively, not by emulation through fp32.
+
+    CUDA: always True (nothing changes there). CPU: True when /proc/cpuinfo lists one of the
+    native instruction sets, or torch's own dispatch picked an AMX / AVX-512 BF16 kernel level
+    (`torch.backends.cpu.get_cpu_capability()`). An AVX2-only CPU emulates bf16 matmuls and runs a
+    step ~10x slower than in fp32. Without /proc/cpuinfo (macOS) the answer is False: fp32 is safe.
+    """
+    if device.type != "cpu":
+        return True
+    capability = torch.backends.cpu.get_cpu_capability().upper()
+    if "AMX" in capability or (dtype == torch.bfloat16 and "BF16" in capability):
+        return True
+    return bool(cpu_flags() & set(_NATIVE_FLAGS.get(dtype, ())))
+
+
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The transformer blocks, found by the model's own `_no_split_modules` class names."""
     names = set(getattr(model, "_no_split_modules", None) or [])
