@@ -232,8 +232,8 @@ def save_results(measured: Sequence[Measurement], path: Path) -> None:
 def planner_prediction(
     nodes: Sequence[int], *, stack: str | None = None, args: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
-    """The capacity planner's prediction (``python -m training.plan ... --json``)."""
-    cmd = [sys.executable, "-m", "training.plan", "--nodes", ",".join(map(str, nodes)), "--json"]
+    """The capacity planner's prediction (``python -m planner ... --json``)."""
+    cmd = [sys.executable, "-m", "planner", "--nodes", ",".join(map(str, nodes)), "--json"]
     if stack:
         cmd += ["--stack", stack]
     cmd += list(args)

@@ -5,6 +5,13 @@ checkpoint to resume from), `fit()` trains and validates epoch by epoch, `finish
 summarises. Flags are llama-recipes' (see training.config); bad input stops before any work with
 one line `error: ...` and exit status 2.
 
+Exit status (docs/adr/0004-preemption-semantics.md): 0 only when training is complete; 143 when a
+SIGTERM stopped it (this pod is going away, or torchrun restarts the group): every rank stops
+at the same step boundary, takes an emergency checkpoint only if it fits the time torchrun
+leaves before its SIGKILL, and exits 143 so that torchrun restarts the surviving group and the
+training operator never counts a stopped worker as a successful one; 1 on any other failure (a
+collective that timed out on a dead or hung peer), without waiting for a clean teardown.
+
 Invariant: the gradient of every optimizer step is that of the sum of token losses of the GLOBAL
 batch divided by its number of label tokens (counted over all ranks and micro-batches before the
 backward pass), so any world size, sharding or accumulation split gives the same update.
@@ -14,8 +21,10 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +37,12 @@ if TYPE_CHECKING:
 
     from training.dist import DistEnv
 
-PREEMPTED_EXIT = 0
-"""Exit status after a SIGTERM-triggered checkpoint (rerun with --resume to continue)."""
+PREEMPTED_EXIT = 143
+"""Exit status of a worker stopped by SIGTERM (128 + 15, the shell's convention): non-zero, so
+torchrun restarts the group and the training operator (v1.9, which marks an elastic job
+Succeeded as soon as one worker exits 0) does not end the job."""
+FAILED_EXIT = 1
+"""Exit status after an unexpected error (a collective timeout on a dead peer, say)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,6 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.parallelize import ParallelError
 
     with distributed() as env:
+        if cfg.preflight:  # every (re)start checks the nodes it got, before step 1
+            from training.preflight import gate
+
+            if (status := gate(cfg.preflight_expect, cfg.output_dir, env.device)) != 0:
+                return status
         error = None
         try:
             trainer = Trainer(cfg, env)
@@ -53,8 +71,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if error is not None:
             gc.collect()  # a half-built trainer goes while the process group is alive
             return _fail(error, env.rank)
-        preempted = trainer.fit()
-        trainer.finish(preempted)
+        try:
+            preempted = trainer.fit()
+            trainer.finish(preempted)
+        except Exception:
+            # A peer is dead or hung: the process group cannot be torn down cleanly, and a
+            # background checkpoint thread waiting on it would keep the process alive. Exit now,
+            # non-zero, so that torchrun restarts the group.
+            traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(FAILED_EXIT)
         # Free the sharded model, its meshes and the checkpoint state while the process group
         # is alive: collected after it is destroyed, they can abort the process at exit.
         del trainer
@@ -92,11 +119,19 @@ class Trainer:
 
         from training import checkpoint
         from training.data import DistributedBatches, build_dataset, eval_batches, load_tokenizer
-        from training.dist import device_type
-        from training.metrics import JsonlSink, Metrics, ProgressSink, peak_flops
+        from training.dist import broadcast_object, checkpoint_group, device_type
+        from training.metrics import (
+            GOODPUT_FILE,
+            Goodput,
+            JsonlSink,
+            Metrics,
+            ProgressSink,
+            peak_flops,
+        )
         from training.model import build_empty, full_state_dict, materialize, model_spec
-        from training.parallelize import ParallelDims, build_mesh, parallelize
+        from training.parallelize import ParallelDims, build_mesh, parallelize, resolve_precision
 
+        cfg, self.precision_note = resolve_precision(cfg, env.device)
         self.cfg, self.env = cfg, env
         torch.manual_seed(cfg.seed)
         self.dims = ParallelDims.from_config(cfg, env.world_size, env.local_world_size)
@@ -139,9 +174,7 @@ class Trainer:
         del weights
         self.model.train()
 
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
-        )
+        self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.StepLR(
             self.optimizer, step_size=1, gamma=cfg.gamma
         )
@@ -157,6 +190,14 @@ class Trainer:
         }
         self.resumed_from: Path | None = None
         self._saved_at: tuple[int, int] | None = None
+        if env.is_main:  # writes that never finished (a killed pod, a cut-off emergency save)
+            checkpoint.prune(self.ckpt_root)
+        self.checkpointer = checkpoint.Checkpointer(
+            self.ckpt_root,
+            self.stateful,
+            use_async=cfg.async_checkpoint,
+            group=checkpoint_group(),
+        )
         if cfg.resume:
             latest = checkpoint.latest_complete(self.ckpt_root)
             if latest is not None:
@@ -169,13 +210,19 @@ class Trainer:
         self.out_dir = Path(cfg.output_dir)
         self.total_steps = self._planned_steps()
         self.metrics = Metrics()
+        ledger: Goodput | None = None
         if env.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             resume_step = self.state.step if cfg.resume else None
-            self.metrics.add(JsonlSink(self.out_dir / "metrics.jsonl", resume_step))
+            jsonl = JsonlSink(self.out_dir / "metrics.jsonl", resume_step)
+            self.metrics.add(jsonl)
             self.metrics.add(
                 ProgressSink(self.total_steps, cfg.log_every, self.state.step, bar=cfg.progress)
             )
+            ledger = Goodput.resume(self.out_dir / GOODPUT_FILE, jsonl) if cfg.resume else None
+            ledger = ledger or Goodput(started_at=time.time())
+            ledger.save(self.out_dir / GOODPUT_FILE)
+        self.goodput: Goodput = broadcast_object(ledger)
         if cfg.metrics_port:  # Prometheus exporter: local rank 0 of every node serves
             from training.prometheus import prometheus_sink_for_rank
 
@@ -194,15 +241,20 @@ class Trainer:
             "epoch_loss": [],
             "epoch_time": [],
             "eval_loss": [],
-            "ckpt_time": [],
+            "ckpt_stall": [],
         }
         self.train_time = 0.0
         self.train_tokens = 0
+        self._first_step = self.state.step + 1
+        self._last_save_t = time.monotonic()
+        self._stall_to_log: float | None = None
         self._announce()
 
     # ------------------------------------------------------------------------------------------
     def fit(self) -> bool:
         """Train until num_epochs / max_train_step; returns True when stopped by SIGTERM."""
+        from training.dist import set_collective_timeout
+
         cfg, st = self.cfg, self.state
         self.stop.install()
         try:
@@ -217,12 +269,15 @@ class Trainer:
                     st.step += 1
                     st.tokens_seen += out["tokens"]
                     losses.append(out["loss"])
+                    if st.step == self._first_step:  # loading and warm-up are behind us
+                        set_collective_timeout(cfg.collective_timeout_s)
                     self._log(out)
                     if out["stop"]:
                         self._end_epoch_stats(losses, t_epoch)
-                        self.save()
+                        self._stop_on_signal()
                         return True
-                    if cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0:
+                    self.checkpointer.poll()
+                    if self._checkpoint_due():
                         self.save()
                     if self._step_limit_reached():
                         break
@@ -235,9 +290,58 @@ class Trainer:
                 if cfg.run_validation:
                     self.history["eval_loss"].append(self.validate(trained))
                 self.save()
+            t0 = time.monotonic()
+            self.checkpointer.wait()  # the last checkpoint is on disk before the exit
+            if self.history["ckpt_stall"]:
+                self.history["ckpt_stall"][-1] += time.monotonic() - t0
             return False
         finally:
             self.stop.uninstall()
+
+    def _checkpoint_due(self) -> bool:
+        """Step interval or time interval, the same answer on every rank."""
+        from training.dist import all_reduce_max
+
+        cfg = self.cfg
+        due = bool(cfg.checkpoint_every) and self.state.step % cfg.checkpoint_every == 0
+        if cfg.checkpoint_every_s:  # clocks differ: any rank's vote counts, for all
+            mine = time.monotonic() - self._last_save_t >= cfg.checkpoint_every_s
+            (vote,) = all_reduce_max([float(due or mine)], self.env.device)
+            due = vote > 0
+        return due
+
+    def _stop_on_signal(self) -> None:
+        """SIGTERM seen by some rank: finish the write in flight, take an emergency checkpoint if
+        it fits before torchrun's SIGKILL on every rank, then let the caller exit 143."""
+        from training import checkpoint
+        from training.dist import all_reduce_max
+
+        st = self.state
+        self.checkpointer.wait()
+        budget = checkpoint.shutdown_timeout_s()
+        # survivors (no SIGTERM of their own) have all the time in the world: the minimum wins
+        (neg_left,) = all_reduce_max([-min(self.stop.seconds_left(budget), 1e18)], self.env.device)
+        left = -neg_left
+        estimate = self.checkpointer.write_s or self.cfg.checkpoint_write_estimate_s
+        if self._saved_at == (st.step, st.epoch):
+            what = f"checkpoint step {st.step} already written"
+        elif checkpoint.emergency_checkpoint_fits(left, estimate):
+            self.save()
+            self.checkpointer.wait()
+            what = (
+                f"emergency checkpoint step {st.step} written in {self.checkpointer.write_s:.1f} s"
+            )
+        else:
+            latest = checkpoint.latest_complete(self.ckpt_root)
+            what = (
+                f"no time for an emergency checkpoint ({left:.0f} s left, a write takes "
+                f"~{estimate:.0f} s); the group resumes from {latest.name if latest else 'scratch'}"
+            )
+        if self.env.is_main:
+            print(
+                f"SIGTERM: stopped at step {st.step}; {what}; exiting {PREEMPTED_EXIT}",
+                flush=True,
+            )
 
     def train_step(self, micro_batches: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
         """One optimizer step over this rank's micro-batches; returns global figures."""
@@ -317,30 +421,29 @@ class Trainer:
             )
         return loss
 
-    def save(self) -> Path:
-        """Checkpoint everything the run needs to continue (collective)."""
-        from training import checkpoint
-
+    def save(self) -> None:
+        """Checkpoint everything the run needs to continue (collective; may write in the
+        background: `self.checkpointer.wait()` blocks until it is complete)."""
         if self._saved_at == (self.state.step, self.state.epoch):
-            return self.ckpt_root  # nothing changed since the last checkpoint
-        t0 = time.perf_counter()
+            return  # nothing changed since the last checkpoint
         meta = {
             **self.state.state_dict(),
             "world_size": self.env.world_size,
             "model_name": self.cfg.model_name,
             "layout": self.dims.describe(),
         }
-        path = checkpoint.save(self.ckpt_root, self.state.step, self.stateful, meta)
-        self.history["ckpt_time"].append(time.perf_counter() - t0)
+        stall = self.checkpointer.save(self.state.step, meta)
+        self.history["ckpt_stall"].append(stall)
+        self._stall_to_log = stall
+        self._last_save_t = time.monotonic()
         self._saved_at = (self.state.step, self.state.epoch)
-        return path
 
     def finish(self, preempted: bool) -> None:
         """Export the model, write summary.json and the plot, print the summary (rank 0)."""
         import torch.distributed as dist
 
         from training.export import export_hf
-        from training.metrics import peak_memory_bytes, plot_metrics, write_summary
+        from training.metrics import GOODPUT_FILE, peak_memory_bytes, plot_metrics, write_summary
 
         self.metrics.close()
         exported = None
@@ -355,13 +458,18 @@ class Trainer:
         if not self.env.is_main:
             return
         h = self.history
+        g = self.goodput
+        g.save(self.out_dir / GOODPUT_FILE)
         summary = {
             "avg_train_loss": _mean(h["epoch_loss"]),
             "avg_train_prep": _mean([_exp(x) for x in h["epoch_loss"]]),
             "avg_eval_loss": _mean(h["eval_loss"]),
             "avg_eval_prep": _mean([_exp(x) for x in h["eval_loss"]]),
             "avg_epoch_time": _mean(h["epoch_time"]),
-            "avg_checkpoint_time": _mean(h["ckpt_time"]),
+            "avg_checkpoint_time": _mean(h["ckpt_stall"]),
+            "checkpoint_stall_s": [round(x, 4) for x in h["ckpt_stall"]],
+            "checkpoint_write_s": self.checkpointer.write_s,
+            "async_checkpoint": self.cfg.async_checkpoint,
             "tokens_per_s": self.train_tokens / self.train_time if self.train_time else 0.0,
             "peak_mem_bytes": int(peak.item()),
             "steps": self.state.step,
@@ -369,6 +477,7 @@ class Trainer:
             "world_size": self.env.world_size,
             "layout": self.dims.describe(),
             "preempted": preempted,
+            **g.as_dict(),
         }
         write_summary(self.out_dir / "summary.json", summary)
         jsonl = self.out_dir / "metrics.jsonl"
@@ -382,6 +491,7 @@ class Trainer:
 
         self.train_time += out["step_time_s"]
         self.train_tokens += out["tokens"]
+        self.goodput.productive_s += out["step_time_s"]
         tps = out["tokens"] / out["step_time_s"] if out["step_time_s"] > 0 else 0.0
         row = {
             "epoch": self.state.epoch,
@@ -389,12 +499,19 @@ class Trainer:
             "lr": out["lr"],
             "grad_norm": out["grad_norm"],
             "tokens": out["tokens"],
+            "label_tokens": out["label_tokens"],
             "tokens_per_s": tps,
             "step_time_s": out["step_time_s"],
             "world_size": self.env.world_size,
             "peak_mem_bytes": peak_memory_bytes(self.env.device),
             "time": time.time(),
+            "goodput": self.goodput.ratio(),
+            "restarts": self.goodput.restarts,
+            "steps_redone": self.goodput.steps_redone,
         }
+        if self._stall_to_log is not None:  # the checkpoint taken after the previous step
+            row["ckpt_stall_s"] = self._stall_to_log
+            self._stall_to_log = None
         if self.peak_flops:
             achieved = tps * self.flops_per_token
             row["mfu"] = achieved / (self.peak_flops * self.env.world_size)
@@ -430,21 +547,40 @@ class Trainer:
             f"{cfg.gradient_accumulation_steps} accumulation), {self.total_steps} steps{resumed}",
             flush=True,
         )
+        if self.precision_note:
+            print(self.precision_note, flush=True)
+
+
+def build_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW with the fused kernel (one pass over each shard, no fp32 temporaries per step).
+
+    torch's fused AdamW runs on CUDA and CPU (`_get_fused_kernels_supported_devices`) and
+    accepts FSDP2's DTensor shards, as torchtitan uses it (`optimizer.implementation = "fused"`);
+    the foreach fallback is for parameters on any other device.
+    """
+    import torch
+    from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    fused = all(p.device.type in _get_fused_kernels_supported_devices() for p in params)
+    kernel = {"fused": True} if fused else {"foreach": True}
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **kernel)
 
 
 def token_loss_sum(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Sum of next-token cross-entropy over the label tokens of `batch` (fp32)."""
-    import torch.nn.functional as F
+    """Sum of next-token cross-entropy over the label tokens of `batch` (fp32).
 
-    from training.data import IGNORE_INDEX
+    The model gets attention_mask=None: HF's SDPA path then uses the causal kernel without
+    reading a mask on the host (`_ignore_causal_mask_sdpa`, a sync per forward on CUDA). That
+    changes no scored position: packed rows are all ones, and padded rows (training.data.collate)
+    are padded on the right with ignored labels, which a causal model never attends from a real
+    token. The loss shifts the labels, not the logits, and is chunked (training.loss): no fp32
+    copy of the full logits.
+    """
+    from training import loss
 
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    return F.cross_entropy(
-        logits[:, :-1].flatten(0, 1).float(),
-        batch["labels"][:, 1:].flatten(),
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
-    )
+    logits = model(input_ids=batch["input_ids"], attention_mask=None, use_cache=False).logits
+    return loss.token_loss_sum(logits, batch["labels"], overwrite_logits=logits.requires_grad)
 
 
 def _mean(xs: list[float]) -> float:
@@ -467,13 +603,18 @@ def _format_summary(s: dict[str, Any], exported: Path | None, ckpt_root: Path) -
         f"eval loss (avg)      {num(s['avg_eval_loss'], '.4f')}   perplexity {num(s['avg_eval_prep'], '.2f')}",
         f"throughput           {s['tokens_per_s']:,.0f} tokens/s (global)",
         f"peak memory          {s['peak_mem_bytes'] / 2**20:,.0f} MiB (max over ranks)",
-        f"epoch / checkpoint   {num(s['avg_epoch_time'], '.1f')} s / {num(s['avg_checkpoint_time'], '.2f')} s (avg)",
+        f"epoch / checkpoint   {num(s['avg_epoch_time'], '.1f')} s / {num(s['avg_checkpoint_time'], '.2f')} s (avg stall)",
+        f"goodput              {100 * s['goodput']:.1f}% ({s['productive_s']:.1f} s of steps in "
+        f"{s['wall_s']:.1f} s; {s['restarts']} restarts, {s['steps_redone']} steps redone)",
         f"checkpoints          {ckpt_root}",
     ]
     if exported is not None:
         lines.append(f"exported model       {exported}")
     if s["preempted"]:
-        lines.append("stopped by SIGTERM after a checkpoint: rerun with --resume to continue")
+        lines.append(
+            f"stopped by SIGTERM at step {s['steps']}: exit {PREEMPTED_EXIT}; the job resumes "
+            "from its newest complete checkpoint (--resume)"
+        )
     return "\n".join([*lines, ""])  # a blank line closes the block (the local runner quotes it)
 
 

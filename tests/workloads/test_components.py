@@ -110,6 +110,8 @@ def test_components_wrap_the_specs_on_the_cluster_provider(
         "DaemonSet",
         "Deployment",
         "NetworkPolicy",
+        "PodDisruptionBudget",
+        "PriorityClass",
         "PyTorchJob",
         "Secret",
         "Service",
