@@ -159,6 +159,18 @@ def world2(
         _train(base, "bf16_mixed", 2, "--mixed_precision=True", "--force_bf16"),
         _train(base, "selective_ac", 2, "--ac_mode=selective"),
         _train(base, "compile", 2, "--compile"),
+        {
+            "kind": "host_syncs",
+            "name": "syncs",
+            "argv": _argv(
+                base,
+                "syncs",
+                2,
+                "--log_every=3",
+                "--gradient_accumulation_steps=2",
+                "--batch_size_training=1",
+            ),
+        },
         _train(base, "hf_tied", 2, f"--model_name={hf_checkpoint}"),
         {
             "kind": "copy_checkpoint",
