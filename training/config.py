@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "AC_MODES",
     "BATCHING_STRATEGIES",
     "DATASETS",
     "SHARDING_STRATEGIES",
@@ -52,6 +53,7 @@ __all__ = [
 ]
 
 BATCHING_STRATEGIES = ("packing", "padding")
+AC_MODES = ("full", "selective", "none")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DATASETS = ("samsum_dataset", "samsum_sample", "alpaca_dataset", "custom")
 DATASETS_WITH_PATH = ("custom", "alpaca_dataset")
@@ -155,6 +157,16 @@ class TrainConfig:
     """Port of the Prometheus exporter; 0 = off."""
     progress: bool = True
     """Show a tqdm progress bar on rank 0."""
+    force_bf16: bool = False
+    """Keep bf16 mixed precision on a CPU without native bf16 (else fp32 there, ~10x faster)."""
+    compile: bool = False
+    """torch.compile each decoder layer (per-block, as torchtitan)."""
+    ac_mode: str = "full"
+    """With --fsdp_activation_checkpointing: full (recompute each layer), selective (op-level SAC) or none."""
+    preflight: bool = False
+    """Check the nodes (collectives, matmul, memory, transport) before step 1 (training.preflight)."""
+    preflight_expect: str = ""
+    """--preflight thresholds, e.g. intra_busbw=288,inter_busbw=225,tflops=445,net=OFI,gpus=8."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -240,9 +252,22 @@ def _validate(c: TrainConfig) -> None:
     if not 0 <= c.metrics_port <= 65535:
         fail("metrics_port", f"must be in 0..65535 (0 = off), got {c.metrics_port}")
 
+    if c.preflight_expect:
+        from training.preflight import parse_expect  # stdlib-only at import
+
+        try:
+            parse_expect(c.preflight_expect)
+        except ValueError as e:
+            fail("preflight_expect", str(e))
+        if not c.preflight:
+            fail("preflight_expect", "only used with --preflight")
+
     one_of("batching_strategy", BATCHING_STRATEGIES)
     one_of("sharding_strategy", SHARDING_STRATEGIES)
     one_of("dataset", DATASETS)
+    one_of("ac_mode", AC_MODES)
+    if c.ac_mode == "selective" and not c.fsdp_activation_checkpointing:
+        fail("ac_mode", "selective needs --fsdp_activation_checkpointing (or pass --ac_mode none)")
 
     if c.dataset in DATASETS_WITH_PATH:
         if c.data_path is None or not c.data_path.strip():

@@ -121,6 +121,61 @@ class _StepCollector(Collector):
             yield counter
 
 
+PREFLIGHT_BUSBW = "eksfsdp_preflight_busbw_gbytes_per_second"
+PREFLIGHT_TFLOPS = "eksfsdp_preflight_matmul_tflops"
+PREFLIGHT_MEMORY = "eksfsdp_preflight_memory_gbytes_per_second"
+PREFLIGHT_PASSED = "eksfsdp_preflight_passed"
+PREFLIGHT_METRIC_NAMES: tuple[str, ...] = (
+    PREFLIGHT_BUSBW,
+    PREFLIGHT_TFLOPS,
+    PREFLIGHT_MEMORY,
+    PREFLIGHT_PASSED,
+)
+"""Series of the last preflight (``training.preflight``), served next to the step metrics."""
+
+
+class _PreflightCollector(Collector):
+    """The last preflight report of this process (empty until one ran)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.report: dict[str, Any] | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        with self.lock:
+            report = self.report
+        if report is None:
+            return
+        busbw = GaugeMetricFamily(
+            PREFLIGHT_BUSBW,
+            "nccl-tests bus bandwidth of a collective in the last preflight.",
+            labels=["scope", "link", "op", "bytes"],
+        )
+        for r in report["collectives"]:
+            busbw.add_metric([r["scope"], r["link"], r["op"], str(r["bytes"])], r["busbw_gbps"])
+        yield busbw
+        for name, key, doc in (
+            (PREFLIGHT_TFLOPS, "matmul_tflops", "Dense matmul TFLOP/s of a device."),
+            (PREFLIGHT_MEMORY, "memory_gbps", "Copy bandwidth of a device, GB/s."),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=["node", "rank"])
+            for d in report["devices"]:
+                family.add_metric([d["node"], str(d["rank"])], d[key])
+            yield family
+        passed = GaugeMetricFamily(PREFLIGHT_PASSED, "1 when the last preflight passed.")
+        passed.add_metric([], 1.0 if report.get("passed") else 0.0)
+        yield passed
+
+
+PREFLIGHT = _PreflightCollector()
+
+
+def set_preflight(report: dict[str, Any]) -> None:
+    """Publish a preflight report (``training.preflight.check`` calls this)."""
+    with PREFLIGHT.lock:
+        PREFLIGHT.report = report
+
+
 class PrometheusSink:
     """Metrics sink that serves the latest training metrics for Prometheus to scrape.
 
@@ -142,6 +197,7 @@ class PrometheusSink:
         self._collector.gauges["eksfsdp_world_size"] = float(_env_int(env, "WORLD_SIZE", 1))
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self._collector)
+        self.registry.register(PREFLIGHT)
         try:
             self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
         except OSError as exc:

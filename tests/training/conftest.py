@@ -158,7 +158,22 @@ def world2(
             "--batch_size_training=1",
         ),
         _train(base, "cpu_offload", 2, "--fsdp_cpu_offload"),
-        _train(base, "bf16_mixed", 2, "--mixed_precision=True"),
+        # --force_bf16: on a CPU without native bf16 the default would quietly train in fp32.
+        _train(base, "bf16_mixed", 2, "--mixed_precision=True", "--force_bf16"),
+        _train(base, "selective_ac", 2, "--ac_mode=selective"),
+        _train(base, "compile", 2, "--compile"),
+        {
+            "kind": "host_syncs",
+            "name": "syncs",
+            "argv": _argv(
+                base,
+                "syncs",
+                2,
+                "--log_every=3",
+                "--gradient_accumulation_steps=2",
+                "--batch_size_training=1",
+            ),
+        },
         _train(base, "hf_tied", 2, f"--model_name={hf_checkpoint}"),
         {
             "kind": "copy_checkpoint",

@@ -1,7 +1,8 @@
 """Sharded training gives the numbers of unsharded training.
 
-If these fail, FSDP2 runs (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, with or without
-activation checkpointing, CPU offload, gradient accumulation) no longer compute the same per-step
+If these fail, FSDP2 runs (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, with full,
+selective or no activation checkpointing, per-block torch.compile, CPU offload, gradient
+accumulation) no longer compute the same per-step
 loss AND gradient norm as a 1-process run without FSDP on the same global batch: typically a
 loss normalised per rank instead of by the global token count, a gradient scaled by the world
 size (which AdamW hides in the loss, hence the grad-norm check), garbage rotary buffers after
@@ -35,6 +36,8 @@ W2_FP32 = [
     "accumulation",
     "no_shard_accumulation",  # gradients all-reduced only on the last micro-batch
     "cpu_offload",
+    "selective_ac",  # torchtitan's op-level SAC
+    "compile",  # per-block torch.compile (with full AC)
 ]
 
 

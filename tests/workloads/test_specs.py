@@ -163,6 +163,8 @@ def test_devices_and_fi_env_per_instance_type(
     assert ("FI_PROVIDER" in env) is fi and ("FI_EFA_USE_DEVICE_RDMA" in env) is fi
     if fi:
         assert env["FI_PROVIDER"]["value"] == "efa"
+    # On EFA types NCCL must use the OFI plugin or fail (no silent TCP fallback).
+    assert env.get("NCCL_NET", {}).get("value") == ("OFI" if efa else None)
     assert env["NCCL_DEBUG"]["value"] == "INFO"
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"]["value"] == "1"
     assert "LOGLEVEL" in env

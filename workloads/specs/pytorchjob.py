@@ -7,7 +7,8 @@ Invariants the builder keeps (and the tests assert):
 - ``rdzvId`` is unique per job generation: ``<name>-g<generation>-<hash of the settings>``, so
   a resubmitted job never meets the closed rendezvous of its predecessor (closed ids stay closed
   for 7200 s in etcd);
-- GPUs and EFA devices come from the instance catalog, FI_* only where the type needs them;
+- GPUs and EFA devices come from the instance catalog, FI_* only where the type needs them,
+  NCCL_NET=OFI on every EFA type (a broken OFI plugin fails the job instead of falling back);
 - the Hugging Face token reaches the pod only through a ``secretKeyRef``, required (not
   ``optional``) when the model comes from the hub: a missing Secret then keeps the pod in
   ``CreateContainerConfigError`` instead of crash-looping through ``backoffLimit``;
@@ -49,6 +50,8 @@ CONTAINER = "pytorch"
 OPERATOR_PORT_NAME = "pytorchjob-port"
 OPERATOR_PORT = 23456
 COMPONENT = "training"
+NCCL_NET_EFA = "OFI"
+"""NCCL_NET on EFA instance types: the aws-ofi-nccl network, or NCCL refuses to start."""
 
 
 def nproc_per_node(s: JobSettings) -> int:
@@ -151,6 +154,8 @@ def train_command(s: JobSettings) -> list[str]:
         f"--output_dir={output_dir(s)}",
         *(["--resume"] if s.resumes else []),
         *([f"--metrics_port={s.metrics_port}"] if s.metrics_port else []),
+        *(["--preflight"] if s.preflight_expect is not None else []),
+        *([f"--preflight_expect={s.preflight_expect}"] if s.preflight_expect else []),
     ]
 
 
@@ -169,9 +174,16 @@ def container_env(s: JobSettings) -> list[k8s.V1EnvVar]:
         # Without it gloo/NCCL reuse the rendezvous TCP store on the dead worker's old port and
         # the group never re-forms after a worker is killed.
         env.append(k8s.V1EnvVar(name="TORCH_DISABLE_SHARE_RDZV_TCP_STORE", value="1"))
-    if lookup(s.instance_type).needs_fi_env:
+    instance = lookup(s.instance_type)
+    if instance.needs_fi_env:
         env.append(k8s.V1EnvVar(name="FI_PROVIDER", value="efa"))
         env.append(k8s.V1EnvVar(name="FI_EFA_USE_DEVICE_RDMA", value="1"))
+    if instance.efa_supported:
+        # NCCL_NET makes the network a hard requirement: if the image's OFI plugin (loaded
+        # through NCCL_NET_PLUGIN=ofi, training/Dockerfile) fails to initialise, NCCL stops
+        # instead of falling back to TCP sockets. aws-ofi-nccl answers to "OFI" as well as its
+        # old "AWS Libfabric" (src/nccl_ofi_interface_nvidia.c, nvidia_plugin_name_fixup).
+        env.append(k8s.V1EnvVar(name="NCCL_NET", value=NCCL_NET_EFA))
     if s.hf_token_secret:
         env.append(
             k8s.V1EnvVar(

@@ -139,6 +139,9 @@ class JobSettings:
     """Pass ``--resume``; None = when every worker sees the same checkpoints (a shared claim, or
     one worker): DCP writes each rank's shard on its own pod, so an emptyDir per pod holds
     checkpoints no pod can load."""
+    preflight_expect: str | None = None
+    """``--preflight`` with these ``--preflight_expect`` thresholds (``planner.expect``; empty:
+    measure and report only); None = no preflight."""
 
     def __post_init__(self) -> None:
         check_dns_label(self.name, "job.name", max_len=50)
@@ -314,6 +317,18 @@ def node_selector_for(group: Any) -> dict[str, str]:
     }
 
 
+def _preflight_expect(job_cfg: Any, group: Any, workers: int) -> str | None:
+    """Thresholds from the catalog for GPU jobs with ``job.preflight``; CPU jobs measure only."""
+    if not getattr(job_cfg, "preflight", False):
+        return None
+    if (getattr(job_cfg, "device", None) or "cuda") != "cuda":
+        return ""
+    from infra.instances import lookup
+    from planner.expect import expect_arg
+
+    return expect_arg(lookup(group.instance_type), workers, efa=bool(getattr(group, "efa", True)))
+
+
 def from_stack(
     stack_cfg: Any,
     *,
@@ -347,6 +362,7 @@ def from_stack(
         checkpoint_claim=job_cfg.checkpoint_claim,
         checkpoint_mb_per_s=storage_mb_per_s(getattr(stack_cfg, "shared_storage", None)),
         metrics_port=TRAINING_METRICS_PORT if _observability_on(stack_cfg) else 0,
+        preflight_expect=_preflight_expect(job_cfg, group, int(workers)),
     )
     etcd = EtcdSettings(namespace=namespace, client_job_names=(job.name,))
     storage = getattr(stack_cfg, "shared_storage", None)
