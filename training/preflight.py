@@ -507,12 +507,12 @@ def failures(report: dict[str, Any], expect: Expect) -> list[str]:
     ):
         if not floor:
             continue
-        top = {}
+        top: dict[tuple[str, str], dict[str, Any]] = {}
         for r in rows:
             if r["scope"] == scope:
-                key = (r["link"], r["op"])
-                if key not in top or r["bytes"] > top[key]["bytes"]:
-                    top[key] = r
+                link_op = (r["link"], r["op"])
+                if link_op not in top or r["bytes"] > top[link_op]["bytes"]:
+                    top[link_op] = r
         bad = sorted(
             (r for r in top.values() if r["busbw_gbps"] < floor), key=lambda r: r["busbw_gbps"]
         )
