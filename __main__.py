@@ -31,6 +31,7 @@ cluster = Cluster(
     ClusterArgs(
         cluster_name=cfg.cluster_name,
         kubernetes_version=cfg.kubernetes_version,
+        api_public_access_cidrs=cfg.api_public_access_cidrs or (),
         vpc_id=network.vpc_id,
         public_subnet_ids=network.public_subnet_ids,
         private_subnet_ids=network.private_subnet_ids,

@@ -1,12 +1,20 @@
 """``Cluster``: the EKS control plane, its add-ons, the system nodegroup and the k8s provider.
 
-pulumi-eks builds the control plane (pinned version, public + private subnets, OIDC provider
-for IRSA, access entries in ``API`` authentication mode, the vpc-cni and kube-proxy add-ons).
+pulumi-eks builds the control plane (a version in EKS standard support, public + private
+subnets, OIDC provider for IRSA, access entries in ``API`` authentication mode, the vpc-cni and
+kube-proxy add-ons at pinned builds). Secure by default: Secrets are envelope-encrypted with a
+customer-managed KMS key (rotation on), all five control-plane log types go to CloudWatch, the
+public API endpoint admits only ``api_public_access_cidrs`` (none: private endpoint only), and
+the VPC CNI's network-policy agent is on, so the NetworkPolicies the workloads deploy (etcd's)
+are enforced: the VPC CNI enforces them only with ``enableNetworkPolicy`` (EKS user guide,
+"Limit Pod traffic with Kubernetes network policies"; off by default).
 Everything that needs a node to become healthy is created here, after the system nodegroup:
 CoreDNS, the EBS CSI driver (with its IRSA role), optionally the FSx CSI driver (with its IRSA
 role, for ``sharedStorage.type: fsx``) and, optionally, CloudWatch Observability.
-The node IAM role (worker, CNI, ECR, CloudWatch agent, EBS CSI, FSx, SSM policies, as the
-seed's eksctl nodegroup) is shared with the GPU nodegroups.
+The node IAM role (worker, CNI, ECR read-only, SSM, CloudWatch agent) is shared with the GPU
+nodegroups. It carries no EBS or FSx policy: the CSI controllers assume their own IRSA roles, so
+a pod that reaches the node role (it cannot: IMDSv2 hop limit 1 on GPU nodes; AL2023 managed
+nodes default to 1 as well) could not delete volumes or file systems.
 
 The component exposes ``provider``, a ``pulumi_kubernetes.Provider`` built from the
 kubeconfig: workloads receive it through ``ResourceOptions(providers=[cluster.provider])``
@@ -36,10 +44,11 @@ NODE_POLICY_ARNS: tuple[str, ...] = (
     "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
     "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
     "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy",
-    "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy",
-    "arn:aws:iam::aws:policy/AmazonFSxFullAccess",
 )
-"""Managed policies on the node role (the seed's eksctl nodegroup ``iam.withAddonPolicies``)."""
+"""Managed policies on the node role. The CloudWatch agent of the amazon-cloudwatch-observability
+add-on runs with host networking and uses the node role; the EBS/FSx CSI controllers use IRSA."""
+CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+"""Every EKS control-plane log type."""
 EBS_CSI_POLICY_ARN = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
 EBS_CSI_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:ebs-csi-controller-sa"
 FSX_CSI_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
@@ -57,7 +66,8 @@ class ClusterArgs:
     cluster_name: str
     """EKS cluster name (physical name)."""
     kubernetes_version: str
-    """Control-plane version, e.g. ``1.33``."""
+    """Control-plane version, e.g. ``1.35``."""
+
     vpc_id: pulumi.Input[str]
     """VPC of the cluster."""
     public_subnet_ids: Sequence[pulumi.Input[str]]
@@ -66,6 +76,8 @@ class ClusterArgs:
     """Private subnets (nodes, internal load balancers)."""
     service_cidr: str = "172.20.0.0/16"
     """Kubernetes service IP range."""
+    api_public_access_cidrs: tuple[str, ...] = ()
+    """CIDRs allowed to reach the public API endpoint; empty (the default) = public endpoint off."""
     system_node_group: SystemNodeGroupConfig = field(default_factory=SystemNodeGroupConfig)
     """Size and type of the CPU nodegroup for add-ons."""
     access_entries: tuple[str, ...] = ()
@@ -90,6 +102,10 @@ class ClusterArgs:
             raise ValueError("ClusterArgs.public_subnet_ids: at least one public subnet")
         if len(set(self.access_entries)) != len(self.access_entries):
             raise ValueError("ClusterArgs.access_entries: lists a principal twice")
+        if any(c.endswith("/0") for c in self.api_public_access_cidrs):
+            raise ValueError(
+                "ClusterArgs.api_public_access_cidrs: a /0 opens the API endpoint to the internet"
+            )
 
 
 def ebs_csi_trust_policy(oidc_provider_arn: str, oidc_issuer: str) -> str:
@@ -156,6 +172,8 @@ class Cluster(pulumi.ComponentResource):
     """The EKS-created cluster security group (control plane <-> every node)."""
     system_node_group_name: pulumi.Output[str]
     """Name of the system nodegroup."""
+    secrets_key_arn: pulumi.Output[str]
+    """KMS key that envelope-encrypts the cluster's Secrets."""
 
     def __init__(
         self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None
@@ -181,6 +199,17 @@ class Cluster(pulumi.ComponentResource):
             for arn in NODE_POLICY_ARNS
         ]
 
+        secrets_key = aws.kms.Key(
+            f"{name}-secrets-key",
+            description=f"EKS Secrets envelope encryption of {args.cluster_name}",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            tags=tags,
+            opts=child,
+        )
+        self.secrets_key_arn = secrets_key.arn
+
+        public = bool(args.api_public_access_cidrs)
         self._eks = eks.Cluster(
             f"{name}-eks",
             name=args.cluster_name,
@@ -188,8 +217,10 @@ class Cluster(pulumi.ComponentResource):
             vpc_id=args.vpc_id,
             public_subnet_ids=list(args.public_subnet_ids),
             private_subnet_ids=list(args.private_subnet_ids),
-            endpoint_public_access=True,
+            endpoint_public_access=public,
             endpoint_private_access=True,
+            public_access_cidrs=list(args.api_public_access_cidrs) if public else None,
+            encryption_config_key_arn=secrets_key.arn,
             kubernetes_service_ip_address_range=args.service_cidr,
             authentication_mode=eks.AuthenticationMode.API,
             access_entries={
@@ -209,13 +240,15 @@ class Cluster(pulumi.ComponentResource):
             create_oidc_provider=True,
             skip_default_node_group=True,
             skip_default_security_groups=True,
-            vpc_cni_options=eks.VpcCniOptionsArgs(addon_version=versions.VPC_CNI_ADDON_VERSION),
+            vpc_cni_options=eks.VpcCniOptionsArgs(
+                addon_version=versions.VPC_CNI_ADDON_VERSION, enable_network_policy=True
+            ),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(
                 enabled=True, version=versions.KUBE_PROXY_ADDON_VERSION
             ),
             # CoreDNS stays DEGRADED until a node exists: created below, after the nodegroup.
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
-            enabled_cluster_log_types=["api", "audit", "authenticator"],
+            enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
             tags=tags,
             opts=child,
         )
@@ -346,5 +379,6 @@ class Cluster(pulumi.ComponentResource):
                 "oidcProviderArn": self.oidc_provider_arn,
                 "clusterSecurityGroupId": self.cluster_security_group_id,
                 "systemNodeGroupName": self.system_node_group_name,
+                "secretsKeyArn": self.secrets_key_arn,
             }
         )

@@ -278,7 +278,10 @@ class StackConfig:
     cluster_name: str = "eks-fsdp"
     """EKS cluster name."""
     kubernetes_version: str = versions.KUBERNETES_VERSION
-    """EKS control-plane version."""
+    """EKS control-plane version (in EKS standard support)."""
+    api_public_access_cidrs: tuple[str, ...] | None = None
+    """CIDRs allowed to reach the public API endpoint; () = no public endpoint; None = not set
+    (only a stack file read outside Pulumi may leave it out: ``from_pulumi`` requires it)."""
     vpc_cidr: str = "10.0.0.0/16"
     """VPC CIDR block (/16 to /28)."""
     kubernetes_service_cidr: str = DEFAULT_SERVICE_CIDR
@@ -303,6 +306,8 @@ class StackConfig:
     """Shared checkpoint storage (FSx for Lustre or none)."""
     secrets: Secrets = field(default_factory=Secrets)
     """Secret values (Outputs), never plain strings."""
+    debug_tools: bool = False
+    """Deploy the htop/nvtop debug DaemonSets (opt-in)."""
 
     @property
     def subnets(self) -> list[SubnetPlan]:
@@ -327,6 +332,7 @@ class StackConfig:
 TOP_LEVEL_KEYS = (
     "clusterName",
     "kubernetesVersion",
+    "apiPublicAccessCidrs",
     "vpcCidr",
     "kubernetesServiceCidr",
     "availabilityZones",
@@ -338,10 +344,12 @@ TOP_LEVEL_KEYS = (
     "job",
     "observability",
     "sharedStorage",
+    "debugTools",
 )
 SECRET_KEYS = ("hfToken", "grafanaAdminPassword")
 STRUCTURED_KEYS = (
     "availabilityZones",
+    "apiPublicAccessCidrs",
     "systemNodeGroup",
     "accessEntries",
     "gpuNodeGroups",
@@ -572,6 +580,14 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
     pg = _str(obj.get("placementGroup", default_pg), f"{path}.placementGroup")
     if not _PG_NAME.match(pg):
         raise _fail(f"{path}.placementGroup", f"{pg!r} is not create, none or a group name")
+    if capacity_type == "capacity-block" and pg != PLACEMENT_NONE:
+        # EC2 user guide, Capacity Blocks: the block's instances are already placed close
+        # together in an UltraCluster; a cluster placement group is not supported with them
+        # and launches into one fail with InsufficientInstanceCapacity.
+        raise _fail(
+            f"{path}.placementGroup",
+            f"{pg!r} with capacityType capacity-block: a block is already co-located; set none",
+        )
     if pg != PLACEMENT_NONE and az is None:
         raise _fail(
             f"{path}.availabilityZone",
@@ -747,6 +763,26 @@ def _parse_shared_storage(
     )
 
 
+def _parse_api_cidrs(value: Any) -> tuple[str, ...] | None:
+    """``apiPublicAccessCidrs``: IPv4 networks, never the whole internet; None when absent."""
+    path = "apiPublicAccessCidrs"
+    if value is None:
+        return None
+    cidrs = () if value == [] else _str_list(value, path)
+    for i, cidr in enumerate(cidrs):
+        try:
+            net = ipaddress.IPv4Network(cidr, strict=True)
+        except ValueError as exc:
+            raise _fail(f"{path}[{i}]", f"{cidr!r} is not an IPv4 network CIDR ({exc})") from None
+        if net.prefixlen == 0:
+            raise _fail(
+                f"{path}[{i}]",
+                "0.0.0.0/0 opens the API endpoint to the internet; name your egress CIDRs"
+                " (or [] for a private endpoint)",
+            )
+    return cidrs
+
+
 def _parse_observability(value: Any) -> ObservabilityConfig:
     path = "observability"
     obj = _mapping(value if value is not None else {}, path)
@@ -810,6 +846,10 @@ def parse(
     k8s = _str(str(raw.get("kubernetesVersion", versions.KUBERNETES_VERSION)), "kubernetesVersion")
     if not _K8S_VERSION.match(k8s):
         raise _fail("kubernetesVersion", f"{k8s!r} is not shaped 1.NN (quote it in YAML: '1.30')")
+    support = versions.standard_support_problem(k8s)
+    if support is not None:
+        raise _fail("kubernetesVersion", support)
+    api_cidrs = _parse_api_cidrs(raw.get("apiPublicAccessCidrs"))
     azs, vpc_cidr, svc, nat = _parse_network(raw, region)
     system = _parse_system(raw.get("systemNodeGroup", {}))
     access = _str_list(raw.get("accessEntries", []), "accessEntries")
@@ -835,6 +875,7 @@ def parse(
         region=region,
         cluster_name=cluster_name,
         kubernetes_version=k8s,
+        api_public_access_cidrs=api_cidrs,
         vpc_cidr=vpc_cidr,
         kubernetes_service_cidr=svc,
         availability_zones=azs,
@@ -849,6 +890,7 @@ def parse(
         observability=_parse_observability(raw.get("observability")),
         shared_storage=shared_storage,
         secrets=secrets or Secrets(),
+        debug_tools=_bool(raw.get("debugTools", False), "debugTools"),
     )
 
 
@@ -937,4 +979,11 @@ def from_pulumi() -> StackConfig:
             )
         }
     )
-    return parse(raw, stack=pulumi.get_stack(), secrets=secrets)
+    parsed = parse(raw, stack=pulumi.get_stack(), secrets=secrets)
+    if parsed.api_public_access_cidrs is None:
+        raise _fail(
+            "apiPublicAccessCidrs",
+            "is required: the CIDRs that may reach the public API endpoint (your egress"
+            " address /32), or [] for a private endpoint only",
+        )
+    return parsed

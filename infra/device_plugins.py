@@ -4,7 +4,10 @@ They advertise ``nvidia.com/gpu`` and ``vpc.amazonaws.com/efa`` on the GPU nodes
 worker pods request (``InstanceType.pod_resources()``). Chart versions are pinned in
 ``infra.versions``. Both tolerate the GPU taints and select nodes by the labels the GPU
 nodegroups set (``nvidia.com/gpu.present``, ``vpc.amazonaws.com/efa.present``), so they run
-on GPU nodes only. The Kubernetes provider comes in through ``opts`` (the cluster's).
+on GPU nodes only: the NVIDIA chart through ``affinity``, the EFA chart through
+``nodeSelector`` (eks-charts stable/aws-efa-k8s-device-plugin templates/daemonset.yaml renders
+``.Values.nodeSelector`` and a fixed node affinity on EFA instance types; it ignores an
+``affinity`` value). The Kubernetes provider comes in through ``opts`` (the cluster's).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def efa_values(taints: tuple[Taint, ...]) -> dict[str, object]:
     """Helm values of the AWS EFA device plugin chart."""
     return {
         "tolerations": plugin_tolerations(taints),
-        "affinity": _affinity(EFA_PRESENT_LABEL),
+        "nodeSelector": {EFA_PRESENT_LABEL: "true"},
     }
 
 

@@ -2,10 +2,26 @@
 
 pulumi-eks has no capacity-reservation argument, so each GPU nodegroup owns an EC2 launch
 template carrying what the managed nodegroup API cannot: every EFA interface of the type
-(``efa_network_interfaces``), the ODCR / capacity-block target, the placement group, the gp3
-root volume and IMDSv2 (hop limit 2 so pods reach the metadata service). The nodegroup itself
+(``efa_network_interfaces``), the ODCR / capacity-block target, the placement group, the
+encrypted gp3 root volume and IMDSv2 with hop limit 1. The nodegroup itself
 (``aws.eks.NodeGroup``, a plain resource: testable under mocks) uses the EKS-optimized NVIDIA
 AMI, the GPU taint and labels, and only the private subnet of its zone.
+
+IMDS hop limit 1: a pod in its own network namespace is one hop further than the node, so it
+cannot get an IMDSv2 token and so cannot take the node role's credentials. Nothing on a GPU
+node needs IMDS from a pod network namespace: the VPC CNI (aws-node), kube-proxy, the EFA
+device plugin and the CloudWatch agent run with ``hostNetwork: true`` (the hop limit does not
+apply to them), the NVIDIA device plugin, DCGM exporter and the training pods call no AWS API.
+AL2023 managed nodegroups default to hop limit 1 as well (kubernetes-sigs/
+aws-load-balancer-controller#3695: controllers that read IMDS from a pod need 2 there).
+
+Day 2 (full reservations and capacity blocks): the update strategy is ``MINIMAL`` with
+``maxUnavailable`` 1, so an AMI or launch-template update terminates an old node before it
+launches its replacement (the ``DEFAULT`` strategy launches first, which cannot succeed in a
+full ODCR or capacity block and stalls; EKS API NodegroupUpdateConfig). The desired size is
+the operator's after creation (``ignore_changes`` on ``scalingConfig.desiredSize``): scaling a
+capacity-block group to 0 before the block ends (AWS suggests more than 30 minutes ahead) is not
+undone by the next ``pulumi up``.
 """
 
 from __future__ import annotations
@@ -28,6 +44,12 @@ GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 """Matched by the NVIDIA device plugin's node affinity."""
 EFA_PRESENT_LABEL = "vpc.amazonaws.com/efa.present"
 """Matched by the EFA device plugin's node affinity."""
+IMDS_HOP_LIMIT = 1
+"""IMDSv2 PUT response hop limit on GPU nodes (see the module docstring)."""
+UPDATE_STRATEGY = "MINIMAL"
+"""EKS managed nodegroup update strategy: terminate before launch (no surge)."""
+DESIRED_SIZE_PATH = "scalingConfig.desiredSize"
+"""Left to the operator after creation (``ignore_changes``)."""
 _EFFECTS = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE",
             "PreferNoSchedule": "PREFER_NO_SCHEDULE"}  # fmt: skip
 
@@ -188,7 +210,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
                 http_endpoint="enabled",
                 http_tokens="required",
-                http_put_response_hop_limit=2,
+                http_put_response_hop_limit=IMDS_HOP_LIMIT,
+                instance_metadata_tags="disabled",
             ),
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(
@@ -209,6 +232,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
             node_role_arn=args.node_role_arn,
             subnet_ids=list(args.subnet_ids),
             ami_type=versions.GPU_AMI_TYPE,
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(
+                max_unavailable=1, update_strategy=UPDATE_STRATEGY
+            ),
             capacity_type="CAPACITY_BLOCK"
             if group.capacity_type == "capacity-block"
             else "ON_DEMAND",
@@ -230,8 +256,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ],
             tags=tags,
             # A reservation rarely has room for old and new nodes at once, and the name is
-            # fixed: replace by deleting first.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+            # fixed: replace by deleting first. The desired size belongs to the operator once
+            # the group exists (scale to 0 before a capacity block ends, or to upgrade one).
+            opts=pulumi.ResourceOptions(
+                parent=self, delete_before_replace=True, ignore_changes=[DESIRED_SIZE_PATH]
+            ),
         )
         self.node_group_name = ng.node_group_name
         self.register_outputs(

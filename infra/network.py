@@ -2,8 +2,9 @@
 
 One VPC across >= 2 zones; per zone a public subnet (NAT gateway, internet-facing load
 balancers) and a private subnet (every node and pod); one NAT gateway or one per zone; the
-EKS / load-balancer discovery tags; and the EFA security group (all traffic between members,
-as EFA requires). Plain resources rather than ``awsx.ec2.Vpc`` keep every subnet, route and
+EKS / load-balancer discovery tags; and the EFA security group: all traffic between its members
+and nothing else, in or out (EFA needs self-referencing inbound and outbound rules; the nodes'
+other traffic goes through the cluster security group each EFA interface also carries). Plain resources rather than ``awsx.ec2.Vpc`` keep every subnet, route and
 tag visible to the unit tests (awsx is a remote component: under mocks nothing inside runs).
 """
 
@@ -176,7 +177,7 @@ class Network(pulumi.ComponentResource):
         efa_sg = aws.ec2.SecurityGroup(
             f"{name}-efa-sg",
             vpc_id=vpc.id,
-            description="EFA: all traffic between members",
+            description="EFA: all traffic between members, nothing else",
             tags={**base_tags, "Name": f"{args.cluster_name}-efa"},
             opts=child,
         )
@@ -194,14 +195,6 @@ class Network(pulumi.ComponentResource):
             referenced_security_group_id=efa_sg.id,
             ip_protocol="-1",
             description="all traffic to members",
-            opts=child,
-        )
-        aws.vpc.SecurityGroupEgressRule(
-            f"{name}-efa-egress-all",
-            security_group_id=efa_sg.id,
-            cidr_ipv4="0.0.0.0/0",
-            ip_protocol="-1",
-            description="all outbound (image pulls, S3, the API server)",
             opts=child,
         )
 

@@ -7,7 +7,15 @@ file system. This component owns that file system and its network access:
 - an ``aws.fsx.LustreFileSystem`` (SCRATCH_2 or PERSISTENT_2, Lustre ``versions.FSX_LUSTRE_VERSION``)
   in the private subnet of one zone (the job's nodegroup zone: no cross-zone traffic);
 - a security group admitting Lustre (TCP 988 and 1018-1023) from the client security groups
-  (the cluster security group every node carries) and between the file servers themselves.
+  (the cluster security group every node carries) and between the file servers themselves;
+- on each client security group, inbound TCP 988 and 1018-1023 from the file system's
+  security group: Lustre servers also open connections to the clients (FSx for Lustre user
+  guide, "File system access control with Amazon VPC": the client rules go both ways).
+
+Encryption at rest: FSx for Lustre encrypts every file system at rest; SCRATCH_2 with an
+AWS-owned key (no ``kms_key_id`` accepted), PERSISTENT_2 with ``kms_key_id`` (this component
+passes a customer-managed key with rotation on). Data in transit between clients and
+SCRATCH_2/PERSISTENT_2 servers is encrypted on Nitro instances (p4de, p5).
 
 The Kubernetes side (the FSx CSI driver add-on, a static PersistentVolume and its claim) lives
 in ``infra.cluster`` and ``workloads.checkpoint_volume``; they consume ``file_system_id``,
@@ -107,6 +115,17 @@ class SharedStorage(pulumi.ComponentResource):
                     description=f"Lustre {ports} from the cluster nodes",
                     opts=child,
                 )
+            for i, client in enumerate(args.client_security_group_ids):
+                aws.vpc.SecurityGroupIngressRule(
+                    f"{name}-lustre-{ports}-to-client-{i}",
+                    security_group_id=client,
+                    referenced_security_group_id=sg.id,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    description=f"Lustre {ports} from the FSx file servers",
+                    opts=child,
+                )
             aws.vpc.SecurityGroupIngressRule(
                 f"{name}-lustre-{ports}-self",
                 security_group_id=sg.id,
@@ -127,6 +146,18 @@ class SharedStorage(pulumi.ComponentResource):
         )
 
         persistent = storage.deployment_type == "PERSISTENT_2"
+        kms_key = (
+            aws.kms.Key(
+                f"{name}-key",
+                description=f"FSx for Lustre checkpoints of {args.cluster_name}",
+                enable_key_rotation=True,
+                deletion_window_in_days=30,
+                tags=tags,
+                opts=child,
+            )
+            if persistent
+            else None
+        )
         fs = aws.fsx.LustreFileSystem(
             f"{name}-lustre",
             storage_capacity=storage.storage_capacity_gib,
@@ -134,6 +165,7 @@ class SharedStorage(pulumi.ComponentResource):
             per_unit_storage_throughput=storage.per_unit_storage_throughput if persistent else None,
             file_system_type_version=versions.FSX_LUSTRE_VERSION,
             storage_type="SSD",
+            kms_key_id=kms_key.arn if kms_key is not None else None,
             subnet_ids=args.subnet_id,
             security_group_ids=[sg.id],
             tags={**tags, "Name": f"{args.cluster_name}-checkpoints"},

@@ -7,9 +7,36 @@ This module imports nothing outside the standard library.
 
 from __future__ import annotations
 
+import datetime as _dt
+
 # --- EKS -------------------------------------------------------------------------------------
-KUBERNETES_VERSION = "1.33"
+KUBERNETES_VERSION = "1.35"
 """Default EKS control-plane version (stack key ``kubernetesVersion`` may pick another)."""
+
+EKS_STANDARD_SUPPORT_END: dict[str, _dt.date] = {
+    "1.33": _dt.date(2026, 7, 29),
+    "1.34": _dt.date(2026, 12, 2),
+    "1.35": _dt.date(2027, 3, 27),
+}
+"""End of EKS standard support per minor version (EKS user guide, "Kubernetes version
+lifecycle": 14 months of standard support from the EKS release; extended support after it costs
+about 6x per cluster-hour). 1.35 was released on EKS on 2026-01-28. Add a row when EKS
+releases a version; a version without a row is refused."""
+
+
+def standard_support_problem(version: str, today: _dt.date | None = None) -> str | None:
+    """Why ``version`` is not in EKS standard support on ``today`` (None when it is)."""
+    end = EKS_STANDARD_SUPPORT_END.get(version)
+    if end is None:
+        known = ", ".join(EKS_STANDARD_SUPPORT_END)
+        return f"{version} has no known EKS standard-support window (known: {known})"
+    if (today or _dt.date.today()) > end:
+        return (
+            f"{version} left EKS standard support on {end.isoformat()} (extended support costs"
+            f" ~6x per cluster-hour); use {KUBERNETES_VERSION}"
+        )
+    return None
+
 
 # --- Cluster add-ons (Helm charts) ------------------------------------------------------------
 NVIDIA_DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
@@ -18,7 +45,9 @@ NVIDIA_DEVICE_PLUGIN_VERSION = "0.17.1"
 
 EFA_DEVICE_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
 EFA_DEVICE_PLUGIN_REPO = "https://aws.github.io/eks-charts"
-EFA_DEVICE_PLUGIN_VERSION = "v0.5.7"
+EFA_DEVICE_PLUGIN_VERSION = "v0.5.30"
+"""eks-charts stable/aws-efa-k8s-device-plugin (plugin image v0.5.20). The chart honours
+``nodeSelector`` and ``tolerations``; its node affinity is fixed by the chart (EFA instance types)."""
 
 # --- Workloads -------------------------------------------------------------------------------
 ETCD_VERSION = "3.5.21"
@@ -34,35 +63,51 @@ TRAINING_OPERATOR_KUSTOMIZE_URL = (
     f"?ref={TRAINING_OPERATOR_VERSION}"
 )
 """The upstream standalone overlay (namespace ``kubeflow``, CRDs, RBAC, Deployment), pinned by tag."""
-TRAINING_OPERATOR_IMAGE_NAME = "kubeflow/training-operator"
-TRAINING_OPERATOR_IMAGE = f"{TRAINING_OPERATOR_IMAGE_NAME}:{TRAINING_OPERATOR_VERSION}"
-"""Operator image the overlay is pinned to (kustomize ``images:`` override)."""
+TRAINING_OPERATOR_IMAGE_NAME = "ghcr.io/kubeflow/training-v1/training-operator"
+"""The image name the v1.9.3 base Deployment uses (manifests/base/deployment.yaml); a kustomize
+``images:`` override matches by this exact name (``kubeflow/training-operator`` matches nothing)."""
+TRAINING_OPERATOR_IMAGE_TAG = "v1-d6eb98e"
+"""The tag the v1.9.3 standalone overlay itself pins (manifests/overlays/standalone
+``images: newTag``): the operator build of that release."""
+TRAINING_OPERATOR_IMAGE = f"{TRAINING_OPERATOR_IMAGE_NAME}:{TRAINING_OPERATOR_IMAGE_TAG}"
+"""Operator image the install ships (kustomize ``images:`` override)."""
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 
-CUDA_BASE_IMAGE = "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"
-"""Base of the training image (CUDA 12.8: H100/H200 and A100; torch cu128 wheels)."""
-EFA_INSTALLER_VERSION = "1.38.1"
-"""aws-efa-installer (libfabric + rdma-core) installed into the training image."""
-NCCL_VERSION = "2.26.2-1"
-"""libnccl2/libnccl-dev from the CUDA apt repository (``<version>+cuda12.8``)."""
-AWS_OFI_NCCL_VERSION = "1.13.0-aws"
-"""aws-ofi-nccl: NCCL's libfabric (EFA) network plugin, built from the release tarball."""
-TRAINING_IMAGE_REPOSITORY = "eks-fsdp-training"
-"""ECR repository name the stack pushes the training image to (tag = content hash)."""
-# The htop and nvtop debug DaemonSets run the training image (both tools are apt packages of
-# its Ubuntu 22.04 base): pinned by content hash, with the CUDA user-space nvtop needs.
+# --- The training image (training/Dockerfile; built by workloads/training_image.py) ----------
+# Only the pins below reach the image, as build arguments; the image's tag hashes them and the
+# Dockerfile's context (workloads/specs/image.py), never this module, so bumping a chart or an
+# add-on above leaves the image and the running job alone.
+TORCH_CUDA_VERSION = "13.0"
+"""CUDA of the ``torch==2.13.0`` wheel on PyPI (training/requirements.txt): its metadata pins
+``cuda-toolkit==13.0.3``, ``nvidia-cudnn-cu13==9.20.0.48`` and ``nvidia-nccl-cu13==2.29.7``, so
+torch brings its own CUDA 13.0 user space, cuDNN and NCCL; a build step asserts
+``torch.version.cuda`` equals this. CUDA 13 needs an NVIDIA driver >= 580."""
+CUDA_BASE_IMAGE = "nvidia/cuda:13.0.2-base-ubuntu24.04"
+"""Base of every stage of the training image: CUDA 13.0 ``base`` (cudart and the
+``NVIDIA_REQUIRE_CUDA=cuda>=13.0`` label the container toolkit checks against the node's driver;
+no toolkit, no cuDNN: torch's wheels carry them), Ubuntu 24.04 with its Python 3.12."""
+EFA_INSTALLER_VERSION = "1.51.0"
+"""aws-efa-installer (2026-10-22): libfabric 2.7.0amzn2.0, rdma-core 65.0 and the Amazon OFI NCCL
+plugin 1.22.0 with its tuner (EC2 user guide, "Elastic Fabric Adapter release notes"). The image
+uses the installer's own plugin under ``/opt/amazon/ofi-nccl``; nothing is built from source."""
+EFA_OFI_NCCL_VERSION = "1.22.0"
+"""aws-ofi-nccl shipped by ``EFA_INSTALLER_VERSION`` (informational: it comes with the installer;
+the 1.19+ series is tested with NCCL 2.29.7, the version torch 2.13.0 loads)."""
 
 # --- EKS managed add-ons ----------------------------------------------------------------------
-# EKS add-on versions are tied to the control-plane version; None lets EKS install its default
-# build for ``KUBERNETES_VERSION`` (``aws eks describe-addon-versions --kubernetes-version 1.33
-# --addon-name <name>`` lists them). Set a string here to pin one build for every stack.
-VPC_CNI_ADDON_VERSION: str | None = None
-COREDNS_ADDON_VERSION: str | None = None
-KUBE_PROXY_ADDON_VERSION: str | None = None
-EBS_CSI_ADDON_VERSION: str | None = None
-FSX_CSI_ADDON_VERSION: str | None = None
+# Pinned builds for KUBERNETES_VERSION 1.35 (``aws eks describe-addon-versions
+# --kubernetes-version 1.35 --addon-name <name>`` lists them). Without a version EKS installs
+# "the default at creation time" and never updates it, so two stacks created a month apart
+# differ. Bump these together with KUBERNETES_VERSION (kube-proxy and CoreDNS follow the
+# control-plane minor version).
+VPC_CNI_ADDON_VERSION = "v1.21.1-eksbuild.3"
+"""vpc-cni (network policy agent included; enabled with ``enableNetworkPolicy``)."""
+COREDNS_ADDON_VERSION = "v1.13.2-eksbuild.1"
+KUBE_PROXY_ADDON_VERSION = "v1.35.0-eksbuild.2"
+EBS_CSI_ADDON_VERSION = "v1.57.1-eksbuild.1"
+FSX_CSI_ADDON_VERSION = "v1.9.0-eksbuild.1"
 """aws-fsx-csi-driver add-on (only on stacks with ``sharedStorage.type: fsx``)."""
-CLOUDWATCH_OBSERVABILITY_ADDON_VERSION: str | None = None
+CLOUDWATCH_OBSERVABILITY_ADDON_VERSION = "v5.3.0-eksbuild.1"
 
 # --- Shared storage ---------------------------------------------------------------------------
 FSX_LUSTRE_VERSION = "2.15"

@@ -68,6 +68,8 @@ class RecordedResource:
     """Provider reference ``<urn>::<id>`` ('' for the default provider)."""
     dependencies: tuple[str, ...] = ()
     """URNs this resource explicitly or implicitly depends on."""
+    ignore_changes: tuple[str, ...] = ()
+    """Property paths of its ``ignore_changes`` option."""
 
 
 @dataclass
@@ -147,6 +149,9 @@ def _mock_outputs(args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict[str, A
         state["dnsName"] = f"{rid}.fsx.us-west-2.amazonaws.com"
         state["mountName"] = f"m{zlib.crc32(rid.encode()) % 10**7:07d}"
         state["arn"] = f"arn:aws:fsx:us-west-2:{ACCOUNT}:file-system/{rid}"
+    elif typ == "aws:kms/key:Key":
+        rid = f"{zlib.crc32(name.encode()):08x}-key"
+        state["arn"] = f"arn:aws:kms:us-west-2:{ACCOUNT}:key/{rid}"
     elif typ.startswith("aws:ec2/"):
         state.setdefault("arn", f"arn:aws:ec2:us-west-2:{ACCOUNT}:{name}")
     elif typ == "kubernetes:helm.sh/v3:Release":
@@ -217,14 +222,25 @@ class RecordingMockMonitor(pulumi_mocks.MockMonitor):
                 parent=request.parent,
                 provider=request.provider,
                 dependencies=tuple(sorted(deps)),
+                ignore_changes=tuple(request.ignoreChanges),
             )
         )
         return response
 
 
+USER_SET: dict[str, Any] = {"apiPublicAccessCidrs": ["198.51.100.7/32"]}
+"""Required keys the stack files leave to each user (``pulumi config set``): here a
+documentation address (RFC 5737) stands in for the user's egress address."""
+
+
 def stack_config(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
-    """``Pulumi.yaml`` defaults overlaid by ``Pulumi.<stack>.yaml`` (namespace stripped)."""
-    return {**infra_config.project_defaults(root), **infra_config.stack_file_values(stack, root)}
+    """``Pulumi.yaml`` defaults overlaid by ``Pulumi.<stack>.yaml`` (namespace stripped), plus
+    ``USER_SET`` for required keys the stack file leaves out."""
+    return {
+        **infra_config.project_defaults(root),
+        **USER_SET,
+        **infra_config.stack_file_values(stack, root),
+    }
 
 
 def _engine_config(values: Mapping[str, Any]) -> dict[str, str]:

@@ -127,6 +127,36 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "eks-fsdp:gpuNodeGroups[0].availabilityZone: is required with a capacity reservation",
     ),
     (
+        "capacity-block-with-placement-group",
+        with_group(
+            capacityType="capacity-block",
+            capacityReservationId="cr-0123456789abcdef0",
+            placementGroup="create",
+        ),
+        "eks-fsdp:gpuNodeGroups[0].placementGroup: 'create' with capacityType capacity-block:"
+        " a block is already co-located; set none",
+    ),
+    (
+        "kubernetes-version-out-of-standard-support",
+        with_top(kubernetesVersion="1.33"),
+        "eks-fsdp:kubernetesVersion: 1.33 left EKS standard support on 2026-07-29",
+    ),
+    (
+        "kubernetes-version-unknown",
+        with_top(kubernetesVersion="1.29"),
+        "eks-fsdp:kubernetesVersion: 1.29 has no known EKS standard-support window",
+    ),
+    (
+        "api-endpoint-open-to-the-internet",
+        with_top(apiPublicAccessCidrs=["203.0.113.0/24", "0.0.0.0/0"]),
+        "eks-fsdp:apiPublicAccessCidrs[1]: 0.0.0.0/0 opens the API endpoint to the internet",
+    ),
+    (
+        "api-endpoint-cidr-not-a-network",
+        with_top(apiPublicAccessCidrs=["203.0.113.7/24"]),
+        "eks-fsdp:apiPublicAccessCidrs[0]: '203.0.113.7/24' is not an IPv4 network CIDR",
+    ),
+    (
         "bad-capacity-type",
         with_group(capacityType="spot"),
         "eks-fsdp:gpuNodeGroups[0].capacityType: 'spot' is not one of on-demand, capacity-block",
@@ -369,9 +399,11 @@ def test_shipped_stack_files_parse() -> None:
     dev = load_stack_file("dev")
     p4de = load_stack_file("p4de-odcr")
     p5 = load_stack_file("p5-16")
-    assert [(g.instance_type, g.desired_size, g.efa) for g in dev.gpu_node_groups] == [
-        ("g5.xlarge", 2, False)
+    # dev idles at zero GPU nodes (costs nothing); its job still asks for 2 workers.
+    assert [(g.instance_type, g.min_size, g.desired_size, g.efa) for g in dev.gpu_node_groups] == [
+        ("g5.xlarge", 0, 0, False)
     ]
+    assert dev.job is not None and dev.job.workers == 2
     assert dev.nat_gateways == "single" and len(dev.availability_zones) == 2
     assert dev.job is not None and dev.job.device == "cpu" and dev.job.model == "tiny-llama"
     (g4,) = p4de.gpu_node_groups
@@ -383,29 +415,36 @@ def test_shipped_stack_files_parse() -> None:
         16,
         "capacity-block",
     )
-    assert g5.placement_group == "create" and g5.efa
+    assert g5.placement_group == "none" and g5.efa
     assert p5.job is not None and (p5.job.batch_size, p5.job.context_length) == (3, 4096)
 
 
 def test_pulumi_yaml_declares_every_key_with_a_description() -> None:
-    project = yaml.safe_load((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    """Every plain key is declared. The optional secrets are not: a declared ``secret: true``
+    key with a ``default`` makes ``pulumi up`` fail on CLI >= 3.202 ("must be encrypted as it's
+    secret", pulumi/pulumi#21865) and a declared key without a default is required; they are
+    documented in a comment of Pulumi.yaml instead."""
+    text = (config.REPO_ROOT / "Pulumi.yaml").read_text()
+    project = yaml.safe_load(text)
     assert project["name"] == config.NAMESPACE
     declared = project["config"]
-    for key in config.TOP_LEVEL_KEYS + config.SECRET_KEYS:
+    for key in config.TOP_LEVEL_KEYS:
         assert key in declared, key
         assert declared[key].get("description"), key
+    assert set(declared) == set(config.TOP_LEVEL_KEYS)
     for key in config.SECRET_KEYS:
-        assert declared[key].get("secret") is True, key
-    assert set(declared) == set(config.TOP_LEVEL_KEYS + config.SECRET_KEYS)
+        assert f"#   {key} " in text, key
+    assert not [k for k, d in declared.items() if d.get("secret") and "default" in d]
 
 
 def test_pulumi_yaml_follows_the_engine_rules() -> None:
     """The CLI rejects an array type without ``items`` and a default of the wrong type, and
-    treats a declared key without a default as required: only availabilityZones may be."""
+    treats a declared key without a default as required: only availabilityZones and
+    apiPublicAccessCidrs (which each user sets) may be."""
     declared = yaml.safe_load((config.REPO_ROOT / "Pulumi.yaml").read_text())["config"]
     python_types = {"string": str, "boolean": bool, "integer": int, "array": list}
     required = sorted(k for k, d in declared.items() if "default" not in d and "value" not in d)
-    assert required == ["availabilityZones"]
+    assert required == ["apiPublicAccessCidrs", "availabilityZones"]
     for key, decl in declared.items():
         assert not ("default" in decl and "value" in decl), key
         if "type" not in decl:
@@ -462,3 +501,27 @@ def test_shared_storage_defaults_follow_the_job() -> None:
     ).shared_storage
     assert (persistent.storage_capacity_gib, persistent.per_unit_storage_throughput) == (4800, 125)
     assert persistent.availability_zone == "us-east-1b"
+
+
+def test_api_endpoint_cidrs_and_debug_tools() -> None:
+    """Absent CIDRs stay None outside Pulumi (render/local runs need none); [] is a private
+    endpoint; debug tools are opt-in."""
+    assert parse(BASE).api_public_access_cidrs is None
+    assert parse(with_top(apiPublicAccessCidrs=[])).api_public_access_cidrs == ()
+    cidrs = parse(with_top(apiPublicAccessCidrs=["203.0.113.0/24"])).api_public_access_cidrs
+    assert cidrs == ("203.0.113.0/24",)
+    assert parse(BASE).debug_tools is False
+    assert parse(with_top(debugTools=True)).debug_tools is True
+
+
+def test_standard_support_window_is_dated() -> None:
+    """The default version is in standard support today and leaves it on its dated end."""
+    import datetime as dt
+
+    end = versions.EKS_STANDARD_SUPPORT_END[versions.KUBERNETES_VERSION]
+    assert versions.standard_support_problem(versions.KUBERNETES_VERSION) is None
+    assert versions.standard_support_problem(versions.KUBERNETES_VERSION, end) is None
+    late = versions.standard_support_problem(
+        versions.KUBERNETES_VERSION, end + dt.timedelta(days=1)
+    )
+    assert late is not None and late.startswith(f"{versions.KUBERNETES_VERSION} left EKS")

@@ -142,14 +142,24 @@ def test_reservation_by_resource_group() -> None:
 
 
 def test_placement_group_on_and_off(runs: dict[str, ProgramRun]) -> None:
-    for stack in ("dev", "p4de-odcr"):
+    """No shipped stack creates one (the capacity block is already co-located); an EFA group
+    outside a reservation does."""
+    for stack in STACKS:
         assert "placement" not in runs[stack].one(LT).inputs
         assert runs[stack].outputs[outputs.PLACEMENT_GROUP_NAMES] == {}
-    p5 = runs["p5-16"]
+    group = {
+        "name": "p5-od",
+        "instanceType": "p5.48xlarge",
+        "minSize": 0,
+        "desiredSize": 2,
+        "maxSize": 2,
+        "availabilityZone": "us-east-2a",
+    }
+    p5 = run_program("p5-16", overrides={"gpuNodeGroups": [group], "job": {}}, secrets=SECRETS)
     pg = p5.one("aws:ec2/placementGroup:PlacementGroup")
     assert pg.inputs["strategy"] == "cluster"
     assert p5.one(LT).inputs["placement"] == {"groupName": pg.outputs["name"]}
-    assert p5.outputs[outputs.PLACEMENT_GROUP_NAMES] == {"p5-block": pg.outputs["name"]}
+    assert p5.outputs[outputs.PLACEMENT_GROUP_NAMES] == {"p5-od": pg.outputs["name"]}
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -176,9 +186,14 @@ def test_gpu_nodegroup_shape(runs: dict[str, ProgramRun], stack: str) -> None:
     assert lt.inputs["metadataOptions"] == {
         "httpEndpoint": "enabled",
         "httpTokens": "required",
-        "httpPutResponseHopLimit": 2,
+        "httpPutResponseHopLimit": 1,
+        "instanceMetadataTags": "disabled",
     }
+    # Day 2 in a full reservation: terminate before launch, and the desired size is left to
+    # the operator after creation (a scale-to-0 before a capacity block ends sticks).
+    assert ng.inputs["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
     (disk,) = lt.inputs["blockDeviceMappings"]
+    assert disk["ebs"]["encrypted"] == "true"
     assert disk["deviceName"] == "/dev/xvda"
     assert (disk["ebs"]["volumeType"], disk["ebs"]["volumeSize"]) == ("gp3", 500)
     system = run.one(NG, "cluster-system")
@@ -212,11 +227,18 @@ def test_gpu_nodes_only_in_private_subnets_of_their_zone(
         assert ("natGatewayId" in route) is ("private" in rt.name)
 
 
-def test_efa_security_group_allows_all_traffic_between_members(
+def test_efa_security_group_allows_all_traffic_between_members_only(
     runs: dict[str, ProgramRun],
 ) -> None:
     run = runs["p5-16"]
     sg = run.one("aws:ec2/securityGroup:SecurityGroup", "network-efa-sg")
+    rules = [
+        r
+        for r in run.resources
+        if r.type.startswith("aws:vpc/securityGroup") and r.inputs["securityGroupId"] == sg.id
+    ]
+    assert sorted(r.name for r in rules) == ["network-efa-egress-self", "network-efa-ingress-self"]
+    assert all("cidrIpv4" not in r.inputs for r in rules)
     ingress = run.one(
         "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "network-efa-ingress-self"
     )
@@ -242,7 +264,26 @@ def test_cluster_control_plane_and_addons(runs: dict[str, ProgramRun], stack: st
     private, public = subnet_ids(run, "private"), subnet_ids(run, "public")
     assert eks.inputs["privateSubnetIds"] == [private[az] for az in zones]
     assert eks.inputs["publicSubnetIds"] == [public[az] for az in zones]
-    assert eks.inputs["kubeProxyAddonOptions"]["enabled"] is True
+    kube_proxy = eks.inputs["kubeProxyAddonOptions"]
+    assert (kube_proxy["enabled"], kube_proxy["version"]) == (
+        True,
+        versions.KUBE_PROXY_ADDON_VERSION,
+    )
+    # Secure by default: NetworkPolicies enforced, Secrets under a rotating KMS key, every
+    # control-plane log type, the public endpoint only for the configured CIDRs.
+    cni = eks.inputs["vpcCniOptions"]
+    assert (cni["addonVersion"], cni["enableNetworkPolicy"]) == (
+        versions.VPC_CNI_ADDON_VERSION,
+        True,
+    )
+    key = run.one("aws:kms/key:Key", "cluster-secrets-key")
+    assert key.inputs["enableKeyRotation"] is True
+    assert eks.inputs["encryptionConfigKeyArn"] == key.outputs["arn"]
+    assert sorted(eks.inputs["enabledClusterLogTypes"]) == sorted(
+        ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    )
+    assert eks.inputs["endpointPublicAccess"] is True
+    assert eks.inputs["publicAccessCidrs"] == ["198.51.100.7/32"]
     assert eks.inputs["corednsAddonOptions"]["enabled"] is False  # ours, after the nodes
     addons = {a.inputs["addonName"]: a for a in run.of_type("aws:eks/addon:Addon")}
     expected = {"coredns", "aws-ebs-csi-driver"}
@@ -264,11 +305,18 @@ def test_cluster_control_plane_and_addons(runs: dict[str, ProgramRun], stack: st
         if a.name.startswith("cluster-node-")
     }
     assert attached == set(NODE_POLICY_ARNS)
-    assert {
-        "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy",
-        "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy",
-        "arn:aws:iam::aws:policy/AmazonFSxFullAccess",
-    } <= attached
+    # Storage admin policies live on the CSI controllers' IRSA roles, never on the nodes.
+    assert (
+        not {
+            "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy",
+            "arn:aws:iam::aws:policy/AmazonFSxFullAccess",
+        }
+        & attached
+    )
+    versions_by_addon = {name: a.inputs.get("addonVersion") for name, a in addons.items()}
+    assert versions_by_addon["coredns"] == versions.COREDNS_ADDON_VERSION
+    assert versions_by_addon["aws-ebs-csi-driver"] == versions.EBS_CSI_ADDON_VERSION
+    assert all(versions_by_addon.values()), versions_by_addon
     # Nodegroups wait for the control plane (their cluster name comes from its outputs) and
     # GPU nodegroups for the node role's policies; the k8s provider waits for nodes and DNS.
     node_policies = {
@@ -309,6 +357,9 @@ def test_device_plugin_charts_are_pinned_and_use_the_cluster_provider(
         efa = releases[versions.EFA_DEVICE_PLUGIN_CHART]
         assert efa.inputs["version"] == versions.EFA_DEVICE_PLUGIN_VERSION
         assert efa.inputs["repositoryOpts"] == {"repo": versions.EFA_DEVICE_PLUGIN_REPO}
+        # The EFA chart renders .Values.nodeSelector; it has no affinity value.
+        assert efa.inputs["values"]["nodeSelector"] == {"vpc.amazonaws.com/efa.present": "true"}
+        assert "affinity" not in efa.inputs["values"]
     gpu_toleration = {
         "key": "nvidia.com/gpu",
         "operator": "Equal",
@@ -366,9 +417,26 @@ def test_secrets_stay_outputs_and_typos_stop_the_program(tmp_path: Path) -> None
     run = run_program("dev", secrets={"hfToken": "hf_secret"}, program=program)
     assert run.outputs == {"hf": "hf_secret", "grafana_unset": True, "workers": 2}
     assert run.secret_outputs == {"hf"}
-    # Pulumi.yaml defaults the optional secrets to "" (declared keys without a default are
-    # required by Pulumi); "" reads as unset.
+    # The optional secrets are not declared in Pulumi.yaml (no default, not required): unset
+    # reads as None and nothing asks for them.
     unset = run_program("dev", program=program)
     assert unset.outputs["hf"] is None and unset.outputs["grafana_unset"] is True
     with pytest.raises(ConfigError, match=r"^eks-fsdp:clusterNmae: unknown key"):
         run_program("dev", overrides={"clusterNmae": "x"}, program=program)
+
+
+def test_desired_size_is_left_to_the_operator_and_api_cidrs_are_required(tmp_path: Path) -> None:
+    """``ignore_changes`` reaches the engine for every GPU nodegroup (read from the registration
+    request the mock monitor receives), and a program run without
+    apiPublicAccessCidrs stops with one line naming the key; [] turns the public endpoint off."""
+    run = run_program("dev", overrides={"apiPublicAccessCidrs": []}, secrets=SECRETS)
+    eks = run.one("eks:index:Cluster")
+    assert eks.inputs["endpointPublicAccess"] is False
+    assert "publicAccessCidrs" not in eks.inputs
+    (ng,) = gpu_nodegroups(run)
+    assert ng.ignore_changes == ("scalingConfig.desiredSize",)
+    assert run.one(NG, "cluster-system").ignore_changes == ()
+    program = tmp_path / "program.py"
+    program.write_text("from infra.config import from_pulumi\nfrom_pulumi()\n")
+    with pytest.raises(ConfigError, match=r"^eks-fsdp:apiPublicAccessCidrs: is required"):
+        run_program("dev", overrides={"apiPublicAccessCidrs": None}, program=program)

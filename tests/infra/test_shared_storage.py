@@ -96,6 +96,15 @@ def test_lustre_ports_open_to_the_nodes_and_between_servers(
         (low, high, source) for low, high in LUSTRE_PORTS for source in (cluster_sg, sg.id)
     )
     assert LUSTRE_PORTS == ((988, 988), (1018, 1023))
+    # ...and the clients admit the file servers on the same ports (Lustre servers connect back).
+    to_clients = sorted(
+        (r.inputs["fromPort"], r.inputs["toPort"], r.inputs["referencedSecurityGroupId"])
+        for r in run.of_type(INGRESS)
+        if r.inputs["securityGroupId"] == cluster_sg
+    )
+    assert to_clients == sorted((low, high, sg.id) for low, high in LUSTRE_PORTS)
+    # SCRATCH_2 is encrypted at rest with an AWS-owned key and takes no kms_key_id.
+    assert "kmsKeyId" not in run.one(LUSTRE).inputs
     # The GPU nodes carry the cluster security group the rules admit.
     for lt in run.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
         assert all(cluster_sg in n["securityGroups"] for n in lt.inputs["networkInterfaces"])
