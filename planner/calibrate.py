@@ -298,3 +298,20 @@ def before_after(
         }
         for n in node_counts
     ]
+
+
+def prediction_before_after(
+    plan_args: list[str], calibration: Path, preflight: list[Path] | None = None
+) -> list[dict[str, Any]]:
+    """``before_after`` from planner flags (``--stack p5-16 --nodes 1,2,4`` or ``--model ...``).
+
+    The scaling notebook charts both curves against its measured points.
+    """
+    from planner.cli import UsageError, parser, resolve_args
+
+    try:
+        resolved = resolve_args(parser().parse_args(plan_args))
+    except UsageError as e:
+        raise CalibrationError(str(e)) from None
+    reports = [json.loads(Path(p).read_text()) for p in preflight or []]
+    return before_after(resolved.inp, load(calibration), resolved.nodes, reports or None)

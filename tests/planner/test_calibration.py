@@ -237,3 +237,25 @@ def test_calibrated_on_one_cpu_worker_predicts_two_within_25_percent(
             f"1-worker {run_figures(window)['tokens_per_s']:.0f} tokens/s over {len(w1_in)} steps"
         )
     assert predicted == pytest.approx(measured, rel=0.25)
+
+
+def test_notebook_charts_the_prediction_before_and_after_calibration(tmp_path: Path) -> None:
+    """The scaling notebook's helpers carry the calibrated curve next to the measured points."""
+    from notebooks.scaling import Measurement, planner_before_after, plot_scaling, scaling_table
+
+    base = _inp()
+    _fake_run(tmp_path / "w1", base, 1)
+    cal = calibrate(base, [_preflight(0.03, 4.0, None, 0.0)], tmp_path / "w1")
+    cal_file = tmp_path / "cal.json"
+    cal_file.write_text(json.dumps(cal.to_json()))
+    curves = planner_before_after([1, 2], cal_file, args=PLAN_FLAGS)
+    assert [c["nodes"] for c in curves] == [1, 2]
+    assert curves == before_after(base, cal, [1, 2])
+    measured = [
+        Measurement(nodes=n, tokens_per_s=300.0 * n, source="test", job="j", steps=8, wall_s=60.0)
+        for n in (1, 2)
+    ]
+    rows = scaling_table(measured, calibrated=curves)
+    assert [r["calibrated_tokens_per_s"] for r in rows] == [c["after"] for c in curves]
+    png = plot_scaling(rows, tmp_path / "scaling.png", title="local-cpu")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
