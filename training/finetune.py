@@ -534,6 +534,7 @@ class Trainer:
             "lr": out["lr"],
             "grad_norm": out["grad_norm"],  # likewise
             "tokens": out["tokens"],
+            "label_tokens": out["label_tokens"],
             "tokens_per_s": tps,
             "step_time_s": out["step_time_s"],
             "world_size": self.env.world_size,

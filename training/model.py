@@ -117,23 +117,23 @@ def build_empty(spec: ModelSpec) -> nn.Module:
     }
     if spec.dtype != torch.float32:
         model.to(spec.dtype)
-        keep_buffers_fp32(model)
+        keep_buffers_fp32(model, spec.buffers)
     return model
 
 
-def keep_buffers_fp32(model: nn.Module) -> None:
-    """Put the non-persistent floating buffers (rotary `inv_freq`) back in fp32 after a cast.
+def keep_buffers_fp32(model: nn.Module, saved: dict[str, torch.Tensor]) -> None:
+    """Put the non-persistent buffers (rotary `inv_freq`) back in fp32 after a cast.
 
     `--pure_bf16` casts the model; a bf16 `inv_freq` has a 0.4% relative error, which the rotary
     forward multiplies by the position: several radians of phase at position 4,095. The rotary
     forward computes `position * inv_freq` in fp32 and casts only cos/sin to the activation
-    dtype, so an fp32 buffer keeps the phases exact.
+    dtype, so the fp32 values computed at build time (`saved`) keep the phases exact.
     """
-    for mod in model.modules():
-        for name in mod._non_persistent_buffers_set:
-            buf = mod._buffers.get(name)
-            if buf is not None and buf.is_floating_point() and buf.dtype != torch.float32:
-                mod._buffers[name] = buf.float()
+    for mod_name, mod in model.named_modules():
+        for buf_name in mod._non_persistent_buffers_set:
+            full = f"{mod_name}.{buf_name}" if mod_name else buf_name
+            if full in saved and saved[full].is_floating_point():
+                mod._buffers[buf_name] = saved[full].detach().clone()
 
 
 def full_state_dict(spec: ModelSpec, seed: int) -> dict[str, torch.Tensor]:

@@ -13,7 +13,9 @@ peak memory is per node (that node's local rank 0). Other local ranks get ``None
 :func:`prometheus_sink_for_rank` and serve nothing, so ports never clash inside a pod.
 
 Names (all prefixed ``eksfsdp_``; see ``METRIC_NAMES``): tokens/s, step time, loss, MFU, peak
-memory, step, epoch, learning rate, grad norm, world size, elastic restarts
+memory, step, epoch, learning rate, grad norm, world size, goodput (``eksfsdp_goodput_ratio``),
+the last checkpoint's stall, the job's restarts and redone steps (kept across restarts in the
+output folder's goodput.json, unlike the counters below), elastic restarts
 (``TORCHELASTIC_RESTART_COUNT``), the wall-clock time of the last step, and the counters
 ``eksfsdp_tokens_total`` / ``eksfsdp_steps_total``. A counter restarts from zero when torchrun
 restarts the worker; Prometheus' ``rate()``/``increase()`` handle that reset.
@@ -47,6 +49,19 @@ STEP_GAUGES: dict[str, tuple[str, str]] = {
     "eksfsdp_learning_rate": ("lr", "Learning rate of the last step."),
     "eksfsdp_grad_norm": ("grad_norm", "Gradient norm of the last step (before clipping)."),
     "eksfsdp_world_size": ("world_size", "Number of training processes."),
+    "eksfsdp_goodput_ratio": (
+        "goodput",
+        "Step time of the final history / wall time since the job first started (0..1).",
+    ),
+    "eksfsdp_checkpoint_stall_seconds": (
+        "ckpt_stall_s",
+        "Seconds the training loop was blocked by the last checkpoint.",
+    ),
+    "eksfsdp_job_restarts": ("restarts", "Starts of the job after its first one (any cause)."),
+    "eksfsdp_steps_redone": (
+        "steps_redone",
+        "Steps trained again because a restart went back to an older checkpoint.",
+    ),
 }
 RESTARTS = "eksfsdp_elastic_restarts"
 LAST_STEP_TIME = "eksfsdp_last_step_timestamp_seconds"

@@ -34,6 +34,9 @@ REQUIRED = {
     "recommendation",
     "epoch",
     "flops_per_token",
+    "checkpoint_s",
+    "checkpoint_bytes",
+    "storage",
 }
 MEMORY = {
     "params",
@@ -198,6 +201,11 @@ BASE = ["--model", "llama2-7b", "--instance", "p5.48xlarge", "--nodes", "1"]
         (["--instance", "p5.48xlarge", "--nodes", "1"], "--model"),
         (["--stack", "no-such-stack"], "--stack no-such-stack"),
         ([*BASE, "--bogus"], "--bogus"),
+        ([*BASE, "--storage", "SCRATCH_3:1200"], "--storage SCRATCH_3:1200"),
+        ([*BASE, "--storage", "PERSISTENT_2:2400:300"], "PERSISTENT_2 at 300"),
+        ([*BASE, "--calibration", "/nonexistent/cal.json"], "--calibration /nonexistent/cal.json"),
+        ([*BASE, "--preflight", "/nonexistent/pf.json"], "--preflight needs --calibration"),
+        (["calibrate", *BASE, "--run", "/nonexistent"], "--preflight is required"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(
@@ -226,3 +234,28 @@ def test_module_entry_point_exit_codes() -> None:
         text=True,
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--nodes 0" in bad.stderr
+
+
+def test_checkpoint_time_is_model_plus_optimizer_over_the_stack_storage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """p5-16 checkpoints llama2-7b to a 1200 GiB SCRATCH_2 file system: parameters (fp32)
+    plus AdamW's two fp32 moments, 12 bytes per parameter, written at SCRATCH_2's disk write
+    throughput of 100 MB/s per TiB (FSx for Lustre performance tables)."""
+    from infra.config import load_stack_file
+    from planner.shapes import BUILTIN
+
+    r = _json(capsys, "--stack", "p5-16")[0]
+    storage = load_stack_file("p5-16").shared_storage
+    assert storage.is_fsx and storage.deployment_type == "SCRATCH_2"
+    n = BUILTIN["llama2-7b"].n_params
+    assert r["checkpoint_bytes"] == 12 * n
+    tib = storage.storage_capacity_gib / 1024
+    assert r["checkpoint_s"] == pytest.approx(12 * n / (100e6 * tib))
+    assert r["checkpoint_s"] > 600  # minutes, not the 1.7 s of a params-only 1 GB/s/node model
+    assert r["epoch"]["checkpoint_s"] == r["checkpoint_s"]
+    faster = _json(capsys, "--stack", "p5-16", "--storage", "PERSISTENT_2:2400:1000")[0]
+    assert faster["checkpoint_s"] == pytest.approx(12 * n / (1000e6 * 2400 / 1024))
+    local = _json(capsys, *BASE, "--nodes", "2")
+    # no shared storage: each node writes its shards to its own gp3 root volume (125 MiB/s)
+    assert local[0]["checkpoint_s"] == pytest.approx(12 * n / (2 * 125 * 2**20))
