@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-LLAMA2_7B = {
+LLAMA2_7B: dict[str, Any] = {
     "hidden_size": 4096,
     "intermediate_size": 11008,
     "num_hidden_layers": 32,
@@ -40,7 +40,7 @@ LLAMA2_7B = {
     "vocab_size": 32000,
     "max_position_embeddings": 4096,
 }
-TINY = {
+TINY: dict[str, Any] = {
     "hidden_size": 64,
     "intermediate_size": 176,
     "num_hidden_layers": 2,

@@ -626,7 +626,7 @@ def build_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:
 
     params = [p for p in model.parameters() if p.requires_grad]
     fused = all(p.device.type in _get_fused_kernels_supported_devices() for p in params)
-    kernel = {"fused": True} if fused else {"foreach": True}
+    kernel: dict[str, Any] = {"fused": True} if fused else {"foreach": True}
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **kernel)
 
 
