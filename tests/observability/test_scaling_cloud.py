@@ -164,6 +164,44 @@ class Locked(Exception):
 
 
 @dataclass
+class FakeAws:
+    """The ``aws`` CLI calls the sweep makes (no AWS here): credentials, and the EKS managed
+    nodegroup's scaling config, validated as the EKS API does (min <= desired <= max)."""
+
+    calls: list[str]
+    scaling: dict[str, int] = field(
+        default_factory=lambda: {"minSize": 0, "maxSize": 16, "desiredSize": 16}
+    )
+    credentials: bool = True
+
+    def __call__(self, cmd: list[str], **_kw: Any) -> subprocess.CompletedProcess[str]:
+        def done(out: Any = None, rc: int = 0, err: str = "") -> subprocess.CompletedProcess[str]:
+            return subprocess.CompletedProcess(cmd, rc, json.dumps(out or {}), err)
+
+        assert cmd[0] == "aws" and cmd[-2:] == ["--output", "json"], cmd
+        if cmd[1:3] == ["sts", "get-caller-identity"]:
+            return (
+                done({"Account": "123456789012"})
+                if self.credentials
+                else done(rc=255, err="An error occurred (ExpiredToken)")
+            )
+        assert cmd[1] == "eks" and cmd[cmd.index("--cluster-name") + 1] == "eks-fsdp-p5"
+        assert cmd[cmd.index("--nodegroup-name") + 1] == "p5-block-ng"
+        if cmd[2] == "describe-nodegroup":
+            return done({"nodegroup": {"scalingConfig": dict(self.scaling)}})
+        if cmd[2] == "update-nodegroup-config":
+            new = dict(kv.split("=") for kv in cmd[cmd.index("--scaling-config") + 1].split(","))
+            new = {k: int(v) for k, v in new.items()}
+            if not new["minSize"] <= new["desiredSize"] <= new["maxSize"]:
+                return done(rc=254, err=f"InvalidParameterException: {new}")
+            self.scaling = new
+            self.calls.append(f"aws scale {new['desiredSize']}")
+            return done({"update": {"status": "InProgress"}})
+        assert cmd[2:4] == ["wait", "nodegroup-active"], cmd
+        return done()
+
+
+@dataclass
 class FakeStack:
     """The Automation API ``Stack`` the sweep uses, behaving like the CLI over a work dir."""
 
@@ -179,6 +217,10 @@ class FakeStack:
     calls: list[str] = field(default_factory=list)
     ups: list[dict[str, Any]] = field(default_factory=list)
     results_at_up: list[int] = field(default_factory=list)
+    aws: FakeAws = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.aws = FakeAws(self.calls)
 
     @property
     def file(self) -> Path:
@@ -247,7 +289,14 @@ class FakeStack:
         return {
             "kubeconfig": OutputValue(value="{}", secret=True),
             "observability": OutputValue(value={"namespace": "monitoring"}, secret=False),
+            "clusterName": OutputValue(value="eks-fsdp-p5", secret=False),
+            "region": OutputValue(value="us-east-2", secret=False),
+            "gpuNodeGroupNames": OutputValue(value=["p5-block-ng"], secret=False),
         }
+
+    @property
+    def pulumi_calls(self) -> list[str]:
+        return [c for c in self.calls if not c.startswith("aws ")]
 
 
 @pytest.fixture
@@ -309,7 +358,7 @@ def sweep(
         "prometheus": forwards,
         "job_watch": watch,
         "which": lambda tool: f"/usr/bin/{tool}",
-        "run": lambda *a, **k: subprocess.CompletedProcess(a, 0, "{}", ""),
+        "run": stack.aws,
         "wait_timeout_s": 600,
         "poll_s": 0.3,
         "log": lines.append,
@@ -343,14 +392,20 @@ def test_sweep_measures_saves_each_count_restores_and_scales_back(
     rows = scaling.scaling_table(measured)
     for r, n in zip(rows, [1, 2, 4], strict=True):
         assert r["efficiency"] == pytest.approx(efficiency(n), rel=0.1)
-    assert stack.calls[:6] == [
+    assert stack.calls[:8] == [
         "set gpuNodeGroups[0].desiredSize=1",
         "set gpuNodeGroups[0].maxSize=16",
         f"set job.name={BASE_JOB}-1n-t1",
         "set job.workers=1",
         "set job.minWorkers=1",
         f"set job.maxTrainStep={STEPS}",
+        "up",
+        "aws scale 1",  # the nodegroup ignores desiredSize after creation: the EKS API scales
     ]
+    # The nodegroup back to its live size first (the restored maxSize may be below the largest
+    # count), then the up that restores the job.
+    assert stack.calls[-2:] == ["aws scale 16", "up"]
+    assert stack.aws.scaling == {"minSize": 0, "maxSize": 16, "desiredSize": 16}
     # Saved as soon as measured: each up saw the counts measured before it.
     assert stack.results_at_up == [0, 1, 2, 3]
     assert json.loads(stack.results.read_text()) == [
@@ -359,6 +414,12 @@ def test_sweep_measures_saves_each_count_restores_and_scales_back(
     # Afterwards: the file byte for byte, one more up with the original config, no destroy.
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
     assert stack.calls.count("up") == 4 and "destroy" not in stack.calls
+    assert [c for c in stack.calls if c.startswith("aws")] == [
+        "aws scale 1",
+        "aws scale 2",
+        "aws scale 4",
+        "aws scale 16",
+    ]
     assert stack.ups[-1] == values and stack.ups[-1]["gpuNodeGroups"][0]["desiredSize"] == 16
     assert any("scaled back to its original size" in line for line in lines)
     assert any(line.startswith("Updating (p5-16)") for line in lines)  # up's output streamed
@@ -395,7 +456,7 @@ def test_a_dead_port_forward_stops_the_sweep(work: Path, cluster: FakeCluster) -
     forwards = Forwards(cluster, kill_for={f"{BASE_JOB}-1n-t1"})
     with pytest.raises(scaling.SweepError, match=r"port-forward to Prometheus exited"):
         sweep(stack, forwards, [1], [], wait_timeout_s=3600)
-    assert stack.calls[-1] == "up"  # scaled back
+    assert stack.calls[-2:] == ["aws scale 16", "up"]  # scaled back
 
 
 def test_an_interrupt_restores_the_file_cancels_the_lock_and_scales_back(
@@ -408,7 +469,8 @@ def test_an_interrupt_restores_the_file_cancels_the_lock_and_scales_back(
         sweep(stack, Forwards(cluster), [1, 2], lines)
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
     # up #3 met the lock the interrupted update left, the sweep cancelled it, up #4 scaled back
-    assert stack.calls[-3:] == ["up", "cancel", "up"] and not stack.lock.exists()
+    assert stack.pulumi_calls[-3:] == ["up", "cancel", "up"] and not stack.lock.exists()
+    assert stack.aws.scaling["desiredSize"] == 16
     assert stack.ups[-1] == values
     assert [m["nodes"] for m in json.loads(stack.results.read_text())] == [1]
     assert "cancelled the stack's lock" in lines
@@ -440,20 +502,21 @@ def test_a_failing_scale_back_prints_the_exact_recovery(
 ) -> None:
     stack = FakeStack(work, cluster, fail_ups_from=2, results=tmp_path / "m.json")
     lines: list[str] = []
-    with pytest.raises(scaling.SweepError, match=r"^scale-back up failed"):
+    with pytest.raises(scaling.SweepError, match=r"^scale-back failed"):
         sweep(stack, Forwards(cluster), [1], lines)
     assert stack.calls.count("up") == 1 + scaling.CLEANUP_ATTEMPTS
     assert f"    pulumi up --stack {STACK} --yes" in lines
+    assert (
+        "    aws eks update-nodegroup-config --cluster-name eks-fsdp-p5 --nodegroup-name "
+        "p5-block-ng --region us-east-2 --scaling-config minSize=0,maxSize=16,desiredSize=16"
+    ) in lines
 
 
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
         ({"which": lambda t: None if t == "kubectl" else f"/bin/{t}"}, "not on PATH: kubectl"),
-        (
-            {"run": lambda *a, **k: subprocess.CompletedProcess(a, 255, "", "ExpiredToken")},
-            "no AWS credentials",
-        ),
+        ({"credentials": False}, "no AWS credentials"),
         ({"steps": 12}, "steps 12: need >= warmup_steps + 10"),
         ({"deployed": False}, "stack is not deployed"),
     ],
@@ -463,6 +526,7 @@ def test_prerequisites_stop_before_the_first_up(
 ) -> None:
     raw, _ = _original(work)
     stack = FakeStack(work, cluster, deployed=kw.pop("deployed", True))
+    stack.aws.credentials = kw.pop("credentials", True)
     with pytest.raises(scaling.PrerequisiteError, match=re.escape(message)):
         sweep(stack, Forwards(cluster), [1], [], **kw)
     assert "up" not in stack.calls and not cluster.jobs

@@ -327,3 +327,25 @@ def test_cpu_dev_job_renders_without_a_registry(
 ) -> None:
     assert render.main(["--stack", "dev", "--out", str(tmp_path)]) == 0
     assert f"note: image {img.local_reference()} names no registry" in capsys.readouterr().out
+
+
+def test_render_takes_the_image_from_the_stack_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``--image``, ``render`` asks ``pulumi stack output trainingImage``. No Pulumi CLI
+    exists here: a stand-in script on PATH answers that one command as the CLI does (the value
+    on stdout, status 0) and fails for anything else."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    cli = bindir / "pulumi"
+    cli.write_text(
+        "#!/bin/sh\n"
+        f'[ "$*" = "stack output trainingImage --stack p5-16" ] && echo "{ECR}" && exit 0\n'
+        "echo 'error: unknown stack' >&2; exit 255\n"
+    )
+    cli.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    out = tmp_path / "out"
+    assert render.main(["--stack", "p5-16", "--out", str(out)]) == 0
+    assert f"image: {ECR}" in (out / "pytorchjob.yaml").read_text()
+    assert render.main(["--stack", "p4de-odcr", "--out", str(tmp_path / "o2")]) == 2
