@@ -2,7 +2,9 @@
 
     python -m workloads.render --stack dev --out out/dev
 
-writes one file per component (``etcd.yaml``, ``pytorchjob.yaml``, ``debug-tools.yaml``),
+writes one file per component (``etcd.yaml``, ``pytorchjob.yaml``, ``workers-network-policy.yaml``
+(ingress to the workers only from their own job and the metrics scraper), ``debug-tools.yaml``
+when the stack sets ``debugTools``),
 ``training-operator/kustomization.yaml`` (the operator install, pinned), on stacks with
 ``sharedStorage.type: fsx`` ``checkpoint-volume.yaml`` (the FSx PersistentVolume and the claim
 the job mounts; ``--fsx-id``/``--fsx-mount-name`` fill in the file system, placeholders
@@ -12,7 +14,9 @@ validated before anything is written (strict schemas for the stack's Kubernetes 
 PyTorchJob against the operator's SDK types). Secrets are referenced, never rendered: the
 PyTorchJob reads the Hugging Face token through a ``secretKeyRef``, Grafana its admin password
 from a Secret the user creates.
-A bad stack name or an invalid config prints one line and exits with status 2.
+A bad stack name, an invalid config or an ``--out`` that cannot be written (a file, a
+read-only place) prints one line and exits with status 2. ``pip install -r requirements.txt``
+is all it needs (kubernetes-validate included).
 """
 
 from __future__ import annotations
@@ -150,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
             fsx_id=args.fsx_id,
             fsx_mount_name=args.fsx_mount_name,
         )
-    except (ValueError, KeyError, FileNotFoundError, ValidationError) as err:
+    except OSError as err:
+        where = err.filename if err.filename is not None else args.out
+        print(f"render: --out {args.out}: cannot write {where}: {err.strerror}", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError, ValidationError) as err:
         message = err.args[0] if err.args else str(err)
         print(f"render: {message}", file=sys.stderr)
         return 2

@@ -92,8 +92,10 @@ def test_every_object_validates_strictly(stack_objects: Any) -> None:
     version = cfg.kubernetes_version
     kinds = sorted(o["kind"] for o in objs)
     storage = ["PersistentVolume", "PersistentVolumeClaim"] if cfg.shared_storage.is_fsx else []
+    # etcd (Deployment, Service, NetworkPolicy), the job and its workers' NetworkPolicy; the
+    # debug DaemonSets are opt-in (debugTools) and validated in their own test.
     assert kinds == sorted(
-        ["DaemonSet", "DaemonSet", "Deployment", "NetworkPolicy", "PyTorchJob", "Service", *storage]
+        ["Deployment", "NetworkPolicy", "NetworkPolicy", "PyTorchJob", "Service", *storage]
     )
     for obj in objs:
         validate(obj, version)
@@ -275,13 +277,15 @@ def test_operator_env_is_what_torchrun_reads() -> None:
 def test_every_image_is_pinned(stack_objects: Any) -> None:
     _, _, objs = stack_objects
     images = [c["image"] for o in objs for c in _containers(o)]
-    assert len(images) == 4  # etcd, pytorch, htop, nvtop
+    assert len(images) == 2  # etcd, pytorch (the debug tools are opt-in)
     for image in images:
         name, _, tag = image.rpartition("/")[2].partition(":")
         assert name and tag and tag != "latest", image
     k = operator.kustomization(OperatorSettings())
     assert k["resources"][0].endswith(f"?ref={versions.TRAINING_OPERATOR_VERSION}")
-    assert k["images"] == [{"name": "kubeflow/training-operator", "newTag": "v1.9.3"}]
+    assert k["images"] == [
+        {"name": "ghcr.io/kubeflow/training-v1/training-operator", "newTag": "v1-d6eb98e"}
+    ]
     with pytest.raises(ValueError, match=r"operator\.kustomize_url"):
         OperatorSettings(kustomize_url="https://github.com/kubeflow/trainer.git/x?ref=master")
     with pytest.raises(ValueError, match=r"job\.image"):
@@ -338,9 +342,34 @@ def test_etcd_serves_v2_on_3_5_and_only_to_the_job() -> None:
 
 
 def test_debug_daemonsets_tolerate_gpus_and_see_host_processes(stack_objects: Any) -> None:
-    stack, _, objs = stack_objects
+    """Opt-in (absent unless debugTools); when on: host PIDs but otherwise unprivileged, and a
+    deny-all NetworkPolicy."""
+    import dataclasses
+
+    from workloads.specs.stack import objects_by_component
+
+    stack, w, default_objs = stack_objects
+    assert not w.debug_tools and "DaemonSet" not in {o["kind"] for o in default_objs}
+    objs = objects_by_component(dataclasses.replace(w, debug_tools=True))["debug-tools"]
+    for obj in objs:
+        validate(obj, versions.KUBERNETES_VERSION)
+    (policy,) = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert "ingress" not in policy["spec"] and "egress" not in policy["spec"]
     sets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "DaemonSet"}
     assert sorted(sets) == list(debug.TOOLS)
+    for ds in sets.values():
+        pod = ds["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        sc = pod["containers"][0]["securityContext"]
+        assert (sc["runAsNonRoot"], sc["runAsUser"], sc["allowPrivilegeEscalation"]) == (
+            True,
+            65534,
+            False,
+        )
+        assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
+        labels = ds["spec"]["template"]["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items())
     types_ = sorted({g.instance_type for g in load_stack_file(stack).gpu_node_groups})
     for ds in sets.values():
         pod = ds["spec"]["template"]["spec"]
@@ -391,12 +420,15 @@ def test_observability_makes_training_pods_scrapable() -> None:
         ports = {p["name"]: p["containerPort"] for p in _container(job)["ports"]}
         flag = f"--metrics_port={TRAINING_METRICS_PORT}"
         if enabled:
-            assert template["metadata"]["annotations"] == training_pod_annotations()
+            annotations = template["metadata"]["annotations"]
+            assert {k: annotations[k] for k in training_pod_annotations()} == (
+                training_pod_annotations()
+            )
             assert ports["metrics"] == TRAINING_METRICS_PORT
             assert _container(job)["command"].count(flag) == 1
             check_train_flags(w)
         else:
-            assert "annotations" not in template["metadata"]
+            assert not set(training_pod_annotations()) & set(template["metadata"]["annotations"])
             assert "metrics" not in ports
             assert not any(a.startswith("--metrics_port") for a in _container(job)["command"])
 
