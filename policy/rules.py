@@ -170,7 +170,7 @@ def eks_secrets_kms(props: Props) -> Iterable[str]:
 
 
 def control_plane_logging(props: Props) -> Iterable[str]:
-    enabled = set(props.get("enabledClusterLogTypes") or props.get("enabledClusterLogTypes") or [])
+    enabled = set(props.get("enabledClusterLogTypes") or [])
     missing = [t for t in CONTROL_PLANE_LOG_TYPES if t not in enabled]
     if missing:
         yield f"control-plane log types off: {', '.join(missing)}"
@@ -378,7 +378,7 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
             EBS_VOLUME: ebs_volume_encrypted,
             LUSTRE: lustre_encrypted,
         },
-    ),  # fmt: skip
+    ),
     _resource_policy(
         "eks-secrets-kms",
         "Kubernetes Secrets are envelope-encrypted with a KMS key",
@@ -408,7 +408,7 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
             ADDON: addon_pinned,
             EKS_CLUSTER: cluster_addons_pinned,
         },
-    ),  # fmt: skip
+    ),
     _resource_policy(
         "no-placement-group-with-capacity-block",
         "A capacity block's launch template names no placement group",

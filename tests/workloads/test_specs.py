@@ -369,7 +369,9 @@ def test_debug_daemonsets_tolerate_gpus_and_see_host_processes(stack_objects: An
         )
         assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
         labels = ds["spec"]["template"]["metadata"]["labels"]
-        assert all(labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items())
+        assert all(
+            labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items()
+        )
     types_ = sorted({g.instance_type for g in load_stack_file(stack).gpu_node_groups})
     for ds in sets.values():
         pod = ds["spec"]["template"]["spec"]
