@@ -95,7 +95,7 @@ def test_the_pin_is_the_image_the_release_ships() -> None:
     s = OperatorSettings()
     (entry,) = operator.kustomization(s)["images"]
     assert entry == {"name": BASE_IMAGE, "newTag": versions.TRAINING_OPERATOR_IMAGE_TAG}
-    assert versions.TRAINING_OPERATOR_IMAGE == f"{BASE_IMAGE}:v1-d6eb98e"
+    assert f"{BASE_IMAGE}:v1-d6eb98e" == versions.TRAINING_OPERATOR_IMAGE
     assert s.kustomize_url.endswith(f"?ref={versions.TRAINING_OPERATOR_VERSION}")
 
 
