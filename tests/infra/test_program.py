@@ -388,6 +388,13 @@ def test_stack_outputs(runs: dict[str, ProgramRun], stack: str) -> None:
     steps = run.outputs[outputs.NEXT_STEPS]
     assert "pulumi stack output kubeconfig --show-secrets > kubeconfig" in steps
     assert any(s.startswith("kubectl get nodes") for s in steps)
+    # One node-count check per GPU nodegroup: EKS reports a capacity-block group ACTIVE even
+    # when no instance joined.
+    for group in cfg.gpu_node_groups:
+        assert (
+            f"kubectl get nodes -l eks-fsdp/nodegroup={group.name} --no-headers | wc -l"
+            f"   # expect {group.desired_size}"
+        ) in steps
 
 
 @pytest.mark.parametrize("stack", STACKS)
