@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup demo test test-fast lint bench render plan scan policy clean
+.PHONY: help setup demo preflight test test-fast lint bench render plan scan clean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n",$$1,$$2}'
@@ -35,6 +35,11 @@ setup: $(STAMP) $(TOOLS_STAMP) ## create/refresh .venv, .venv-tools and system p
 demo: setup ## the main job: the dev stack's PyTorchJob run locally on a real etcd
 	$(PY) -m workloads.local --stack dev
 
+preflight: setup ## the dev job run locally (2 pods) with --preflight: collectives, matmul, memory (runs/preflight)
+	$(PY) -m workloads.local --stack dev --workers 2 --out runs/preflight \
+		--set=--preflight --set=--max_train_step=2 --set=--run_validation=false --set=--save_model=false
+	@cat runs/preflight/shared/*/output/preflight.json | $(PY) -c "import json,sys; print(json.dumps(json.load(sys.stdin)['summary'], indent=2))"
+
 test: setup ## the whole suite (slow multi-process tests included)
 	$(PY) -m ruff check .
 	$(PY) -m pytest
@@ -54,7 +59,7 @@ render: setup ## render the dev stack's Kubernetes objects to out/dev
 	$(PY) -m workloads.render --stack dev --out out/dev
 
 plan: setup ## capacity plan for Llama-2-70B on p4de nodes
-	$(PY) -m training.plan --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
+	$(PY) -m planner --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
 
 scan: setup ## checkov on every stack's Kubernetes objects (passed/failed/suppressed per stack)
 	$(PY) -m workloads.scan

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/planner_vs_published.py
 
 No GPU, no torch: the planner is pure arithmetic. The points, their sources and the planner
-setup used for each live in training/planner/published.py; the assumptions are the planner's
+setup used for each live in planner/published.py; the assumptions are the planner's
 defaults for all of them (nothing is tuned per point).
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from training.planner.predict import plan
-from training.planner.published import POINTS, seed_input
+from planner.predict import plan
+from planner.published import POINTS, seed_input, seed_sensitivity
 
 
 def _fmt(metric: str, value: float) -> str:
@@ -52,6 +52,17 @@ def main() -> int:
             f"eff {100 * r['scaling_efficiency']:5.1f}%, step eff "
             f"{100 * r['step_scaling_efficiency']:5.1f}%, job eff "
             f"{100 * r['job_scaling_efficiency']:5.1f}%, MFU {100 * r['mfu']:.1f}%"
+        )
+    print()
+    print(
+        "seed sensitivity (16 vs 1 p5.48xlarge, published 87%): what the source leaves open -- "
+        "model size, samsum tokens per example, train-loop fixed cost"
+    )
+    print(f"  {'model':<11} {'tok/example':>11} {'fixed s':>8} {'steps 1/16':>11} {'eff':>7}")
+    for r in seed_sensitivity():
+        print(
+            f"  {r['model']:<11} {r['tokens_per_example']:>11} {r['fixed_cost_s']:>8.2f} "
+            f"{r['steps_1_node']:>5}/{r['steps_16_nodes']:<5} {100 * float(r['scaling_efficiency']):6.1f}%"
         )
     return 0
 

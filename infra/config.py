@@ -221,6 +221,9 @@ class JobConfig:
     ``DEFAULT_CHECKPOINT_CLAIM``); otherwise it must already exist. None = an emptyDir per pod."""
     namespace: str = "default"
     """Namespace of the job, its etcd, its Secret and its checkpoint claim (must exist)."""
+    preflight: bool = False
+    """Run ``training.preflight`` before step 1 of every (re)start (parsed default: on when the
+    job's nodegroup attaches EFA)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -395,6 +398,7 @@ _JOB_KEYS = (
     "generation",
     "checkpointClaim",
     "namespace",
+    "preflight",
 )
 _OBSERVABILITY_KEYS = ("enabled", "dcgm")
 _SHARED_STORAGE_KEYS = (
@@ -702,6 +706,7 @@ def _parse_job(value: Any, groups: tuple[GpuNodeGroupConfig, ...]) -> JobConfig 
         generation=_int(obj.get("generation", default.generation), f"{path}.generation", minimum=1),
         checkpoint_claim=claim,
         namespace=namespace,
+        preflight=_bool(obj.get("preflight", group.efa), f"{path}.preflight"),
     )
 
 

@@ -73,18 +73,26 @@ TRAINING_OPERATOR_IMAGE = f"{TRAINING_OPERATOR_IMAGE_NAME}:{TRAINING_OPERATOR_IM
 """Operator image the install ships (kustomize ``images:`` override)."""
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 
-CUDA_BASE_IMAGE = "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"
-"""Base of the training image (CUDA 12.8: H100/H200 and A100; torch cu128 wheels)."""
-EFA_INSTALLER_VERSION = "1.38.1"
-"""aws-efa-installer (libfabric + rdma-core) installed into the training image."""
-NCCL_VERSION = "2.26.2-1"
-"""libnccl2/libnccl-dev from the CUDA apt repository (``<version>+cuda12.8``)."""
-AWS_OFI_NCCL_VERSION = "1.13.0-aws"
-"""aws-ofi-nccl: NCCL's libfabric (EFA) network plugin, built from the release tarball."""
-TRAINING_IMAGE_REPOSITORY = "eks-fsdp-training"
-"""ECR repository name the stack pushes the training image to (tag = content hash)."""
-# The htop and nvtop debug DaemonSets run the training image (both tools are apt packages of
-# its Ubuntu 22.04 base): pinned by content hash, with the CUDA user-space nvtop needs.
+# --- The training image (training/Dockerfile; built by workloads/training_image.py) ----------
+# Only the pins below reach the image, as build arguments; the image's tag hashes them and the
+# Dockerfile's context (workloads/specs/image.py), never this module, so bumping a chart or an
+# add-on above leaves the image and the running job alone.
+TORCH_CUDA_VERSION = "13.0"
+"""CUDA of the ``torch==2.13.0`` wheel on PyPI (training/requirements.txt): its metadata pins
+``cuda-toolkit==13.0.3``, ``nvidia-cudnn-cu13==9.20.0.48`` and ``nvidia-nccl-cu13==2.29.7``, so
+torch brings its own CUDA 13.0 user space, cuDNN and NCCL; a build step asserts
+``torch.version.cuda`` equals this. CUDA 13 needs an NVIDIA driver >= 580."""
+CUDA_BASE_IMAGE = "nvidia/cuda:13.0.2-base-ubuntu24.04"
+"""Base of every stage of the training image: CUDA 13.0 ``base`` (cudart and the
+``NVIDIA_REQUIRE_CUDA=cuda>=13.0`` label the container toolkit checks against the node's driver;
+no toolkit, no cuDNN: torch's wheels carry them), Ubuntu 24.04 with its Python 3.12."""
+EFA_INSTALLER_VERSION = "1.51.0"
+"""aws-efa-installer (2026-10-22): libfabric 2.7.0amzn2.0, rdma-core 65.0 and the Amazon OFI NCCL
+plugin 1.22.0 with its tuner (EC2 user guide, "Elastic Fabric Adapter release notes"). The image
+uses the installer's own plugin under ``/opt/amazon/ofi-nccl``; nothing is built from source."""
+EFA_OFI_NCCL_VERSION = "1.22.0"
+"""aws-ofi-nccl shipped by ``EFA_INSTALLER_VERSION`` (informational: it comes with the installer;
+the 1.19+ series is tested with NCCL 2.29.7, the version torch 2.13.0 loads)."""
 
 # --- EKS managed add-ons ----------------------------------------------------------------------
 # Pinned builds for KUBERNETES_VERSION 1.35 (``aws eks describe-addon-versions

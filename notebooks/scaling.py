@@ -1,17 +1,27 @@
 """Scaling study: measured tokens/s per node count next to the capacity planner's prediction.
 
-Plain functions that ``notebooks/scaling.ipynb`` calls (and the tests call directly):
+Plain functions that ``notebooks/scaling.ipynb`` calls (and the tests call directly). Both modes
+read their figures from Prometheus only, the same way: :func:`steady_throughput` takes the
+``eksfsdp_tokens_total`` / ``eksfsdp_steps_total`` counters of global rank 0, drops the warm-up
+steps, and evaluates ``rate()`` over the window from the first scrape after the warm-up to the
+last scrape of the job, refusing a window with too few steps or scrapes for a steady-state figure.
 
-- :func:`measure_local`: the local mode. For each worker count, the stack's PyTorchJob runs on this
-  machine (``workloads.local`` with ``--prometheus``: real etcd, one torchrun agent per "pod", a
-  real Prometheus scraping every pod); the throughput is read from Prometheus (the snapshot the
-  runner writes when the job ends). If the training package does not export metrics, the
-  figures come from ``metrics.jsonl`` and the measurement says so (``source``).
-- :func:`measure_cloud`: the cloud mode, with Pulumi's Automation API. For each node count: set
-  the stack config (nodegroup size, job workers, a job name per count, ``maxTrainStep``), ``up``,
-  port-forward to the cluster's Prometheus, wait until the job has logged its last step, read
-  tokens/s from Prometheus; ``destroy`` at the end (also on error).
-- :func:`planner_prediction`: ``python -m training.plan --json`` for the same node counts.
+- :func:`measure_local`: the stack's PyTorchJob on this machine (``workloads.local --prometheus``:
+  real etcd, one torchrun agent per "pod", a real Prometheus scraping every pod); after each run
+  its Prometheus data directory is opened again by a fresh Prometheus and queried.
+- :func:`measure_cloud`: the paid path, with Pulumi's Automation API. Before the first ``up`` it
+  checks the prerequisites (:func:`check_prerequisites`: observability on, ``pulumi``/``kubectl``/
+  ``aws`` present, AWS credentials, the stack deployed or ``destroy=True``, NCCL_NET=OFI on EFA
+  types, enough steps) and prints the cost estimate. For each node count it sets the config
+  (nodegroup size, job size, a job name derived from the original), runs ``up`` (its output
+  streamed), watches the PyTorchJob and its pods (a Failed job, an image pull error or a crash
+  loop stops the sweep at once) and the port-forward to the cluster's Prometheus (a dead one
+  stops it too), measures, and saves the result at once. Whatever happens (success, an error, an
+  interrupt), ``Pulumi.<stack>.yaml`` is restored byte for byte and the stack is scaled back to
+  its original size with one more ``up`` (or destroyed, only with ``destroy=True``); each is
+  retried (cancelling a lock an interrupted ``up`` left), and the exact recovery commands are
+  printed if they still fail.
+- :func:`planner_prediction`: the capacity planner's prediction for the same node counts.
 - :func:`scaling_table` and :func:`plot_scaling`: efficiency vs one node, and the PNG chart.
 """
 
@@ -20,19 +30,19 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
+import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
@@ -40,100 +50,180 @@ if str(REPO_ROOT) not in sys.path:
 
 PROJECT = "eks-fsdp"
 R0 = 'rank="0"'
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+"""Label the training operator puts on a job's pods (``JobNameLabel`` in kubeflow/trainer v1.9,
+``pkg/apis/kubeflow.org/v1/common_types.go``)."""
+IMAGE_PULL_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+"""Container waiting reasons of an image that cannot be pulled (kubelet ``images`` package)."""
+FATAL_WAIT_REASONS = IMAGE_PULL_REASONS | {
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+}
+"""Waiting reasons the sweep does not wait out: nothing changes without a fix."""
+TOOLS = ("pulumi", "kubectl", "aws")
+"""Command-line tools the cloud mode runs (the Automation API shells out to ``pulumi``)."""
+CLEANUP_ATTEMPTS = 3
+"""Tries of the scale-back ``up`` (or ``destroy``) before printing the recovery commands."""
+
+
+class SweepError(RuntimeError):
+    """The sweep stopped: a failed job, an image pull error, a dead port-forward, a timeout."""
+
+
+class PrerequisiteError(SweepError):
+    """Something the sweep needs is missing; nothing was started."""
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """Throughput of one run."""
+    """Steady-state throughput of one run, from Prometheus' counters."""
 
     nodes: int
     """Worker pods (= nodes on the cluster)."""
     tokens_per_s: float
-    """Job-wide tokens/s: median over the run's steps of global rank 0's value."""
+    """Job-wide tokens/s: ``rate(eksfsdp_tokens_total)`` of global rank 0 over the window."""
     source: str
-    """Where the number came from: ``prometheus`` or ``metrics.jsonl``."""
+    """Where the number came from (always ``prometheus``)."""
     job: str
     """Training job name (the ``training_job`` label)."""
     steps: int
-    """Last optimizer step seen."""
+    """Last optimizer step Prometheus saw."""
     wall_s: float
-    """Wall time of the run (local) or of up + training (cloud)."""
+    """Wall time of the run (local) or of ``up`` + training (cloud)."""
+    window_s: float = 0.0
+    """Length of the measured window (first scrape after the warm-up to the last scrape)."""
+    first_step: int = 0
+    """Step count at the start of the window (the warm-up steps before it are not measured)."""
+    end_step: int = 0
+    """Step count at the end of the window (the last scrape before the final count)."""
+    steps_measured: int = 0
+    """Optimizer steps inside the window (``end_step - first_step``)."""
+    tokens_measured: float = 0.0
+    """Tokens trained inside the window (``increase`` of the counter)."""
+    scrapes: int = 0
+    """Scrapes inside the window."""
 
 
 # --- Prometheus HTTP API ------------------------------------------------------------------------
 
 
-def prom_query(
-    url: str, promql: str, timeout: float = 10.0
-) -> dict[tuple[tuple[str, str], ...], float]:
-    """Instant query against a Prometheus at ``url``: ``{sorted labels: value}``."""
-    q = urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=timeout) as resp:
+def _api(url: str, path: str, params: dict[str, Any], timeout: float = 30.0) -> Any:
+    q = urllib.parse.urlencode(params)
+    with urllib.request.urlopen(f"{url}{path}?{q}", timeout=timeout) as resp:
         body = json.loads(resp.read().decode())
     if body.get("status") != "success":
-        raise RuntimeError(f"Prometheus query {promql!r} failed: {body}")
+        raise RuntimeError(f"Prometheus {path} {params}: {body}")
+    return body["data"]
+
+
+def prom_query(
+    url: str, promql: str, at: float | None = None
+) -> dict[tuple[tuple[str, str], ...], float]:
+    """Instant query (at ``at``, default now): ``{sorted labels: value}``."""
+    params: dict[str, Any] = {"query": promql}
+    if at is not None:
+        params["time"] = f"{at:.3f}"
+    data = _api(url, "/api/v1/query", params)
+    return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in data["result"]}
+
+
+def prom_samples(url: str, selector: str, lookback_s: float) -> list[tuple[float, float]]:
+    """The raw samples (scrape time, value) of the one series ``selector`` names, over the last
+    ``lookback_s`` seconds (a range-vector selector: real scrape timestamps, no interpolation)."""
+    data = _api(url, "/api/v1/query", {"query": f"{selector}[{max(1, math.ceil(lookback_s))}s]"})
+    series = data["result"]
+    if len(series) > 1:
+        raise SweepError(f"{selector}: {len(series)} series, expected one (rank 0 of one job)")
+    return [(float(t), float(v)) for t, v in series[0]["values"]] if series else []
+
+
+def last_logged_step(url: str, job: str, lookback_s: float = 6 * 3600) -> int | None:
+    """The step counter of ``job``'s rank 0 at its last scrape, as Prometheus holds it."""
+    samples = prom_samples(url, f'eksfsdp_steps_total{{training_job="{job}",{R0}}}', lookback_s)
+    return int(samples[-1][1]) if samples else None
+
+
+def steady_throughput(
+    url: str,
+    job: str,
+    *,
+    warmup_steps: int,
+    min_steps: int,
+    min_scrapes: int = 3,
+    lookback_s: float = 6 * 3600,
+) -> dict[str, float]:
+    """Steady-state tokens/s of ``job`` from its counters, with ``rate()``.
+
+    The window runs from the first scrape whose step counter is past ``warmup_steps`` to the last
+    scrape before the counter's final value (the job trained throughout); Prometheus evaluates ``rate(eksfsdp_tokens_total[window])`` at the window's
+    end (a range selector is left-open, so the window is widened by a millisecond to include the
+    first sample; both ends are real samples, so ``rate`` does not extrapolate). Refuses a window
+    with fewer than ``min_steps`` steps or ``min_scrapes`` scrapes: raise the steps (or lower the
+    scrape interval) rather than trust 3 samples.
+    """
+    sel = f'training_job="{job}",{R0}'
+    steps = prom_samples(url, f"eksfsdp_steps_total{{{sel}}}", lookback_s)
+    if not steps:
+        raise SweepError(f"job {job}: no eksfsdp_steps_total in Prometheus")
+    start = next(((t, v) for t, v in steps if v >= warmup_steps), None)
+    # The last scrape before the counter reached its final value: the job trained during the
+    # whole window. Scrapes from then on (the last steps' remainder, a final save, a pod waiting
+    # to be reaped) add time but no tokens, which would bias the rate low by up to an interval.
+    final = next(i for i, s in enumerate(steps) if s[1] == steps[-1][1])
+    end = steps[max(final - 1, 0)]
+    in_window = [s for s in steps if start is not None and start[0] <= s[0] <= end[0]]
+    n_steps = int(end[1] - start[1]) if start is not None else 0
+    if start is None or n_steps < min_steps or len(in_window) < min_scrapes:
+        raise SweepError(
+            f"job {job}: {n_steps} step(s) in {len(in_window)} scrape(s) after {warmup_steps} "
+            f"warm-up steps (last step {int(end[1])}); need >= {min_steps} steps and >= "
+            f"{min_scrapes} scrapes for a steady-state rate: raise the steps"
+        )
+    window_ms = round((end[0] - start[0]) * 1000) + 1
+    rng = f"[{window_ms}ms]"
+    tokens_per_s = prom_query(url, f"rate(eksfsdp_tokens_total{{{sel}}}{rng})", at=end[0])
+    tokens = prom_query(url, f"increase(eksfsdp_tokens_total{{{sel}}}{rng})", at=end[0])
+    if not tokens_per_s:
+        raise SweepError(f"job {job}: no eksfsdp_tokens_total in Prometheus")
+    window_s = end[0] - start[0]
     return {
-        tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in body["data"]["result"]
+        "tokens_per_s": next(iter(tokens_per_s.values())),
+        "tokens": next(iter(tokens.values())) * (window_s / (window_ms / 1000)),
+        "window_s": window_s,
+        "first_step": int(start[1]),
+        "end_step": int(end[1]),
+        "last_step": int(steps[-1][1]),
+        "steps": n_steps,
+        "scrapes": len(in_window),
     }
 
 
-def _one(values: dict[tuple[tuple[str, str], ...], float]) -> float | None:
-    return next(iter(values.values())) if values else None
+def _measurement(nodes: int, job: str, wall_s: float, fig: dict[str, float]) -> Measurement:
+    return Measurement(
+        nodes=nodes,
+        tokens_per_s=fig["tokens_per_s"],
+        source="prometheus",
+        job=job,
+        steps=int(fig["last_step"]),
+        wall_s=wall_s,
+        window_s=fig["window_s"],
+        first_step=int(fig["first_step"]),
+        end_step=int(fig["end_step"]),
+        steps_measured=int(fig["steps"]),
+        tokens_measured=fig["tokens"],
+        scrapes=int(fig["scrapes"]),
+    )
 
 
-def prom_range(
-    url: str, promql: str, start: float, end: float, step: float
-) -> list[dict[str, Any]]:
-    """Range query against a Prometheus at ``url``: the ``result`` matrix."""
-    q = urllib.parse.urlencode({"query": promql, "start": start, "end": end, "step": step})
-    with urllib.request.urlopen(f"{url}/api/v1/query_range?{q}", timeout=30) as resp:
-        body = json.loads(resp.read().decode())
-    if body.get("status") != "success":
-        raise RuntimeError(f"Prometheus range query {promql!r} failed: {body}")
-    return list(body["data"]["result"])
-
-
-def last_logged_step(url: str, job: str, window: str = "6h") -> int | None:
-    """The last step rank 0 of ``job`` logged, as Prometheus holds it."""
-    sel = f'training_job="{job}",{R0}'
-    step = _one(prom_query(url, f"max(last_over_time(eksfsdp_step{{{sel}}}[{window}]))"))
-    return int(step) if step is not None else None
-
-
-def job_throughput(
-    url: str, job: str, *, since: float, resolution_s: float = 5.0
-) -> tuple[float | None, int | None]:
-    """(median tokens/s of rank 0 over distinct steps, last step) of ``job`` since ``since``."""
-    from workloads.local_prometheus import per_step_median
-
-    sel = f'training_job="{job}",{R0}'
-    rows: dict[float, dict[str, float]] = {}
-    now = time.time()
-    start = now - math.ceil(max(now - since, resolution_s) / resolution_s) * resolution_s
-    for column, metric in (("step", "eksfsdp_step"), ("tokens_per_s", "eksfsdp_tokens_per_second")):
-        for series in prom_range(url, f"{metric}{{{sel}}}", start, now, resolution_s):
-            for t, v in series["values"]:
-                rows.setdefault(float(t), {})[column] = float(v)
-    samples = [r for _, r in sorted(rows.items()) if len(r) == 2]
-    return per_step_median(samples), last_logged_step(url, job)
-
-
-def wait_for_job(
-    url: str, job: str, last_step: int, *, timeout_s: float = 3600, poll_s: float = 30
-) -> int:
-    """Poll Prometheus until ``job`` has logged step ``last_step``; returns the step seen."""
-    deadline = time.monotonic() + timeout_s
-    seen: int | None = None
-    while True:
-        with contextlib.suppress(OSError, RuntimeError):
-            seen = last_logged_step(url, job)
-            if seen is not None and seen >= last_step:
-                return seen
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"job {job}: step {seen} after {timeout_s:.0f}s, waiting for {last_step}"
-            )
-        time.sleep(poll_s)
+def save_results(measured: Sequence[Measurement], path: Path) -> None:
+    """Write ``measured`` to ``path`` atomically (a crash never leaves half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(to_json(measured))
+    tmp.replace(path)
 
 
 # --- planner -------------------------------------------------------------------------------------
@@ -142,8 +232,8 @@ def wait_for_job(
 def planner_prediction(
     nodes: Sequence[int], *, stack: str | None = None, args: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
-    """The capacity planner's prediction (``python -m training.plan ... --json``)."""
-    cmd = [sys.executable, "-m", "training.plan", "--nodes", ",".join(map(str, nodes)), "--json"]
+    """The capacity planner's prediction (``python -m planner ... --json``)."""
+    cmd = [sys.executable, "-m", "planner", "--nodes", ",".join(map(str, nodes)), "--json"]
     if stack:
         cmd += ["--stack", stack]
     cmd += list(args)
@@ -157,20 +247,74 @@ def planner_prediction(
 # --- local mode ----------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def reopen_prometheus(data_dir: Path, out_dir: Path) -> Iterator[str]:
+    """A Prometheus serving what an earlier one stored in ``data_dir`` (no scrape targets);
+    yields its URL. The local runner stops its Prometheus when the job ends; its TSDB (head and
+    WAL) stays on disk and is replayed here."""
+    from workloads.local_prometheus import free_port, prometheus_binary
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = out_dir / "prometheus-readonly.yml"
+    config.write_text("global:\n  scrape_interval: 1m\n")
+    port = free_port()
+    with (out_dir / "prometheus-readonly.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                prometheus_binary(),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data_dir}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=1d",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(f"{url}/-/ready", timeout=2).close()
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SweepError(f"prometheus on {data_dir} did not start (see {log.name})")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 def measure_local(
     workers: Sequence[int] = (1, 2, 3),
     *,
     stack: str = "dev",
-    steps: int = 12,
+    steps: int = 30,
+    warmup_steps: int = 5,
+    min_scrapes: int = 3,
+    fp32: bool = True,
     out_dir: str | Path | None = None,
+    results: str | Path | None = None,
     log: Callable[[str], None] = print,
 ) -> list[Measurement]:
-    """Run the stack's job locally with each worker count; read tokens/s from Prometheus."""
-    from workloads.local import LocalOptions, Runner
-    from workloads.local_prometheus import SNAPSHOT_FILE
+    """Run the stack's job locally with each worker count; tokens/s from Prometheus' counters.
 
+    ``fp32`` adds ``--mixed_precision=false``: on a CPU without native bf16 (AVX2 only), bf16
+    runs about 10x slower than fp32. Each result is written to ``results`` (JSON) as soon as it
+    is measured.
+    """
+    from workloads.local import LocalOptions, Runner
+
+    if steps <= warmup_steps:
+        raise ValueError(f"steps: {steps} must exceed warmup_steps ({warmup_steps})")
     root = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="scaling-"))
-    results = []
+    measured: list[Measurement] = []
     for n in workers:
         out = root / f"workers-{n}"
         opts = LocalOptions(
@@ -178,39 +322,202 @@ def measure_local(
             out=out,
             workers=n,
             min_workers=n,
-            train_overrides=(f"--max_train_step={steps}", "--checkpoint_every=0"),
+            train_overrides=(
+                f"--max_train_step={steps}",
+                "--checkpoint_every=0",
+                *(["--mixed_precision=false"] if fp32 else []),
+            ),
             prometheus=True,
-            timeout_s=600,
+            timeout_s=900,
         )
         lines: list[str] = []
+        log(f"{n} worker(s): running {steps} steps locally")
         result = Runner(opts, echo=lines.append).run()
         if not result.succeeded:
-            raise RuntimeError(f"local run with {n} workers failed:\n" + "\n".join(lines[-20:]))
+            raise SweepError(f"local run with {n} workers failed:\n" + "\n".join(lines[-20:]))
         job = result.job["metadata"]["name"]
-        snap_path = out / "prometheus" / SNAPSHOT_FILE
-        snap = json.loads(snap_path.read_text()) if snap_path.is_file() else {}
-        if snap.get("tokens_per_second_step_median") is not None:
-            tps, last, source = (
-                snap["tokens_per_second_step_median"],
-                int(snap["step_last"]),
-                "prometheus",
+        with reopen_prometheus(out / "prometheus" / "data", out / "prometheus") as url:
+            fig = steady_throughput(
+                url,
+                job,
+                warmup_steps=warmup_steps,
+                min_steps=max(1, (steps - warmup_steps) // 2),
+                min_scrapes=min_scrapes,
             )
-        else:
-            logged = result.metrics
-            tps = statistics.median(float(m["tokens_per_s"]) for m in logged)
-            last, source = int(logged[-1]["step"]), "metrics.jsonl"
-        m = Measurement(
-            nodes=n, tokens_per_s=tps, source=source, job=job, steps=last, wall_s=result.wall_s
-        )
+        m = _measurement(n, job, result.wall_s, fig)
+        measured.append(m)
+        if results is not None:
+            save_results(measured, Path(results))
         log(
-            f"{n} worker(s): {tps:,.0f} tokens/s (median, from {source}), {last} steps, "
-            f"{result.wall_s:.0f} s"
+            f"{n} worker(s): {m.tokens_per_s:,.0f} tokens/s (rate over steps {m.first_step}-"
+            f"{m.end_step}, {m.window_s:.1f} s, {m.scrapes} scrapes, from Prometheus)"
         )
-        results.append(m)
-    return results
+    return measured
 
 
-# --- cloud mode ----------------------------------------------------------------------------------
+# --- cloud mode: the cluster's side ---------------------------------------------------------------
+
+
+@dataclass
+class PortForward:
+    """A running port-forward to the cluster's Prometheus."""
+
+    url: str
+    """Base URL of Prometheus through the forward."""
+    process: subprocess.Popen[bytes]
+    """The ``kubectl port-forward`` process (it dies with the pod, the node or the network)."""
+    log_path: Path | None = None
+    """Its output, quoted when it dies."""
+
+    def check(self) -> None:
+        """Raise ``SweepError`` when the forward is gone (a dead one answers nothing, forever)."""
+        if self.process.poll() is not None:
+            tail = ""
+            if self.log_path is not None and self.log_path.is_file():
+                tail = " ".join(self.log_path.read_text(errors="replace").split()[-30:])
+            raise SweepError(
+                f"port-forward to Prometheus exited with status {self.process.returncode}"
+                + (f": {tail}" if tail else "")
+            )
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the training operator and the kubelet say about a PyTorchJob."""
+
+    phase: str
+    """Last true condition of the job (Created, Running, Restarting, Succeeded, Failed), or
+    ``Pending`` before the operator has seen it."""
+    reason: str = ""
+    """Why, for a failure (the condition's message, a container's waiting reason)."""
+
+    @property
+    def fatal(self) -> bool:
+        """A state the sweep stops on (waiting for it costs node-hours and changes nothing)."""
+        return self.phase == "Failed" or self.reason.split(":")[0] in FATAL_WAIT_REASONS
+
+
+class JobWatch(Protocol):
+    """Reads a PyTorchJob's state (the cloud mode uses :class:`KubectlJobWatch`)."""
+
+    def state(self, job: str) -> JobState: ...
+
+
+def _write_kubeconfig(outputs: dict[str, Any], directory: Path) -> Path:
+    kubeconfig = outputs["kubeconfig"]
+    path = directory / "kubeconfig.json"
+    path.write_text(kubeconfig if isinstance(kubeconfig, str) else json.dumps(kubeconfig))
+    path.chmod(0o600)
+    return path
+
+
+class KubectlJobWatch:
+    """``kubectl get pytorchjob`` and the job's pods, with the stack's kubeconfig."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        get: Callable[..., dict[str, Any]] | None = None,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self._get = get or self._kubectl_get
+
+    def _kubectl_get(self, *args: str) -> dict[str, Any]:
+        """``kubectl get <args> -o json``; OSError when kubectl fails (NotFound included)."""
+        out = subprocess.run(
+            [
+                "kubectl",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "-n",
+                self.namespace,
+                "get",
+                *args,
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise OSError(out.stderr.strip() or f"kubectl get {' '.join(args)} failed")
+        result: dict[str, Any] = json.loads(out.stdout)
+        return result
+
+    def state(self, job: str) -> JobState:
+        """The job's last true condition; a fatal container waiting reason wins over it."""
+        pods = self._get("pods", "-l", f"{JOB_NAME_LABEL}={job}")
+        for pod in pods.get("items", []):
+            status = pod.get("status", {})
+            for cs in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
+                waiting = (cs.get("state") or {}).get("waiting") or {}
+                if waiting.get("reason") in FATAL_WAIT_REASONS:
+                    name = pod["metadata"]["name"]
+                    return JobState(
+                        "Running", f"{waiting['reason']}: {name}: {waiting.get('message', '')}"
+                    )
+        try:
+            obj = self._get("pytorchjob", job)
+        except OSError:
+            return JobState("Pending")
+        conditions = [
+            c for c in obj.get("status", {}).get("conditions", []) if c.get("status") == "True"
+        ]
+        if not conditions:
+            return JobState("Pending")
+        last = conditions[-1]
+        return JobState(last["type"], last.get("message", "") if last["type"] == "Failed" else "")
+
+
+@contextlib.contextmanager
+def kubectl_port_forward(outputs: dict[str, Any], namespace: str) -> Iterator[PortForward]:
+    """Port-forward to the cluster's Prometheus with the stack's kubeconfig."""
+    from workloads.observability import OUTPUT_KEY
+    from workloads.specs.observability import ObservabilitySettings
+
+    obs = outputs.get(OUTPUT_KEY) or {}
+    prom_ns = obs.get("namespace", ObservabilitySettings().namespace)
+    service = ObservabilitySettings().prometheus_service
+    with tempfile.TemporaryDirectory(prefix="scaling-pf-") as tmp:
+        kubeconfig = _write_kubeconfig(outputs, Path(tmp))
+        port = _free_port()
+        log_path = Path(tmp) / "port-forward.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [
+                    "kubectl",
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "-n",
+                    prom_ns,
+                    "port-forward",
+                    f"svc/{service}",
+                    f"{port}:9090",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        pf = PortForward(f"http://127.0.0.1:{port}", proc, log_path)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                pf.check()
+                with contextlib.suppress(OSError):
+                    urllib.request.urlopen(f"{pf.url}/-/ready", timeout=2).close()
+                    break
+                if time.monotonic() > deadline:
+                    raise SweepError(f"Prometheus not ready through the port-forward ({prom_ns})")
+                time.sleep(1)
+            yield pf
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=10)
 
 
 def _free_port() -> int:
@@ -219,45 +526,212 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@contextlib.contextmanager
-def kubectl_port_forward(outputs: dict[str, Any], job: str) -> Iterator[str]:
-    """Port-forward to the cluster's Prometheus with the stack's kubeconfig; yields its URL."""
-    from workloads.observability import OUTPUT_KEY
-    from workloads.specs.observability import ObservabilitySettings
+def wait_for_job(
+    pf: PortForward,
+    watch: JobWatch,
+    job: str,
+    last_step: int,
+    *,
+    timeout_s: float,
+    poll_s: float,
+    log: Callable[[str], None],
+) -> None:
+    """Until ``job`` has logged ``last_step`` (or Succeeded): fail fast on a failed job, an
+    image that cannot be pulled, a crash loop, or a dead port-forward; stream the progress."""
+    deadline = time.monotonic() + timeout_s
+    seen: int | None = None
+    phase = ""
+    while True:
+        pf.check()
+        state = watch.state(job)
+        if state.fatal:
+            raise SweepError(f"job {job}: {state.phase}: {state.reason}".rstrip(": "))
+        try:
+            step = last_logged_step(pf.url, job)
+        except (OSError, RuntimeError, urllib.error.URLError):
+            pf.check()  # a refused query through a dead forward is the forward's fault
+            step = None
+        if step != seen or state.phase != phase:
+            log(f"  {job}: {state.phase}, step {step if step is not None else '-'}/{last_step}")
+            seen, phase = step, state.phase
+        if (seen is not None and seen >= last_step) or state.phase == "Succeeded":
+            return
+        if time.monotonic() > deadline:
+            raise SweepError(
+                f"job {job}: step {seen} after {timeout_s:.0f} s, waiting for {last_step}"
+            )
+        time.sleep(poll_s)
 
-    obs = outputs.get(OUTPUT_KEY) or {}
-    namespace = obs.get("namespace", ObservabilitySettings().namespace)
-    service = ObservabilitySettings().prometheus_service
-    kubeconfig = outputs["kubeconfig"]
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        f.write(kubeconfig if isinstance(kubeconfig, str) else json.dumps(kubeconfig))
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            "kubectl",
-            "--kubeconfig",
-            f.name,
-            "-n",
-            namespace,
-            "port-forward",
-            f"svc/{service}",
-            f"{port}:9090",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+
+# --- cloud mode: the stack's side -----------------------------------------------------------------
+
+
+class StackFile:
+    """``Pulumi.<stack>.yaml`` kept byte for byte: a copy is taken at entry (and written next to
+    the results, for a manual restore), and put back at exit, whatever ended the block."""
+
+    def __init__(self, path: Path, backup_dir: Path) -> None:
+        self.path = path
+        self.original = path.read_bytes()
+        backup_dir.mkdir(parents=True, exist_ok=True)
+        self.backup = backup_dir / f"{path.name}.orig"
+        self.backup.write_bytes(self.original)
+
+    def restore(self) -> bool:
+        """Put the original bytes back; True when the file had changed."""
+        if self.path.read_bytes() == self.original:
+            return False
+        tmp = self.path.with_name(f".{self.path.name}.restore")
+        tmp.write_bytes(self.original)
+        tmp.replace(self.path)
+        return True
+
+
+def job_name_for(base: str, nodes: int, sweep_id: str) -> str:
+    """``<original job name>-<n>n-<sweep id>``, cut to the job-name limit: derived from the
+    original each time (never from the last count's), new per sweep (a rendezvous id stays
+    closed for 2 h, and Prometheus keeps the series of an earlier sweep)."""
+    suffix = f"-{nodes}n-{sweep_id}"
+    return f"{base[: 50 - len(suffix)].rstrip('-')}{suffix}"
+
+
+@dataclass
+class Plan:
+    """What the prerequisites found: the sweep's inputs."""
+
+    stack_file: Path
+    group_index: int
+    group_name: str
+    max_size: int
+    base_job: str
+    namespace: str
+    usd_per_node_hour: float
+    deployed: bool
+    problems: list[str] = field(default_factory=list)
+
+
+def _stack_plan(stack: Any, stack_name: str, work_dir: Path) -> Plan:
+    from infra.config import ConfigError, load_stack_file
+
+    path = work_dir / f"Pulumi.{stack_name}.yaml"
+    problems: list[str] = []
     try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(60):
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(f"{url}/-/ready", timeout=2).close()
-                break
-            time.sleep(1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        os.unlink(f.name)
+        cfg = load_stack_file(stack_name, root=work_dir)
+    except (ConfigError, ValueError) as err:
+        raise PrerequisiteError(f"{path.name}: {err}") from None
+    if not cfg.observability.enabled:
+        problems.append(
+            f"stack {stack_name} has observability off (the sweep reads throughput from the "
+            "cluster's Prometheus): set eks-fsdp:observability.enabled: true"
+        )
+    if cfg.job is None or not cfg.job.enabled:
+        raise PrerequisiteError(f"stack {stack_name}: no enabled job to measure")
+    group = cfg.job_node_group or cfg.gpu_node_groups[0]
+    index = [g.name for g in cfg.gpu_node_groups].index(group.name)
+    if group.instance.efa_supported:
+        from workloads.specs import pytorchjob
+        from workloads.specs.settings import from_stack
+        from workloads.specs.stack import training_image
+
+        w = from_stack(cfg, image=training_image(cfg), stack=stack_name)
+        env = {e.name: e.value for e in pytorchjob.container_env(w.job)}
+        if env.get("NCCL_NET") != pytorchjob.NCCL_NET_EFA:
+            problems.append(
+                f"{group.instance_type} has EFA but the job does not set NCCL_NET="
+                f"{pytorchjob.NCCL_NET_EFA}: a broken plugin would fall back to TCP"
+            )
+    try:
+        deployed = bool(stack.outputs())
+    except Exception as err:  # the backend is unreachable, the stack unreadable
+        raise PrerequisiteError(f"stack {stack_name}: cannot read its outputs: {err}") from None
+    return Plan(
+        stack_file=path,
+        group_index=index,
+        group_name=group.name,
+        max_size=group.max_size,
+        base_job=cfg.job.name,
+        namespace=cfg.job.namespace,
+        usd_per_node_hour=group.usd_per_hour,
+        deployed=deployed,
+        problems=problems,
+    )
+
+
+def check_prerequisites(
+    plan: Plan,
+    *,
+    nodes: Sequence[int],
+    steps: int,
+    warmup_steps: int,
+    destroy: bool,
+    which: Callable[[str], str | None] = shutil.which,
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+) -> None:
+    """Everything the sweep needs, checked before the first ``up``: one line naming every gap."""
+    problems = list(plan.problems)
+    missing = [t for t in TOOLS if which(t) is None]
+    if missing:
+        problems.append(f"not on PATH: {', '.join(missing)}")
+    if which("aws") is not None:
+        out = run(
+            ["aws", "sts", "get-caller-identity", "--output", "json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if out.returncode != 0:
+            problems.append(
+                "no AWS credentials (aws sts get-caller-identity: "
+                f"{(out.stderr or '').strip().splitlines()[-1:] or out.returncode})"
+            )
+    if not plan.deployed and not destroy:
+        problems.append(
+            "stack is not deployed: the sweep would create it and leave it running; deploy it "
+            "first (pulumi up), or pass destroy=True to tear it down after the sweep"
+        )
+    if steps < warmup_steps + 10:
+        problems.append(
+            f"steps {steps}: need >= warmup_steps + 10 = {warmup_steps + 10} for a steady state"
+        )
+    if problems:
+        raise PrerequisiteError("; ".join(problems))
+
+
+def estimated_cost_usd(
+    nodes: Sequence[int], usd_per_node_hour: float, minutes_per_count: float
+) -> float:
+    """Node-hours the sweep pays for, priced: every count holds its nodes for the ``up``, the
+    warm-up and the measured steps (``minutes_per_count``)."""
+    return sum(nodes) * usd_per_node_hour * minutes_per_count / 60
+
+
+def _cleanup(
+    action: Callable[[], Any],
+    stack: Any,
+    what: str,
+    recovery: list[str],
+    log: Callable[[str], None],
+    attempts: int = CLEANUP_ATTEMPTS,
+) -> None:
+    """Run ``action`` up to ``attempts`` times; a lock left by an interrupted operation is
+    cancelled before the next try. Prints ``recovery`` and raises when every try failed."""
+    last: BaseException | None = None
+    for attempt in range(1, attempts + 1):
+        try:
+            action()
+            return
+        except Exception as err:
+            last = err
+            log(f"{what} failed (try {attempt}/{attempts}): {str(err).strip()[:500]}")
+            if "lock" in str(err).lower():
+                with contextlib.suppress(Exception):
+                    stack.cancel()
+                    log("cancelled the stack's lock")
+    log(f"{what} failed {attempts} times. GPU nodes may still be running. Run:")
+    for cmd in recovery:
+        log(f"    {cmd}")
+    raise SweepError(f"{what} failed: {last}") from last
 
 
 def measure_cloud(
@@ -265,76 +739,128 @@ def measure_cloud(
     *,
     stack_name: str,
     work_dir: str | Path = REPO_ROOT,
-    steps: int = 50,
-    destroy: bool = True,
+    steps: int = 200,
+    warmup_steps: int = 20,
+    min_scrapes: int = 8,
+    destroy: bool = False,
+    results: str | Path | None = None,
+    sweep_id: str | None = None,
+    minutes_per_count: float = 30.0,
     select_stack: Callable[..., Any] | None = None,
-    prometheus: Callable[
-        [dict[str, Any], str], contextlib.AbstractContextManager[str]
-    ] = kubectl_port_forward,
+    prometheus: Callable[[dict[str, Any], str], contextlib.AbstractContextManager[PortForward]]
+    | None = None,
+    job_watch: Callable[[dict[str, Any], str, Path], JobWatch] | None = None,
+    which: Callable[[str], str | None] = shutil.which,
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
     wait_timeout_s: float = 3600,
     poll_s: float = 30,
     log: Callable[[str], None] = print,
 ) -> list[Measurement]:
-    """For each node count: set config, ``up``, wait for the job, read tokens/s; ``destroy``.
+    """For each node count: set the config, ``up``, watch the job, measure, save; then restore.
 
-    ``select_stack`` defaults to ``pulumi.automation.select_stack`` (needs the Pulumi CLI and the
-    stack's backend); ``prometheus(outputs, job)`` yields a Prometheus URL (default: kubectl
-    port-forward to the stack's in-cluster Prometheus). Each node count gets its own job name
-    (``<job>-<n>n``), so its series and its rendezvous id are new.
+    ``select_stack`` defaults to ``pulumi.automation.select_stack`` (the Pulumi CLI and the
+    stack's backend); ``prometheus(outputs, namespace)`` yields a :class:`PortForward` (default:
+    kubectl port-forward to the in-cluster Prometheus); ``job_watch(outputs, namespace, tmpdir)``
+    reads the job's state (default: kubectl). ``destroy`` tears the stack down afterwards
+    instead of scaling it back; only with it may the sweep create a stack that is not deployed.
     """
     from pulumi.automation import ConfigValue
 
+    if not nodes or any(n < 1 for n in nodes):
+        raise ValueError(f"nodes: {list(nodes)} must be positive node counts")
     if select_stack is None:
         from pulumi import automation
 
         select_stack = automation.select_stack
-    if not nodes or any(n < 1 for n in nodes):
-        raise ValueError(f"nodes: {list(nodes)} must be positive node counts")
-    stack = select_stack(stack_name=stack_name, work_dir=str(work_dir))
-    groups = json.loads(stack.get_config(f"{PROJECT}:gpuNodeGroups").value)
-    job_cfg = json.loads(stack.get_config(f"{PROJECT}:job").value)
-    group_name = job_cfg.get("nodeGroup", groups[0]["name"])
-    index = next(i for i, g in enumerate(groups) if g["name"] == group_name)
-    base_name = job_cfg.get("name", "llama-finetune")
-    results: list[Measurement] = []
+    prometheus = prometheus or kubectl_port_forward
+    work = Path(work_dir)
+    out_dir = Path(results).parent if results else Path(tempfile.mkdtemp(prefix="scaling-"))
+    results_path = Path(results) if results else out_dir / "measured.json"
+    stack = select_stack(stack_name=stack_name, work_dir=str(work))
+    plan = _stack_plan(stack, stack_name, work)
+    check_prerequisites(
+        plan,
+        nodes=nodes,
+        steps=steps,
+        warmup_steps=warmup_steps,
+        destroy=destroy,
+        which=which,
+        run=run,
+    )
+    cost = estimated_cost_usd(nodes, plan.usd_per_node_hour, minutes_per_count)
+    log(
+        f"sweep {list(nodes)} node(s) of stack {stack_name} ({plan.group_name}, "
+        f"${plan.usd_per_node_hour:,.2f}/node-hour): about ${cost:,.0f} at "
+        f"{minutes_per_count:.0f} min per count; afterwards the stack is "
+        + ("destroyed" if destroy else "scaled back to its original size")
+    )
+    sweep = sweep_id or format(int(time.time()) % 36**4, "x")[-4:]
+    stack_file = StackFile(plan.stack_file, out_dir)
+    cd = f"cd {work}"
+    recovery_up = [
+        cd,
+        f"cp {stack_file.backup} {plan.stack_file.name}",
+        f"pulumi cancel --stack {stack_name} --yes  # only if the stack is locked",
+        f"pulumi up --stack {stack_name} --yes",
+    ]
+    recovery_destroy = [*recovery_up[:3], f"pulumi destroy --stack {stack_name} --yes"]
+    stream = lambda line: log(line.rstrip("\n"))  # noqa: E731  (the CLI's output, as it comes)
+    measured: list[Measurement] = []
 
     def put(path: str, value: Any) -> None:
         stack.set_config(f"{PROJECT}:{path}", ConfigValue(value=str(value)), path=True)
 
     try:
         for n in nodes:
-            job = f"{base_name}-{n}n"
+            job = job_name_for(plan.base_job, n, sweep)
             t0 = time.monotonic()
-            put(f"gpuNodeGroups[{index}].desiredSize", n)
-            put(f"gpuNodeGroups[{index}].maxSize", max(n, int(groups[index].get("maxSize", n))))
+            g = f"gpuNodeGroups[{plan.group_index}]"
+            put(f"{g}.desiredSize", n)
+            put(f"{g}.maxSize", max(n, plan.max_size))
             put("job.name", job)
             put("job.workers", n)
             put("job.minWorkers", n)
             put("job.maxTrainStep", steps)
             log(f"{n} node(s): pulumi up ({job})")
-            started = time.time()
-            stack.up(on_output=lambda _line: None)
+            stack.up(on_output=stream)
             outputs = {k: v.value for k, v in stack.outputs().items()}
-            with prometheus(outputs, job) as url:
-                last = wait_for_job(url, job, steps, timeout_s=wait_timeout_s, poll_s=poll_s)
-                tps, _ = job_throughput(url, job, since=started)
-            if tps is None:
-                raise RuntimeError(f"job {job}: no eksfsdp_tokens_per_second in Prometheus")
-            m = Measurement(
-                nodes=n,
-                tokens_per_s=tps,
-                source="prometheus",
-                job=job,
-                steps=last,
-                wall_s=time.monotonic() - t0,
+            with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
+                watch = (job_watch or _kubectl_watch)(outputs, plan.namespace, Path(tmp))
+                with prometheus(outputs, plan.namespace) as pf:
+                    wait_for_job(
+                        pf, watch, job, steps, timeout_s=wait_timeout_s, poll_s=poll_s, log=log
+                    )
+                    pf.check()
+                    fig = steady_throughput(
+                        pf.url,
+                        job,
+                        warmup_steps=warmup_steps,
+                        min_steps=max(1, (steps - warmup_steps) // 2),
+                        min_scrapes=min_scrapes,
+                    )
+            m = _measurement(n, job, time.monotonic() - t0, fig)
+            measured.append(m)
+            save_results(measured, results_path)
+            log(
+                f"{n} node(s): {m.tokens_per_s:,.0f} tokens/s (rate over steps {m.first_step}-"
+                f"{m.end_step}, {m.window_s:.0f} s, {m.scrapes} scrapes); saved to {results_path}"
             )
-            log(f"{n} node(s): {tps:,.0f} tokens/s (median, from Prometheus)")
-            results.append(m)
     finally:
+        restored = stack_file.restore()
+        log(f"{plan.stack_file.name}: " + ("restored" if restored else "unchanged"))
         if destroy:
             log(f"pulumi destroy ({stack_name})")
-            stack.destroy(on_output=lambda _line: None)
-    return results
+            _cleanup(
+                lambda: stack.destroy(on_output=stream), stack, "destroy", recovery_destroy, log
+            )
+        else:
+            log(f"pulumi up ({stack_name}): back to its original size")
+            _cleanup(lambda: stack.up(on_output=stream), stack, "scale-back up", recovery_up, log)
+    return measured
+
+
+def _kubectl_watch(outputs: dict[str, Any], namespace: str, tmp: Path) -> JobWatch:
+    return KubectlJobWatch(_write_kubeconfig(outputs, tmp), namespace)
 
 
 # --- analysis ------------------------------------------------------------------------------------

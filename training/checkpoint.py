@@ -1,30 +1,43 @@
-"""Distributed checkpoints (torch.distributed.checkpoint), written atomically; preemption.
+"""Distributed checkpoints (torch.distributed.checkpoint): atomic, asynchronous, never a gap.
 
 A checkpoint is a folder `<dist_checkpoint_root_folder>/<dist_checkpoint_folder>/step-000123/`
 holding the DCP shards of every `Stateful` handed in (model + optimizer through
 `get_state_dict`/`set_state_dict`, the LR scheduler, the data position, the trainer's counters),
 a human-readable `meta.json`, and a `COMPLETE` marker:
 
-1. all ranks write into `step-000123.tmp/`;
-2. after `dcp.save` returns everywhere (its metadata is written last, by rank 0), rank 0 renames
-   the folder to `step-000123/` and then writes `COMPLETE`;
-3. `latest_complete` only ever returns folders with the marker, so a crash mid-write leaves the
-   previous checkpoint as the newest loadable one.
+1. all ranks write into `step-000123.tmp/`, synchronously (`dcp.save`) or in the background
+   (`dcp.async_save`: the state is first copied to host memory, the only time the loop stalls,
+   then written by a thread while training goes on);
+2. when rank 0's write has finished, every rank's has: DCP's coordinator writes the metadata only
+   after gathering every rank's write result. Rank 0 then writes `meta.json` and `COMPLETE`
+   into the temporary folder and renames it to `step-000123/`, so a folder with that name is
+   complete the moment it exists;
+3. re-saving a step that already has a checkpoint (the end of an epoch after a periodic save)
+   moves the old one aside as `step-000123.old/` first and deletes it only after the new one is
+   in place; `latest_complete` accepts a `.old` folder when its step has nothing newer, so there
+   is no moment without a complete newest checkpoint;
+4. older checkpoints beyond `KEEP_LAST`, stale `*.tmp` folders of writes that never finished
+   (a killed pod, an emergency checkpoint cut off by SIGKILL) and leftover `.old` folders are
+   pruned after every checkpoint and when a run starts.
 
 DCP stores tensors by their global shape, so a checkpoint loads into any world size or sharding.
 The folder must be on storage every rank sees (a shared file system on multi-node jobs).
 
-`StopSignal` turns SIGTERM (preemption, an elastic membership change) into a flag the training
-loop reads at step boundaries: it finishes the step, checkpoints and exits cleanly.
+`StopSignal` records a SIGTERM (this pod is going away, or torchrun restarts the group) and its
+time, so the loop can stop at the next step boundary and decide whether an emergency
+checkpoint still fits the time torchrun leaves before its SIGKILL (docs/adr/0004).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 import shutil
 import signal
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -41,7 +54,11 @@ from training.dist import barrier
 KEEP_LAST = 2
 """Complete checkpoints kept; older ones are deleted after a newer one is complete."""
 MARKER = "COMPLETE"
-_NAME = re.compile(r"^step-(\d{6,})$")
+_NAME = re.compile(r"^step-(\d{6,})(\.old)?$")
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+"""torchrun's seconds between forwarding SIGTERM and SIGKILL (torch/distributed/launcher/api.py,
+default 30); the worker inherits the agent's environment, so it reads the same value."""
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 
 
 class ModelOptimizerState(Stateful):
@@ -68,42 +85,151 @@ def step_dir(root: Path, step: int) -> Path:
     return root / f"step-{step:06d}"
 
 
-def latest_complete(root: Path) -> Path | None:
-    """The complete checkpoint with the highest step under `root` (partial ones are ignored)."""
+def _complete(root: Path) -> list[tuple[int, bool, Path]]:
+    """(step, is_old, path) of every complete checkpoint folder under `root`."""
     if not root.is_dir():
-        return None
-    best: tuple[int, Path] | None = None
+        return []
+    out = []
     for child in root.iterdir():
         m = _NAME.match(child.name)
         if m and child.is_dir() and (child / MARKER).is_file():
-            step = int(m.group(1))
-            if best is None or step > best[0]:
-                best = (step, child)
-    return best[1] if best else None
+            out.append((int(m.group(1)), bool(m.group(2)), child))
+    return out
 
 
-def save(root: Path, step: int, state: dict[str, Stateful], meta: dict[str, Any]) -> Path:
-    """Write `state` to `root/step-NNNNNN/` atomically (collective: every rank calls it)."""
-    final = step_dir(root, step)
-    tmp = final.with_name(final.name + ".tmp")
-    main = not dist.is_initialized() or dist.get_rank() == 0
-    if main:
-        root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-    barrier()
-    dcp.save(state, checkpoint_id=str(tmp))
-    barrier()
-    if main:
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-        with (final / MARKER).open("w", encoding="utf-8") as f:
-            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
-            f.flush()
-        _prune(root, keep=KEEP_LAST)
-    barrier()
-    return final
+def latest_complete(root: Path) -> Path | None:
+    """The complete checkpoint with the highest step under `root` (partial ones are ignored;
+    `step-N.old` only counts while its replacement `step-N` is not complete yet)."""
+    found = _complete(root)
+    if not found:
+        return None
+    # highest step first; for the same step the new folder wins over the one set aside
+    return max(found, key=lambda t: (t[0], not t[1]))[2]
+
+
+class Checkpointer:
+    """Saves `state` under `root`, synchronously or in the background; every rank calls `save`.
+
+    `save` returns the seconds the caller was blocked (the stall: waiting for the previous
+    write, staging, and for a synchronous save the write itself). `write_s` holds the duration
+    of the last finished write (call to files complete), which the emergency checkpoint
+    decision uses. `group`: the process group DCP coordinates on (a gloo group of its own, so
+    a background write never shares a communicator with the training collectives).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        state: dict[str, Stateful],
+        *,
+        use_async: bool,
+        group: dist.ProcessGroup | None = None,
+    ) -> None:
+        self.root = root
+        self.state = state
+        self.use_async = use_async
+        self.group = group
+        self.main = not dist.is_initialized() or dist.get_rank() == 0
+        self.write_s: float | None = None
+        """Seconds of the last finished write (None before the first one)."""
+        self.written: list[Path] = []
+        """Checkpoints this process completed, in order."""
+        self._pending: tuple[Future[Any], Path, Path, dict[str, Any], float] | None = None
+        self._done_at: float | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self._pending is not None
+
+    def save(self, step: int, meta: dict[str, Any]) -> float:
+        """Checkpoint `state` as step `step` (collective); returns the stall in seconds."""
+        t0 = time.monotonic()
+        self.wait()  # one write in flight at a time
+        final = step_dir(self.root, step)
+        tmp = final.with_name(final.name + ".tmp")
+        if self.main:
+            self.root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+        barrier()
+        if self.use_async:
+            self._done_at = None
+            fut = dcp.async_save(self.state, checkpoint_id=str(tmp), process_group=self.group)
+            if not isinstance(fut, Future):  # an AsyncSaveResponse: its upload future
+                fut = fut.upload_completion
+            fut.add_done_callback(self._mark_done)
+            self._pending = (fut, tmp, final, meta, t0)
+        else:
+            dcp.save(self.state, checkpoint_id=str(tmp), process_group=self.group)
+            self._done_at = time.monotonic()
+            self._pending = (_done_future(), tmp, final, meta, t0)
+            self.wait()
+        return time.monotonic() - t0
+
+    def poll(self) -> None:
+        """Finish a background write that is done (cheap; call at step boundaries)."""
+        if self._pending is not None and self._pending[0].done():
+            self.wait()
+
+    def wait(self) -> None:
+        """Block until the write in flight (if any) is complete and in place."""
+        if self._pending is None:
+            return
+        fut, tmp, final, meta, t0 = self._pending
+        self._pending = None
+        fut.result()  # a failed write raises here, on the rank where it failed
+        self.write_s = (self._done_at or time.monotonic()) - t0
+        if self.main:
+            _publish(self.root, tmp, final, {**meta, "write_s": round(self.write_s, 3)})
+        self.written.append(final)
+
+    def _mark_done(self, _fut: Future[Any]) -> None:
+        self._done_at = time.monotonic()
+
+
+def _done_future() -> Future[Any]:
+    fut: Future[Any] = Future()
+    fut.set_result(None)
+    return fut
+
+
+def _publish(root: Path, tmp: Path, final: Path, meta: dict[str, Any]) -> None:
+    """Mark `tmp` complete and move it to `final` without a moment lacking a newest checkpoint."""
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    with (tmp / MARKER).open("w", encoding="utf-8") as f:
+        f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    old = final.with_name(final.name + ".old")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)  # still loadable as step-N.old until the rename below
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    prune(root, keep=KEEP_LAST)
+
+
+def prune(root: Path, keep: int = KEEP_LAST, in_flight: Path | None = None) -> list[Path]:
+    """Delete complete checkpoints beyond the newest `keep`, stale `*.tmp` folders (except
+    `in_flight`) and `.old` folders whose step has a complete replacement; the paths removed.
+
+    Call on one rank only, when no other write is in flight (or name it in `in_flight`)."""
+    if not root.is_dir():
+        return []
+    removed = []
+    complete = _complete(root)
+    finals = sorted((step, p) for step, old, p in complete if not old)
+    for _, path in finals[:-keep] if keep else finals:
+        removed.append(path)
+    final_steps = {step for step, _ in finals}
+    for step, old, path in complete:
+        if old and step in final_steps:
+            removed.append(path)
+    for child in root.iterdir():
+        if child.name.endswith(".tmp") and child.is_dir() and child != in_flight:
+            removed.append(child)
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
 
 
 class CheckpointError(ValueError):
@@ -125,21 +251,34 @@ def load(path: Path, state: dict[str, Stateful]) -> dict[str, Any]:
     return json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
 
 
-def _prune(root: Path, keep: int) -> None:
-    complete = sorted(
-        (int(m.group(1)), p)
-        for p in root.iterdir()
-        if (m := _NAME.match(p.name)) and (p / MARKER).is_file()
-    )
-    for _, path in complete[:-keep]:
-        shutil.rmtree(path, ignore_errors=True)
+def shutdown_timeout_s(env: dict[str, str] | None = None) -> float:
+    """torchrun's SIGTERM-to-SIGKILL seconds, as the agent reads them."""
+    raw = (os.environ if env is None else env).get(SHUTDOWN_TIMEOUT_ENV, "")
+    try:
+        return float(raw) if raw else DEFAULT_SHUTDOWN_TIMEOUT_S
+    except ValueError:
+        return DEFAULT_SHUTDOWN_TIMEOUT_S
+
+
+def emergency_checkpoint_fits(seconds_left: float, write_estimate_s: float) -> bool:
+    """Whether a checkpoint expected to take `write_estimate_s` fits in `seconds_left`.
+
+    25% and 2 s of headroom: a write cut off by SIGKILL costs nothing on disk (it stays a
+    `.tmp` folder, pruned later) but its time, and the peers then wait for it in vain. An
+    unknown estimate (0) is tried whenever any time is left.
+    """
+    if not math.isfinite(seconds_left):
+        return True
+    return seconds_left > 1.25 * write_estimate_s + 2.0
 
 
 class StopSignal:
-    """Records SIGTERM instead of dying; the loop checks `requested` between steps."""
+    """Records SIGTERM (and when) instead of dying; the loop checks `requested` between steps."""
 
     def __init__(self) -> None:
         self.requested = False
+        self.at: float | None = None
+        """time.monotonic() of the first SIGTERM."""
         self._previous: Any = None
 
     def install(self) -> StopSignal:
@@ -151,5 +290,13 @@ class StopSignal:
             signal.signal(signal.SIGTERM, self._previous)
             self._previous = None
 
+    def seconds_left(self, budget_s: float) -> float:
+        """Seconds until torchrun's SIGKILL (`budget_s` after the SIGTERM); inf without one."""
+        if self.at is None:
+            return math.inf
+        return budget_s - (time.monotonic() - self.at)
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.at is None:
+            self.at = time.monotonic()
         self.requested = True

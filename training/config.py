@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "AC_MODES",
     "BATCHING_STRATEGIES",
     "DATASETS",
     "SHARDING_STRATEGIES",
@@ -52,6 +53,7 @@ __all__ = [
 ]
 
 BATCHING_STRATEGIES = ("packing", "padding")
+AC_MODES = ("full", "selective", "none")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DATASETS = ("samsum_dataset", "samsum_sample", "alpaca_dataset", "custom")
 DATASETS_WITH_PATH = ("custom", "alpaca_dataset")
@@ -104,7 +106,7 @@ class TrainConfig:
     mixed_precision: bool = True
     """bf16 (or fp16 with use_fp16) compute with fp32 parameters and gradient reduction."""
     use_fp16: bool = False
-    """Use fp16 instead of bf16 for mixed precision."""
+    """llama-recipes' fp16 mixed precision: refused (no loss scaling with FSDP2); use bf16."""
     val_batch_size: int = 1
     """Validation micro-batch size per rank."""
     dataset: str = "samsum_dataset"
@@ -140,13 +142,31 @@ class TrainConfig:
     resume: bool = False
     """Continue from the newest complete checkpoint in the checkpoint folder."""
     checkpoint_every: int = 0
-    """Optimizer steps between checkpoints; 0 = at the end of each epoch only."""
+    """Optimizer steps between checkpoints; 0 = no step-based interval."""
+    checkpoint_every_s: float = 0.0
+    """Seconds between checkpoints (agreed by all ranks at a step boundary); 0 = no time interval."""
+    async_checkpoint: bool = True
+    """Write checkpoints in the background (DCP async_save): the loop stalls only while staging."""
+    checkpoint_write_estimate_s: float = 0.0
+    """Expected seconds of one checkpoint write (from the job spec), until one is measured; 0 = unknown."""
+    collective_timeout_s: float = 300.0
+    """Timeout of every collective after the first step: a dead or hung peer fails within it."""
     log_every: int = 1
     """Optimizer steps between progress-bar / stdout updates (metrics.jsonl gets every step)."""
     metrics_port: int = 0
     """Port of the Prometheus exporter; 0 = off."""
     progress: bool = True
     """Show a tqdm progress bar on rank 0."""
+    force_bf16: bool = False
+    """Keep bf16 mixed precision on a CPU without native bf16 (else fp32 there, ~10x faster)."""
+    compile: bool = False
+    """torch.compile each decoder layer (per-block, as torchtitan)."""
+    ac_mode: str = "full"
+    """With --fsdp_activation_checkpointing: full (recompute each layer), selective (op-level SAC) or none."""
+    preflight: bool = False
+    """Check the nodes (collectives, matmul, memory, transport) before step 1 (training.preflight)."""
+    preflight_expect: str = ""
+    """--preflight thresholds, e.g. intra_busbw=288,inter_busbw=225,tflops=445,net=OFI,gpus=8."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -219,6 +239,9 @@ def _validate(c: TrainConfig) -> None:
     at_least("sharding_group_size", 0)
     at_least("replica_group_size", 0)
     at_least("checkpoint_every", 0)
+    at_least("checkpoint_every_s", 0)
+    at_least("checkpoint_write_estimate_s", 0)
+    positive("collective_timeout_s")
     at_least("log_every", 1)
     positive("lr")
     positive("gradient_clipping_threshold")
@@ -229,9 +252,22 @@ def _validate(c: TrainConfig) -> None:
     if not 0 <= c.metrics_port <= 65535:
         fail("metrics_port", f"must be in 0..65535 (0 = off), got {c.metrics_port}")
 
+    if c.preflight_expect:
+        from training.preflight import parse_expect  # stdlib-only at import
+
+        try:
+            parse_expect(c.preflight_expect)
+        except ValueError as e:
+            fail("preflight_expect", str(e))
+        if not c.preflight:
+            fail("preflight_expect", "only used with --preflight")
+
     one_of("batching_strategy", BATCHING_STRATEGIES)
     one_of("sharding_strategy", SHARDING_STRATEGIES)
     one_of("dataset", DATASETS)
+    one_of("ac_mode", AC_MODES)
+    if c.ac_mode == "selective" and not c.fsdp_activation_checkpointing:
+        fail("ac_mode", "selective needs --fsdp_activation_checkpointing (or pass --ac_mode none)")
 
     if c.dataset in DATASETS_WITH_PATH:
         if c.data_path is None or not c.data_path.strip():
@@ -251,6 +287,14 @@ def _validate(c: TrainConfig) -> None:
             fail(flag, "only used with --hsdp")
     if c.pure_bf16 and c.use_fp16:
         fail("pure_bf16", "cannot be combined with --use_fp16")
+    if c.use_fp16 and c.mixed_precision:
+        # fp16 gradients underflow without loss scaling, and torch has no gradient scaler for
+        # FSDP2 (ShardedGradScaler is FSDP1's); bf16 has fp32's range and needs none.
+        fail(
+            "use_fp16",
+            "fp16 training needs loss scaling, which this trainer does not do with FSDP2; "
+            "use bf16 (the default --mixed_precision) or --mixed_precision=False",
+        )
 
 
 # ------------------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ right-pads.
 `DistributedBatches` fixes the global sample order from (seed, epoch) alone, so runs with
 different world sizes, micro-batch sizes and accumulation steps see the same global batch per
 optimizer step, and a resumed run continues with the very batches an uninterrupted run would have
-seen.
+seen. Every sample is trained exactly once per epoch: the last global batch is completed with
+fully masked filler rows (`steps_per_epoch` is the one rule for how many steps that makes).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ __all__ = [
     "ALPACA_PROMPT_INPUT",
     "ALPACA_PROMPT_NO_INPUT",
     "ASSETS",
+    "FILLER",
     "IGNORE_INDEX",
     "SAMSUM_SAMPLE",
     "TOKENIZER_DIR",
@@ -64,6 +66,7 @@ __all__ = [
     "load_tokenizer",
     "pack",
     "samsum_prompt",
+    "steps_per_epoch",
     "tokenize_pair",
 ]
 
@@ -390,6 +393,26 @@ def collate(examples: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]
 # ------------------------------------------------------------------------------------------------
 # distributed batch order
 
+FILLER = -1
+"""Sample id of a filler row (a fully masked copy of sample 0) in `DistributedBatches.rank_ids`."""
+
+
+def steps_per_epoch(num_samples: int, global_batch: int) -> int:
+    """Optimizer steps of one epoch: ceil(num_samples / global_batch).
+
+    The one rule (the planner mirrors it): every sample is trained exactly once per epoch, so
+    the last global batch holds the `num_samples % global_batch` remaining samples and is
+    completed with fully masked filler rows. Those carry no label token; with the loss
+    normalised by the global label-token count they change neither the loss nor the gradient,
+    whatever the world size. `global_batch` is B x W x A (micro-batch, world size,
+    accumulation); 0 samples make 0 steps.
+    """
+    if global_batch < 1:
+        raise ValueError(f"global_batch must be >= 1, got {global_batch}")
+    if num_samples < 0:
+        raise ValueError(f"num_samples must be >= 0, got {num_samples}")
+    return -(-num_samples // global_batch)
+
 
 class DistributedBatches:
     """This rank's micro-batches, step by step, in an order independent of the world size.
@@ -399,7 +422,9 @@ class DistributedBatches:
     A = grad_accum and G = B*W*A, optimizer step s of an epoch uses perm[s*G:(s+1)*G]; its
     micro-step a uses perm[s*G + a*B*W : s*G + (a+1)*B*W], of which rank r takes [r*B:(r+1)*B].
     So W=1, B=4; W=2, B=2; and W=1, B=2, A=2 all see the same global batch per step. The last
-    len(dataset) % G samples of an epoch are dropped.
+    step of an epoch takes the len(dataset) % G remaining samples and fills the rest of its G
+    positions with fully masked copies of sample 0 (`FILLER`): every sample is trained exactly
+    once per epoch at any world size, in `steps_per_epoch(len(dataset), G)` steps.
 
     The position is the number of samples of the current epoch already consumed. It advances
     when a step's micro-batches are handed out (before the yield), so a state_dict() taken after
@@ -453,21 +478,24 @@ class DistributedBatches:
             )
         self.epoch = 0
         self.consumed_samples = 0
+        self._step_counts = (0, 0)
         self._perm: tuple[int, torch.Tensor] | None = None
+        first = dataset[0]
+        self._filler: Example = {**first, "labels": [IGNORE_INDEX] * len(first["labels"])}
 
     # -- positions ------------------------------------------------------------------------------
     def steps_per_epoch(self) -> int:
-        """Optimizer steps in a full epoch: len(dataset) // (B*W*A) (the remainder is dropped)."""
-        return len(self.dataset) // self.global_batch_size
+        """Optimizer steps in a full epoch: `steps_per_epoch(len(dataset), B*W*A)` (ceil)."""
+        return steps_per_epoch(len(self.dataset), self.global_batch_size)
 
     @property
     def step_in_epoch(self) -> int:
         """Optimizer steps of the current epoch already handed out (in units of this G)."""
-        return self.consumed_samples // self.global_batch_size
+        return -(-self.consumed_samples // self.global_batch_size)
 
     def remaining_steps(self) -> int:
         """Optimizer steps left in the current epoch."""
-        return (len(self.dataset) - self.consumed_samples) // self.global_batch_size
+        return steps_per_epoch(len(self.dataset) - self.consumed_samples, self.global_batch_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Move to the start of `epoch`; a no-op if already in it (so a resumed position holds)."""
@@ -492,21 +520,57 @@ class DistributedBatches:
         return perm
 
     def global_indices(self, start: int) -> list[int]:
-        """Dataset indices of the global batch starting at epoch position `start` (all ranks)."""
-        return self.permutation()[start : start + self.global_batch_size].tolist()
+        """Sample ids of the global batch starting at epoch position `start` (all ranks), G of
+        them: past the end of the epoch, `FILLER`."""
+        from training.dist import host_only  # the order lives on the host: reading it syncs nothing
+
+        ids = host_only(self.permutation()[start : start + self.global_batch_size]).tolist()
+        return ids + [FILLER] * (self.global_batch_size - len(ids))
+
+    def rank_ids(self, start: int) -> list[list[int]]:
+        """This rank's sample ids per micro-batch of the step starting at position `start`."""
+        B, W = self.micro_batch_size, self.world_size
+        batch = self.global_indices(start)
+        return [
+            batch[a * B * W + self.rank * B : a * B * W + (self.rank + 1) * B]
+            for a in range(self.grad_accum)
+        ]
 
     # -- iteration ------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[list[dict[str, torch.Tensor]]]:
         """For each remaining step of the current epoch, this rank's grad_accum micro-batches."""
-        B, W = self.micro_batch_size, self.world_size
-        while self.consumed_samples + self.global_batch_size <= len(self.dataset):
-            batch = self.global_indices(self.consumed_samples)
-            micro = []
-            for a in range(self.grad_accum):
-                mine = batch[a * B * W + self.rank * B : a * B * W + (self.rank + 1) * B]
-                micro.append(collate([self.dataset[i] for i in mine], self.pad_id))
-            self.consumed_samples += self.global_batch_size
+        while self.consumed_samples < len(self.dataset):
+            micro = [
+                collate(
+                    [self._filler if i == FILLER else self.dataset[i] for i in ids], self.pad_id
+                )
+                for ids in self.rank_ids(self.consumed_samples)
+            ]
+            self._step_counts = self._token_counts(self.global_indices(self.consumed_samples))
+            self.consumed_samples = min(
+                self.consumed_samples + self.global_batch_size, len(self.dataset)
+            )
             yield micro
+
+    def step_token_counts(self) -> tuple[int, int]:
+        """(label tokens, input tokens) of the global batch last handed out, over ALL ranks.
+
+        What an all-reduce of every rank's counts would give, computed (when the step's
+        micro-batches are built) from the dataset order that every rank holds: label tokens are
+        the scored ones (`labels[1:] != IGNORE_INDEX` per row, as the loss shifts them), input
+        tokens the attention-mask ones (filler rows count their inputs, not their labels). No
+        collective and no tensor read in the training step.
+        """
+        return self._step_counts
+
+    def _token_counts(self, ids: list[int]) -> tuple[int, int]:
+        labels = inputs = 0
+        for i in ids:
+            ex = self._filler if i == FILLER else self.dataset[i]
+            row = ex["labels"]
+            labels += len(row) - 1 - row[1:].count(IGNORE_INDEX) if row else 0
+            inputs += sum(ex["attention_mask"])
+        return labels, inputs
 
     # -- Stateful -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, int]:

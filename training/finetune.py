@@ -5,6 +5,13 @@ checkpoint to resume from), `fit()` trains and validates epoch by epoch, `finish
 summarises. Flags are llama-recipes' (see training.config); bad input stops before any work with
 one line `error: ...` and exit status 2.
 
+Exit status (docs/adr/0004-preemption-semantics.md): 0 only when training is complete; 143 when a
+SIGTERM stopped it (this pod is going away, or torchrun restarts the group): every rank stops
+at the same step boundary, takes an emergency checkpoint only if it fits the time torchrun
+leaves before its SIGKILL, and exits 143 so that torchrun restarts the surviving group and the
+training operator never counts a stopped worker as a successful one; 1 on any other failure (a
+collective that timed out on a dead or hung peer), without waiting for a clean teardown.
+
 Invariant: the gradient of every optimizer step is that of the sum of token losses of the GLOBAL
 batch divided by its number of label tokens (counted over all ranks and micro-batches before the
 backward pass), so any world size, sharding or accumulation split gives the same update.
@@ -14,8 +21,10 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +37,12 @@ if TYPE_CHECKING:
 
     from training.dist import DistEnv
 
-PREEMPTED_EXIT = 0
-"""Exit status after a SIGTERM-triggered checkpoint (rerun with --resume to continue)."""
+PREEMPTED_EXIT = 143
+"""Exit status of a worker stopped by SIGTERM (128 + 15, the shell's convention): non-zero, so
+torchrun restarts the group and the training operator (v1.9, which marks an elastic job
+Succeeded as soon as one worker exits 0) does not end the job."""
+FAILED_EXIT = 1
+"""Exit status after an unexpected error (a collective timeout on a dead peer, say)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,6 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.parallelize import ParallelError
 
     with distributed() as env:
+        if cfg.preflight:  # every (re)start checks the nodes it got, before step 1
+            from training.preflight import gate
+
+            if (status := gate(cfg.preflight_expect, cfg.output_dir, env.device)) != 0:
+                return status
         error = None
         try:
             trainer = Trainer(cfg, env)
@@ -53,8 +71,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if error is not None:
             gc.collect()  # a half-built trainer goes while the process group is alive
             return _fail(error, env.rank)
-        preempted = trainer.fit()
-        trainer.finish(preempted)
+        try:
+            preempted = trainer.fit()
+            trainer.finish(preempted)
+        except Exception:
+            # A peer is dead or hung: the process group cannot be torn down cleanly, and a
+            # background checkpoint thread waiting on it would keep the process alive. Exit now,
+            # non-zero, so that torchrun restarts the group.
+            traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(FAILED_EXIT)
         # Free the sharded model, its meshes and the checkpoint state while the process group
         # is alive: collected after it is destroyed, they can abort the process at exit.
         del trainer
@@ -92,11 +119,19 @@ class Trainer:
 
         from training import checkpoint
         from training.data import DistributedBatches, build_dataset, eval_batches, load_tokenizer
-        from training.dist import device_type
-        from training.metrics import JsonlSink, Metrics, ProgressSink, peak_flops
+        from training.dist import broadcast_object, checkpoint_group, device_type
+        from training.metrics import (
+            GOODPUT_FILE,
+            Goodput,
+            JsonlSink,
+            Metrics,
+            ProgressSink,
+            peak_flops,
+        )
         from training.model import build_empty, full_state_dict, materialize, model_spec
-        from training.parallelize import ParallelDims, build_mesh, parallelize
+        from training.parallelize import ParallelDims, build_mesh, parallelize, resolve_precision
 
+        cfg, self.precision_note = resolve_precision(cfg, env.device)
         self.cfg, self.env = cfg, env
         torch.manual_seed(cfg.seed)
         self.dims = ParallelDims.from_config(cfg, env.world_size, env.local_world_size)
@@ -139,9 +174,7 @@ class Trainer:
         del weights
         self.model.train()
 
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
-        )
+        self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.StepLR(
             self.optimizer, step_size=1, gamma=cfg.gamma
         )
@@ -157,6 +190,14 @@ class Trainer:
         }
         self.resumed_from: Path | None = None
         self._saved_at: tuple[int, int] | None = None
+        if env.is_main:  # writes that never finished (a killed pod, a cut-off emergency save)
+            checkpoint.prune(self.ckpt_root)
+        self.checkpointer = checkpoint.Checkpointer(
+            self.ckpt_root,
+            self.stateful,
+            use_async=cfg.async_checkpoint,
+            group=checkpoint_group(),
+        )
         if cfg.resume:
             latest = checkpoint.latest_complete(self.ckpt_root)
             if latest is not None:
@@ -169,13 +210,19 @@ class Trainer:
         self.out_dir = Path(cfg.output_dir)
         self.total_steps = self._planned_steps()
         self.metrics = Metrics()
+        ledger: Goodput | None = None
         if env.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             resume_step = self.state.step if cfg.resume else None
-            self.metrics.add(JsonlSink(self.out_dir / "metrics.jsonl", resume_step))
+            jsonl = JsonlSink(self.out_dir / "metrics.jsonl", resume_step)
+            self.metrics.add(jsonl)
             self.metrics.add(
                 ProgressSink(self.total_steps, cfg.log_every, self.state.step, bar=cfg.progress)
             )
+            ledger = Goodput.resume(self.out_dir / GOODPUT_FILE, jsonl) if cfg.resume else None
+            ledger = ledger or Goodput(started_at=time.time())
+            ledger.save(self.out_dir / GOODPUT_FILE)
+        self.goodput: Goodput = broadcast_object(ledger)
         if cfg.metrics_port:  # Prometheus exporter: local rank 0 of every node serves
             from training.prometheus import prometheus_sink_for_rank
 
@@ -194,15 +241,24 @@ class Trainer:
             "epoch_loss": [],
             "epoch_time": [],
             "eval_loss": [],
-            "ckpt_time": [],
+            "ckpt_stall": [],
         }
         self.train_time = 0.0
         self.train_tokens = 0
+        self._rows: list[
+            tuple[int, dict[str, Any]]
+        ] = []  # logged steps whose figures wait on the device
+        self._stop_pending: tuple[Any, torch.Tensor] | None = None  # last step's stop vote
+        self._first_step = self.state.step + 1
+        self._last_save_t = time.monotonic()
+        self._stall_to_log: float | None = None
         self._announce()
 
     # ------------------------------------------------------------------------------------------
     def fit(self) -> bool:
         """Train until num_epochs / max_train_step; returns True when stopped by SIGTERM."""
+        from training.dist import set_collective_timeout
+
         cfg, st = self.cfg, self.state
         self.stop.install()
         try:
@@ -217,12 +273,16 @@ class Trainer:
                     st.step += 1
                     st.tokens_seen += out["tokens"]
                     losses.append(out["loss"])
+                    if st.step == self._first_step:  # loading and warm-up are behind us
+                        set_collective_timeout(cfg.collective_timeout_s)
                     self._log(out)
                     if out["stop"]:
+                        self._settle()
                         self._end_epoch_stats(losses, t_epoch)
-                        self.save()
+                        self._stop_on_signal()
                         return True
-                    if cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0:
+                    self.checkpointer.poll()
+                    if self._checkpoint_due():
                         self.save()
                     if self._step_limit_reached():
                         break
@@ -235,49 +295,132 @@ class Trainer:
                 if cfg.run_validation:
                     self.history["eval_loss"].append(self.validate(trained))
                 self.save()
+            self._settle()
+            t0 = time.monotonic()
+            self.checkpointer.wait()  # the last checkpoint is on disk before the exit
+            if self.history["ckpt_stall"]:
+                self.history["ckpt_stall"][-1] += time.monotonic() - t0
             return False
         finally:
             self.stop.uninstall()
 
+    def _checkpoint_due(self) -> bool:
+        """Step interval or time interval, the same answer on every rank."""
+        from training.dist import all_reduce_max
+
+        cfg = self.cfg
+        due = bool(cfg.checkpoint_every) and self.state.step % cfg.checkpoint_every == 0
+        if cfg.checkpoint_every_s:  # clocks differ: any rank's vote counts, for all
+            mine = time.monotonic() - self._last_save_t >= cfg.checkpoint_every_s
+            (vote,) = all_reduce_max([float(due or mine)], self.env.device)
+            due = vote > 0
+        return due
+
+    def _stop_on_signal(self) -> None:
+        """SIGTERM seen by some rank: finish the write in flight, take an emergency checkpoint if
+        it fits before torchrun's SIGKILL on every rank, then let the caller exit 143."""
+        from training import checkpoint
+        from training.dist import all_reduce_max
+
+        st = self.state
+        self.checkpointer.wait()
+        budget = checkpoint.shutdown_timeout_s()
+        # survivors (no SIGTERM of their own) have all the time in the world: the minimum wins
+        (neg_left,) = all_reduce_max([-min(self.stop.seconds_left(budget), 1e18)], self.env.device)
+        left = -neg_left
+        estimate = self.checkpointer.write_s or self.cfg.checkpoint_write_estimate_s
+        if self._saved_at == (st.step, st.epoch):
+            what = f"checkpoint step {st.step} already written"
+        elif checkpoint.emergency_checkpoint_fits(left, estimate):
+            self.save()
+            self.checkpointer.wait()
+            what = (
+                f"emergency checkpoint step {st.step} written in {self.checkpointer.write_s:.1f} s"
+            )
+        else:
+            latest = checkpoint.latest_complete(self.ckpt_root)
+            what = (
+                f"no time for an emergency checkpoint ({left:.0f} s left, a write takes "
+                f"~{estimate:.0f} s); the group resumes from {latest.name if latest else 'scratch'}"
+            )
+        if self.env.is_main:
+            print(
+                f"SIGTERM: stopped at step {st.step}; {what}; exiting {PREEMPTED_EXIT}",
+                flush=True,
+            )
+
     def train_step(self, micro_batches: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
-        """One optimizer step over this rank's micro-batches; returns global figures."""
+        """One optimizer step over this rank's micro-batches; returns global figures.
+
+        No host sync (CUDA): the global token counts come from the data order every rank holds
+        (`DistributedBatches.step_token_counts`), loss and grad norm stay on the device
+        ("loss", "grad_norm" are 0-d tensors; `_log` fetches them every --log_every steps), and
+        the stop flag is the previous step's asynchronous all-reduce (a SIGTERM is acted on
+        one step later). `benchmarks/step_anatomy.py` counts the syncs; a test requires 0.
+        """
         import torch
 
-        from training.data import IGNORE_INDEX
-        from training.dist import all_reduce_sum
+        from training.dist import all_reduce_sum_tensor
         from training.parallelize import set_gradient_sync
 
         dev = self.env.device
-        n_label = sum(int((mb["labels"][:, 1:] != IGNORE_INDEX).sum()) for mb in micro_batches)
-        n_input = sum(int(mb["attention_mask"].sum()) for mb in micro_batches)
-        g_label, g_input, g_stop = all_reduce_sum(
-            [n_label, n_input, float(self.stop.requested)], dev
-        )
+        g_label, g_input = self.batches.step_token_counts()
+        stop = self._stop_vote()
         # FSDP averages gradients over ranks: scale so that the result is sum / global count.
-        scale = self.env.world_size / max(g_label, 1.0)
+        scale = self.env.world_size / max(g_label, 1)
         loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
         for i, mb in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
             set_gradient_sync(self.model, self.dims, last_micro_batch=last)
-            batch = {k: v.to(dev, non_blocking=True) for k, v in mb.items()}
+            batch = {k: mb[k].to(dev, non_blocking=True) for k in ("input_ids", "labels")}
             tok_loss = token_loss_sum(self.model, batch)
             (tok_loss * scale).backward()
             loss_sum += tok_loss.detach().double()
         grad_norm = self._clip_grads()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        (g_loss,) = all_reduce_sum([float(loss_sum)], dev)
+        all_reduce_sum_tensor(loss_sum)  # on the device, no wait
         return {
-            "loss": g_loss / max(g_label, 1.0),
+            "loss": loss_sum / max(g_label, 1),
             "grad_norm": grad_norm,
-            "tokens": int(g_input),
-            "label_tokens": int(g_label),
-            "stop": g_stop > 0,
+            "tokens": g_input,
+            "label_tokens": g_label,
+            "stop": stop,
             "lr": self.optimizer.param_groups[0]["lr"],
         }
 
-    def _clip_grads(self) -> float:
+    def _stop_vote(self) -> bool:
+        """Start this step's all-reduce of the SIGTERM flag; return the previous step's result.
+
+        The flag is a CPU tensor (gloo, also under NCCL: the process group is
+        "cpu:gloo,cuda:nccl"), launched with async_op and read one step later, when it has long
+        arrived: the GPU never waits for it.
+        """
         import torch
+        import torch.distributed as dist
+
+        from training.dist import host_only
+
+        if self.env.world_size == 1:
+            return self.stop.requested
+        flag = torch.tensor([float(self.stop.requested)], dtype=torch.float64)
+        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)
+        previous, self._stop_pending = self._stop_pending, (work, flag)
+        if previous is None:
+            return False
+        previous[0].wait()
+        host_only(previous[1])
+        return previous[1].tolist()[0] > 0
+
+    def _settle(self) -> None:
+        """Wait for the last stop vote and write the metric rows still held (end of training)."""
+        if self._stop_pending is not None:
+            self._stop_pending[0].wait()
+            self._stop_pending = None
+        self._flush_rows()
+
+    def _clip_grads(self) -> torch.Tensor:
+        """The global gradient norm (a 0-d tensor on the device), clipping if asked."""
         from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -285,12 +428,8 @@ class Trainer:
         if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
             norm = norm.full_tensor()
         if self.cfg.gradient_clipping:
-            clip_grads_with_norm_(
-                [p for p in self.model.parameters() if p.grad is not None],
-                self.cfg.gradient_clipping_threshold,
-                norm,
-            )
-        return float(torch.as_tensor(norm))
+            clip_grads_with_norm_(grads, self.cfg.gradient_clipping_threshold, norm)
+        return norm
 
     def validate(self, epoch: int = 0) -> float:
         """Mean token loss over the validation split (all ranks), as llama-recipes' eval loss."""
@@ -317,30 +456,29 @@ class Trainer:
             )
         return loss
 
-    def save(self) -> Path:
-        """Checkpoint everything the run needs to continue (collective)."""
-        from training import checkpoint
-
+    def save(self) -> None:
+        """Checkpoint everything the run needs to continue (collective; may write in the
+        background: `self.checkpointer.wait()` blocks until it is complete)."""
         if self._saved_at == (self.state.step, self.state.epoch):
-            return self.ckpt_root  # nothing changed since the last checkpoint
-        t0 = time.perf_counter()
+            return  # nothing changed since the last checkpoint
         meta = {
             **self.state.state_dict(),
             "world_size": self.env.world_size,
             "model_name": self.cfg.model_name,
             "layout": self.dims.describe(),
         }
-        path = checkpoint.save(self.ckpt_root, self.state.step, self.stateful, meta)
-        self.history["ckpt_time"].append(time.perf_counter() - t0)
+        stall = self.checkpointer.save(self.state.step, meta)
+        self.history["ckpt_stall"].append(stall)
+        self._stall_to_log = stall
+        self._last_save_t = time.monotonic()
         self._saved_at = (self.state.step, self.state.epoch)
-        return path
 
     def finish(self, preempted: bool) -> None:
         """Export the model, write summary.json and the plot, print the summary (rank 0)."""
         import torch.distributed as dist
 
         from training.export import export_hf
-        from training.metrics import peak_memory_bytes, plot_metrics, write_summary
+        from training.metrics import GOODPUT_FILE, peak_memory_bytes, plot_metrics, write_summary
 
         self.metrics.close()
         exported = None
@@ -355,13 +493,18 @@ class Trainer:
         if not self.env.is_main:
             return
         h = self.history
+        g = self.goodput
+        g.save(self.out_dir / GOODPUT_FILE)
         summary = {
             "avg_train_loss": _mean(h["epoch_loss"]),
             "avg_train_prep": _mean([_exp(x) for x in h["epoch_loss"]]),
             "avg_eval_loss": _mean(h["eval_loss"]),
             "avg_eval_prep": _mean([_exp(x) for x in h["eval_loss"]]),
             "avg_epoch_time": _mean(h["epoch_time"]),
-            "avg_checkpoint_time": _mean(h["ckpt_time"]),
+            "avg_checkpoint_time": _mean(h["ckpt_stall"]),
+            "checkpoint_stall_s": [round(x, 4) for x in h["ckpt_stall"]],
+            "checkpoint_write_s": self.checkpointer.write_s,
+            "async_checkpoint": self.cfg.async_checkpoint,
             "tokens_per_s": self.train_tokens / self.train_time if self.train_time else 0.0,
             "peak_mem_bytes": int(peak.item()),
             "steps": self.state.step,
@@ -369,6 +512,7 @@ class Trainer:
             "world_size": self.env.world_size,
             "layout": self.dims.describe(),
             "preempted": preempted,
+            **g.as_dict(),
         }
         write_summary(self.out_dir / "summary.json", summary)
         jsonl = self.out_dir / "metrics.jsonl"
@@ -382,27 +526,63 @@ class Trainer:
 
         self.train_time += out["step_time_s"]
         self.train_tokens += out["tokens"]
+        self.goodput.productive_s += out["step_time_s"]
         tps = out["tokens"] / out["step_time_s"] if out["step_time_s"] > 0 else 0.0
         row = {
             "epoch": self.state.epoch,
-            "loss": out["loss"],
+            "loss": out["loss"],  # a device tensor until _flush_rows
             "lr": out["lr"],
-            "grad_norm": out["grad_norm"],
+            "grad_norm": out["grad_norm"],  # likewise
             "tokens": out["tokens"],
+            "label_tokens": out["label_tokens"],
             "tokens_per_s": tps,
             "step_time_s": out["step_time_s"],
             "world_size": self.env.world_size,
             "peak_mem_bytes": peak_memory_bytes(self.env.device),
             "time": time.time(),
+            "goodput": self.goodput.ratio(),
+            "restarts": self.goodput.restarts,
+            "steps_redone": self.goodput.steps_redone,
         }
+        if self._stall_to_log is not None:  # the checkpoint taken after the previous step
+            row["ckpt_stall_s"] = self._stall_to_log
+            self._stall_to_log = None
         if self.peak_flops:
             achieved = tps * self.flops_per_token
             row["mfu"] = achieved / (self.peak_flops * self.env.world_size)
-        self.metrics.log(row, self.state.step)
+        self._rows.append((self.state.step, row))
+        if (
+            self.state.step % self.cfg.log_every == 0
+            or out["stop"]
+            or self._step_limit_reached()
+            or self.batches.remaining_steps() == 0
+        ):
+            self._flush_rows()
 
-    def _end_epoch_stats(self, losses: list[float], t_epoch: float) -> None:
+    def _flush_rows(self) -> None:
+        """Fetch the held steps' loss and grad norm in ONE device->host copy, then log them.
+
+        metrics.jsonl still gets every step; a GPU waits for the host only once per --log_every
+        steps (and at the end of an epoch, a SIGTERM or the step limit).
+        """
+        import torch
+
+        if not self._rows:
+            return
+        values = torch.stack(
+            [torch.stack([r["loss"], r["grad_norm"].to(r["loss"])]) for _, r in self._rows]
+        ).tolist()
+        for (step, row), (loss, grad_norm) in zip(self._rows, values, strict=True):
+            row["loss"], row["grad_norm"] = loss, grad_norm
+            self.metrics.log(row, step)
+        self._rows = []
+
+    def _end_epoch_stats(self, losses: list[Any], t_epoch: float) -> None:
+        import torch
+
         if losses:
-            self.history["epoch_loss"].append(sum(losses) / len(losses))
+            mean = torch.stack([torch.as_tensor(x, dtype=torch.float64) for x in losses]).mean()
+            self.history["epoch_loss"].append(float(mean))
             self.history["epoch_time"].append(time.perf_counter() - t_epoch)
 
     def _step_limit_reached(self) -> bool:
@@ -430,21 +610,40 @@ class Trainer:
             f"{cfg.gradient_accumulation_steps} accumulation), {self.total_steps} steps{resumed}",
             flush=True,
         )
+        if self.precision_note:
+            print(self.precision_note, flush=True)
+
+
+def build_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW with the fused kernel (one pass over each shard, no fp32 temporaries per step).
+
+    torch's fused AdamW runs on CUDA and CPU (`_get_fused_kernels_supported_devices`) and
+    accepts FSDP2's DTensor shards, as torchtitan uses it (`optimizer.implementation = "fused"`);
+    the foreach fallback is for parameters on any other device.
+    """
+    import torch
+    from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    fused = all(p.device.type in _get_fused_kernels_supported_devices() for p in params)
+    kernel = {"fused": True} if fused else {"foreach": True}
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **kernel)
 
 
 def token_loss_sum(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Sum of next-token cross-entropy over the label tokens of `batch` (fp32)."""
-    import torch.nn.functional as F
+    """Sum of next-token cross-entropy over the label tokens of `batch` (fp32).
 
-    from training.data import IGNORE_INDEX
+    The model gets attention_mask=None: HF's SDPA path then uses the causal kernel without
+    reading a mask on the host (`_ignore_causal_mask_sdpa`, a sync per forward on CUDA). That
+    changes no scored position: packed rows are all ones, and padded rows (training.data.collate)
+    are padded on the right with ignored labels, which a causal model never attends from a real
+    token. The loss shifts the labels, not the logits, and is chunked (training.loss): no fp32
+    copy of the full logits.
+    """
+    from training import loss
 
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    return F.cross_entropy(
-        logits[:, :-1].flatten(0, 1).float(),
-        batch["labels"][:, 1:].flatten(),
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
-    )
+    logits = model(input_ids=batch["input_ids"], attention_mask=None, use_cache=False).logits
+    return loss.token_loss_sum(logits, batch["labels"], overwrite_logits=logits.requires_grad)
 
 
 def _mean(xs: list[float]) -> float:
@@ -467,13 +666,18 @@ def _format_summary(s: dict[str, Any], exported: Path | None, ckpt_root: Path) -
         f"eval loss (avg)      {num(s['avg_eval_loss'], '.4f')}   perplexity {num(s['avg_eval_prep'], '.2f')}",
         f"throughput           {s['tokens_per_s']:,.0f} tokens/s (global)",
         f"peak memory          {s['peak_mem_bytes'] / 2**20:,.0f} MiB (max over ranks)",
-        f"epoch / checkpoint   {num(s['avg_epoch_time'], '.1f')} s / {num(s['avg_checkpoint_time'], '.2f')} s (avg)",
+        f"epoch / checkpoint   {num(s['avg_epoch_time'], '.1f')} s / {num(s['avg_checkpoint_time'], '.2f')} s (avg stall)",
+        f"goodput              {100 * s['goodput']:.1f}% ({s['productive_s']:.1f} s of steps in "
+        f"{s['wall_s']:.1f} s; {s['restarts']} restarts, {s['steps_redone']} steps redone)",
         f"checkpoints          {ckpt_root}",
     ]
     if exported is not None:
         lines.append(f"exported model       {exported}")
     if s["preempted"]:
-        lines.append("stopped by SIGTERM after a checkpoint: rerun with --resume to continue")
+        lines.append(
+            f"stopped by SIGTERM at step {s['steps']}: exit {PREEMPTED_EXIT}; the job resumes "
+            "from its newest complete checkpoint (--resume)"
+        )
     return "\n".join([*lines, ""])  # a blank line closes the block (the local runner quotes it)
 
 

@@ -5,6 +5,11 @@ Sinks on rank 0: `JsonlSink` (`<output_dir>/metrics.jsonl`, one line per optimiz
 object with the same two methods (the `Sink` protocol) can join, e.g. a Prometheus exporter.
 At the end `write_summary` writes llama-recipes' summary keys to `summary.json` and
 `plot_metrics` draws loss and throughput per step into `metrics.png`.
+
+Goodput (`Goodput`, kept in `<output_dir>/goodput.json` across restarts of the job): the time of
+the optimizer steps in the final history divided by the wall time since the job first started.
+Start-up, rendezvous, checkpoint stalls, evaluation and steps that a restart redid all count
+as lost; `restarts` and `steps_redone` say why.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import json
 import math
 import resource
 import sys
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -67,9 +74,15 @@ class JsonlSink:
     def __init__(self, path: Path, resume_step: int | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.kept: list[dict[str, Any]] = []
+        """Rows of an earlier run kept on resume (steps up to the checkpoint)."""
+        self.dropped = 0
+        """Rows an earlier run logged past the checkpoint: the steps this run does again."""
         if resume_step is not None and path.is_file():
-            kept = [r for r in read_jsonl(path) if r.get("step", 0) <= resume_step]
-            path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            rows = _read_rows(path)
+            self.kept = [r for r in rows if r.get("step", 0) <= resume_step]
+            self.dropped = len({r.get("step") for r in rows if r.get("step", 0) > resume_step})
+            path.write_text("".join(json.dumps(r) + "\n" for r in self.kept), encoding="utf-8")
         elif resume_step is None and path.is_file():
             path.unlink()  # a fresh run starts a fresh file
         self._f: IO[str] = path.open("a", encoding="utf-8")
@@ -146,6 +159,74 @@ def write_summary(path: Path, summary: Mapping[str, Any]) -> None:
         for k, v in summary.items()
     }
     path.write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a metrics.jsonl; a torn last line (a killed writer) is skipped."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+GOODPUT_FILE = "goodput.json"
+
+
+@dataclass
+class Goodput:
+    """The job's productive time against its wall time, across restarts (rank 0 keeps it)."""
+
+    started_at: float
+    """Unix time the job first started (its first process)."""
+    restarts: int = 0
+    """Times the job's processes started again after the first start (resumed runs)."""
+    steps_redone: int = 0
+    """Steps trained again because a restart went back to an older checkpoint."""
+    productive_s: float = 0.0
+    """Seconds spent in the optimizer steps of the final history."""
+
+    def ratio(self, now: float | None = None) -> float:
+        """productive_s / wall seconds since `started_at` (0..1)."""
+        wall = (time.time() if now is None else now) - self.started_at
+        return min(1.0, self.productive_s / wall) if wall > 0 else 0.0
+
+    def as_dict(self, now: float | None = None) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        return {
+            "goodput": self.ratio(now),
+            "productive_s": self.productive_s,
+            "wall_s": now - self.started_at,
+            "restarts": self.restarts,
+            "steps_redone": self.steps_redone,
+        }
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def resume(cls, path: Path, jsonl: JsonlSink) -> Goodput | None:
+        """The ledger of an earlier start of this job, counted one restart further, with the
+        steps `jsonl` dropped as redone and the kept rows' step times as productive; None when
+        there was no earlier start."""
+        if not path.is_file():
+            return None
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            ledger = cls(
+                started_at=float(raw["started_at"]),
+                restarts=int(raw.get("restarts", 0)) + 1,
+                steps_redone=int(raw.get("steps_redone", 0)) + jsonl.dropped,
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+        ledger.productive_s = sum(float(r.get("step_time_s", 0.0)) for r in jsonl.kept)
+        return ledger
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -109,6 +109,7 @@ def build_empty(spec: ModelSpec) -> nn.Module:
         model = AutoModelForCausalLM.from_config(spec.config, dtype=torch.float32)
     # init_empty_weights re-creates every registered parameter, which unties tied embeddings.
     model.tie_weights()
+    use_maskless_causal_sdpa(model)
     spec.buffers = {
         name: buf.detach().clone()
         for name, buf in _non_persistent_buffers(model)
@@ -116,7 +117,23 @@ def build_empty(spec: ModelSpec) -> nn.Module:
     }
     if spec.dtype != torch.float32:
         model.to(spec.dtype)
+        keep_buffers_fp32(model, spec.buffers)
     return model
+
+
+def keep_buffers_fp32(model: nn.Module, saved: dict[str, torch.Tensor]) -> None:
+    """Put the non-persistent buffers (rotary `inv_freq`) back in fp32 after a cast.
+
+    `--pure_bf16` casts the model; a bf16 `inv_freq` has a 0.4% relative error, which the rotary
+    forward multiplies by the position: several radians of phase at position 4,095. The rotary
+    forward computes `position * inv_freq` in fp32 and casts only cos/sin to the activation
+    dtype, so the fp32 values computed at build time (`saved`) keep the phases exact.
+    """
+    for mod_name, mod in model.named_modules():
+        for buf_name in mod._non_persistent_buffers_set:
+            full = f"{mod_name}.{buf_name}" if mod_name else buf_name
+            if full in saved and saved[full].is_floating_point():
+                mod._buffers[buf_name] = saved[full].detach().clone()
 
 
 def full_state_dict(spec: ModelSpec, seed: int) -> dict[str, torch.Tensor]:
@@ -175,6 +192,82 @@ def _non_persistent_buffers(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
             if buf is not None:
                 out.append((f"{mod_name}.{buf_name}" if mod_name else buf_name, buf))
     return out
+
+
+CAUSAL_SDPA = "eksfsdp_causal_sdpa"
+"""Attention implementation registered by `use_maskless_causal_sdpa`."""
+
+
+def _causal_sdpa(
+    module: nn.Module, query: Any, key: Any, value: Any, attention_mask: Any, **kw: Any
+) -> Any:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, None, **kw)
+
+
+def use_maskless_causal_sdpa(model: nn.Module) -> bool:
+    """Run SDPA's causal kernel without building a mask, so a forward makes no host sync.
+
+    With HF's "sdpa", every forward inspects the mask (or, without one, the position ids for
+    packed sequences: `find_packed_sequence_indices`) with a tensor -> bool on the host, a GPU
+    sync per step. Every batch of this package is either packed (no padding) or padded on the
+    right with ignored labels, so for a causal model the mask changes no scored position: an
+    attention implementation that HF's mask interface does not know gets no mask at all
+    (`masking_utils._preprocess_mask_arguments`) and calls SDPA with `is_causal=True`.
+    Kept to plain causal "sdpa" models (no sliding window, which needs the mask); the name is
+    not saved in config.json, so exported models load anywhere. Returns True when switched.
+    """
+    config = model.config  # type: ignore[union-attr]
+    if (
+        getattr(config, "_attn_implementation", None) != "sdpa"
+        or getattr(config, "sliding_window", None)
+        or "sliding_attention" in (getattr(config, "layer_types", None) or ())
+        or not getattr(config, "is_causal", True)
+    ):
+        return False
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(CAUSAL_SDPA, _causal_sdpa)
+    model.set_attn_implementation(CAUSAL_SDPA)  # type: ignore[operator]
+    return True
+
+
+_NATIVE_FLAGS: dict[torch.dtype, tuple[str, ...]] = {
+    # x86: AVX-512 BF16 (Cooper Lake, Zen 4+) or AMX (Sapphire Rapids+); aarch64: the BF16 extension.
+    torch.bfloat16: ("avx512_bf16", "amx_bf16", "bf16"),
+    # x86: AVX-512 FP16 (Sapphire Rapids+) or AMX-FP16; aarch64: half-precision arithmetic.
+    torch.float16: ("avx512_fp16", "amx_fp16", "fphp", "asimdhp"),
+}
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU feature flags the kernel reports ("flags" on x86, "Features" on aarch64); empty elsewhere."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def native_low_precision(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether `device` computes in `dtype` (bf16 / fp16) natively, not by emulation through fp32.
+
+    CUDA: always True (nothing changes there). CPU: True when /proc/cpuinfo lists one of the
+    native instruction sets, or torch's own dispatch picked an AMX / AVX-512 BF16 kernel level
+    (`torch.backends.cpu.get_cpu_capability()`). An AVX2-only CPU emulates bf16 matmuls and runs a
+    step ~10x slower than in fp32. Without /proc/cpuinfo (macOS) the answer is False: fp32 is safe.
+    """
+    if device.type != "cpu":
+        return True
+    capability = torch.backends.cpu.get_cpu_capability().upper()
+    if "AMX" in capability or (dtype == torch.bfloat16 and "BF16" in capability):
+        return True
+    return bool(cpu_flags() & set(_NATIVE_FLAGS.get(dtype, ())))
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

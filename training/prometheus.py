@@ -13,7 +13,9 @@ peak memory is per node (that node's local rank 0). Other local ranks get ``None
 :func:`prometheus_sink_for_rank` and serve nothing, so ports never clash inside a pod.
 
 Names (all prefixed ``eksfsdp_``; see ``METRIC_NAMES``): tokens/s, step time, loss, MFU, peak
-memory, step, epoch, learning rate, grad norm, world size, elastic restarts
+memory, step, epoch, learning rate, grad norm, world size, goodput (``eksfsdp_goodput_ratio``),
+the last checkpoint's stall, the job's restarts and redone steps (kept across restarts in the
+output folder's goodput.json, unlike the counters below), elastic restarts
 (``TORCHELASTIC_RESTART_COUNT``), the wall-clock time of the last step, and the counters
 ``eksfsdp_tokens_total`` / ``eksfsdp_steps_total``. A counter restarts from zero when torchrun
 restarts the worker; Prometheus' ``rate()``/``increase()`` handle that reset.
@@ -47,6 +49,19 @@ STEP_GAUGES: dict[str, tuple[str, str]] = {
     "eksfsdp_learning_rate": ("lr", "Learning rate of the last step."),
     "eksfsdp_grad_norm": ("grad_norm", "Gradient norm of the last step (before clipping)."),
     "eksfsdp_world_size": ("world_size", "Number of training processes."),
+    "eksfsdp_goodput_ratio": (
+        "goodput",
+        "Step time of the final history / wall time since the job first started (0..1).",
+    ),
+    "eksfsdp_checkpoint_stall_seconds": (
+        "ckpt_stall_s",
+        "Seconds the training loop was blocked by the last checkpoint.",
+    ),
+    "eksfsdp_job_restarts": ("restarts", "Starts of the job after its first one (any cause)."),
+    "eksfsdp_steps_redone": (
+        "steps_redone",
+        "Steps trained again because a restart went back to an older checkpoint.",
+    ),
 }
 RESTARTS = "eksfsdp_elastic_restarts"
 LAST_STEP_TIME = "eksfsdp_last_step_timestamp_seconds"
@@ -106,6 +121,61 @@ class _StepCollector(Collector):
             yield counter
 
 
+PREFLIGHT_BUSBW = "eksfsdp_preflight_busbw_gbytes_per_second"
+PREFLIGHT_TFLOPS = "eksfsdp_preflight_matmul_tflops"
+PREFLIGHT_MEMORY = "eksfsdp_preflight_memory_gbytes_per_second"
+PREFLIGHT_PASSED = "eksfsdp_preflight_passed"
+PREFLIGHT_METRIC_NAMES: tuple[str, ...] = (
+    PREFLIGHT_BUSBW,
+    PREFLIGHT_TFLOPS,
+    PREFLIGHT_MEMORY,
+    PREFLIGHT_PASSED,
+)
+"""Series of the last preflight (``training.preflight``), served next to the step metrics."""
+
+
+class _PreflightCollector(Collector):
+    """The last preflight report of this process (empty until one ran)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.report: dict[str, Any] | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        with self.lock:
+            report = self.report
+        if report is None:
+            return
+        busbw = GaugeMetricFamily(
+            PREFLIGHT_BUSBW,
+            "nccl-tests bus bandwidth of a collective in the last preflight.",
+            labels=["scope", "link", "op", "bytes"],
+        )
+        for r in report["collectives"]:
+            busbw.add_metric([r["scope"], r["link"], r["op"], str(r["bytes"])], r["busbw_gbps"])
+        yield busbw
+        for name, key, doc in (
+            (PREFLIGHT_TFLOPS, "matmul_tflops", "Dense matmul TFLOP/s of a device."),
+            (PREFLIGHT_MEMORY, "memory_gbps", "Copy bandwidth of a device, GB/s."),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=["node", "rank"])
+            for d in report["devices"]:
+                family.add_metric([d["node"], str(d["rank"])], d[key])
+            yield family
+        passed = GaugeMetricFamily(PREFLIGHT_PASSED, "1 when the last preflight passed.")
+        passed.add_metric([], 1.0 if report.get("passed") else 0.0)
+        yield passed
+
+
+PREFLIGHT = _PreflightCollector()
+
+
+def set_preflight(report: dict[str, Any]) -> None:
+    """Publish a preflight report (``training.preflight.check`` calls this)."""
+    with PREFLIGHT.lock:
+        PREFLIGHT.report = report
+
+
 class PrometheusSink:
     """Metrics sink that serves the latest training metrics for Prometheus to scrape.
 
@@ -127,6 +197,7 @@ class PrometheusSink:
         self._collector.gauges["eksfsdp_world_size"] = float(_env_int(env, "WORLD_SIZE", 1))
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self._collector)
+        self.registry.register(PREFLIGHT)
         try:
             self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
         except OSError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pulumi
@@ -16,7 +17,13 @@ _TYPED: dict[tuple[str, str], Any] = {
     ("v1", "PersistentVolume"): k8s.core.v1.PersistentVolume,
     ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
     ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
+    ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
+    ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
 }
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
 
 
 def resource_name(prefix: str, obj: K8sObject) -> str:
@@ -29,5 +36,7 @@ def apply_object(prefix: str, obj: K8sObject, opts: pulumi.ResourceOptions) -> p
     cls = _TYPED.get((obj["apiVersion"], obj["kind"]))
     if cls is None:
         raise ValueError(f"kind: no typed resource for {obj['apiVersion']} {obj['kind']}")
-    body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    # top-level fields are keyword arguments (snake_case: PriorityClass.globalDefault ->
+    # global_default); nested dicts keep the API's camelCase
+    body = {_snake(k): v for k, v in obj.items() if k not in ("apiVersion", "kind")}
     return cls(resource_name(prefix, obj), opts=opts, **body)

@@ -12,10 +12,22 @@ Faults rehearse what happens on the cluster:
 ``kill-worker@K``      SIGKILL the training process of worker 1 at step K (torchrun restarts it),
 ``kill-node@K``        SIGKILL worker 1's whole pod (agent included) at step K, never replaced,
 ``kill-in-checkpoint@K`` freeze then kill worker 1 while checkpoint K is being written,
-``restart-etcd@K``     stop etcd at step K and start it again on the same data.
+``restart-etcd@K``     stop etcd at step K and start it again on the same data,
+``lose-etcd@K``        stop etcd at step K and start it again on an EMPTY data dir,
+``preempt-node@K``     SIGTERM to worker 1's pod (its torchrun agent, the container's PID 1), as
+                       the kubelet does on a spot/capacity-block reclaim or a ``kubectl delete``;
+                       SIGKILL after the pod's grace period; the operator's replacement pod
+                       arrives ``--replacement-delay`` seconds after the old one is gone,
+``drain-node@K``       the same, with the replacement at once (a node drain onto a spare node),
+``hang-worker@K``      SIGSTOP worker 1's training process: a hung rank, never resumed.
+``--fault-pod`` picks another pod (0 hosts the c10d store).
 
-Logs go to ``<out>/logs/<pod>.log``; metrics to ``<out>/shared/<job>/output/metrics.jsonl``;
-etcd and every pod (process groups) are stopped on exit and on Ctrl-C.
+The summary names the fault, the seconds from the fault to the next NEW step (a step past every
+step logged before) and the steps redone (logged again after a restart went back to an older
+checkpoint). Logs go to ``<out>/logs/<pod>.log``; metrics to
+``<out>/shared/<job>/output/metrics.jsonl``. On exit, Ctrl-C or SIGTERM every pod (agents and
+their workers, which torchrun starts in sessions of their own) and etcd are stopped within
+seconds: SIGTERM, a short wait, then SIGKILL to every process found below each agent.
 """
 
 from __future__ import annotations
@@ -42,9 +54,23 @@ from workloads.specs.settings import RDZV_BACKENDS, JobSettings
 from workloads.specs.stack import check_train_flags, load
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-FAULT_KINDS = ("none", "kill-worker", "kill-node", "kill-in-checkpoint", "restart-etcd")
+FAULT_KINDS = (
+    "none",
+    "kill-worker",
+    "kill-node",
+    "kill-in-checkpoint",
+    "restart-etcd",
+    "lose-etcd",
+    "preempt-node",
+    "drain-node",
+    "hang-worker",
+)
 FAULT_POD = 1
-"""Index of the worker pod faults hit (worker 0 hosts the c10d store; keep it alive)."""
+"""Index of the worker pod faults hit by default (worker 0 hosts the c10d store)."""
+REPLACEMENT_DELAY_S = 10.0
+"""preempt-node: seconds between the old pod's end and its replacement's start."""
+STOP_WAIT_S = 4.0
+"""Cleanup: seconds between SIGTERM to every pod and SIGKILL to whatever is left."""
 _RESUMED = re.compile(r"resumed from (\S+) at step (\d+)")
 _CLOSED = "RendezvousClosedError"
 _SUMMARY = "=== training summary ==="
@@ -111,6 +137,10 @@ class LocalOptions:
     """Keep checkpoints from an earlier run in ``out`` (resume across runs)."""
     prometheus: bool = False
     """Start a local Prometheus scraping every pod's exporter (``workloads.local_prometheus``)."""
+    fault_pod: int = FAULT_POD
+    """Index of the pod the fault hits."""
+    replacement_delay_s: float = REPLACEMENT_DELAY_S
+    """preempt-node: seconds until the replacement pod starts after the old one is gone."""
 
 
 @dataclass
@@ -124,6 +154,8 @@ class PodResult:
     """Killed by a kill-node fault (not expected to finish)."""
     restarts: int = 0
     """Times the pod was restarted after a failure (restartPolicy OnFailure, like the kubelet)."""
+    replaced: int = 0
+    """Times the pod was deleted (preempted, drained) and the operator created it again."""
 
 
 @dataclass
@@ -145,6 +177,11 @@ class RunResult:
     """kill-in-checkpoint: whether checkpoint K was complete when the worker was frozen."""
     recovery_s: float | None = None
     """Seconds from the fault to the next optimizer step logged after it."""
+    new_step_s: float | None = None
+    """Seconds from the fault to the next NEW step: past every step logged before, and logged
+    by a restarted group when the fault restarted it (the time the fault cost)."""
+    steps_redone: int = 0
+    """Rows logged after the fault for steps already logged before (work done twice)."""
     resumed_from_steps: list[int] = field(default_factory=list)
     """Steps the workers resumed from (one entry per resume, from the pod logs)."""
     rendezvous_closed: bool = False
@@ -276,6 +313,27 @@ def _kill_tree(proc: subprocess.Popen[bytes], sig: int) -> list[int]:
     return pids
 
 
+def _kill_everything(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL every process below each agent, then the agents' groups, until none is left.
+
+    Descendants first: once an agent is dead its workers (in sessions of their own) are
+    re-parented and can no longer be found from it."""
+    for _ in range(5):
+        found = False
+        for p in procs:
+            for pid in _descendants(p.pid):
+                found = True
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            _signal_group(p, signal.SIGKILL)
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=2)
+        if not found:
+            return
+        time.sleep(0.05)
+
+
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
@@ -299,6 +357,11 @@ class Runner:
         self.etcd: LocalEtcd | None = etcd
         self._own_etcd = etcd is None
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._all_procs: list[subprocess.Popen[bytes]] = []
+        """Every agent ever started (a replaced pod's old one included), for the cleanup."""
+        self._leaving: dict[int, tuple[float, float]] = {}
+        """Deleted pods: index -> (SIGKILL deadline, seconds until the replacement)."""
+        self._replace_at: dict[int, float] = {}
         self._pod_args: tuple[dict[str, Any], str, list[str]] = ({}, "cpu", [])
         self._log_files: list[TextIO] = []
         self.prometheus: LocalPrometheusHook | None = None
@@ -420,7 +483,7 @@ class Runner:
         log = pod.log.open("a")
         self._log_files.append(log)
         self._pod_args = (job_obj, device, command)
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             self.prometheus.command_for(command, index) if self.prometheus else command,
             cwd=REPO_ROOT,
             env=self.pod_env(job_obj, device, pod.name),
@@ -429,6 +492,8 @@ class Runner:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+        self._all_procs.append(proc)
+        return proc
 
     def _maybe_restart(self, result: RunResult, index: int, code: int) -> bool:
         """Restart a failed pod as the kubelet would (restartPolicy OnFailure, backoffLimit)."""
@@ -474,6 +539,8 @@ class Runner:
         fired = False
         seen: set[str] = set()
         last_step = 0
+        running_max = 0
+        restarts_at_fault: int | None = None
         every = self.opts.progress_every or max(1, (planned or 100) // 20)
         tmp_dir = result.checkpoint_root / f"step-{fault.step:06d}.tmp"
         watch_pids: list[int] = []
@@ -496,11 +563,23 @@ class Runner:
             result.observed.extend(fresh)
             for m in fresh:
                 step = int(m["step"])
-                if fired and result.recovery_s is None and result.fault_time_s is not None:
-                    result.recovery_s = now - t0 - result.fault_time_s
+                after_fault = fired and result.fault_time_s is not None
+                if after_fault and result.recovery_s is None:
+                    result.recovery_s = now - t0 - result.fault_time_s  # type: ignore[operator]
                     self.echo(
                         f"  recovered: step {step} logged {result.recovery_s:.1f} s after the fault"
                     )
+                if after_fault and step <= running_max:
+                    result.steps_redone += 1
+                restarted = int(m.get("restarts", 0)) > (restarts_at_fault or 0)
+                if (
+                    after_fault
+                    and result.new_step_s is None
+                    and step > running_max
+                    and (restarted or not self._fault_restarts)
+                ):
+                    result.new_step_s = now - t0 - result.fault_time_s  # type: ignore[operator]
+                    self.echo(f"  new step {step} logged {result.new_step_s:.1f} s after the fault")
                 if step % every == 0 or step == planned or step <= last_step:
                     total = f"/{planned}" if planned else ""
                     self.echo(
@@ -509,17 +588,24 @@ class Runner:
                         f"{float(m.get('tokens_per_s', 0)):,.0f} tok/s  t={now - t0:.0f}s"
                     )
                 last_step = step
+                running_max = max(running_max, step)
             if not fired and fault.kind != "none":
                 if fault.kind == "kill-in-checkpoint":
                     if tmp_dir.is_dir():
                         fired = self._fire(result, t0, watch_pids)
                     elif now - watch_refreshed > 0.3:  # know whom to freeze before it matters
-                        watch_pids = _children(self.procs[min(FAULT_POD, len(self.procs) - 1)].pid)
+                        watch_pids = _children(self.procs[self._fault_index].pid)
                         watch_refreshed = now
                 elif last_step >= fault.step:
+                    rows = result.observed
+                    restarts_at_fault = int(rows[-1].get("restarts", 0)) if rows else 0
                     fired = self._fire(result, t0)
+            self._kubelet(result)
             codes = [p.poll() for p in self.procs]
             for index, (pod, code) in enumerate(zip(result.pods, codes, strict=True)):
+                if index in self._leaving:
+                    codes[index] = None  # deleted pod: its replacement is on the way
+                    continue
                 if code is not None and pod.exit_code is None:
                     if self._maybe_restart(result, index, code):
                         codes[index] = None
@@ -540,9 +626,44 @@ class Runner:
             else:
                 time.sleep(0.2)
 
+    @property
+    def _fault_index(self) -> int:
+        return min(self.opts.fault_pod, len(self.procs) - 1)
+
+    @property
+    def _fault_restarts(self) -> bool:
+        """Whether the fault makes the group restart (then the next new step is a restarted one)."""
+        return self.opts.fault.kind not in ("none", "restart-etcd", "lose-etcd")
+
+    def _kubelet(self, result: RunResult) -> None:
+        """Deleted pods: SIGKILL after the grace period; the replacement when it is due."""
+        now = time.monotonic()
+        for index in list(self._leaving):
+            deadline, replace_after = self._leaving[index]
+            proc = self.procs[index]
+            if proc.poll() is None and now >= deadline:
+                self.echo(f"  {result.pods[index].name}: grace period over, SIGKILL")
+                _kill_everything([proc])
+            if proc.poll() is None:
+                continue
+            if index not in self._replace_at:
+                self._replace_at[index] = now + replace_after
+                if replace_after:
+                    self.echo(
+                        f"  {result.pods[index].name} is gone (exit {proc.returncode}); its "
+                        f"replacement starts in {replace_after:.0f} s"
+                    )
+            if now >= self._replace_at[index]:
+                del self._leaving[index], self._replace_at[index]
+                pod = result.pods[index]
+                pod.replaced += 1
+                self.echo(f"  {pod.name}: replacement pod started")
+                job_obj, device, command = self._pod_args
+                self.procs[index] = self._start_pod(job_obj, device, command, index, pod)
+
     def _fire(self, result: RunResult, t0: float, known_pids: Sequence[int] = ()) -> bool:
         fault = self.opts.fault
-        pod_index = min(FAULT_POD, len(self.procs) - 1)
+        pod_index = self._fault_index
         proc, pod = self.procs[pod_index], result.pods[pod_index]
         result.fault_time_s = time.monotonic() - t0
         if fault.kind in ("kill-worker", "kill-in-checkpoint"):
@@ -570,16 +691,46 @@ class Runner:
             _kill_tree(proc, signal.SIGKILL)
             pod.lost = True
             result.fault_note = f"SIGKILL to every process of {pod.name} (node lost, not replaced)"
-        elif fault.kind == "restart-etcd":
+        elif fault.kind in ("preempt-node", "drain-node"):
+            spec = result.job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+            grace = float(spec.get("terminationGracePeriodSeconds", 30))
+            delay = self.opts.replacement_delay_s if fault.kind == "preempt-node" else 0.0
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)  # the container's PID 1: the torchrun agent
+            self._leaving[pod_index] = (time.monotonic() + grace, delay)
+            result.fault_note = (
+                f"SIGTERM to {pod.name} (its torchrun agent), SIGKILL after the {grace:.0f} s "
+                f"grace period; replacement pod {delay:.0f} s after it is gone"
+            )
+        elif fault.kind == "hang-worker":
+            workers = _children(proc.pid)
+            for pid in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            result.fault_note = f"SIGSTOP to the training process(es) {workers} of {pod.name}"
+        elif fault.kind in ("restart-etcd", "lose-etcd"):
             if self.etcd is None:
-                raise LocalRunError("--fault restart-etcd needs the runner's own etcd")
-            down = self.etcd.restart()
-            result.fault_note = f"etcd stopped and started again ({down:.1f} s down)"
+                raise LocalRunError(f"--fault {fault.kind} needs the runner's own etcd")
+            if fault.kind == "lose-etcd":
+                t = time.monotonic()
+                self.etcd.stop()
+                import shutil
+
+                shutil.rmtree(self.etcd.data_dir, ignore_errors=True)
+                time.sleep(1.0)
+                self.etcd.start()
+                result.fault_note = (
+                    f"etcd stopped, its data dir deleted, started again empty "
+                    f"({time.monotonic() - t:.1f} s down)"
+                )
+            else:
+                down = self.etcd.restart()
+                result.fault_note = f"etcd stopped and started again ({down:.1f} s down)"
         self.echo(f"fault {fault} at t={result.fault_time_s:.1f}s: {result.fault_note}")
         return True
 
     def cleanup(self) -> None:
-        """Stop every pod (SIGTERM, then SIGKILL) and etcd; idempotent."""
+        """Stop every pod (SIGTERM, a short wait, then SIGKILL to every process) and etcd."""
         try:
             self._stop_pods()
         finally:
@@ -587,30 +738,25 @@ class Runner:
                 f.close()
             self._log_files.clear()
             if self.etcd is not None and self._own_etcd:
-                self.etcd.stop()
+                self.etcd.stop(timeout_s=3.0)
 
     def _stop_pods(self) -> None:
-        alive = [p for p in self.procs if p.poll() is None]
-        trees = {p.pid: _descendants(p.pid) for p in self.procs}
+        procs = list(dict.fromkeys(self._all_procs + self.procs))
+        alive = [p for p in procs if p.poll() is None]
         for p in alive:
             _signal_group(p, signal.SIGTERM)  # torchrun forwards it to its workers
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + STOP_WAIT_S
         for p in alive:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        for p in self.procs:
-            _signal_group(p, signal.SIGKILL)
-            for pid in trees.get(p.pid, []):  # workers live in sessions of their own
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=5)
+        _kill_everything(procs)
         if self.prometheus is not None:  # observability hook: snapshot, then stop
             snap = self.prometheus.stop()
             if snap is not None:
                 self.echo(f"prometheus snapshot: {self.prometheus.prometheus.files.config.parent}")
 
     def _collect(self, result: RunResult) -> None:
+        best = -1
         for pod, proc in zip(result.pods, self.procs, strict=False):
             if pod.exit_code is None:
                 pod.exit_code = proc.returncode
@@ -618,11 +764,17 @@ class Runner:
             result.resumed_from_steps += [int(m.group(2)) for m in _RESUMED.finditer(text)]
             if _CLOSED in text:
                 result.rendezvous_closed = True
-            block = text.rfind(_SUMMARY)
-            if block >= 0 and pod.exit_code == 0:
-                lines = text[block:].splitlines()
+            if pod.exit_code != 0:
+                continue
+            # Rank 0 prints the summary; after a restart rank 0 may sit on another pod, and a
+            # stopped attempt printed one too: keep the block that got furthest.
+            for block in re.finditer(re.escape(_SUMMARY), text):
+                lines = text[block.start() :].splitlines()
                 end = next((i for i, ln in enumerate(lines[1:], 1) if not ln.strip()), len(lines))
-                result.training_summary = "\n".join(lines[:end])
+                steps = re.search(r"^steps\s+(\d+)", "\n".join(lines[:end]), re.MULTILINE)
+                n = int(steps.group(1)) if steps else 0
+                if n >= best:
+                    best, result.training_summary = n, "\n".join(lines[:end])
 
 
 def summary(result: RunResult) -> str:
@@ -638,6 +790,7 @@ def summary(result: RunResult) -> str:
     for pod in result.pods:
         lost = " (lost to the fault)" if pod.lost else ""
         again = f", restarted {pod.restarts}x" if pod.restarts else ""
+        again += f", replaced {pod.replaced}x" if pod.replaced else ""
         lines.append(f"  {pod.name:<28} exit {pod.exit_code}{lost}{again}  log {pod.log}")
     if steps:
         first, last = losses[steps[0]], losses[steps[-1]]
@@ -656,6 +809,11 @@ def summary(result: RunResult) -> str:
             lines.append(
                 f"recovery       next step logged {result.recovery_s:.1f} s after the fault"
             )
+        new = f"{result.new_step_s:.1f} s" if result.new_step_s is not None else "never"
+        lines.append(
+            f"lost           {new} from the fault to the next new step; "
+            f"{result.steps_redone} steps redone"
+        )
     if result.resumed_from_steps:
         lines.append(f"resumed from   step(s) {sorted(set(result.resumed_from_steps))}")
     if result.rendezvous_closed:
@@ -684,7 +842,16 @@ def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
     parser.add_argument(
         "--fault",
         default="none",
-        help="none | kill-worker@K | kill-node@K | kill-in-checkpoint@K | restart-etcd@K",
+        help="none | " + " | ".join(f"{k}@K" for k in FAULT_KINDS[1:]),
+    )
+    parser.add_argument(
+        "--fault-pod", type=int, default=FAULT_POD, help="pod the fault hits (default 1)"
+    )
+    parser.add_argument(
+        "--replacement-delay",
+        type=float,
+        default=REPLACEMENT_DELAY_S,
+        help="preempt-node: seconds until the replacement pod starts (default 10)",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/local"), help="output folder")
     parser.add_argument(
@@ -708,6 +875,10 @@ def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
         raise LocalRunError(f"--workers: {args.workers} must be >= 1")
     if args.min_workers is not None and args.min_workers < 1:
         raise LocalRunError(f"--min-workers: {args.min_workers} must be >= 1")
+    if args.fault_pod < 0:
+        raise LocalRunError(f"--fault-pod: {args.fault_pod} must be >= 0")
+    if args.replacement_delay < 0:
+        raise LocalRunError(f"--replacement-delay: {args.replacement_delay} must be >= 0")
     return LocalOptions(
         stack=args.stack,
         out=args.out,
@@ -720,6 +891,8 @@ def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
         etcd_endpoint=args.etcd_endpoint,
         timeout_s=args.timeout,
         prometheus=args.prometheus,
+        fault_pod=args.fault_pod,
+        replacement_delay_s=args.replacement_delay,
     )
 
 
@@ -747,6 +920,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
+    # Once: a second Ctrl-C or SIGTERM must not interrupt the cleanup it started.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 

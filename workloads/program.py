@@ -3,9 +3,9 @@
     deploy(cfg, provider, depends_on=[device_plugins])
 
 builds the settings from the stack config (``workloads.specs.settings.from_stack``) and creates
-``TrainingImage`` (unless ``job.image`` pins one), ``TrainingOperator``, ``Etcd`` (etcd
-backends), ``DebugTools`` (only with ``debugTools: true``), on ``sharedStorage.type: fsx``
-stacks the ``CheckpointVolume`` (the
+``TrainingImage`` (the stack's own ECR repository ``<project>-<stack>-training``; unless
+``job.image`` pins one), ``TrainingOperator``, ``Etcd`` (etcd
+backends), ``DebugTools`` (only with ``debugTools: true``), on ``sharedStorage.type: fsx`` stacks the ``CheckpointVolume`` (the
 FSx PersistentVolume and the claim the job mounts; ``shared_storage`` is the
 ``infra.shared_storage.SharedStorage`` component) and, when ``job.enabled``, the ``PyTorchJob``
 with the HF token from the secret config ``hfToken``, every Kubernetes resource on the
@@ -23,11 +23,15 @@ from workloads.checkpoint_volume import CheckpointVolume, CheckpointVolumeArgs
 from workloads.debug_tools import DebugTools, DebugToolsArgs
 from workloads.etcd import Etcd, EtcdArgs
 from workloads.pytorch_job import PyTorchJob, PyTorchJobArgs
+from workloads.specs.image import repository_name
 from workloads.specs.settings import from_stack
 from workloads.training_image import TrainingImage, TrainingImageArgs
 from workloads.training_operator import TrainingOperator, TrainingOperatorArgs
 
 OUTPUT_TRAINING_IMAGE = "trainingImage"
+"""The image the job and the debug DaemonSets run (``<registry>/<repo>:<tag>@<digest>``)."""
+OUTPUT_TRAINING_REPOSITORY = "trainingImageRepository"
+"""URL of the stack's ECR repository (stacks that build the image)."""
 OUTPUT_JOB_NAME = "jobName"
 OUTPUT_RDZV_ID = "rdzvId"
 OUTPUT_TRAINING_OPERATOR = "trainingOperatorVersion"
@@ -81,8 +85,14 @@ def deploy(
     if cfg.job.image:
         image: pulumi.Output[str] = pulumi.Output.from_input(cfg.job.image)
     else:
-        training_image = TrainingImage("training-image", TrainingImageArgs())
+        training_image = TrainingImage(
+            "training-image",
+            TrainingImageArgs(
+                repository_name=repository_name(pulumi.get_project(), pulumi.get_stack())
+            ),
+        )
         image = training_image.image_ref
+        pulumi.export(OUTPUT_TRAINING_REPOSITORY, training_image.repository_url)
     operator = TrainingOperator(
         "training-operator", TrainingOperatorArgs(settings=w.operator), opts=k8s_opts
     )

@@ -14,6 +14,9 @@ validated before anything is written (strict schemas for the stack's Kubernetes 
 PyTorchJob against the operator's SDK types). Secrets are referenced, never rendered: the
 PyTorchJob reads the Hugging Face token through a ``secretKeyRef``, Grafana its admin password
 from a Secret the user creates.
+The image comes from ``--image``, else ``job.image``, else the stack output ``trainingImage``;
+a job on GPU nodes refuses an image without a registry (it would be pulled from Docker Hub),
+the CPU dev job may use the local build's name.
 A bad stack name, an invalid config or an ``--out`` that cannot be written (a file, a
 read-only place) prints one line and exits with status 2. ``pip install -r requirements.txt``
 is all it needs (kubernetes-validate included).
@@ -22,8 +25,12 @@ is all it needs (kubernetes-validate included).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -31,9 +38,13 @@ from infra import versions
 from workloads.specs import observability as obs
 from workloads.specs import storage
 from workloads.specs.common import dump_all_yaml
+from workloads.specs.image import REPO_ROOT, has_registry, local_reference
 from workloads.specs.operator import KUSTOMIZATION_FILE
 from workloads.specs.stack import load, objects_by_component, operator_kustomization
 from workloads.specs.validate import ValidationError, validate
+
+OUTPUT_TRAINING_IMAGE = "trainingImage"
+"""Stack output holding the pushed image (``workloads.program.OUTPUT_TRAINING_IMAGE``)."""
 
 OPERATOR_DIR = "training-operator"
 OBSERVABILITY_DIR = "observability"
@@ -47,13 +58,18 @@ def render(
     generation: int | None = None,
     fsx_id: str | None = None,
     fsx_mount_name: str | None = None,
+    debug_tools: bool = False,
 ) -> list[Path]:
-    """Write the stack's objects under ``out``; return the files written."""
+    """Write the stack's objects under ``out``; return the files written. ``debug_tools``
+    renders the opt-in debug DaemonSets even when the stack leaves ``debugTools`` off."""
     from infra.config import load_stack_file
 
     stack_cfg = load_stack_file(stack)
     kubernetes_version = stack_cfg.kubernetes_version
+    image = resolve_image(stack, stack_cfg, image)
     w = load(stack, image=image, generation=generation)
+    if debug_tools:
+        w = dataclasses.replace(w, debug_tools=True)
     file_system = storage.file_system_ref(
         fsx_id or storage.PLACEHOLDER_FILE_SYSTEM_ID,
         fsx_mount_name or storage.PLACEHOLDER_MOUNT_NAME,
@@ -79,6 +95,50 @@ def render(
             obs.settings_from_stack(stack_cfg), out, kubernetes_version
         )
     return written
+
+
+def resolve_image(stack: str, stack_cfg: Any, image: str | None) -> str:
+    """The image the rendered objects run: ``--image``, else ``job.image``, else the stack output
+    ``trainingImage`` (with a Pulumi CLI and the stack's backend at hand).
+
+    A job on GPU nodes (``job.device: cuda``) is pulled by the cluster, so a reference without a
+    registry (which Docker resolves to Docker Hub) is refused with one line. A CPU job (the dev
+    stack's demo) may use the local build's name.
+    """
+    job = stack_cfg.job
+    chosen = image or (job.image if job is not None else None) or _stack_output_image(stack)
+    if chosen and has_registry(chosen):
+        return chosen
+    if job is None or getattr(job, "device", "cuda") == "cpu":
+        return chosen or local_reference()
+    if chosen:
+        raise ValueError(
+            f"image: {chosen!r} names no registry (the nodes would pull it from Docker Hub); "
+            "pass --image <account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>"
+        )
+    raise ValueError(
+        f"image: stack {stack!r} runs on GPU nodes and needs a registry image: pass --image "
+        f"$(pulumi stack output {OUTPUT_TRAINING_IMAGE} --stack {stack}) after pulumi up"
+    )
+
+
+def _stack_output_image(stack: str) -> str | None:
+    """``pulumi stack output trainingImage`` of ``stack``, or None (no CLI, no stack, no output)."""
+    if shutil.which("pulumi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["pulumi", "stack", "output", OUTPUT_TRAINING_IMAGE, "--stack", stack],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    ref = out.stdout.strip()
+    return ref if out.returncode == 0 and ref else None
 
 
 def _render_observability(s: obs.ObservabilitySettings, out: Path, k8s_version: str) -> list[Path]:
@@ -130,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml)")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
-    parser.add_argument("--image", help="training image (default: job.image or the content tag)")
+    parser.add_argument(
+        "--image",
+        help="training image with its registry (default: job.image, else the stack output "
+        "trainingImage; a CPU job may use the local build's name)",
+    )
     parser.add_argument(
         "--generation",
         type=int,
@@ -144,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fsx-mount-name", help="its Lustre mount name (stack output sharedFileSystemMountName)"
     )
+    parser.add_argument(
+        "--debug-tools",
+        action="store_true",
+        help="also render the htop/nvtop DaemonSets (opt-in: stack key debugTools)",
+    )
     args = parser.parse_args(argv)
     try:
         files = render(
@@ -153,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             generation=args.generation,
             fsx_id=args.fsx_id,
             fsx_mount_name=args.fsx_mount_name,
+            debug_tools=args.debug_tools,
         )
     except OSError as err:
         where = err.filename if err.filename is not None else args.out
@@ -178,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"observability: {cmd}")
     w = load(args.stack, image=args.image, generation=args.generation)
     job = w.job
+    if not has_registry(job.image):
+        print(
+            f"note: image {job.image} names no registry: the local runner builds and uses it; "
+            "a cluster needs --image <registry>/<repository>:<tag>"
+        )
     if w.checkpoint_volume is not None and not (args.fsx_id and args.fsx_mount_name):
         print(
             "note: checkpoint-volume.yaml names the file system by placeholders; after pulumi up "

@@ -26,6 +26,7 @@ TRAINING = {
     "eksfsdp_mfu_ratio": "percentunit",
     "eksfsdp_loss": "none",
     "eksfsdp_step_time_seconds": "s",
+    "eksfsdp_goodput_ratio": "percentunit",
     "eksfsdp_peak_memory_bytes": "bytes",
 }
 
@@ -74,7 +75,7 @@ def test_variables_datasource_job_node() -> None:
         assert v[name]["allValue"] == ".*"
         assert v[name]["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
     queries = [p for p in dash["panels"] if p["type"] != "row"]
-    assert len(queries) == 11
+    assert len(queries) == 12
     assert all(p["datasource"] == {"type": "prometheus", "uid": "${datasource}"} for p in queries)
 
 
@@ -84,7 +85,7 @@ def test_json_is_stable_and_ids_unique() -> None:
     dash = json.loads(text)
     assert dash["uid"] == DASHBOARD_UID
     ids = [p["id"] for p in dash["panels"]]
-    assert len(ids) == len(set(ids)) == 13
+    assert len(ids) == len(set(ids)) == 14
     # Panels do not overlap on Grafana's 24-column grid.
     cells = set()
     for p in dash["panels"]:

@@ -64,6 +64,10 @@ def test_scrape_returns_logged_values() -> None:
                 "step_time_s": 2.7307,
                 "peak_mem_bytes": 7_600_000_000,
                 "mfu": 0.5,
+                "goodput": 0.875,
+                "ckpt_stall_s": 0.25,
+                "restarts": 1,
+                "steps_redone": 3,
             },
             step=2,
         )
@@ -81,6 +85,10 @@ def test_scrape_returns_logged_values() -> None:
     assert value(after, "eksfsdp_tokens_total") == 8192.0
     assert value(after, "eksfsdp_steps_total") == 2.0
     assert value(after, "eksfsdp_last_step_timestamp_seconds") > 1.7e9
+    assert value(after, "eksfsdp_goodput_ratio") == 0.875
+    assert value(after, "eksfsdp_checkpoint_stall_seconds") == 0.25
+    assert value(after, "eksfsdp_job_restarts") == 1.0
+    assert value(after, "eksfsdp_steps_redone") == 3.0
     assert set(METRIC_NAMES) <= set(after)
 
 

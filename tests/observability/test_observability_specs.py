@@ -34,7 +34,7 @@ def test_dashboard_configmap_label_and_json() -> None:
     assert cm["metadata"]["labels"] == {"grafana_dashboard": "1"}
     assert cm["metadata"]["namespace"] == "mon"
     (payload,) = cm["data"].values()
-    assert len([p for p in json.loads(payload)["panels"] if p["type"] != "row"]) == 11
+    assert len([p for p in json.loads(payload)["panels"] if p["type"] != "row"]) == 12
     values = obs.kube_prometheus_stack_values(s)
     side = values["grafana"]["sidecar"]["dashboards"]
     assert (side["label"], side["labelValue"], side["searchNamespace"]) == (

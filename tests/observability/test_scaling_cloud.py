@@ -1,13 +1,21 @@
-"""The scaling notebook's cloud mode drives Pulumi and Prometheus in the right order.
+"""The scaling sweep's cloud mode is safe to run on a real bill.
 
-If this fails, the notebook's cloud mode would set the wrong config keys (the stack would not grow
-to N nodes, or the job would keep its old name and rendezvous id), read throughput from the wrong
-job, or leave a cluster of p5 nodes running after an error (no ``destroy``).
-Mocked: the Automation API's stack, because no Pulumi CLI exists here (``pulumi.automation``
-shells out to it); the fake records config/up/destroy and plays the cluster by making a real
-PrometheusSink serve the throughput a job of N nodes would have. Prometheus is real (Debian's 2.42
-on loopback, the cluster's scrape rules); only the port-forward to it is replaced. Where a Pulumi
-CLI exists, the config round trip also runs against a real local-backend stack.
+If this fails, a sweep could leave ``Pulumi.<stack>.yaml`` rewritten (``maxTrainStep: 12``, the
+last node count, a job name growing on each re-run), destroy a stack it did not create, keep
+paying for idle GPU nodes while a job has failed, cannot pull its image or the port-forward is
+dead, lose the counts already measured when a later one fails, leave the stack locked and scaled
+up after an interrupt, or report a throughput that is not the steady-state rate of the job.
+
+Mocked, and only these, because none exists here: the Pulumi engine and CLI behind the
+Automation API's ``Stack`` (:class:`FakeStack`: like the CLI it rewrites the stack file on
+``set_config``, reads it on ``up``, holds a lock during an update that an interrupt leaves
+behind until ``cancel``, and can fail ``up``/``destroy``), EKS with its training operator (each
+``up`` starts the job as a thread that logs steps at a fixed pace into a real ``PrometheusSink``)
+and the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
+PyTorchJob and Pod objects shaped like the API's). Real: Prometheus (Debian's 2.42 on loopback,
+started at ``up`` as the cluster's scrapes from pod start, the cluster's scrape rules), the
+``rate()`` queries, the port-forward stand-in (a real process, killed to simulate its death),
+the stack file on disk, the results file.
 """
 
 from __future__ import annotations
@@ -16,13 +24,18 @@ import contextlib
 import json
 import re
 import shutil
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pulumi.automation import ConfigValue, OutputValue
+import yaml
+from pulumi.automation import OutputValue
 
 from infra import config as infra_config
 from training.prometheus import PrometheusSink
@@ -33,126 +46,452 @@ import scaling
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
+ROOT = Path(__file__).resolve().parents[2]
+STACK = "p5-16"
+BASE_JOB = "llama2-7b-samsum-128gpu"
+STEP_S = 0.15
+"""Seconds per training step of the fake job (paced, so its average rate is exact)."""
+STEPS, WARMUP = 40, 5
+
 
 def efficiency(n: int) -> float:
     return 0.9 ** (n - 1)
 
 
+def tokens_per_step(n: int) -> float:
+    return 100.0 * n * efficiency(n)
+
+
+@dataclass
+class RunningJob:
+    name: str
+    workers: int
+    steps: int
+    sink: PrometheusSink
+    prometheus: Any
+    phase: str = "Created"
+    message: str = ""
+    waiting: str = ""
+    thread: threading.Thread | None = None
+
+
+@dataclass
+class FakeCluster:
+    """EKS + the training operator + the kubelet, for the jobs the fake stack's ``up`` applies."""
+
+    tmp: Path
+    fail_job: dict[int, int] = field(default_factory=dict)
+    """Node count -> step at which that job fails (the operator marks it Failed)."""
+    image_pull: set[int] = field(default_factory=set)
+    """Node counts whose image cannot be pulled (pods wait in ImagePullBackOff)."""
+    jobs: dict[str, RunningJob] = field(default_factory=dict)
+    current: str = ""
+
+    def apply(self, job: str, workers: int, steps: int) -> None:
+        if job in self.jobs or not job:
+            self.current = job
+            return
+        sink = PrometheusSink(0, addr="127.0.0.1", env={"RANK": "0"})
+        prom = start_local_prometheus(worker_targets(job, [sink.port]), self.tmp / job)
+        run = RunningJob(job, workers, steps, sink, prom)
+        self.jobs[job] = run
+        self.current = job
+        if workers in self.image_pull:
+            run.waiting = "ImagePullBackOff"
+            return
+        # The pod starts and Prometheus discovers and scrapes it before the first step (on the
+        # cluster, model loading takes far longer than a scrape interval).
+        prom.wait_for(f'eksfsdp_steps_total{{training_job="{job}"}}', timeout=60)
+        run.thread = threading.Thread(target=self._train, args=(run,), daemon=True)
+        run.thread.start()
+
+    def _train(self, run: RunningJob) -> None:
+        run.phase = "Running"
+        t0 = time.monotonic()
+        for step in range(1, run.steps + 1):
+            if self.fail_job.get(run.workers) == step:
+                run.phase, run.message = "Failed", f"worker-0 exited with code 1 at step {step}"
+                run.sink.close()
+                return
+            time.sleep(max(0.0, t0 + step * STEP_S - time.monotonic()))
+            run.sink.log({"tokens": tokens_per_step(run.workers), "loss": 1.0}, step)
+        time.sleep(2.5)  # a final save: scraped, no tokens
+        run.phase = "Succeeded"
+        run.sink.close()  # the pod ends: its target goes away
+
+    def kube_get(self, kind: str, *args: str) -> dict[str, Any]:
+        """``kubectl get ... -o json`` as the API server would answer it."""
+        if kind == "pods":
+            job = args[1].split("=", 1)[1]
+            run = self.jobs.get(job)
+            if run is None:
+                return {"items": []}
+            waiting = {"reason": run.waiting, "message": "Back-off pulling image"}
+            state = {"waiting": waiting} if run.waiting else {"running": {}}
+            pods = [
+                {
+                    "metadata": {"name": f"{job}-worker-{i}"},
+                    "status": {"containerStatuses": [{"name": "pytorch", "state": state}]},
+                }
+                for i in range(run.workers)
+            ]
+            return {"items": pods}
+        assert kind == "pytorchjob"
+        run = self.jobs.get(args[0])
+        if run is None:
+            raise OSError(f'pytorchjobs.kubeflow.org "{args[0]}" not found')
+        if run.phase != "Failed":
+            order = ["Created", "Running", "Succeeded"]
+            conds = [{"type": t, "status": "True"} for t in order[: order.index(run.phase) + 1]]
+        else:
+            conds = [
+                {"type": "Created", "status": "True"},
+                {"type": "Running", "status": "False"},
+                {"type": "Failed", "status": "True", "message": run.message},
+            ]
+        return {"kind": "PyTorchJob", "status": {"conditions": conds}}
+
+    def close(self) -> None:
+        for run in self.jobs.values():
+            if run.thread is not None:
+                run.thread.join(timeout=30)
+            run.sink.close()
+            run.prometheus.stop()
+
+
+class Locked(Exception):
+    pass
+
+
+@dataclass
 class FakeStack:
-    """The Automation API ``Stack`` surface measure_cloud uses, over a dict of config."""
+    """The Automation API ``Stack`` the sweep uses, behaving like the CLI over a work dir."""
 
-    def __init__(self, values: dict[str, Any], sink: PrometheusSink) -> None:
-        self.values = json.loads(json.dumps(values))
-        self.sink = sink
-        self.calls: list[str] = []
-        self.ups: list[dict[str, Any]] = []
+    work: Path
+    cluster: FakeCluster
+    deployed: bool = True
+    fail_ups_from: int | None = None
+    """Every ``up`` from this one (1-based) on fails (no capacity)."""
+    interrupt_up: int | None = None
+    """Up number that is interrupted (KeyboardInterrupt) mid-update, leaving the lock."""
+    destroy_failures: int = 0
+    results: Path | None = None
+    calls: list[str] = field(default_factory=list)
+    ups: list[dict[str, Any]] = field(default_factory=list)
+    results_at_up: list[int] = field(default_factory=list)
 
-    def _key(self, key: str) -> str:
-        assert key.startswith("eks-fsdp:"), key
-        return key.removeprefix("eks-fsdp:")
+    @property
+    def file(self) -> Path:
+        return self.work / f"Pulumi.{STACK}.yaml"
 
-    def get_config(self, key: str, *, path: bool = False) -> ConfigValue:
-        assert not path
-        return ConfigValue(value=json.dumps(self.values[self._key(key)]))
+    @property
+    def lock(self) -> Path:
+        return self.work / ".pulumi" / "locks" / f"{STACK}.json"
 
-    def set_config(self, key: str, value: ConfigValue, *, path: bool = False) -> None:
-        assert path
-        self.calls.append(f"set {self._key(key)}={value.value}")
-        parts = re.findall(r"[^.\[\]]+|\[\d+\]", self._key(key))
-        node: Any = self.values
-        for part in parts[:-1]:
+    def set_config(self, key: str, value: Any, *, path: bool = False) -> None:
+        assert path and key.startswith("eks-fsdp:")
+        self.calls.append(f"set {key.removeprefix('eks-fsdp:')}={value.value}")
+        data = yaml.safe_load(self.file.read_text())
+        parts = re.findall(r"[^.\[\]]+|\[\d+\]", key)
+        node: Any = data["config"]
+        head = parts[0]
+        node = node[head]
+        for part in parts[1:-1]:
             node = node[int(part[1:-1])] if part.startswith("[") else node[part]
         last = parts[-1]
         node[int(last[1:-1]) if last.startswith("[") else last] = value.value
+        self.file.write_text(yaml.safe_dump(data, sort_keys=False))  # the CLI reformats
+
+    def _locked_op(self, name: str) -> None:
+        if self.lock.exists():
+            raise Locked(f"error: the stack is currently locked by 1 lock(s): {self.lock}")
+        self.lock.parent.mkdir(parents=True, exist_ok=True)
+        self.lock.write_text(name)
 
     def up(self, on_output: Any = None) -> None:
-        cfg = infra_config.parse(self.values, stack="p5-16")  # the program would accept it
         self.calls.append("up")
-        self.ups.append(self.values)
-        n = cfg.job.workers
-        for step in range(1, cfg.job.max_train_step + 1):  # the cluster trains
-            self.sink.log(
-                {"tokens_per_s": 10_000.0 * n * efficiency(n), "tokens": 1, "loss": 1.0}, step
-            )
-
-    def outputs(self) -> dict[str, OutputValue]:
-        return {"kubeconfig": OutputValue(value="{}", secret=True)}
+        n_up = self.calls.count("up")
+        self._locked_op("up")
+        if self.fail_ups_from is not None and n_up >= self.fail_ups_from:
+            self.lock.unlink()
+            raise RuntimeError("error: update failed: InsufficientInstanceCapacity")
+        if self.results is not None:
+            text = self.results.read_text() if self.results.exists() else "[]"
+            self.results_at_up.append(len(json.loads(text)))
+        cfg = infra_config.load_stack_file(STACK, root=self.work)  # the program reads the file
+        self.ups.append(infra_config.stack_file_values(STACK, root=self.work))
+        if on_output:
+            on_output(f"Updating ({STACK}): {cfg.job.name}\n")
+        if n_up == self.interrupt_up:
+            raise KeyboardInterrupt  # the CLI is killed mid-update: the lock stays
+        self.cluster.apply(cfg.job.name, cfg.job.workers or 0, cfg.job.max_train_step or 0)
+        self.deployed = True
+        self.lock.unlink()
 
     def destroy(self, on_output: Any = None) -> None:
         self.calls.append("destroy")
+        self._locked_op("destroy")
+        self.lock.unlink()
+        if self.destroy_failures > 0:
+            self.destroy_failures -= 1
+            raise RuntimeError("error: deleting VPC: DependencyViolation")
+        self.deployed = False
+
+    def cancel(self) -> None:
+        self.calls.append("cancel")
+        self.lock.unlink(missing_ok=True)
+
+    def outputs(self) -> dict[str, OutputValue]:
+        if not self.deployed:
+            return {}
+        return {
+            "kubeconfig": OutputValue(value="{}", secret=True),
+            "observability": OutputValue(value={"namespace": "monitoring"}, secret=False),
+        }
 
 
 @pytest.fixture
-def sink() -> Iterator[PrometheusSink]:
-    s = PrometheusSink(0, addr="127.0.0.1", env={"RANK": "0"})
-    yield s
-    s.close()
+def work(tmp_path: Path) -> Path:
+    w = tmp_path / "repo"
+    w.mkdir()
+    for name in ("Pulumi.yaml", f"Pulumi.{STACK}.yaml", "Pulumi.dev.yaml"):
+        shutil.copy2(ROOT / name, w / name)
+    return w
 
 
-def local_prometheus(tmp_path: Path, sink: PrometheusSink, fail_at: str | None = None):
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
+    c = FakeCluster(tmp_path / "cluster")
+    yield c
+    c.close()
+
+
+@dataclass
+class Forwards:
+    """The port-forward stand-ins: real processes, killed on request."""
+
+    cluster: FakeCluster
+    kill_for: set[str] = field(default_factory=set)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
     @contextlib.contextmanager
-    def factory(outputs: dict[str, Any], job: str) -> Iterator[str]:
-        assert outputs == {"kubeconfig": "{}"}
-        if job == fail_at:
-            raise ConnectionError("port-forward failed")
-        with start_local_prometheus(worker_targets(job, [sink.port]), tmp_path / job) as prom:
-            yield prom.url
+    def __call__(self, outputs: dict[str, Any], namespace: str) -> Iterator[scaling.PortForward]:
+        assert outputs["kubeconfig"] == "{}" and namespace == "default"
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        self.procs.append(proc)
+        run = self.cluster.jobs[self.cluster.current]
+        if run.name in self.kill_for:
+            proc.kill()  # the forward dies (pod rescheduled, network blip)
+            proc.wait()
+        try:
+            yield scaling.PortForward(run.prometheus.url, proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
-    return factory
+
+def sweep(
+    stack: FakeStack, forwards: Forwards, nodes: list[int], lines: list[str], **kw: Any
+) -> list[scaling.Measurement]:
+    def watch(outputs: dict[str, Any], ns: str, tmp: Path) -> scaling.JobWatch:
+        return scaling.KubectlJobWatch(tmp / "kubeconfig", ns, get=stack.cluster.kube_get)
+
+    options: dict[str, Any] = {
+        "stack_name": STACK,
+        "work_dir": stack.work,
+        "steps": STEPS,
+        "warmup_steps": WARMUP,
+        "min_scrapes": 3,
+        "sweep_id": "t1",
+        "results": stack.results,
+        "select_stack": lambda **_kw: stack,
+        "prometheus": forwards,
+        "job_watch": watch,
+        "which": lambda tool: f"/usr/bin/{tool}",
+        "run": lambda *a, **k: subprocess.CompletedProcess(a, 0, "{}", ""),
+        "wait_timeout_s": 600,
+        "poll_s": 0.3,
+        "log": lines.append,
+        **kw,
+    }
+    return scaling.measure_cloud(nodes, **options)
 
 
-def test_cloud_mode_sets_config_ups_reads_and_destroys(
-    tmp_path: Path, sink: PrometheusSink
-) -> None:
-    values = {**infra_config.stack_file_values("p5-16"), "aws:region": "us-east-2"}
-    stack = FakeStack(values, sink)
-    measured = scaling.measure_cloud(
-        [1, 2, 4],
-        stack_name="p5-16",
-        steps=5,
-        select_stack=lambda **kw: stack,
-        prometheus=local_prometheus(tmp_path, sink),
-        poll_s=0.5,
-        wait_timeout_s=60,
-        log=lambda _line: None,
+def _original(work: Path) -> tuple[bytes, dict[str, Any]]:
+    return (
+        (work / f"Pulumi.{STACK}.yaml").read_bytes(),
+        infra_config.stack_file_values(STACK, root=work),
     )
+
+
+def test_sweep_measures_saves_each_count_restores_and_scales_back(
+    work: Path, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    raw, values = _original(work)
+    stack = FakeStack(work, cluster, results=tmp_path / "out" / "measured.json")
+    lines: list[str] = []
+    measured = sweep(stack, Forwards(cluster), [1, 2, 4], lines)
+
     assert [m.nodes for m in measured] == [1, 2, 4]
     for m in measured:
-        assert m.tokens_per_s == pytest.approx(10_000.0 * m.nodes * efficiency(m.nodes))
-        assert m.source == "prometheus" and m.steps == 5
-        assert m.job == f"llama2-7b-samsum-128gpu-{m.nodes}n"
-    assert stack.calls[-1] == "destroy" and stack.calls.count("up") == 3
+        assert m.job == f"{BASE_JOB}-{m.nodes}n-t1" and m.source == "prometheus"
+        # rate() over the steady state: the paced job's rate, warm-up and the final save out.
+        assert m.tokens_per_s == pytest.approx(tokens_per_step(m.nodes) / STEP_S, rel=0.1), m
+        assert m.tokens_measured / m.steps_measured == pytest.approx(tokens_per_step(m.nodes))
+        assert m.first_step >= WARMUP and m.steps == STEPS and m.scrapes >= 3
+    rows = scaling.scaling_table(measured)
+    for r, n in zip(rows, [1, 2, 4], strict=True):
+        assert r["efficiency"] == pytest.approx(efficiency(n), rel=0.1)
     assert stack.calls[:6] == [
         "set gpuNodeGroups[0].desiredSize=1",
         "set gpuNodeGroups[0].maxSize=16",
-        "set job.name=llama2-7b-samsum-128gpu-1n",
+        f"set job.name={BASE_JOB}-1n-t1",
         "set job.workers=1",
         "set job.minWorkers=1",
-        "set job.maxTrainStep=5",
+        f"set job.maxTrainStep={STEPS}",
     ]
-    rows = scaling.scaling_table(measured)
-    assert [round(r["efficiency"], 6) for r in rows] == [1.0, 0.9, round(0.9**3, 6)]
+    # Saved as soon as measured: each up saw the counts measured before it.
+    assert stack.results_at_up == [0, 1, 2, 3]
+    assert json.loads(stack.results.read_text()) == [
+        json.loads(scaling.to_json([m]))[0] for m in measured
+    ]
+    # Afterwards: the file byte for byte, one more up with the original config, no destroy.
+    assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
+    assert stack.calls.count("up") == 4 and "destroy" not in stack.calls
+    assert stack.ups[-1] == values and stack.ups[-1]["gpuNodeGroups"][0]["desiredSize"] == 16
+    assert any("scaled back to its original size" in line for line in lines)
+    assert any(line.startswith("Updating (p5-16)") for line in lines)  # up's output streamed
+
+    # A second sweep derives its names from the original again (no "-1n-t1-1n-t1").
+    stack2 = FakeStack(work, cluster)
+    assert sweep(stack2, Forwards(cluster), [1], [], sweep_id="t2")[0].job == f"{BASE_JOB}-1n-t2"
 
 
-def test_destroy_runs_after_a_failure(tmp_path: Path, sink: PrometheusSink) -> None:
-    values = {**infra_config.stack_file_values("p5-16"), "aws:region": "us-east-2"}
-    stack = FakeStack(values, sink)
-    with pytest.raises(ConnectionError):
-        scaling.measure_cloud(
-            [1, 2],
-            stack_name="p5-16",
-            steps=3,
-            select_stack=lambda **kw: stack,
-            prometheus=local_prometheus(tmp_path, sink, fail_at="llama2-7b-samsum-128gpu-2n"),
-            poll_s=0.5,
-            log=lambda _line: None,
+def test_a_failed_job_stops_the_sweep_and_keeps_what_was_measured(
+    work: Path, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    raw, values = _original(work)
+    cluster.fail_job = {2: 12}
+    stack = FakeStack(work, cluster, results=tmp_path / "measured.json")
+    with pytest.raises(scaling.SweepError, match=r"job .*-2n-t1: Failed: worker-0 exited"):
+        sweep(stack, Forwards(cluster), [1, 2, 4], [])
+    assert [m["nodes"] for m in json.loads(stack.results.read_text())] == [1]
+    assert stack.calls.count("up") == 3  # 1, 2, then the scale-back; 4 never started
+    assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw and stack.ups[-1] == values
+
+
+def test_an_image_pull_error_stops_the_sweep_at_once(work: Path, cluster: FakeCluster) -> None:
+    raw, _ = _original(work)
+    cluster.image_pull = {1}
+    stack = FakeStack(work, cluster)
+    with pytest.raises(scaling.SweepError, match=r"ImagePullBackOff: .*-1n-t1-worker-0"):
+        sweep(stack, Forwards(cluster), [1, 2], [], wait_timeout_s=3600)
+    assert stack.calls.count("up") == 2 and (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
+
+
+def test_a_dead_port_forward_stops_the_sweep(work: Path, cluster: FakeCluster) -> None:
+    stack = FakeStack(work, cluster)
+    forwards = Forwards(cluster, kill_for={f"{BASE_JOB}-1n-t1"})
+    with pytest.raises(scaling.SweepError, match=r"port-forward to Prometheus exited"):
+        sweep(stack, forwards, [1], [], wait_timeout_s=3600)
+    assert stack.calls[-1] == "up"  # scaled back
+
+
+def test_an_interrupt_restores_the_file_cancels_the_lock_and_scales_back(
+    work: Path, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    raw, values = _original(work)
+    stack = FakeStack(work, cluster, interrupt_up=2, results=tmp_path / "measured.json")
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        sweep(stack, Forwards(cluster), [1, 2], lines)
+    assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
+    # up #3 met the lock the interrupted update left, the sweep cancelled it, up #4 scaled back
+    assert stack.calls[-3:] == ["up", "cancel", "up"] and not stack.lock.exists()
+    assert stack.ups[-1] == values
+    assert [m["nodes"] for m in json.loads(stack.results.read_text())] == [1]
+    assert "cancelled the stack's lock" in lines
+
+
+def test_destroy_only_on_request_retried_and_recovery_printed(
+    work: Path, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    raw, _ = _original(work)
+    stack = FakeStack(work, cluster, destroy_failures=2, results=tmp_path / "m.json")
+    sweep(stack, Forwards(cluster), [1], [], destroy=True)
+    assert stack.calls.count("destroy") == 3 and stack.calls.count("up") == 1
+    assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
+
+    stack = FakeStack(work, cluster, destroy_failures=99, results=tmp_path / "m2.json")
+    lines: list[str] = []
+    with pytest.raises(scaling.SweepError, match=r"^destroy failed"):
+        sweep(stack, Forwards(cluster), [1], lines, destroy=True, sweep_id="t3")
+    assert stack.calls.count("destroy") == scaling.CLEANUP_ATTEMPTS
+    backup = tmp_path / f"Pulumi.{STACK}.yaml.orig"
+    assert backup.read_bytes() == raw
+    assert f"    cd {work}" in lines
+    assert f"    cp {backup} Pulumi.{STACK}.yaml" in lines
+    assert f"    pulumi destroy --stack {STACK} --yes" in lines
+
+
+def test_a_failing_scale_back_prints_the_exact_recovery(
+    work: Path, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    stack = FakeStack(work, cluster, fail_ups_from=2, results=tmp_path / "m.json")
+    lines: list[str] = []
+    with pytest.raises(scaling.SweepError, match=r"^scale-back up failed"):
+        sweep(stack, Forwards(cluster), [1], lines)
+    assert stack.calls.count("up") == 1 + scaling.CLEANUP_ATTEMPTS
+    assert f"    pulumi up --stack {STACK} --yes" in lines
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"which": lambda t: None if t == "kubectl" else f"/bin/{t}"}, "not on PATH: kubectl"),
+        (
+            {"run": lambda *a, **k: subprocess.CompletedProcess(a, 255, "", "ExpiredToken")},
+            "no AWS credentials",
+        ),
+        ({"steps": 12}, "steps 12: need >= warmup_steps + 10"),
+        ({"deployed": False}, "stack is not deployed"),
+    ],
+)
+def test_prerequisites_stop_before_the_first_up(
+    work: Path, cluster: FakeCluster, kw: dict[str, Any], message: str
+) -> None:
+    raw, _ = _original(work)
+    stack = FakeStack(work, cluster, deployed=kw.pop("deployed", True))
+    with pytest.raises(scaling.PrerequisiteError, match=re.escape(message)):
+        sweep(stack, Forwards(cluster), [1], [], **kw)
+    assert "up" not in stack.calls and not cluster.jobs
+    assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
+
+
+def test_a_stack_without_observability_is_refused(work: Path, cluster: FakeCluster) -> None:
+    text = (work / f"Pulumi.{STACK}.yaml").read_text()
+    (work / f"Pulumi.{STACK}.yaml").write_text(
+        text.replace(
+            "eks-fsdp:observability:\n    enabled: true",
+            "eks-fsdp:observability:\n    enabled: false",
         )
-    assert stack.calls[-1] == "destroy" and stack.calls.count("up") == 2
+    )
+    stack = FakeStack(work, cluster)
+    with pytest.raises(scaling.PrerequisiteError, match=r"observability off"):
+        sweep(stack, Forwards(cluster), [1], [])
+    assert "up" not in stack.calls
 
 
 def test_bad_node_counts_stop_before_pulumi() -> None:
     with pytest.raises(ValueError, match=r"^nodes: \[0\]"):
         scaling.measure_cloud([0], stack_name="x", select_stack=lambda **kw: pytest.fail("called"))
+
+
+def test_job_names_derive_from_the_original_and_fit() -> None:
+    assert scaling.job_name_for("llama", 8, "ab12") == "llama-8n-ab12"
+    long = scaling.job_name_for("x" * 60, 16, "ab12")
+    assert len(long) == 50 and long.endswith("-16n-ab12")
 
 
 @pytest.mark.skipif(
@@ -170,7 +509,7 @@ def test_config_paths_with_real_automation_api(
     stack = auto.create_or_select_stack(
         "scaling", project_name="eks-fsdp", program=lambda: None, opts=opts
     )
-    values = infra_config.stack_file_values("p5-16")
+    values = infra_config.stack_file_values(STACK)
     for key in ("gpuNodeGroups", "job"):
         stack.set_config(f"eks-fsdp:{key}", auto.ConfigValue(value=json.dumps(values[key])))
     stack.set_config("eks-fsdp:job.workers", auto.ConfigValue(value="4"), path=True)

@@ -1,8 +1,8 @@
 """The planner's per-layer activation formula against what autograd really saves.
 
-If this fails, ``training.planner.memory.activation_model`` no longer describes the tensors
+If this fails, ``planner.memory.activation_model`` no longer describes the tensors
 HF's LlamaDecoderLayer (SDPA attention, RMSNorm, SwiGLU, GQA) keeps for backward, and every
-activation figure of ``python -m training.plan`` (with and without AC) is off. The test runs
+activation figure of ``python -m planner`` (with and without AC) is off. The test runs
 one forward of the tiny preset on CPU (bf16 and fp32), records every tensor autograd saves
 (``saved_tensors_hooks``, parameters excluded, storages counted once) and compares the bytes
 with the formula. Nothing is mocked.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from training.planner.memory import PRECISIONS, activation_model
-from training.planner.shapes import resolve
+from planner.memory import PRECISIONS, activation_model
+from planner.shapes import resolve
 
 B, S = 2, 256
 

@@ -1,4 +1,4 @@
-"""``python -m training.plan``: JSON schema, human table, --stack, --plot and bad inputs.
+"""``python -m planner``: JSON schema, human table, --stack, --plot and bad inputs.
 
 If this fails, users (and the scaling notebook) lose a documented output key, a stack file
 is no longer read the way `pulumi up` would deploy it, the plot is not written, or a bad flag
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from training.plan import builtin_for_hub_id, main
+from planner.cli import builtin_for_hub_id, main
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIRED = {
@@ -34,6 +34,9 @@ REQUIRED = {
     "recommendation",
     "epoch",
     "flops_per_token",
+    "checkpoint_s",
+    "checkpoint_bytes",
+    "storage",
 }
 MEMORY = {
     "params",
@@ -198,6 +201,11 @@ BASE = ["--model", "llama2-7b", "--instance", "p5.48xlarge", "--nodes", "1"]
         (["--instance", "p5.48xlarge", "--nodes", "1"], "--model"),
         (["--stack", "no-such-stack"], "--stack no-such-stack"),
         ([*BASE, "--bogus"], "--bogus"),
+        ([*BASE, "--storage", "SCRATCH_3:1200"], "--storage SCRATCH_3:1200"),
+        ([*BASE, "--storage", "PERSISTENT_2:2400:300"], "PERSISTENT_2 at 300"),
+        ([*BASE, "--calibration", "/nonexistent/cal.json"], "--calibration /nonexistent/cal.json"),
+        ([*BASE, "--preflight", "/nonexistent/pf.json"], "--preflight needs --calibration"),
+        (["calibrate", *BASE, "--run", "/nonexistent"], "--preflight is required"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(
@@ -213,16 +221,41 @@ def test_bad_input_is_one_line_naming_the_flag(
 
 def test_module_entry_point_exit_codes() -> None:
     ok = subprocess.run(
-        [sys.executable, "-m", "training.plan", *BASE, "--json"],
+        [sys.executable, "-m", "planner", *BASE, "--json"],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
     assert ok.returncode == 0 and json.loads(ok.stdout)[0]["nodes"] == 1
     bad = subprocess.run(
-        [sys.executable, "-m", "training.plan", *BASE[:-1], "0"],
+        [sys.executable, "-m", "planner", *BASE[:-1], "0"],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--nodes 0" in bad.stderr
+
+
+def test_checkpoint_time_is_model_plus_optimizer_over_the_stack_storage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """p5-16 checkpoints llama2-7b to a 1200 GiB SCRATCH_2 file system: parameters (fp32)
+    plus AdamW's two fp32 moments, 12 bytes per parameter, written at SCRATCH_2's disk write
+    throughput of 100 MB/s per TiB (FSx for Lustre performance tables)."""
+    from infra.config import load_stack_file
+    from planner.shapes import BUILTIN
+
+    r = _json(capsys, "--stack", "p5-16")[0]
+    storage = load_stack_file("p5-16").shared_storage
+    assert storage.is_fsx and storage.deployment_type == "SCRATCH_2"
+    n = BUILTIN["llama2-7b"].n_params
+    assert r["checkpoint_bytes"] == 12 * n
+    tib = storage.storage_capacity_gib / 1024
+    assert r["checkpoint_s"] == pytest.approx(12 * n / (100e6 * tib))
+    assert r["checkpoint_s"] > 600  # minutes, not the 1.7 s of a params-only 1 GB/s/node model
+    assert r["epoch"]["checkpoint_s"] == r["checkpoint_s"]
+    faster = _json(capsys, "--stack", "p5-16", "--storage", "PERSISTENT_2:2400:1000")[0]
+    assert faster["checkpoint_s"] == pytest.approx(12 * n / (1000e6 * 2400 / 1024))
+    local = _json(capsys, *BASE, "--nodes", "2")
+    # no shared storage: each node writes its shards to its own gp3 root volume (125 MiB/s)
+    assert local[0]["checkpoint_s"] == pytest.approx(12 * n / (2 * 125 * 2**20))

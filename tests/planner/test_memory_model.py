@@ -14,16 +14,16 @@ import itertools
 import pytest
 
 from infra.instances import lookup
-from training.planner.assumptions import DEFAULT
-from training.planner.memory import (
+from planner.assumptions import DEFAULT
+from planner.memory import (
     PRECISIONS,
     layout,
     memory,
     rank_shard_elements,
     shard_elements,
 )
-from training.planner.predict import PlanInput, predict
-from training.planner.shapes import BUILTIN
+from planner.predict import PlanInput, predict
+from planner.shapes import BUILTIN
 
 S70 = BUILTIN["llama2-70b"]
 MIXED = PRECISIONS["mixed"]
@@ -120,7 +120,7 @@ def test_seventy_b_on_two_p4de_full_shard_does_not_fit() -> None:
     assert not two.fits
     assert two.memory.sharded_state / 2**30 == pytest.approx(64.2, abs=0.1)  # 16 B x 69 B / 16
     assert predict(inp, 4).fits
-    from training.planner.recommend import recommend
+    from planner.recommend import recommend
 
     rec = recommend(inp, 2)
     assert rec is not None and rec["precision"] == "pure_bf16"

@@ -1,8 +1,8 @@
 """The planner's memory model against real FSDP2 runs on CPU (gloo, world sizes 1, 2, 4).
 
-If this fails, ``training.planner.memory`` no longer predicts the bytes FSDP2 actually keeps
+If this fails, ``planner.memory`` no longer predicts the bytes FSDP2 actually keeps
 per rank (sharded parameters, gradients, AdamW state) after one optimizer step: the fits /
-does-not-fit verdicts of ``python -m training.plan`` would be wrong. Each rank measures its own
+does-not-fit verdicts of ``python -m planner`` would be wrong. Each rank measures its own
 ``DTensor.to_local()`` bytes for three precisions (fp32; mixed = fp32 master with bf16 compute;
 pure bf16) and the test compares them with the prediction, rank by rank. Nothing is mocked.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from training.planner.memory import PRECISIONS, rank_shard_elements, shard_elements
-from training.planner.shapes import resolve
+from planner.memory import PRECISIONS, rank_shard_elements, shard_elements
+from planner.shapes import resolve
 
 PRESET = "tiny-llama"
 

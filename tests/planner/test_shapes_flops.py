@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from training.planner.shapes import BUILTIN, ShapeError, from_config_json, resolve
-from training.planner.timing import executed_flops_per_token, model_flops_per_token
+from planner.shapes import BUILTIN, ShapeError, from_config_json, resolve
+from planner.timing import executed_flops_per_token, model_flops_per_token
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,7 +113,7 @@ def test_tiny_preset_resolves_from_the_training_source() -> None:
 
 def test_planner_imports_no_torch() -> None:
     code = (
-        "import sys, training.plan, training.planner.plot, training.planner.published; "
+        "import sys, planner.cli, planner.plot, planner.published; "
         "sys.exit(1 if 'torch' in sys.modules or 'pulumi' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0

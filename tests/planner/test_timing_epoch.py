@@ -10,16 +10,18 @@ Pure arithmetic, nothing mocked.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from infra.instances import lookup
-from training.planner.assumptions import DEFAULT
-from training.planner.epoch import steps_per_epoch
-from training.planner.memory import PRECISIONS
-from training.planner.predict import PlanInput, plan, predict
-from training.planner.published import POINTS, seed_efficiency, seed_input
-from training.planner.shapes import BUILTIN
-from training.planner.timing import Link, ring_link, ring_time
+from planner.assumptions import DEFAULT
+from planner.epoch import steps_per_epoch
+from planner.memory import PRECISIONS
+from planner.predict import PlanInput, plan, predict
+from planner.published import POINTS, seed_efficiency, seed_input
+from planner.shapes import BUILTIN
+from planner.timing import Link, ring_link, ring_time
 
 P5 = lookup("p5.48xlarge")
 P4DE = lookup("p4de.24xlarge")
@@ -89,12 +91,14 @@ def test_a100_network_is_slower_than_h100_network() -> None:
 @pytest.mark.parametrize(
     ("samples", "world", "batch", "sampler", "steps"),
     [
-        (683, 8, 3, "drop", 28),
-        (683, 128, 3, "drop", 1),
+        (683, 8, 3, "fill", 29),  # 683 / 24 = 28.5: the last batch is completed with filler
+        (683, 128, 3, "fill", 2),
+        (672, 8, 3, "fill", 28),
         (683, 128, 3, "pad", 2),
         (683, 8, 3, "pad", 28),
         (683, 64, 3, "pad", 3),
-        (100, 128, 1, "drop", 0),
+        (100, 128, 1, "fill", 1),
+        (0, 128, 1, "fill", 0),
     ],
 )
 def test_steps_per_epoch(samples: int, world: int, batch: int, sampler: str, steps: int) -> None:
@@ -112,9 +116,34 @@ def test_epoch_at_128_gpus_is_a_handful_of_steps_and_costs_money() -> None:
     assert rows[1]["scaling_efficiency"] > rows[1]["job_scaling_efficiency"]
 
 
-def test_seed_published_point_within_five_points() -> None:
-    # 87% epoch throughput efficiency, 16 vs 1 p5.48xlarge (docs/planner.md: assumptions).
-    assert seed_efficiency("llama2-13b") == pytest.approx(0.87, abs=0.05)
+def test_seed_published_point_is_inside_the_sensitivity_range_not_a_fit() -> None:
+    """The seed's 87% (16 vs 1 p5.48xlarge) against every reading its source allows.
+
+    The source names neither the model size nor the tokens per example, and nobody measured
+    the train loop's fixed cost on p5: the planner gives a range, and 87% must lie inside it.
+    Efficiency falls as the fixed cost grows (a 1-2 step epoch on 16 nodes pays it in full).
+    """
+    from planner.published import seed_sensitivity
+
+    rows = seed_sensitivity()
+    assert len(rows) == 2 * 3 * 3
+    effs = [float(r["scaling_efficiency"]) for r in rows]
+    assert min(effs) < 0.87 < max(effs)
+    for model in ("llama2-7b", "llama2-13b"):
+        for tpe in (150, 190, 250):
+            line = [
+                float(r["scaling_efficiency"])
+                for r in rows
+                if r["model"] == model and r["tokens_per_example"] == tpe
+            ]
+            assert line == sorted(line, reverse=True)
+    # the default reading (13B, 190 tokens, 0.7 s) is the 'seed' POINT of the benchmark
+    default = next(
+        r
+        for r in rows
+        if (r["model"], r["tokens_per_example"], r["fixed_cost_s"]) == ("llama2-13b", 190, 0.7)
+    )
+    assert float(default["scaling_efficiency"]) == pytest.approx(seed_efficiency("llama2-13b"))
 
 
 def test_other_published_points_report_a_number() -> None:
@@ -126,9 +155,42 @@ def test_other_published_points_report_a_number() -> None:
 def test_eval_covers_every_example_even_past_the_world_size() -> None:
     """Evaluation costs ceil(val / W) forward steps: a 37-sample split on 128 GPUs still takes
     one step (the training package pads the last batch with masked examples)."""
-    from training.planner.epoch import eval_steps
+    from planner.epoch import eval_steps
 
     assert eval_steps(37, 128) == 1
     assert eval_steps(37, 8) == 5
     assert eval_steps(818, 8, batch=2) == 52
     assert eval_steps(0, 8) == 0
+
+
+def test_accumulation_all_reduces_across_replicas_on_the_last_micro_batch_only() -> None:
+    """HSDP with 4 micro-batches: the training package all-reduces across replicas once per
+    step, so the step is one synced micro-batch plus three without the replica all-reduce."""
+    from planner.assumptions import generation
+    from planner.memory import layout, shard_elements
+    from planner.timing import comm_time, compute_time
+
+    inp = _inp(shape=BUILTIN["llama2-7b"], strategy="HYBRID_SHARD", batch=1, grad_accum=4)
+    one = predict(replace(inp, grad_accum=1), 4)
+    four = predict(inp, 4)
+    lay = layout("HYBRID_SHARD", 32, 8)
+    gen = generation(P5.gpu_model)
+    comp = compute_time(
+        inp.shape,
+        P5,
+        gen,
+        inp.precision,
+        tokens=inp.seq,
+        seq=inp.seq,
+        ac=1.0,
+        shard_elems=shard_elements(inp.shape.param_shapes(), lay.shard),
+        a=DEFAULT,
+    )
+    quiet = comm_time(
+        inp.shape, lay, P5, gen, inp.precision, comp, 1.0, DEFAULT, replica_sync=False
+    )
+    synced = comm_time(inp.shape, lay, P5, gen, inp.precision, comp, 1.0, DEFAULT)
+    assert quiet.network_s == 0.0 < synced.network_s  # replicas talk across nodes
+    quiet_s = comp.total_s + quiet.exposed_s + quiet.interference_s
+    assert four.step_time_s == pytest.approx(one.step_time_s + 3 * quiet_s)
+    assert four.step_time_s < 4 * one.step_time_s

@@ -6,10 +6,13 @@ helpers.launch); tests only read the metrics and measurements those runs leave b
   world2: every 2-process sharding variant, a 1 -> 2 resume, state bytes, an HF export, the
           local HF checkpoint (tied embeddings) sharded;
   world4: HYBRID_SHARD 2x2 and FULL_SHARD with 4 processes, state bytes.
+Both world1 and world2 also train two epochs of an 11-sample dataset (global batch 4 does not
+divide it): the last batch of each epoch is completed with masked filler rows.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,32 @@ from tests.training.helpers import GLOBAL_BATCH, TINY, ckpt_dir, launch, merge, 
 
 STEPS = 6
 RESUME_AT = 3  # the reference run checkpoints every RESUME_AT steps
+FILLER_SAMPLES = 11
+"""Training rows of the filler dataset (12 rows, the last 10% is validation)."""
+
+
+def _filler_job(base: Path, world: int) -> dict[str, Any]:
+    """Two epochs over FILLER_SAMPLES samples, global batch 4, no step limit."""
+    data = base / "filler.jsonl"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text(
+        "".join(
+            json.dumps({"text": f"sample {i}: " + " ".join(["word"] * (3 + 2 * i))}) + "\n"
+            for i in range(FILLER_SAMPLES + 1)
+        ),
+        encoding="utf-8",
+    )
+    argv = merge(
+        _argv(base, "filler", world),
+        [
+            "--dataset=custom",
+            f"--data_path={data}",
+            "--batching_strategy=padding",
+            "--num_epochs=2",
+            "--max_train_step=0",
+        ],
+    )
+    return {"kind": "train", "name": "filler", "argv": argv}
 
 
 def _argv(base: Path, name: str, world: int, *extra: str) -> list[str]:
@@ -91,6 +120,7 @@ def world1(train_root: Path, hf_checkpoint: Path) -> tuple[Path, dict[str, Any]]
         _train(base, "resume_w1", 1, "--resume"),
         _train(base, "hf_tied", 1, f"--model_name={hf_checkpoint}"),
         _train(base, "ref_batch8", 1, "--batch_size_training=8"),  # for world 4 x 2 micro-batches
+        _filler_job(base, 1),
     ]
     return base, launch(1, jobs, base)
 
@@ -125,7 +155,22 @@ def world2(
             "--batch_size_training=1",
         ),
         _train(base, "cpu_offload", 2, "--fsdp_cpu_offload"),
-        _train(base, "bf16_mixed", 2, "--mixed_precision=True"),
+        # --force_bf16: on a CPU without native bf16 the default would quietly train in fp32.
+        _train(base, "bf16_mixed", 2, "--mixed_precision=True", "--force_bf16"),
+        _train(base, "selective_ac", 2, "--ac_mode=selective"),
+        _train(base, "compile", 2, "--compile"),
+        {
+            "kind": "host_syncs",
+            "name": "syncs",
+            "argv": _argv(
+                base,
+                "syncs",
+                2,
+                "--log_every=3",
+                "--gradient_accumulation_steps=2",
+                "--batch_size_training=1",
+            ),
+        },
         _train(base, "hf_tied", 2, f"--model_name={hf_checkpoint}"),
         {
             "kind": "copy_checkpoint",
@@ -141,6 +186,7 @@ def world2(
             "argv": _argv(base, "export", 2, "--save_model=True", "--max_train_step=3"),
             "out": str(base / "export" / "logits.pt"),
         },
+        _filler_job(base, 2),
     ]
     return base, launch(2, jobs, base)
 

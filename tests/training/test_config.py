@@ -227,7 +227,17 @@ BAD = [
     (["--sharding_group_size", "2"], "--sharding_group_size: only used with --hsdp"),
     (["--hsdp", "--replica_group_size=-1"], "--replica_group_size: must be >= 0, got -1"),
     (["--pure_bf16", "--use_fp16"], "--pure_bf16: cannot be combined with --use_fp16"),
+    (
+        ["--use_fp16"],
+        "--use_fp16: fp16 training needs loss scaling, which this trainer does not do with "
+        "FSDP2; use bf16 (the default --mixed_precision) or --mixed_precision=False",
+    ),
     (["--checkpoint_every", "-5"], "--checkpoint_every: must be >= 0, got -5"),
+    (["--checkpoint_every_s", "-1"], "--checkpoint_every_s: must be >= 0, got -1.0"),
+    (
+        ["--collective_timeout_s", "0"],
+        "--collective_timeout_s: must be a finite number > 0, got 0.0",
+    ),
     (["--metrics_port", "70000"], "--metrics_port: must be in 0..65535 (0 = off), got 70000"),
     (["--log_every", "0"], "--log_every: must be >= 1, got 0"),
     (["--gamma", "1.5"], "--gamma: must be in (0, 1], got 1.5"),

@@ -4,7 +4,8 @@ If these fail: the model learns from the wrong tokens (prompt not masked, llama-
 changed, packing losing or duplicating tokens); a malformed data file gives a stack trace instead
 of "FILE:LINE"; runs with different world sizes / accumulation no longer see the same global batch
 per step (so FSDP parity and resume-with-another-world-size tests become meaningless); a resumed
-run sees different batches than an uninterrupted one; or the committed sample / tokenizer drifted
+run sees different batches than an uninterrupted one; samples are dropped or repeated within an
+epoch (the last global batch must be completed with masked filler); or the committed sample / tokenizer drifted
 from the scripts that generate them.
 """
 
@@ -22,6 +23,7 @@ from transformers import PreTrainedTokenizerBase
 
 from training.config import TrainConfig
 from training.data import (
+    FILLER,
     IGNORE_INDEX,
     SAMSUM_SAMPLE,
     TOKENIZER_DIR,
@@ -33,6 +35,7 @@ from training.data import (
     load_tokenizer,
     pack,
     samsum_prompt,
+    steps_per_epoch,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -346,7 +349,10 @@ def _toy(n: int) -> list[dict[str, list[int]]]:
 
 
 def _ids(micro: dict[str, torch.Tensor]) -> list[int]:
-    return micro["input_ids"][:, 0].tolist()
+    """Sample id of each row (toy sample i holds token i); FILLER for a fully masked row."""
+    ids = micro["input_ids"][:, 0].tolist()
+    masked = (micro["labels"] == IGNORE_INDEX).all(dim=1).tolist()
+    return [FILLER if m else i for i, m in zip(ids, masked, strict=True)]
 
 
 def _batches(
@@ -402,7 +408,7 @@ def _run(
 def test_world_sizes_and_accumulation_see_the_same_global_batches() -> None:
     ds = _toy(50)
     ref, _ = _run(ds, B=4, W=1)
-    assert len(ref) == 50 // 4
+    assert len(ref) == steps_per_epoch(50, 4) == 13
     for B, W, A in [(2, 2, 1), (1, 4, 1), (2, 1, 2), (1, 2, 2), (1, 1, 4)]:
         got, _ = _run(ds, B=B, W=W, A=A)
         assert got == ref, (B, W, A)
@@ -413,14 +419,13 @@ def test_world_sizes_and_accumulation_see_the_same_global_batches() -> None:
     assert one["attention_mask"].sum() == sum(h["attention_mask"].sum() for h in halves)
 
 
-def test_epoch_layout_permutation_and_drop_last() -> None:
+def test_epoch_layout_permutation_and_filler() -> None:
     ds = _toy(50)
     ep0, _ = _run(ds, B=4, W=1, epoch=0)
     ep1, _ = _run(ds, B=4, W=1, epoch=1)
     flat0 = [i for b in ep0 for i in b]
-    assert len(flat0) == 48 and len(set(flat0)) == 48  # each sample at most once; 2 dropped
     perm = torch.randperm(50, generator=torch.Generator().manual_seed(7 + 0)).tolist()
-    assert flat0 == perm[:48]
+    assert flat0 == [*perm, FILLER, FILLER]  # every sample once; the last batch is filled up
     assert ep0 != ep1 and ep1 == _run(ds, B=4, W=1, epoch=1)[0]  # reshuffled, deterministically
     it = _batches(ds, B=5, shuffle=False)
     assert it.steps_per_epoch() == 10
@@ -468,13 +473,38 @@ def test_resume_with_a_global_batch_that_does_not_divide_the_position() -> None:
     head, states = _run(ds, B=4, W=1, epoch=1, steps=3)  # consumed 12
     tail, after = _run(ds, B=4, W=2, epoch=1, state=states[0])  # G = 8: 12 is not a multiple
     assert [i for b in head for i in b] == perm[:12]
-    assert tail == [perm[k : k + 8] for k in range(12, 70 - 7, 8)]  # from sample 12 on, no gap
-    assert after[0]["consumed_samples"] == 68
+    want = [perm[k : k + 8] for k in range(12, 70, 8)]  # from sample 12 on, no gap
+    want[-1] += [FILLER] * (8 - len(want[-1]))
+    assert tail == want
+    assert after[0]["consumed_samples"] == 70
     # the next epoch is the standard layout again
     it = _batches(ds, B=8)
     it.load_state_dict(after[0])
     it.set_epoch(2)
-    assert it.state_dict()["consumed_samples"] == 0 and len(list(it)) == 70 // 8
+    assert it.state_dict()["consumed_samples"] == 0 and len(list(it)) == steps_per_epoch(70, 8)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_every_sample_is_trained_exactly_once_per_epoch(world: int) -> None:
+    """23 samples, B=2, A=2: G = 4, 8, 12 never divides 23. The multiset of sample ids trained
+    in each epoch is the dataset, in the same global order for every world size."""
+    ds = _toy(23)
+    for epoch in (0, 1):
+        steps, _ = _run(ds, B=2, W=world, A=2, epoch=epoch)
+        assert len(steps) == steps_per_epoch(23, 2 * world * 2)
+        trained = [i for step in steps for i in step if i != FILLER]
+        assert sorted(trained) == list(range(23))  # each sample exactly once
+        perm = torch.randperm(23, generator=torch.Generator().manual_seed(7 + epoch)).tolist()
+        assert trained == perm
+        # filler rows only in the last step, and they carry no label token
+        assert all(FILLER not in step for step in steps[:-1])
+
+
+def test_steps_per_epoch_rule() -> None:
+    assert [steps_per_epoch(n, 4) for n in (0, 1, 4, 5, 8, 9)] == [0, 1, 1, 2, 2, 3]
+    assert steps_per_epoch(683, 3 * 128) == 2  # the p5-16 job: 683 packed samples, B=3, W=128
+    with pytest.raises(ValueError, match="global_batch"):
+        steps_per_epoch(10, 0)
 
 
 def test_set_epoch_keeps_a_resumed_position_and_resets_otherwise() -> None:
@@ -520,7 +550,7 @@ def test_eval_batches_shard_evenly_and_match_world_one() -> None:
     ds = _toy(11)
     one = list(eval_batches(ds, batch_size=2, rank=0, world_size=1, pad_id=0))
     # in order; the last batch is example 10 plus a masked filler (a copy of example 0)
-    assert [_ids(b) for b in one] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 0]]
+    assert [_ids(b) for b in one] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, FILLER]]
     assert set(one[-1]["labels"][1].tolist()) == {IGNORE_INDEX}  # the filler carries no label
     per_rank = [
         list(eval_batches(ds, batch_size=1, rank=r, world_size=2, pad_id=0)) for r in range(2)

@@ -1,12 +1,14 @@
 """Sharded training gives the numbers of unsharded training.
 
-If these fail, FSDP2 runs (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, with or without
-activation checkpointing, CPU offload, gradient accumulation) no longer compute the same per-step
+If these fail, FSDP2 runs (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, with full,
+selective or no activation checkpointing, per-block torch.compile, CPU offload, gradient
+accumulation) no longer compute the same per-step
 loss AND gradient norm as a 1-process run without FSDP on the same global batch: typically a
 loss normalised per rank instead of by the global token count, a gradient scaled by the world
 size (which AdamW hides in the loss, hence the grad-norm check), garbage rotary buffers after
 meta-device init, tied embeddings untied by meta-device init (a local Hugging Face checkpoint),
-or a data order that depends on the world size.
+or a data order that depends on the world size, or the last partial batch of an epoch dropped
+(or its filler rows counted in the loss) instead of trained exactly once.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.training.conftest import STEPS
+from tests.training.conftest import FILLER_SAMPLES, STEPS
 from tests.training.helpers import max_diff, metrics
 
 pytestmark = pytest.mark.slow
@@ -34,6 +36,8 @@ W2_FP32 = [
     "accumulation",
     "no_shard_accumulation",  # gradients all-reduced only on the last micro-batch
     "cpu_offload",
+    "selective_ac",  # torchtitan's op-level SAC
+    "compile",  # per-block torch.compile (with full AC)
 ]
 
 
@@ -112,3 +116,37 @@ def test_local_hf_checkpoint_with_tied_embeddings(
     assert max_diff(got, ref, "loss") < FP32_TOL
     assert max_diff(got, ref, "grad_norm") < FP32_TOL
     assert ref[-1]["loss"] < ref[0]["loss"]
+
+
+def test_every_sample_once_per_epoch_matches_one_process(
+    world1: tuple[Path, dict[str, Any]], world2: tuple[Path, dict[str, Any]]
+) -> None:
+    """11 samples, global batch 4: ceil(11 / 4) = 3 steps per epoch, the third holds 3 samples
+    and one masked filler row. Two processes (2 x 2) give the losses of one process (4), step
+    for step, and count exactly the label tokens of the samples."""
+    from training.data import steps_per_epoch
+
+    ref, got = metrics(*_run(world1, "filler")), metrics(*_run(world2, "filler"))
+    per_epoch = steps_per_epoch(FILLER_SAMPLES, 4)
+    assert per_epoch == 3
+    assert [r["step"] for r in ref] == [r["step"] for r in got] == list(range(1, 2 * per_epoch + 1))
+    assert [r["epoch"] for r in ref] == [0] * per_epoch + [1] * per_epoch
+    assert max_diff(got, ref, "loss") < FP32_TOL
+    # each epoch trains every sample once: its label tokens are exactly those of the dataset
+    from training.config import TrainConfig
+    from training.data import IGNORE_INDEX, build_dataset, load_tokenizer
+
+    base, _ = world1
+    cfg = TrainConfig(
+        model_name="tiny-llama-2l",
+        dataset="custom",
+        data_path=str(base / "filler.jsonl"),
+        batching_strategy="padding",
+        context_length=64,
+    )
+    ds = build_dataset(cfg, load_tokenizer(cfg.model_name), "train")
+    assert len(ds) == FILLER_SAMPLES
+    want = sum(sum(1 for t in ex["labels"][1:] if t != IGNORE_INDEX) for ex in ds)
+    for rows in (ref, got):
+        labels = [r["label_tokens"] for r in rows]
+        assert sum(labels[:per_epoch]) == sum(labels[per_epoch:]) == want

@@ -46,7 +46,8 @@ def test_render_observability_objects_and_pinned_chart_values(
     from infra.config import load_stack_file
     from workloads.specs import observability as obs
 
-    assert render.main(["--stack", "p4de-odcr", "--out", str(tmp_path)]) == 0
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp-p4de-odcr-training:sha-1"
+    assert render.main(["--stack", "p4de-odcr", "--out", str(tmp_path), "--image", image]) == 0
     s = obs.settings_from_stack(load_stack_file("p4de-odcr"))
     objs = list(yaml.safe_load_all((tmp_path / "observability.yaml").read_text()))
     assert objs == [obs.namespace(s), obs.dashboard_configmap(s)]

@@ -3,7 +3,8 @@
 Mocked, and why: there is no Pulumi engine, AWS account, registry or Kubernetes API server here.
 ``tests/pulumi_mocks.run_program`` runs ``__main__.py`` with Pulumi's mocks (providers echo their
 inputs); this module adds the two computed outputs the workloads read: the ECR repository URL
-and the pushed image reference (with a digest). The kustomize ``Directory`` is a remote
+and the pushed image reference (with a digest), and the ECR image lookup (``aws:ecr/getImage``)
+answers "no such tag" except where a test says the tag was pushed before. The kustomize ``Directory`` is a remote
 component: under mocks only its inputs are seen, nothing is fetched.
 
 If these fail, ``pulumi up`` would submit a different job than ``workloads.render`` shows: a
@@ -23,12 +24,12 @@ import tests.pulumi_mocks as pm
 from infra.config import load_stack_file
 from tests.pulumi_mocks import ProgramRun, run_program
 from workloads.specs import pytorchjob as spec
-from workloads.specs.image import content_tag
+from workloads.specs.image import CACHE_TAG, content_tag, repository_name
 from workloads.specs.settings import EtcdSettings, JobSettings, from_stack
 from workloads.training_operator import MANIFEST_DIR
 
 TOKEN = "hf_mock_secret_token_0123456789"
-REPO_URL = f"{pm.ACCOUNT}.dkr.ecr.us-west-2.amazonaws.com/eks-fsdp-training"
+REGISTRY = f"{pm.ACCOUNT}.dkr.ecr.us-west-2.amazonaws.com"
 DIGEST = "sha256:" + "ab" * 32
 JOB_TYPE = "kubernetes:kubeflow.org/v1:PyTorchJob"
 WORKLOAD_TYPES = {
@@ -41,13 +42,18 @@ WORKLOAD_TYPES = {
 _plain_outputs = pm._mock_outputs
 
 
+def repo_url(stack: str) -> str:
+    """The stack's own ECR repository (``<project>-<stack>-training``)."""
+    return f"{REGISTRY}/{repository_name(pm.PROJECT, stack)}"
+
+
 def _outputs(args: Any) -> tuple[str, dict[str, Any]]:
     rid, state = _plain_outputs(args)
     if args.typ == "aws:ecr/repository:Repository":
-        state["repositoryUrl"] = REPO_URL
+        state["repositoryUrl"] = f"{REGISTRY}/{args.inputs['name']}"
         state["registryId"] = pm.ACCOUNT
     elif args.typ == "docker-build:index:Image":
-        state["ref"] = f"{args.inputs['tags'][0]}@{DIGEST}"
+        state["ref"] = f"{args.inputs['tags'][0]}"
         state["digest"] = DIGEST
     return rid, state
 
@@ -94,19 +100,17 @@ def test_components_wrap_the_specs_on_the_cluster_provider(
     runs: dict[str, ProgramRun], stack: str
 ) -> None:
     run = runs[stack]
-    assert {r.type for r in run.resources} >= WORKLOAD_TYPES
+    uses_etcd = load_stack_file(stack).job.rdzv_backend != "c10d"
+    expected_types = WORKLOAD_TYPES if uses_etcd else WORKLOAD_TYPES - {"eks-fsdp:workloads:Etcd"}
+    assert {r.type for r in run.resources} >= expected_types
     provider = run.one("pulumi:providers:kubernetes", "cluster-k8s")
     k8s = [r for r in _workload_resources(run) if r.type.startswith("kubernetes:") and r.custom]
     kinds = sorted(r.type.split(":")[-1] for r in k8s)
     # The debug DaemonSets are opt-in (debugTools); the workers have their own NetworkPolicy.
-    assert kinds == [
-        "Deployment",
-        "NetworkPolicy",
-        "NetworkPolicy",
-        "PyTorchJob",
-        "Secret",
-        "Service",
-    ]
+    etcd_kinds = ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass", "Service"]
+    assert kinds == sorted(
+        ["NetworkPolicy", "PyTorchJob", "Secret", *(etcd_kinds if uses_etcd else [])]
+    )
     for r in k8s:
         assert r.provider.startswith(provider.urn + "::"), (r.name, r.provider)
     kustomize = run.one("kubernetes:kustomize/v2:Directory")
@@ -120,7 +124,7 @@ def test_job_object_is_the_rendered_spec_with_the_pushed_image(
 ) -> None:
     run = runs[stack]
     job = run.one(JOB_TYPE)
-    image = f"{REPO_URL}:{content_tag()}@{DIGEST}"
+    image = f"{repo_url(stack)}:{content_tag()}@{DIGEST}"
     cfg = load_stack_file(stack)
     w = from_stack(cfg, image=image, stack=stack)
     expected = spec.pytorchjob(w.job, w.etcd.host)
@@ -131,12 +135,9 @@ def test_job_object_is_the_rendered_spec_with_the_pushed_image(
     assert run.outputs["trainingImage"] == image
     # The job waits for the operator's install (CRDs) and for etcd (the component's children).
     deps = {run.by_urn(u).type for u in job.dependencies if run.by_urn(u)}
-    assert {
-        "kubernetes:kustomize/v2:Directory",
-        "kubernetes:apps/v1:Deployment",
-        "kubernetes:core/v1:Service",
-        "kubernetes:core/v1:Secret",
-    } <= deps
+    assert {"kubernetes:kustomize/v2:Directory", "kubernetes:core/v1:Secret"} <= deps
+    if cfg.job.rdzv_backend != "c10d":
+        assert {"kubernetes:apps/v1:Deployment", "kubernetes:core/v1:Service"} <= deps
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -165,20 +166,73 @@ def test_hf_token_only_in_the_secret(runs: dict[str, ProgramRun]) -> None:
     assert not runs["no-token"].of_type("kubernetes:core/v1:Secret")
 
 
-def test_training_image_is_content_tagged_in_an_immutable_repository(
-    runs: dict[str, ProgramRun],
+@pytest.mark.parametrize("stack", ["dev", "p5-16"])
+def test_training_image_is_content_tagged_in_the_stacks_own_repository(
+    runs: dict[str, ProgramRun], stack: str
 ) -> None:
-    run = runs["dev"]
+    """One repository per stack, immutable tags but the cache's, a lifecycle policy on it; the
+    image is built under the content tag, never on preview, with a registry cache."""
+    run = runs[stack]
     repo = run.one("aws:ecr/repository:Repository")
-    assert repo.inputs["imageTagMutability"] == "IMMUTABLE"
+    assert repo.inputs["name"] == f"eks-fsdp-{stack}-training"
+    assert repo.inputs["imageTagMutability"] == "IMMUTABLE_WITH_EXCLUSION"
+    assert repo.inputs["imageTagMutabilityExclusionFilters"] == [
+        {"filter": f"{CACHE_TAG}*", "filterType": "WILDCARD"}
+    ]
     assert repo.inputs["imageScanningConfiguration"]["scanOnPush"] is True
+    policy = run.one("aws:ecr/lifecyclePolicy:LifecyclePolicy")
+    assert policy.inputs["repository"] == repo.inputs["name"]
+    rules = json.loads(policy.inputs["policy"])["rules"]
+    assert [r["selection"]["tagStatus"] for r in rules] == ["untagged", "tagged"]
+    assert rules[1]["selection"]["tagPrefixList"] == ["sha-"]
     image = run.one("docker-build:index:Image")
-    assert image.inputs["tags"] == [f"{REPO_URL}:{content_tag()}"]
-    assert image.inputs["push"] is True
+    url = repo_url(stack)
+    assert image.inputs["tags"] == [f"{url}:{content_tag()}"]
+    assert image.inputs["push"] is True and image.inputs["buildOnPreview"] is False
     assert image.inputs["platforms"] == ["linux/amd64"]
     assert image.inputs["dockerfile"]["location"].endswith("training/Dockerfile")
+    assert image.inputs["cacheFrom"] == [{"registry": {"ref": f"{url}:{CACHE_TAG}"}}]
+    (cache_to,) = image.inputs["cacheTo"]
+    assert cache_to["registry"]["ref"] == f"{url}:{CACHE_TAG}"
+    assert cache_to["registry"]["mode"] == "max" and cache_to["registry"]["imageManifest"]
+    assert run.outputs["trainingImageRepository"] == url
     for ds in run.of_type("kubernetes:apps/v1:DaemonSet"):
-        assert ds.inputs["spec"]["template"]["spec"]["containers"][0]["image"].startswith(REPO_URL)
+        ref = ds.inputs["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert ref == f"{url}:{content_tag()}@{DIGEST}"
+
+
+def test_repositories_of_two_stacks_differ(runs: dict[str, ProgramRun]) -> None:
+    stacks = ("dev", "p4de-odcr", "p5-16")
+    names = {s: runs[s].one("aws:ecr/repository:Repository").inputs["name"] for s in stacks}
+    assert names["dev"] != names["p5-16"] != names["p4de-odcr"] != names["dev"]
+
+
+def test_a_pushed_tag_is_reused_not_rebuilt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tag is already in ECR (an earlier ``up``, another machine, a lost state): no Image
+    resource is declared (an IMMUTABLE push of that tag would fail) and the job runs the image
+    the registry holds, by digest."""
+    pushed = "sha256:" + "cd" * 32
+    looked_up: list[dict[str, Any]] = []
+    plain_call = pm.Mocks.call
+
+    def call(self: pm.Mocks, args: Any) -> tuple[dict[str, Any], list[Any]]:
+        if args.token == "aws:ecr/getImage:getImage":
+            looked_up.append(dict(args.args))
+            return {"imageDigest": pushed, "imageTags": [args.args["imageTag"]]}, []
+        return plain_call(self, args)
+
+    monkeypatch.setattr(pm, "_mock_outputs", _outputs)
+    monkeypatch.setattr(pm.Mocks, "call", call)
+    run = run_program("p5-16", secrets={"hfToken": TOKEN, "grafanaAdminPassword": "x"})
+    assert looked_up == [{"repositoryName": "eks-fsdp-p5-16-training", "imageTag": content_tag()}]
+    assert not run.of_type("docker-build:index:Image")
+    assert run.one("aws:ecr/repository:Repository")  # the repository stays managed
+    expected = f"{repo_url('p5-16')}:{content_tag()}@{pushed}"
+    assert run.outputs["trainingImage"] == expected
+    container = run.one(JOB_TYPE).inputs["spec"]["pytorchReplicaSpecs"]["Worker"]["template"][
+        "spec"
+    ]["containers"][0]
+    assert container["image"] == expected
 
 
 def test_pinned_image_skips_the_build_and_disabled_job_skips_the_job(
@@ -209,5 +263,9 @@ def test_component_args_are_checked_before_any_child() -> None:
     with pytest.raises(ValueError, match=r"PyTorchJobArgs\.etcd_host"):
         PyTorchJobArgs(settings=job, image="r/i:t", etcd_host="")
     with pytest.raises(ValueError, match=r"TrainingImageArgs\.tag"):
-        TrainingImageArgs(tag="latest")
+        TrainingImageArgs(repository_name="r", tag="latest")
+    with pytest.raises(ValueError, match=r"TrainingImageArgs\.tag"):
+        TrainingImageArgs(repository_name="r", tag=CACHE_TAG)
+    with pytest.raises(ValueError, match=r"TrainingImageArgs\.repository_name"):
+        TrainingImageArgs(repository_name="")
     assert EtcdSettings().host == "etcd.default.svc.cluster.local"

@@ -20,6 +20,8 @@ import pytest
 from workloads import render
 
 REPO = Path(__file__).resolve().parents[2]
+IMAGE = "123456789012.dkr.ecr.us-east-2.amazonaws.com/eks-fsdp-p5-16-training:sha-0123456789ab"
+"""A registry image as ``pulumi stack output trainingImage`` gives it (GPU jobs need one)."""
 
 
 @pytest.mark.slow
@@ -40,12 +42,14 @@ def test_render_runs_from_requirements_txt_alone(tmp_path: Path) -> None:
     assert no_torch.stdout.strip() == "True"
     fresh, full = tmp_path / "fresh", tmp_path / "full"
     out = subprocess.run(
-        [str(python), "-m", "workloads.render", "--stack", "p5-16", "--out", str(fresh)],
+        [str(python), "-m", "workloads.render", "--stack", "p5-16", "--image", IMAGE,
+         "--out", str(fresh)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     subprocess.run(
-        [sys.executable, "-m", "workloads.render", "--stack", "p5-16", "--out", str(full)],
+        [sys.executable, "-m", "workloads.render", "--stack", "p5-16", "--image", IMAGE,
+         "--out", str(full)],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     files = sorted(p.relative_to(fresh) for p in fresh.rglob("*.yaml"))

@@ -11,6 +11,7 @@ v2 API, or the spec modules pulling in pulumi/torch.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ import yaml
 
 from infra import versions
 from infra.config import load_stack_file
+from infra.instances import lookup
 from tests.workloads.conftest import STACKS, stack_workloads
 from workloads.localrun.operator_env import operator_env
 from workloads.specs import debug, etcd, operator, pytorchjob
@@ -92,11 +94,11 @@ def test_every_object_validates_strictly(stack_objects: Any) -> None:
     version = cfg.kubernetes_version
     kinds = sorted(o["kind"] for o in objs)
     storage = ["PersistentVolume", "PersistentVolumeClaim"] if cfg.shared_storage.is_fsx else []
-    # etcd (Deployment, Service, NetworkPolicy), the job and its workers' NetworkPolicy; the
-    # debug DaemonSets are opt-in (debugTools) and validated in their own test.
-    assert kinds == sorted(
-        ["Deployment", "NetworkPolicy", "NetworkPolicy", "PyTorchJob", "Service", *storage]
-    )
+    # etcd (when a backend uses it), the job and its workers' NetworkPolicy; the debug
+    # DaemonSets are opt-in (debugTools) and validated in their own test.
+    etcd_kinds = ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass", "Service"]
+    rendezvous = etcd_kinds if load_stack_file(stack).job.rdzv_backend != "c10d" else []
+    assert kinds == sorted(["NetworkPolicy", "PyTorchJob", *rendezvous, *storage])
     for obj in objs:
         validate(obj, version)
 
@@ -150,7 +152,12 @@ def test_devices_and_fi_env_per_instance_type(
     w = stack_workloads(stack)
     job = pytorchjob.pytorchjob(w.job, w.etcd.host)
     res = _container(job)["resources"]
-    assert res["limits"] == res["requests"]
+    devices = {k: v for k, v in res["requests"].items() if k not in ("cpu", "memory")}
+    assert res["limits"] == devices  # extended resources: limit = request
+    it = lookup(w.job.instance_type)
+    # Burstable QoS: cpu and memory requested (85% of the node), no cpu/memory limit
+    assert res["requests"]["cpu"] == str(int(0.85 * it.vcpus))
+    assert res["requests"]["memory"] == f"{int(0.85 * it.memory_gib)}Gi"
     assert res["limits"]["nvidia.com/gpu"] == str(gpus)
     assert res["limits"].get("vpc.amazonaws.com/efa") == (str(efa) if efa else None)
     assert job["spec"]["nprocPerNode"] == str(gpus)
@@ -158,22 +165,32 @@ def test_devices_and_fi_env_per_instance_type(
     assert ("FI_PROVIDER" in env) is fi and ("FI_EFA_USE_DEVICE_RDMA" in env) is fi
     if fi:
         assert env["FI_PROVIDER"]["value"] == "efa"
+    # On EFA types NCCL must use the OFI plugin or fail (no silent TCP fallback).
+    assert env.get("NCCL_NET", {}).get("value") == ("OFI" if efa else None)
     assert env["NCCL_DEBUG"]["value"] == "INFO"
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"]["value"] == "1"
     assert "LOGLEVEL" in env
 
 
-def test_elastic_policy_points_at_the_etcd_service(stack_objects: Any) -> None:
-    _, w, objs = stack_objects
+def test_elastic_policy_points_at_the_rendezvous(stack_objects: Any) -> None:
+    """etcd backend: the etcd Service; c10d (the GPU stacks, docs/adr/0005): worker 0's
+    Service, which the operator creates for every replica."""
+    stack, w, objs = stack_objects
     job = _job(objs)
     ep = job["spec"]["elasticPolicy"]
-    svc = next(o for o in objs if o["kind"] == "Service")
-    assert ep["rdzvBackend"] == "etcd"
-    assert (
-        ep["rdzvHost"]
-        == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc.cluster.local"
-    )
-    assert ep["rdzvPort"] == svc["spec"]["ports"][0]["port"] == 2379
+    assert ep["rdzvBackend"] == load_stack_file(stack).job.rdzv_backend
+    if ep["rdzvBackend"] == "c10d":
+        assert stack != "dev"
+        assert (ep["rdzvHost"], ep["rdzvPort"]) == (f"{w.job.name}-worker-0", 29400)
+        assert not any(o["kind"] == "Service" for o in objs)  # no etcd at all
+        assert _env(job)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]["value"] == "1"
+    else:
+        svc = next(o for o in objs if o["kind"] == "Service")
+        assert (
+            ep["rdzvHost"]
+            == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc.cluster.local"
+        )
+        assert ep["rdzvPort"] == svc["spec"]["ports"][0]["port"] == 2379
     assert ep["minReplicas"] == w.job.min_workers <= ep["maxReplicas"] == w.job.workers
     assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == w.job.workers
     assert ep["maxRestarts"] == w.job.max_restarts
@@ -199,16 +216,55 @@ def test_rdzv_id_unique_per_generation_and_per_change() -> None:
     assert job["metadata"]["labels"]["eks-fsdp/generation"] == "2"
 
 
+def test_preemption_budget_derives_grace_shutdown_and_checkpoints_together() -> None:
+    """Llama-2-7b (~84 GB with AdamW state) on 1.2 TiB of SCRATCH_2 (234 MB/s); the p5-16 stack's
+    own 4.8 TiB gives a four times shorter write."""
+    from dataclasses import replace
+
+    from workloads.specs.preemption import (
+        AGENT_EXIT_S,
+        MAX_GRACE_S,
+        STEP_ALLOWANCE_S,
+        preemption_budget,
+        storage_mb_per_s,
+    )
+
+    cfg = load_stack_file("p5-16")
+    mbps = storage_mb_per_s(replace(cfg.shared_storage, storage_capacity_gib=1200))
+    assert mbps == 200 * 1200 / 1024
+    assert storage_mb_per_s(cfg.shared_storage) == 200 * 4800 / 1024 == 4 * mbps
+    b = preemption_budget("p5.48xlarge", "meta-llama/Llama-2-7b-hf", mbps, 16)
+    assert b.checkpoint_bytes == 84_000_000_000
+    assert b.write_s == math.ceil(1.25 * 84e9 / (mbps * 1e6) + 10) == 458
+    assert b.emergency_checkpoint
+    assert b.shutdown_timeout_s == STEP_ALLOWANCE_S + b.write_s
+    assert b.grace_period_s == b.shutdown_timeout_s + AGENT_EXIT_S <= MAX_GRACE_S
+    assert b.checkpoint_every_s == 2 * b.write_s
+    # 13B on the same storage does not fit the longest grace period: no emergency checkpoint,
+    # only the step in flight; the periodic checkpoint bounds the loss
+    big = preemption_budget("p4de.24xlarge", "meta-llama/Llama-2-13b-hf", mbps, 2)
+    assert not big.emergency_checkpoint
+    assert big.shutdown_timeout_s == STEP_ALLOWANCE_S
+    assert big.checkpoint_every_s == 2 * big.write_s
+    # faster storage: a shorter write, a shorter grace period
+    fast = preemption_budget("p5.48xlarge", "meta-llama/Llama-2-7b-hf", 4 * mbps, 16)
+    assert fast.write_s < b.write_s and fast.grace_period_s < b.grace_period_s
+
+
 def test_hf_token_only_through_a_secret_key_ref(stack_objects: Any) -> None:
     _, w, objs = stack_objects
     job = _job(objs)
     ref = _env(job)["HF_TOKEN"]
     assert "value" not in ref
+    # the stacks' Llama models come from the hub (gated): a missing Secret must block the pod
+    # (CreateContainerConfigError), not start it without a token and burn backoffLimit
     assert ref["valueFrom"]["secretKeyRef"] == {
         "name": w.job.hf_token_secret,
         "key": "token",
-        "optional": True,
+        "optional": not pytorchjob.needs_token(pytorchjob.model_name(w.job)),
     }
+    assert pytorchjob.needs_token("meta-llama/Llama-2-7b-hf")
+    assert not pytorchjob.needs_token("tiny-llama") and not pytorchjob.needs_token("/models/x")
     text = json.dumps(objs)
     assert "hf_" not in text.lower().replace("hf_token", "")
     assert not any(o["kind"] == "Secret" for o in objs)
@@ -238,7 +294,19 @@ def test_pod_template_shm_checkpoints_scheduling(stack_objects: Any) -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
     ]
-    assert pod["terminationGracePeriodSeconds"] >= 60  # room for the SIGTERM checkpoint
+    b = pytorchjob.budget(w.job)
+    assert pod["terminationGracePeriodSeconds"] == b.grace_period_s
+    env = _env(_job(objs))
+    assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]["value"] == str(b.shutdown_timeout_s)
+    assert b.grace_period_s > b.shutdown_timeout_s  # the kubelet's SIGKILL comes after torchrun's
+    cmd = _container(_job(objs))["command"]
+    assert f"--checkpoint_every_s={b.checkpoint_every_s}" in cmd
+    assert f"--checkpoint_write_estimate_s={b.write_s}" in cmd
+    size = vols["dshm"]["emptyDir"]["sizeLimit"]
+    assert size.endswith("Gi") and 1 <= int(size[:-2]) <= 64
+    run_policy = _job(objs)["spec"]["runPolicy"]
+    assert run_policy["cleanPodPolicy"] == "Running"
+    assert run_policy["ttlSecondsAfterFinished"] == w.job.ttl_after_finished_s
     claim = pytorchjob.pytorchjob(_settings(checkpoint_claim="fsx-checkpoints"), "etcd")
     vol = claim["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"][1]
     assert vol == {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "fsx-checkpoints"}}
@@ -275,9 +343,9 @@ def test_operator_env_is_what_torchrun_reads() -> None:
 
 
 def test_every_image_is_pinned(stack_objects: Any) -> None:
-    _, _, objs = stack_objects
+    _, w, objs = stack_objects
     images = [c["image"] for o in objs for c in _containers(o)]
-    assert len(images) == 2  # etcd, pytorch (the debug tools are opt-in)
+    assert len(images) == (2 if w.job.uses_etcd else 1)  # (etcd,) pytorch; debug tools opt-in
     for image in images:
         name, _, tag = image.rpartition("/")[2].partition(":")
         assert name and tag and tag != "latest", image
@@ -315,6 +383,18 @@ def test_etcd_serves_v2_on_3_5_and_only_to_the_job() -> None:
     )
     assert objs["PersistentVolumeClaim"]["spec"]["storageClassName"] == "gp3"
     assert objs["Service"]["spec"]["ports"][0]["port"] == 2379
+    # an etcd restart fails the job on the etcd backends: no voluntary eviction, high priority
+    pdb = objs["PodDisruptionBudget"]
+    assert pdb["spec"] == {
+        "minAvailable": 1,
+        "selector": objs["Deployment"]["spec"]["selector"],
+    }
+    pc = objs["PriorityClass"]
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == pc["metadata"]["name"]
+    assert 0 < pc["value"] < 2_000_000_000 and pc["globalDefault"] is False
+    for obj in objs.values():
+        validate(obj, versions.KUBERNETES_VERSION)  # strict: PDB and PriorityClass too
     ingress = objs["NetworkPolicy"]["spec"]["ingress"]
     assert ingress == [
         {

@@ -134,7 +134,8 @@ def test_dev_has_no_checkpoint_volume() -> None:
 def test_render_p5_writes_the_checkpoint_volume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["--stack", "p5-16", "--out", str(tmp_path)]
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp-p5-16-training:sha-1"
+    argv = ["--stack", "p5-16", "--out", str(tmp_path), "--image", image]
     fs_flags = ["--fsx-id", FS.file_system_id, "--fsx-mount-name", FS.mount_name]
     assert render.main([*argv, *fs_flags]) == 0
     w = stack_workloads("p5-16")

@@ -5,7 +5,7 @@ Built with grafana-foundation-sdk (typed builders, no hand-written JSON). Layout
 - Variables: ``datasource`` (any Prometheus), ``job`` (``training_job`` label of the training
   series; multi-select, All) and ``node`` (``node`` label of the DCGM series; multi-select, All).
 - Row "GPUs (DCGM)": the six DCGM panels, filtered by ``node``.
-- Row "Training": tokens/s, MFU, loss, step time, peak memory, filtered by ``job``. Every node of
+- Row "Training": tokens/s, MFU, loss, step time, goodput, peak memory, filtered by ``job``. Every node of
   a job reports the job-wide value, so the panels aggregate with ``max by (training_job)``.
 
 Pure data, no pulumi import. ``dashboard_json()`` is what the Grafana ConfigMap carries.
@@ -120,6 +120,14 @@ TRAINING_PANELS: tuple[PanelSpec, ...] = (
         "s",
         JOB_LEGEND,
         "Wall time of one optimizer step.",
+    ),
+    PanelSpec(
+        "Goodput",
+        f"max by (training_job) (eksfsdp_goodput_ratio{{{JOB_SEL}}})",
+        "percentunit",
+        JOB_LEGEND,
+        "Optimizer-step time of the final history / wall time since the job first started: "
+        "start-up, restarts, redone steps and checkpoint stalls lower it.",
     ),
     PanelSpec(
         "Peak memory",

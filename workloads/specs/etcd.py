@@ -6,6 +6,12 @@ asked. One member, ``Recreate`` strategy (a ReadWriteOnce claim cannot be shared
 The pod is confined: it runs as nobody (65534, which also owns the data volume through
 ``fsGroup``), read-only root file system, no capabilities, no privilege escalation,
 RuntimeDefault seccomp and no service-account token (etcd calls no Kubernetes API).
+
+An etcd restart fails a job on the ``etcd``/``etcd-v2`` backends (measured with the local
+runner, docs/adr/0005-rendezvous-backend.md), so while a job uses it the pod is protected from
+voluntary disruption: a PodDisruptionBudget with ``minAvailable: 1`` makes ``kubectl drain``
+and managed node-group upgrades wait instead of evicting it, and a PriorityClass above the
+default keeps the scheduler from preempting it for other pods.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ from workloads.specs.common import K8sObject, labels
 from workloads.specs.settings import EtcdSettings
 
 COMPONENT = "rendezvous"
+PRIORITY_CLASS = "eks-fsdp-rendezvous"
+PRIORITY = 1_000_000
+"""Above every default (0) workload, well below system-cluster-critical (2,000,000,000)."""
 DATA_DIR = "/var/run/etcd"
 NOBODY = 65534
 """UID/GID etcd runs as."""
@@ -81,6 +90,7 @@ def deployment(s: EtcdSettings) -> K8sObject:
             "template": {
                 "metadata": {"labels": labels(s.name, COMPONENT)},
                 "spec": {
+                    "priorityClassName": PRIORITY_CLASS,
                     "automountServiceAccountToken": False,
                     "securityContext": {
                         "runAsNonRoot": True,
@@ -172,6 +182,29 @@ def network_policy(s: EtcdSettings) -> K8sObject:
     }
 
 
+def pod_disruption_budget(s: EtcdSettings) -> K8sObject:
+    """No voluntary eviction of the (single) etcd pod: drains wait for it to be moved by hand."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": s.name, "namespace": s.namespace, "labels": labels(s.name, COMPONENT)},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": _selector(s)}},
+    }
+
+
+def priority_class(s: EtcdSettings) -> K8sObject:
+    """The cluster-wide priority of the rendezvous server (never preempted by training pods)."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": PRIORITY_CLASS, "labels": labels(s.name, COMPONENT)},
+        "value": PRIORITY,
+        "globalDefault": False,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "description": "etcd rendezvous of eks-fsdp training jobs: a restart fails the job.",
+    }
+
+
 def pvc(s: EtcdSettings) -> K8sObject | None:
     """The data claim when ``storage_size`` is set, else None."""
     if not s.storage_size:
@@ -197,4 +230,11 @@ def pvc(s: EtcdSettings) -> K8sObject | None:
 def objects(s: EtcdSettings) -> list[K8sObject]:
     """Every object of the etcd component, in apply order."""
     claim = pvc(s)
-    return [*([claim] if claim else []), deployment(s), service(s), network_policy(s)]
+    return [
+        priority_class(s),
+        *([claim] if claim else []),
+        deployment(s),
+        service(s),
+        network_policy(s),
+        pod_disruption_budget(s),
+    ]

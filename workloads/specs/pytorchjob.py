@@ -7,8 +7,21 @@ Invariants the builder keeps (and the tests assert):
 - ``rdzvId`` is unique per job generation: ``<name>-g<generation>-<hash of the settings>``, so
   a resubmitted job never meets the closed rendezvous of its predecessor (closed ids stay closed
   for 7200 s in etcd);
-- GPUs and EFA devices come from the instance catalog, FI_* only where the type needs them;
-- the Hugging Face token reaches the pod only through a ``secretKeyRef``;
+- GPUs and EFA devices come from the instance catalog, FI_* only where the type needs them,
+  NCCL_NET=OFI on every EFA type (a broken OFI plugin fails the job instead of falling back);
+- the Hugging Face token reaches the pod only through a ``secretKeyRef``, required (not
+  ``optional``) when the model comes from the hub: a missing Secret then keeps the pod in
+  ``CreateContainerConfigError`` instead of crash-looping through ``backoffLimit``;
+- preemption (docs/adr/0004-preemption-semantics.md): ``terminationGracePeriodSeconds``,
+  ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` and the checkpoint flags come from ONE function,
+  ``workloads.specs.preemption.preemption_budget``; a worker exits 0 only when training is
+  complete (the operator v1.9 marks an elastic job Succeeded as soon as one worker succeeds:
+  ``pkg/controller.v1/pytorch/pytorchjob_controller.go``, "If ElasticPolicy is not nil and any
+  worker has completed");
+- ``cleanPodPolicy: Running`` (no GPU pod outlives a finished job) and
+  ``ttlSecondsAfterFinished``; cpu and memory requested from the instance catalog (Burstable
+  QoS, not the first pods the kubelet OOM-kills) and a size limit on the memory-backed
+  ``/dev/shm``;
 - the pods are confined: no service-account token (the job calls no Kubernetes API), the
   RuntimeDefault seccomp profile, no privilege escalation, every capability dropped except
   ``IPC_LOCK`` on EFA instance types (libfabric's EFA provider pins the memory it registers
@@ -22,6 +35,7 @@ Invariants the builder keeps (and the tests assert):
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from kubeflow.training import models as kf
@@ -30,6 +44,7 @@ from kubernetes.client import models as k8s
 
 from infra.instances import lookup
 from workloads.specs.common import K8sObject, labels, stable_hash, tolerations
+from workloads.specs.preemption import PreemptionBudget, preemption_budget
 from workloads.specs.prometheus_files import training_pod_annotations
 from workloads.specs.settings import C10D_PORT, ETCD_CLIENT_PORT, HF_TOKEN_KEY, JobSettings
 
@@ -40,6 +55,8 @@ CONTAINER = "pytorch"
 OPERATOR_PORT_NAME = "pytorchjob-port"
 OPERATOR_PORT = 23456
 COMPONENT = "training"
+NCCL_NET_EFA = "OFI"
+"""NCCL_NET on EFA instance types: the aws-ofi-nccl network, or NCCL refuses to start."""
 EFA_CAPABILITIES = ("IPC_LOCK",)
 """Capabilities the container keeps on EFA instance types (memory registration for RDMA)."""
 SECURITY_SKIPS: dict[str, str] = {
@@ -55,6 +72,12 @@ SECURITY_SKIPS: dict[str, str] = {
     "readiness",
     "CKV_K8S_35": "the Hugging Face token reaches huggingface_hub as HF_TOKEN from a "
     "secretKeyRef (never rendered); the pod mounts no service-account token",
+    "CKV_K8S_11": "no CPU limit (worker_requests: Burstable QoS): one worker owns its node, and "
+    "CFS throttling of a data-loader or NCCL proxy thread would stall every rank; 85% of the "
+    "vCPUs are requested",
+    "CKV_K8S_13": "no memory limit (worker_requests: Burstable QoS): one worker owns its node, "
+    "and a limit would OOM-kill a rank mid-collective; 85% of the memory is requested and "
+    "/dev/shm is size-limited",
 }
 """checkov checks the worker pods fail on purpose, with the reason (pod-template annotations)."""
 EFA_SECURITY_SKIPS: dict[str, str] = {
@@ -122,6 +145,61 @@ def output_dir(s: JobSettings) -> str:
     return f"{s.checkpoint_mount}/{s.name}/output"
 
 
+def model_name(s: JobSettings) -> str:
+    """The ``--model_name`` of the job's training flags (training.config's default otherwise)."""
+    for arg in s.train_args:
+        if arg.startswith("--model_name="):
+            return arg.split("=", 1)[1]
+    return "tiny-llama"
+
+
+def budget(s: JobSettings) -> PreemptionBudget:
+    """The job's preemption budget (grace period, shutdown timeout, checkpoint cadence)."""
+    return preemption_budget(s.instance_type, model_name(s), s.checkpoint_mb_per_s, s.workers)
+
+
+def needs_token(model: str) -> bool:
+    """Whether the model is fetched from the Hugging Face hub (``org/name``), where Llama
+    weights are gated: a preset or a path in the image needs no token."""
+    return "/" in model and not model.startswith(("/", ".", "~"))
+
+
+def grace_period_s(s: JobSettings) -> int:
+    """terminationGracePeriodSeconds: the job's own, or the budget's."""
+    return s.termination_grace_s if s.termination_grace_s is not None else budget(s).grace_period_s
+
+
+def worker_requests(instance_type: str) -> dict[str, str]:
+    """cpu and memory one worker pod (one per node) requests: 85% of the instance's vCPUs and
+    memory, leaving the rest to the kubelet's reservations and the node's DaemonSets (CNI, EFA
+    and NVIDIA device plugins, DCGM exporter). Requests without limits: Burstable QoS."""
+    it = lookup(instance_type)
+    return {
+        "cpu": str(max(1, math.floor(0.85 * it.vcpus))),
+        "memory": f"{max(1, math.floor(0.85 * it.memory_gib))}Gi",
+    }
+
+
+def shm_size(s: JobSettings) -> str:
+    """sizeLimit of the memory-backed /dev/shm: the job's own, or 10% of host memory (at
+    most 64 GiB): enough for NCCL and data loader workers, bounded so one pod cannot fill the
+    node's memory through it."""
+    if s.shm_size:
+        return s.shm_size
+    return f"{max(1, min(64, lookup(s.instance_type).memory_gib // 10))}Gi"
+
+
+def _budget_flags(s: JobSettings) -> list[str]:
+    """Checkpoint cadence flags from the budget, unless the job's flags set them."""
+    b = budget(s)
+    given = {a.split("=", 1)[0] for a in s.train_args}
+    flags = {
+        "--checkpoint_every_s": str(b.checkpoint_every_s),
+        "--checkpoint_write_estimate_s": str(b.write_s),
+    }
+    return [f"{k}={v}" for k, v in flags.items() if k not in given]
+
+
 def train_command(s: JobSettings) -> list[str]:
     """The container command: torchrun (configured by PET_* env) running the fine-tune."""
     return [
@@ -129,11 +207,14 @@ def train_command(s: JobSettings) -> list[str]:
         "-m",
         "training.finetune",
         *s.train_args,
+        *_budget_flags(s),
         f"--dist_checkpoint_root_folder={s.checkpoint_mount}",
         f"--dist_checkpoint_folder={s.name}",
         f"--output_dir={output_dir(s)}",
         *(["--resume"] if s.resumes else []),
         *([f"--metrics_port={s.metrics_port}"] if s.metrics_port else []),
+        *(["--preflight"] if s.preflight_expect is not None else []),
+        *([f"--preflight_expect={s.preflight_expect}"] if s.preflight_expect else []),
     ]
 
 
@@ -143,21 +224,34 @@ def container_env(s: JobSettings) -> list[k8s.V1EnvVar]:
         k8s.V1EnvVar(name="LOGLEVEL", value=s.log_level),
         k8s.V1EnvVar(name="NCCL_DEBUG", value=s.nccl_debug),
         k8s.V1EnvVar(name="TORCH_NCCL_ASYNC_ERROR_HANDLING", value="1"),
+        # torchrun SIGKILLs its workers this long after forwarding SIGTERM (launcher/api.py)
+        k8s.V1EnvVar(
+            name="TORCH_ELASTIC_SHUTDOWN_TIMEOUT", value=str(budget(s).shutdown_timeout_s)
+        ),
     ]
     if s.rdzv_backend in ("etcd-v2", "c10d"):
         # Without it gloo/NCCL reuse the rendezvous TCP store on the dead worker's old port and
         # the group never re-forms after a worker is killed.
         env.append(k8s.V1EnvVar(name="TORCH_DISABLE_SHARE_RDZV_TCP_STORE", value="1"))
-    if lookup(s.instance_type).needs_fi_env:
+    instance = lookup(s.instance_type)
+    if instance.needs_fi_env:
         env.append(k8s.V1EnvVar(name="FI_PROVIDER", value="efa"))
         env.append(k8s.V1EnvVar(name="FI_EFA_USE_DEVICE_RDMA", value="1"))
+    if instance.efa_supported:
+        # NCCL_NET makes the network a hard requirement: if the image's OFI plugin (loaded
+        # through NCCL_NET_PLUGIN=ofi, training/Dockerfile) fails to initialise, NCCL stops
+        # instead of falling back to TCP sockets. aws-ofi-nccl answers to "OFI" as well as its
+        # old "AWS Libfabric" (src/nccl_ofi_interface_nvidia.c, nvidia_plugin_name_fixup).
+        env.append(k8s.V1EnvVar(name="NCCL_NET", value=NCCL_NET_EFA))
     if s.hf_token_secret:
         env.append(
             k8s.V1EnvVar(
                 name="HF_TOKEN",
                 value_from=k8s.V1EnvVarSource(
                     secret_key_ref=k8s.V1SecretKeySelector(
-                        name=s.hf_token_secret, key=HF_TOKEN_KEY, optional=True
+                        name=s.hf_token_secret,
+                        key=HF_TOKEN_KEY,
+                        optional=not needs_token(model_name(s)),
                     )
                 ),
             )
@@ -166,7 +260,7 @@ def container_env(s: JobSettings) -> list[k8s.V1EnvVar]:
 
 
 def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
-    resources = {k: str(v) for k, v in lookup(s.instance_type).pod_resources().items()}
+    devices = {k: str(v) for k, v in lookup(s.instance_type).pod_resources().items()}
     if s.checkpoint_claim:
         checkpoints = k8s.V1Volume(
             name="checkpoints",
@@ -190,7 +284,9 @@ def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
                 else []
             ),
         ],
-        resources=k8s.V1ResourceRequirements(limits=resources, requests=dict(resources)),
+        resources=k8s.V1ResourceRequirements(
+            limits=devices, requests={**devices, **worker_requests(s.instance_type)}
+        ),
         security_context=container_security_context(s),
         volume_mounts=[
             k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
@@ -217,11 +313,11 @@ def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
                 k8s.V1Toleration(**t)
                 for t in tolerations(s.extra_taints)  # type: ignore[arg-type]
             ],
-            termination_grace_period_seconds=s.termination_grace_s,
+            termination_grace_period_seconds=grace_period_s(s),
             volumes=[
                 k8s.V1Volume(
                     name="dshm",
-                    empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=s.shm_size),
+                    empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=shm_size(s)),
                 ),
                 checkpoints,
             ],
@@ -303,7 +399,10 @@ def pytorchjob_model(s: JobSettings, etcd_host: str) -> kf.KubeflowOrgV1PyTorchJ
                 )
             },
             run_policy=kf.KubeflowOrgV1RunPolicy(
-                clean_pod_policy="None",
+                # Running: pods still running when the job ends (a survivor waiting for a
+                # peer that will never come) are deleted, finished ones kept for their logs.
+                clean_pod_policy="Running",
+                ttl_seconds_after_finished=s.ttl_after_finished_s,
                 backoff_limit=max(s.max_restarts, 1) * s.workers,
             ),
         ),

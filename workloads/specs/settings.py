@@ -16,6 +16,7 @@ from typing import Any
 from infra import versions
 from infra.instances import lookup
 from workloads.specs.common import check_dns_label
+from workloads.specs.preemption import LOCAL_DISK_MB_PER_S, storage_mb_per_s
 from workloads.specs.prometheus_files import TRAINING_METRICS_PORT
 from workloads.specs.storage import CheckpointVolumeSettings
 
@@ -119,9 +120,15 @@ class JobSettings:
     nccl_debug: str = "INFO"
     """NCCL_DEBUG of the workers."""
     shm_size: str | None = None
-    """sizeLimit of the memory-backed /dev/shm; None = no limit (node memory)."""
-    termination_grace_s: int = 120
-    """Seconds between SIGTERM (final checkpoint) and SIGKILL."""
+    """sizeLimit of the memory-backed /dev/shm; None = 10% of host memory, at most 64Gi."""
+    termination_grace_s: int | None = None
+    """Seconds between SIGTERM and SIGKILL of a worker pod; None = derived with torchrun's
+    shutdown timeout and the checkpoint budget (``workloads.specs.preemption``)."""
+    checkpoint_mb_per_s: float = LOCAL_DISK_MB_PER_S
+    """Write throughput of the checkpoint volume, MB/s (the stack's FSx, else the local disk)."""
+    ttl_after_finished_s: int | None = 7 * 24 * 3600
+    """ttlSecondsAfterFinished: the operator deletes the finished job (and its pods) after it;
+    None = kept until deleted."""
     nproc_per_node: int | None = None
     """Processes per worker; None = GPUs of the instance type."""
     rdzv_id: str = ""
@@ -132,6 +139,9 @@ class JobSettings:
     """Pass ``--resume``; None = when every worker sees the same checkpoints (a shared claim, or
     one worker): DCP writes each rank's shard on its own pod, so an emptyDir per pod holds
     checkpoints no pod can load."""
+    preflight_expect: str | None = None
+    """``--preflight`` with these ``--preflight_expect`` thresholds (``planner.expect``; empty:
+    measure and report only); None = no preflight."""
 
     def __post_init__(self) -> None:
         check_dns_label(self.name, "job.name", max_len=50)
@@ -171,6 +181,12 @@ class JobSettings:
                 )
         if not self.checkpoint_mount.startswith("/"):
             raise ValueError(f"job.checkpoint_mount: {self.checkpoint_mount!r} is not absolute")
+        if self.termination_grace_s is not None and self.termination_grace_s < 1:
+            raise ValueError(f"job.termination_grace_s: {self.termination_grace_s} must be >= 1")
+        if not self.checkpoint_mb_per_s > 0:
+            raise ValueError(f"job.checkpoint_mb_per_s: {self.checkpoint_mb_per_s} must be > 0")
+        if self.ttl_after_finished_s is not None and self.ttl_after_finished_s < 0:
+            raise ValueError(f"job.ttl_after_finished_s: {self.ttl_after_finished_s} must be >= 0")
 
     def replace(self, **changes: Any) -> JobSettings:
         """A copy with ``changes`` applied (validated again)."""
@@ -303,6 +319,18 @@ def node_selector_for(group: Any) -> dict[str, str]:
     }
 
 
+def _preflight_expect(job_cfg: Any, group: Any, workers: int) -> str | None:
+    """Thresholds from the catalog for GPU jobs with ``job.preflight``; CPU jobs measure only."""
+    if not getattr(job_cfg, "preflight", False):
+        return None
+    if (getattr(job_cfg, "device", None) or "cuda") != "cuda":
+        return ""
+    from infra.instances import lookup
+    from planner.expect import expect_arg
+
+    return expect_arg(lookup(group.instance_type), workers, efa=bool(getattr(group, "efa", True)))
+
+
 def from_stack(
     stack_cfg: Any,
     *,
@@ -334,7 +362,9 @@ def from_stack(
         extra_taints=taints,
         hf_token_secret=getattr(job_cfg, "hf_token_secret_name", None),
         checkpoint_claim=job_cfg.checkpoint_claim,
+        checkpoint_mb_per_s=storage_mb_per_s(getattr(stack_cfg, "shared_storage", None)),
         metrics_port=TRAINING_METRICS_PORT if _observability_on(stack_cfg) else 0,
+        preflight_expect=_preflight_expect(job_cfg, group, int(workers)),
     )
     etcd = EtcdSettings(namespace=namespace, client_job_names=(job.name,))
     storage = getattr(stack_cfg, "shared_storage", None)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra import versions
 from workloads.specs import debug, etcd, operator, pytorchjob, storage
 from workloads.specs.common import K8sObject
 from workloads.specs.image import local_reference
@@ -17,9 +16,10 @@ from workloads.specs.settings import Workloads, from_stack
 
 
 def training_image(stack_cfg: Any) -> str:
-    """The stack's training image: its ``job.image``, else the content-tagged local build."""
+    """The stack's training image: its ``job.image``, else the content-tagged local build
+    (registry-less: the local runner's name; ``workloads.render`` asks for a registry)."""
     image = getattr(stack_cfg.job, "image", None) if stack_cfg.job else None
-    return image or local_reference(versions.TRAINING_IMAGE_REPOSITORY)
+    return image or local_reference()
 
 
 def load(stack: str, *, image: str | None = None, generation: int | None = None) -> Workloads:

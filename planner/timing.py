@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.instances import InstanceType
-from training.planner.assumptions import Assumptions, GpuGeneration
-from training.planner.memory import Layout, Precision
-from training.planner.shapes import ModelShape
+from planner.assumptions import Assumptions, GpuGeneration
+from planner.memory import Layout, Precision
+from planner.shapes import ModelShape
 
 
 def model_flops_per_token(shape: ModelShape, seq: int) -> float:
@@ -174,8 +174,14 @@ def comm_time(
     comp: ComputeTime,
     ac: float,
     a: Assumptions,
+    *,
+    replica_sync: bool = True,
 ) -> CommTime:
-    """FSDP2 collectives of one step, per unit, and the part compute does not hide."""
+    """FSDP2 collectives of one micro-batch, per unit, and the part compute does not hide.
+
+    ``replica_sync``: whether this micro-batch all-reduces across replicas (HSDP / NO_SHARD).
+    The training package does so only on the last micro-batch of a step.
+    """
     gpn = min(it.gpus, lay.world)
     shard_link = ring_link(lay.shard, min(lay.shard, gpn), it, a)
     # HSDP / NO_SHARD replicas: one rank per shard group in each node joins each all-reduce.
@@ -196,7 +202,11 @@ def comm_time(
         is_root = k == len(units) - 1  # the root is never resharded after forward
         ag_bwd = ag if lay.reshard_after_forward and not is_root else 0.0
         rs = ring_time(n * p.reduce, lay.shard, shard_link)
-        ar = ring_time(n * p.reduce / lay.shard, lay.replicas, replica_link, factor=2.0)
+        ar = (
+            ring_time(n * p.reduce / lay.shard, lay.replicas, replica_link, factor=2.0)
+            if replica_sync
+            else 0.0
+        )
         totals[shard_link.name] += ag + ag_bwd + rs
         totals[replica_link.name] += ar
         if is_root:  # gathered before the first layer, reduced after the last: exposed

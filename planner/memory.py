@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from training.planner.assumptions import Assumptions
-from training.planner.shapes import ModelShape
+from planner.assumptions import Assumptions
+from planner.shapes import ModelShape
 
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from infra.instances import InstanceType
-from training.planner.assumptions import DEFAULT, Assumptions, generation
-from training.planner.epoch import EpochTime, eval_steps, steps_per_epoch
-from training.planner.memory import (
+from planner.assumptions import DEFAULT, Assumptions, GpuGeneration, generation
+from planner.epoch import EpochTime, eval_steps, steps_per_epoch
+from planner.memory import (
     Layout,
     MemoryBreakdown,
     Precision,
@@ -16,8 +16,9 @@ from training.planner.memory import (
     memory,
     shard_elements,
 )
-from training.planner.shapes import ModelShape
-from training.planner.timing import (
+from planner.shapes import ModelShape
+from planner.storage import NODE_DISK, Storage, checkpoint_bytes, checkpoint_seconds
+from planner.timing import (
     CommTime,
     ComputeTime,
     comm_time,
@@ -51,11 +52,15 @@ class PlanInput:
     """Training tokens per epoch before packing (0: no epoch model)."""
     epochs: int = 1
     """Epochs in the job."""
-    sampler: str = "drop"
-    """How an epoch is cut into batches: ``drop`` (this project) or ``pad`` (llama-recipes)."""
+    sampler: str = "fill"
+    """How an epoch is cut into batches: ``fill`` (this project) or ``pad`` (llama-recipes)."""
     usd_per_hour: float | None = None
     """Price override (reservations); None: the catalog's on-demand price."""
     assumptions: Assumptions = DEFAULT
+    storage: Storage = NODE_DISK
+    """Where checkpoints are written (the stack's ``sharedStorage``; default node-local gp3)."""
+    gpu: GpuGeneration | None = None
+    """Measured efficiencies of the GPU (``planner.calibrate``); None: ``generation()``'s row."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +99,7 @@ class Prediction:
 def predict(inp: PlanInput, nodes: int) -> Prediction:
     """The prediction for ``nodes`` instances of ``inp.instance``."""
     it, a, p, shape = inp.instance, inp.assumptions, inp.precision, inp.shape
-    gen = generation(it.gpu_model)
+    gen = inp.gpu or generation(it.gpu_model)
     world = nodes * it.gpus
     lay = layout(inp.strategy, world, it.gpus, inp.hsdp_group)
     mem = memory(shape, lay, p, batch=inp.batch, seq=inp.seq, ac=inp.ac, a=a)
@@ -105,8 +110,13 @@ def predict(inp: PlanInput, nodes: int) -> Prediction:
     )
     comm = comm_time(shape, lay, it, gen, p, comp, inp.ac, a)
     micro_s = comp.total_s + comm.exposed_s + comm.interference_s
-    step_s = micro_s * inp.grad_accum
-    tps = tokens / micro_s
+    # Gradient accumulation: the cross-replica all-reduce runs on the last micro-batch only.
+    step_s = micro_s
+    if inp.grad_accum > 1:
+        quiet = comm_time(shape, lay, it, gen, p, comp, inp.ac, a, replica_sync=False)
+        quiet_s = comp.total_s + quiet.exposed_s + quiet.interference_s
+        step_s += (inp.grad_accum - 1) * quiet_s
+    tps = tokens * inp.grad_accum / step_s
     fpt = model_flops_per_token(shape, inp.seq)
     mfu = fpt * tps / (it.peak_bf16_tflops * 1e12)
     epoch = _epoch(inp, lay, nodes, step_s, comp, elems) if inp.dataset_tokens else None
@@ -146,11 +156,9 @@ def _epoch(
     eval_ag = ring_time(shape.n_params * p.compute, lay.shard, link)
     eval_s = n_eval * max(eval_compute, eval_ag)
 
-    # Sharded model checkpoint (save_optimizer defaults to False, as in llama-recipes): every
-    # node writes its GPUs' shards in parallel.
-    per_node = min(it.gpus, lay.world) * elems * p.param
+    # DCP checkpoint of the sharded model and its AdamW state (planner.storage).
+    checkpoint_s = checkpoint_time(inp, nodes)
     storage = a.storage_gbytes_per_s * 1e9
-    checkpoint_s = per_node / storage
 
     # Start-up: processes, rendezvous, rank 0 reads the bf16 checkpoint, broadcast to all.
     bcast_link = ring_link(lay.world, min(lay.world, it.gpus), it, a)
@@ -170,6 +178,12 @@ def _epoch(
     )
 
 
+def checkpoint_time(inp: PlanInput, nodes: int) -> float:
+    """Seconds of one checkpoint: model + optimizer bytes over the storage's write bandwidth."""
+    total = checkpoint_bytes(inp.shape.n_params, inp.precision.param, inp.precision.optim)
+    return checkpoint_seconds(total, inp.storage, nodes)
+
+
 def plan(inp: PlanInput, node_counts: list[int]) -> list[dict[str, Any]]:
     """One JSON-ready row per node count, with scaling efficiencies against one node."""
     base = predict(inp, 1)
@@ -186,7 +200,7 @@ def _ratio(value: float, base: float, nodes: int) -> float | None:
 
 def row(inp: PlanInput, pr: Prediction, base: Prediction) -> dict[str, Any]:
     """The JSON object of one prediction (``base``: the same plan on one node)."""
-    from training.planner.recommend import recommend
+    from planner.recommend import recommend
 
     it = inp.instance
     return {
@@ -230,6 +244,11 @@ def row(inp: PlanInput, pr: Prediction, base: Prediction) -> dict[str, Any]:
         else pr.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu,
         "job_scaling_efficiency": _ratio(pr.job_tokens_per_s, base.job_tokens_per_s, pr.nodes),
         "scaling_baseline_fits": base.fits,
+        "checkpoint_bytes": checkpoint_bytes(
+            inp.shape.n_params, inp.precision.param, inp.precision.optim
+        ),
+        "checkpoint_s": checkpoint_time(inp, pr.nodes),
+        "storage": inp.storage.describe(),
         "epoch": pr.epoch.as_dict() if pr.epoch is not None else None,
         "cost_per_epoch_usd": pr.cost_per_epoch_usd,
         "usd_per_hour": inp.usd_per_hour if inp.usd_per_hour is not None else it.usd_per_hour,
@@ -240,7 +259,7 @@ def row(inp: PlanInput, pr: Prediction, base: Prediction) -> dict[str, Any]:
 
 def assumptions_used(inp: PlanInput) -> dict[str, Any]:
     """The values behind a prediction: generation row, constants, dataset and dtypes."""
-    gen = generation(inp.instance.gpu_model)
+    gen = inp.gpu or generation(inp.instance.gpu_model)
     return {
         "gpu_generation": vars(gen).copy(),
         "instance": {

@@ -1,8 +1,8 @@
-"""``python -m training.plan``: will it fit, how fast, how well it scales, what an epoch costs.
+"""``python -m planner``: will it fit, how fast, how well it scales, what an epoch costs.
 
-    python -m training.plan --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
-    python -m training.plan --stack p5-16 --json
-    python -m training.plan --model path/to/config.json --instance p5.48xlarge --nodes 2 \
+    python -m planner --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
+    python -m planner --stack p5-16 --json
+    python -m planner --model path/to/config.json --instance p5.48xlarge --nodes 2 \
         --sharding HYBRID_SHARD --hsdp-group 8 --no-ac --batch 2 --plot plan.png
 
 Imports no torch and no Pulumi. Formulas and assumptions: docs/planner.md.
@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from infra.instances import lookup
-from training.planner.assumptions import DATASETS, DEFAULT
-from training.planner.memory import PRECISIONS, STRATEGIES
-from training.planner.predict import PlanInput, plan
-from training.planner.report import table
-from training.planner.shapes import ShapeError, resolve
+from planner.assumptions import DATASETS, DEFAULT
+from planner.catalog import lookup
+from planner.memory import PRECISIONS, STRATEGIES
+from planner.predict import PlanInput, plan
+from planner.report import table
+from planner.shapes import ShapeError, resolve
+from planner.storage import Storage, from_stack_config
+from planner.storage import parse as parse_storage
 
 
 class UsageError(Exception):
@@ -54,13 +56,13 @@ def builtin_for_hub_id(name: str) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m training.plan", description=__doc__.splitlines()[0])
+    p = _Parser(prog="python -m planner", description=__doc__.splitlines()[0])
     p.add_argument(
         "--model",
         help="llama2-7b|llama2-13b|llama2-70b|llama3-8b|llama3-70b, a "
         "training preset (tiny-llama), or a path to a Hugging Face config.json",
     )
-    p.add_argument("--instance", help="EC2 instance type from infra/instances.py")
+    p.add_argument("--instance", help="EC2 instance type from infra/instances.py, or local-cpu")
     p.add_argument("--nodes", help="comma-separated node counts, e.g. 1,2,4,8,16")
     p.add_argument(
         "--stack",
@@ -93,11 +95,39 @@ def parser() -> argparse.ArgumentParser:
         help=f"named dataset ({', '.join(DATASETS)}, default samsum; none: no epoch model)",
     )
     p.add_argument("--epochs", type=int, help="epochs in the job (default 1)")
+    p.add_argument(
+        "--storage",
+        help="checkpoint target: node-disk (default), SCRATCH_2:<GiB> or "
+        "PERSISTENT_2:<GiB>:<MB/s/TiB> (FSx for Lustre; --stack: its sharedStorage)",
+    )
     p.add_argument("--price", type=float, help="USD per node-hour (default: catalog on-demand)")
     p.add_argument(
         "--json", action="store_true", help="print a JSON list, one object per node count"
     )
     p.add_argument("--plot", type=Path, help="write a PNG: memory stack and predicted scaling")
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        help="efficiencies fitted by `python -m planner calibrate` for this instance type",
+    )
+    p.add_argument(
+        "--preflight",
+        type=Path,
+        action="append",
+        default=[],
+        help="preflight JSON (training.preflight --json, or <output_dir>/preflight.json), "
+        "repeatable; calibrate: the run's; plan (with --calibration): the nodes to predict on",
+    )
+    return p
+
+
+def calibrate_parser() -> argparse.ArgumentParser:
+    """``python -m planner calibrate``: the plan flags of the run, plus its measurements."""
+    p = parser()
+    p.prog = "python -m planner calibrate"
+    p.description = "Fit compute and network efficiencies from a preflight and a real run."
+    p.add_argument("--run", type=Path, required=True, help="the run's output_dir (metrics.jsonl)")
+    p.add_argument("--out", type=Path, help="write the calibration JSON here")
     return p
 
 
@@ -142,6 +172,7 @@ def _from_stack(stack: str) -> dict[str, Any]:
         "dataset": job.dataset,
         "epochs": job.num_epochs,
         "price": group.price_per_hour,
+        "storage": from_stack_config(getattr(cfg, "shared_storage", None)),
     }
 
 
@@ -195,6 +226,12 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
                 )
         else:
             tokens = DATASETS[key]
+    storage: Storage = values.get("storage") or Storage()
+    if args.storage is not None:
+        try:
+            storage = parse_storage(args.storage)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     strategy = values.get("sharding") or "FULL_SHARD"
     gpus = instance.gpus
     if args.hsdp_group is not None:
@@ -219,15 +256,70 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
         dataset_tokens=tokens,
         epochs=int(values.get("epochs") or 1),
         usd_per_hour=values.get("price"),
+        storage=storage,
         assumptions=DEFAULT,
     )
     return _Resolved(inp=inp, nodes=nodes)
 
 
+def _reports(paths: list[Path]) -> list[dict[str, Any]]:
+    reports = []
+    for path in paths:
+        try:
+            reports.append(json.loads(path.read_text()))
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--preflight {path}: {e}") from None
+    return reports
+
+
+def calibrate_main(argv: list[str]) -> int:
+    """``python -m planner calibrate ...``: print (and write) the fitted calibration."""
+    from planner.calibrate import CalibrationError, calibrate, run_figures
+
+    try:
+        args = calibrate_parser().parse_args(argv)
+        if not args.preflight:
+            raise UsageError("--preflight is required (the run's preflight JSON)")
+        reports = _reports(args.preflight)
+        if args.nodes is None and args.instance is not None:
+            world = run_figures(args.run)["world_size"]
+            gpus = lookup(args.instance).gpus
+            args.nodes = str(max(1, world // gpus))
+        if args.dataset is None and args.dataset_tokens is None:
+            args.dataset = "none"
+        resolved = resolve_args(args)
+        cal = calibrate(resolved.inp, reports, args.run)
+    except (UsageError, CalibrationError, KeyError) as e:
+        message = e.args[0] if isinstance(e, KeyError) else str(e)
+        print(f"plan: error: {message}", file=sys.stderr)
+        return 2
+    text = json.dumps(cal.to_json(), indent=2)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["calibrate"]:
+        return calibrate_main(argv[1:])
     try:
         args = parser().parse_args(argv)
         resolved = resolve_args(args)
+        if args.calibration is not None:
+            from planner.calibrate import CalibrationError, apply, load, with_preflight
+
+            try:
+                cal = load(args.calibration)
+                if args.preflight:
+                    cal = with_preflight(cal, resolved.inp, _reports(args.preflight))
+                resolved.inp = apply(resolved.inp, cal)
+            except CalibrationError as e:
+                raise UsageError(str(e)) from None
+        elif args.preflight:
+            raise UsageError("--preflight needs --calibration (or the calibrate command)")
     except UsageError as e:
         print(f"plan: error: {e}", file=sys.stderr)
         return 2
@@ -237,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(table(rows))
     if args.plot is not None:
-        from training.planner.plot import plot
+        from planner.plot import plot
 
         plot(rows, args.plot)
         if not args.json:

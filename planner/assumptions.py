@@ -82,6 +82,17 @@ GENERATIONS: dict[str, GpuGeneration] = {
             attention_efficiency=0.45,
             nccl_sm_fraction=16 / 58,
         ),
+        # One training process on a CPU core (``planner.catalog.LOCAL_CPU``): nominal 10 GB/s of
+        # memory bandwidth per process; efficiencies are placeholders until ``planner
+        # calibrate`` fits them from a preflight and a run. gloo runs its collectives on the
+        # same cores as compute, so overlapped communication costs its full time (fraction 1).
+        GpuGeneration(
+            name="CPU",
+            hbm_gbytes_per_s=10.0,
+            gemm_efficiency=0.5,
+            attention_efficiency=0.25,
+            nccl_sm_fraction=1.0,
+        ),
     )
 }
 

@@ -10,20 +10,24 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-SAMPLERS = ("drop", "pad")
+SAMPLERS = ("fill", "pad")
 
 
 def steps_per_epoch(
-    samples: int, world: int, batch: int, grad_accum: int = 1, sampler: str = "drop"
+    samples: int, world: int, batch: int, grad_accum: int = 1, sampler: str = "fill"
 ) -> tuple[int, int]:
-    """(optimizer steps, samples processed) of one epoch.
+    """(optimizer steps, samples processed, filler rows included) of one epoch.
 
-    ``drop`` (this project's training package): len // (B x W x A) steps, the rest dropped.
+    ``fill`` (this project's training package, ``training.data.steps_per_epoch``): every sample
+    is trained once; the last global batch is completed with fully masked filler rows, so
+    ceil(len / (B x W x A)) steps. Mirrored here because the planner imports no torch;
+    tests/planner/test_timing_epoch.py checks both agree.
     ``pad`` (llama-recipes: DistributedSampler pads to a multiple of W, the DataLoader drops the
     last incomplete per-rank batch): floor(ceil(len / W) / B) / A steps.
     """
-    if sampler == "drop":
-        steps = samples // (batch * world * grad_accum)
+    if sampler == "fill":
+        global_batch = batch * world * grad_accum
+        steps = -(-samples // global_batch) if samples > 0 else 0
     elif sampler == "pad":
         steps = (math.ceil(samples / world) // batch) // grad_accum
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from training.planner.memory import STRATEGIES
+from planner.memory import STRATEGIES
 
 
 def candidates(gpus_per_node: int, nodes: int) -> list[tuple[str, int | None]]:
@@ -23,7 +23,7 @@ def recommend(inp: Any, nodes: int, max_batch: int | None = None) -> dict[str, A
     Searches the given precision first; when nothing fits, pure bf16 (half the sharded state),
     flagged in the result. None when nothing fits at all.
     """
-    from training.planner.memory import PRECISIONS
+    from planner.memory import PRECISIONS
 
     best = _search(inp, nodes, max_batch)
     if best is None and inp.precision.name != "pure_bf16":
@@ -32,7 +32,7 @@ def recommend(inp: Any, nodes: int, max_batch: int | None = None) -> dict[str, A
 
 
 def _search(inp: Any, nodes: int, max_batch: int | None) -> dict[str, Any] | None:
-    from training.planner.predict import predict
+    from planner.predict import predict
 
     limit = max_batch or max(8, inp.batch)
     best: tuple[tuple[float, int], dict[str, Any]] | None = None

@@ -1,0 +1,7 @@
+"""``python -m planner`` is :func:`planner.cli.main`."""
+
+import sys
+
+from planner.cli import main
+
+sys.exit(main())

@@ -1,0 +1,286 @@
+"""Let measurements correct the planner: fit its efficiencies from a preflight and a real run.
+
+    python -m planner calibrate --preflight preflight.json --run RUN_DIR \
+        --model tiny-llama --instance local-cpu --batch 4 --seq 128 --precision fp32 --out cal.json
+    python -m planner --model ... --instance local-cpu --nodes 1,2,4 --calibration cal.json
+
+Two steps, both against the catalog's data-sheet figures of the instance type:
+
+1. **The hardware, from the preflight** (``training.preflight``'s JSON): the network and
+   NVLink efficiencies are the measured busbw at the largest size over the catalog's GB/s (the
+   same ratio ``planner.timing.ring_link`` multiplies by); the per-hop latencies are what the
+   smallest size's time leaves after its bandwidth term, per ring step; the GEMM efficiency
+   starts as measured matmul TFLOP/s over the peak, attention keeps its default ratio to GEMM,
+   and the HBM efficiency is the measured copy bandwidth over the generation's HBM figure.
+2. **The software, from the run** (``metrics.jsonl``): the median step of the run (the first
+   step, with its one-off costs, left out) is split into what the planner predicts for
+   communication (with step 1's figures) and compute; every compute efficiency is scaled by
+   one factor so that the predicted compute equals the measured remainder (a few fixed-point
+   rounds, since exposed communication depends on compute). What is left in the scale
+   (Python and kernel-launch overhead, cache effects) is then carried to other node counts.
+
+The result names its inputs and both predictions of the run (before / after), so a chart can
+show how far the asserted efficiencies were off.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from planner.assumptions import GpuGeneration, generation
+from planner.predict import PlanInput, predict
+
+
+class CalibrationError(ValueError):
+    """Unusable input; the message names the file."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """Fitted efficiencies for one instance type, and where they came from."""
+
+    instance: str
+    """Instance type the figures belong to."""
+    gpu: GpuGeneration
+    """The generation row with measured efficiencies."""
+    overrides: dict[str, float]
+    """``planner.assumptions.Assumptions`` fields replaced (network, NVLink, HBM, latencies)."""
+    compute_scale: float
+    """Measured compute time / compute predicted from the preflight's figures alone."""
+    run: dict[str, Any] = field(default_factory=dict)
+    """The run: directory, world size, measured and predicted (before / after) tokens/s."""
+    preflight: dict[str, float] = field(default_factory=dict)
+    """The preflight figures used."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Calibration:
+        return cls(**{**data, "gpu": GpuGeneration(**data["gpu"])})
+
+
+def load(path: Path) -> Calibration:
+    """A calibration file written by ``python -m planner calibrate --out``."""
+    try:
+        return Calibration.from_json(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise CalibrationError(f"--calibration {path}: not a calibration file ({e})") from None
+
+
+def apply(inp: PlanInput, cal: Calibration) -> PlanInput:
+    """``inp`` with the calibrated generation row and assumptions."""
+    if cal.instance != inp.instance.name:
+        raise CalibrationError(
+            f"--calibration: fitted for {cal.instance}, but the plan is for {inp.instance.name}"
+        )
+    return replace(inp, gpu=cal.gpu, assumptions=inp.assumptions.with_overrides(**cal.overrides))
+
+
+# ------------------------------------------------------------------------------------------------
+# inputs
+
+
+def _alpha_beta(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """(bus GB/s, seconds per ring step) of one (link, op) from its smallest and largest size.
+
+    The ring model the planner uses, t = (n-1) x latency + S (n-1)/n / bus, solved through the
+    two points; noise that makes the larger size no slower falls back to the largest size's
+    busbw and zero latency.
+    """
+    lo = min(rows, key=lambda r: r["bytes"])
+    hi = max(rows, key=lambda r: r["bytes"])
+    n = hi["ranks"]
+    frac = (n - 1) / n
+    dt = (hi["time_us"] - lo["time_us"]) * 1e-6
+    if hi["bytes"] == lo["bytes"] or dt <= 0:
+        return hi["busbw_gbps"], 0.0
+    bus = (hi["bytes"] - lo["bytes"]) * frac / dt
+    latency = max(0.0, lo["time_us"] * 1e-6 - lo["bytes"] * frac / bus) / max(1, n - 1)
+    return bus / 1e9, latency
+
+
+def preflight_figures(reports: list[dict[str, Any]]) -> dict[str, float]:
+    """Worst device figures and link figures over one or more preflight reports.
+
+    Links: all-gather and reduce-scatter (what FSDP runs), each (link, op) fitted to the ring
+    model through its smallest and largest size (``_alpha_beta``); the slowest bus bandwidth
+    and the median per-step latency. ``world`` rows stand in for ``inter`` when there are no
+    pair rows.
+    """
+    out: dict[str, float] = {}
+    devices = [d for r in reports for d in r["devices"]]
+    if not devices:
+        raise CalibrationError("--preflight: no device figures in the report")
+    out["matmul_tflops"] = min(d["matmul_tflops"] for d in devices)
+    out["memory_gbps"] = min(d["memory_gbps"] for d in devices)
+    for scope, key in (("intra", "intra"), ("inter", "inter"), ("world", "inter")):
+        if f"{key}_busbw_gbps" in out:
+            continue
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in reports:
+            for c in r["collectives"]:
+                if c["scope"] == scope and c["op"] in ("all_gather", "reduce_scatter"):
+                    groups.setdefault((c["link"], c["op"]), []).append(c)
+        if not groups:
+            continue
+        fits = [_alpha_beta(rows) for rows in groups.values()]
+        out[f"{key}_busbw_gbps"] = min(bus for bus, _lat in fits)
+        out[f"{key}_hop_latency_s"] = statistics.median(lat for _bus, lat in fits)
+    return out
+
+
+def run_figures(run_dir: Path) -> dict[str, Any]:
+    """Median step of a run (``metrics.jsonl``; the first step left out when there are more)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as e:
+        raise CalibrationError(f"--run {run_dir}: cannot read metrics.jsonl ({e})") from None
+    steps = [r for r in rows if r.get("step_time_s") and r.get("tokens")]
+    if not steps:
+        raise CalibrationError(f"--run {run_dir}: metrics.jsonl has no timed steps")
+    steady = steps[1:] if len(steps) > 1 else steps
+    worlds = {int(r.get("world_size", 1)) for r in steady}
+    if len(worlds) != 1:
+        raise CalibrationError(
+            f"--run {run_dir}: world size changed during the run {sorted(worlds)}"
+        )
+    step_s = statistics.median(r["step_time_s"] for r in steady)
+    tokens = statistics.median(r["tokens"] for r in steady)
+    return {
+        "dir": str(run_dir),
+        "world_size": worlds.pop(),
+        "steps": len(steady),
+        "step_time_s": step_s,
+        "tokens_per_step": tokens,
+        "tokens_per_s": tokens / step_s,
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# the fit
+
+
+def _hardware(inp: PlanInput, pf: dict[str, float]) -> tuple[GpuGeneration, dict[str, float]]:
+    it = inp.instance
+    gen = inp.gpu or generation(it.gpu_model)
+    gemm = pf["matmul_tflops"] / it.peak_bf16_tflops
+    gpu = replace(
+        gen,
+        gemm_efficiency=gemm,
+        attention_efficiency=gemm * gen.attention_efficiency / gen.gemm_efficiency,
+    )
+    overrides = {"hbm_efficiency": pf["memory_gbps"] / gen.hbm_gbytes_per_s}
+    if "intra_busbw_gbps" in pf:
+        overrides["nvlink_efficiency"] = pf["intra_busbw_gbps"] / it.nvlink_gbytes_per_s
+        overrides["intra_hop_latency_s"] = pf["intra_hop_latency_s"]
+    if "inter_busbw_gbps" in pf:
+        overrides["network_efficiency"] = pf["inter_busbw_gbps"] / it.inter_node_gbytes_per_s
+        overrides["inter_hop_latency_s"] = pf["inter_hop_latency_s"]
+    return gpu, overrides
+
+
+def _scaled(
+    gpu: GpuGeneration, overrides: dict[str, float], k: float
+) -> tuple[GpuGeneration, dict[str, float]]:
+    """Every compute efficiency divided by ``k`` (compute time x k)."""
+    return (
+        replace(
+            gpu,
+            gemm_efficiency=gpu.gemm_efficiency / k,
+            attention_efficiency=gpu.attention_efficiency / k,
+        ),
+        {**overrides, "hbm_efficiency": overrides["hbm_efficiency"] / k},
+    )
+
+
+def _tokens_per_s(inp: PlanInput, nodes: int) -> float:
+    pr = predict(inp, nodes)
+    return pr.tokens_per_s_per_gpu * pr.gpus
+
+
+def calibrate(inp: PlanInput, reports: list[dict[str, Any]], run_dir: Path) -> Calibration:
+    """Fit ``inp.instance``'s efficiencies to a preflight and a run of ``inp``'s configuration."""
+    pf = preflight_figures(reports)
+    run = run_figures(run_dir)
+    gpus = inp.instance.gpus
+    if run["world_size"] % gpus:
+        raise CalibrationError(
+            f"--run {run_dir}: world size {run['world_size']} is not whole {inp.instance.name} "
+            f"nodes of {gpus} GPUs"
+        )
+    nodes = run["world_size"] // gpus
+    expected_tokens = inp.batch * inp.seq * inp.grad_accum * run["world_size"]
+    if abs(run["tokens_per_step"] - expected_tokens) > 0.01 * expected_tokens:
+        raise CalibrationError(
+            f"--run {run_dir}: {run['tokens_per_step']:.0f} tokens per step, but --batch "
+            f"{inp.batch} x --seq {inp.seq} x --grad-accum {inp.grad_accum} x world "
+            f"{run['world_size']} = {expected_tokens}: give the run's own settings"
+        )
+    before = _tokens_per_s(inp, nodes)
+    gpu, overrides = _hardware(inp, pf)
+    micro_measured = run["step_time_s"] / inp.grad_accum
+    k = 1.0
+    for _ in range(5):  # exposed communication depends on compute: a few fixed-point rounds
+        g, o = _scaled(gpu, overrides, k)
+        trial = replace(inp, gpu=g, assumptions=inp.assumptions.with_overrides(**o))
+        pr = predict(trial, nodes)
+        comm = pr.comm.exposed_s + pr.comm.interference_s
+        compute_measured = max(micro_measured - comm, 0.05 * micro_measured)
+        k *= compute_measured / pr.compute.total_s
+    gpu, overrides = _scaled(gpu, overrides, k)
+    cal = Calibration(
+        instance=inp.instance.name,
+        gpu=gpu,
+        overrides=overrides,
+        compute_scale=k,
+        preflight=pf,
+        run={**run, "nodes": nodes, "predicted_before": before},
+    )
+    after = _tokens_per_s(apply(inp, cal), nodes)
+    return replace(cal, run={**cal.run, "predicted_after": after})
+
+
+def with_preflight(cal: Calibration, inp: PlanInput, reports: list[dict[str, Any]]) -> Calibration:
+    """The calibration with the links a newer preflight measured.
+
+    A job's own preflight runs on the nodes it got, before step 1: their NVLink and network
+    figures (bus bandwidth and per-hop latency) replace the calibration's. The compute
+    efficiencies stay the fitted ones: a device far below them fails the preflight instead,
+    and one snapshot of a matmul is a noisier estimate than a run's median step. Links the
+    new preflight did not measure (a single node has no network) keep the calibration's.
+    """
+    pf = preflight_figures(reports)
+    _gpu, fresh = _hardware(replace(inp, gpu=None), pf)
+    links = {k: v for k, v in fresh.items() if k != "hbm_efficiency"}
+    return replace(cal, overrides={**cal.overrides, **links}, preflight={**cal.preflight, **pf})
+
+
+def before_after(
+    inp: PlanInput,
+    cal: Calibration,
+    node_counts: list[int],
+    reports: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Predicted tokens/s (whole job) per node count, with the asserted and the fitted figures.
+
+    ``reports``: the target nodes' preflight (``with_preflight``). For charts:
+    ``[{"nodes", "gpus", "before", "after"}, ...]``.
+    """
+    if reports:
+        cal = with_preflight(cal, inp, reports)
+    fitted = apply(inp, cal)
+    return [
+        {
+            "nodes": n,
+            "gpus": n * inp.instance.gpus,
+            "before": _tokens_per_s(inp, n),
+            "after": _tokens_per_s(fitted, n),
+        }
+        for n in node_counts
+    ]

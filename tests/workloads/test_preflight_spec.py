@@ -1,0 +1,66 @@
+"""``job.preflight``: parsed from the stack, rendered into the PyTorchJob's command.
+
+If this fails, an EFA stack's job would start without checking its nodes (or a CPU stack
+would be held to GPU thresholds), or the thresholds in the pod would stop being the
+catalog's: ``training.preflight`` reads them from ``--preflight_expect`` only (the image
+carries no catalog). Pure functions on the real stack files; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.config import ConfigError, load_stack_file, parse, project_defaults, stack_file_values
+from infra.instances import lookup
+from planner.expect import expectations
+from tests.workloads.conftest import stack_workloads
+from training.config import parse_args
+from training.preflight import parse_expect
+from workloads.specs import pytorchjob
+
+
+def _flags(stack: str, **job: object) -> list[str]:
+    if not job:
+        return pytorchjob.train_command(stack_workloads(stack).job)
+    from workloads.specs.settings import from_stack
+    from workloads.specs.stack import training_image
+
+    raw = {**project_defaults(), **stack_file_values(stack)}
+    raw["job"] = {**raw["job"], **job}
+    cfg = parse(raw, stack=stack)
+    return pytorchjob.train_command(from_stack(cfg, image=training_image(cfg), stack=stack).job)
+
+
+@pytest.mark.parametrize(("stack", "on"), [("dev", False), ("p4de-odcr", True), ("p5-16", True)])
+def test_preflight_defaults_to_on_for_efa_stacks(stack: str, on: bool) -> None:
+    cfg = load_stack_file(stack)
+    assert cfg.job is not None and cfg.job_node_group is not None
+    assert cfg.job.preflight is on is cfg.job_node_group.efa
+    assert ("--preflight" in _flags(stack)) is on
+
+
+@pytest.mark.parametrize("stack", ["p4de-odcr", "p5-16"])
+def test_rendered_thresholds_are_the_catalog_expectations(stack: str) -> None:
+    cfg = load_stack_file(stack)
+    assert cfg.job is not None and cfg.job_node_group is not None
+    flags = _flags(stack)
+    (arg,) = [f for f in flags if f.startswith("--preflight_expect=")]
+    expect = parse_expect(arg.split("=", 1)[1])
+    it = lookup(cfg.job_node_group.instance_type)
+    want = expectations(it, cfg.job.workers)
+    assert expect.gpus == it.gpus == want["gpus"]
+    assert expect.net == "OFI"  # EFA nodes must never fall back to NET/Socket
+    assert (expect.intra_busbw, expect.inter_busbw) == (want["intra_busbw"], want["inter_busbw"])
+    assert expect.tflops == want["tflops"] and expect.mem_gbps == want["mem_gbps"]
+    # the training CLI accepts the command as rendered
+    cfg_train = parse_args(flags[3:])
+    assert cfg_train.preflight and cfg_train.preflight_expect == arg.split("=", 1)[1]
+
+
+def test_preflight_can_be_switched_and_cpu_jobs_measure_only() -> None:
+    assert "--preflight" not in _flags("p5-16", preflight=False)
+    cpu = _flags("dev", preflight=True)
+    assert "--preflight" in cpu
+    assert not [f for f in cpu if f.startswith("--preflight_expect")]
+    with pytest.raises(ConfigError, match=r"job\.preflight"):
+        _flags("p5-16", preflight="sometimes")

@@ -1,0 +1,125 @@
+"""How long a worker pod may take to go away, derived from the stack in ONE place.
+
+`preemption_budget` turns (instance type, checkpoint storage throughput, model size) into the
+three numbers that must agree (docs/adr/0004-preemption-semantics.md):
+
+- the emergency checkpoint write time: bytes / throughput, with 25% headroom and 10 s of fixed
+  cost (the same headroom ``training.checkpoint.emergency_checkpoint_fits`` applies at run
+  time, where the measured write time replaces this estimate);
+- ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``: torchrun SIGKILLs its workers this many seconds after it
+  forwards SIGTERM (``torch/distributed/launcher/api.py``: default 30, read from the env); it
+  must cover the step in flight and that write;
+- ``terminationGracePeriodSeconds``: the kubelet SIGKILLs the pod this long after SIGTERM; it
+  must cover torchrun's shutdown timeout and the agent's own exit.
+
+When the emergency write does not fit ``MAX_GRACE_S`` (a drain that waits longer than that
+blocks node upgrades and capacity-block ends), the job skips it: the shutdown timeout covers
+only the step in flight, and the periodic asynchronous checkpoint (``checkpoint_every_s``,
+at least twice the write time so one write is in flight at a time) bounds the lost work.
+
+The PyTorchJob spec (``workloads.specs.pytorchjob``) and ``docs/workloads.md`` both use this
+function; nothing here imports torch or pulumi.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from infra.instances import lookup
+
+CHECKPOINT_BYTES_PER_PARAM = 12
+"""fp32 weights (4 bytes) + AdamW exp_avg and exp_avg_sq (8): a 7B model's checkpoint is ~81 GB."""
+FSX_MB_PER_S_PER_TIB = {"SCRATCH_2": 200}
+"""FSx for Lustre baseline throughput per TiB of storage (SCRATCH_2: 200 MB/s/TiB, bursts
+higher; PERSISTENT_2: the stack's perUnitStorageThroughput). AWS FSx for Lustre performance."""
+LOCAL_DISK_MB_PER_S = 125.0
+"""An emptyDir on the node's gp3 root volume: gp3's baseline 125 MB/s."""
+STEP_ALLOWANCE_S = 60
+"""The optimizer step in flight when SIGTERM arrives finishes before the loop sees the flag."""
+WRITE_HEADROOM = 1.25
+"""Factor on the estimated write time (same as the run-time check)."""
+WRITE_FIXED_S = 10
+"""Fixed cost of a write: planning, metadata, the rename, a file-system round trip."""
+AGENT_EXIT_S = 15
+"""The agent's own exit after its workers are gone (rendezvous keys, logs)."""
+MAX_GRACE_S = 600
+"""Longest grace period the job asks for; beyond it the emergency checkpoint is skipped."""
+MIN_CHECKPOINT_EVERY_S = 600
+"""Shortest time-based checkpoint interval the budget proposes."""
+TINY_PARAMS = 10_000_000
+"""Parameters assumed for the built-in tiny presets (``tiny-*``: 0.5-4 M)."""
+DEFAULT_PARAMS = 7_000_000_000
+"""Parameters assumed when the model name carries no size (a local folder, say)."""
+_SIZE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
+
+
+def model_params(model: str) -> int:
+    """Parameters of a model from its name: ``...-7b-...`` -> 7e9, ``tiny-*`` -> 1e7."""
+    if model.startswith("tiny-"):
+        return TINY_PARAMS
+    tail = model.rstrip("/").rsplit("/", 1)[-1].replace("_", "-")
+    sizes = [float(m.group(1)) for m in _SIZE.finditer(tail.replace("-", " "))]
+    return int(sizes[-1] * 1e9) if sizes else DEFAULT_PARAMS
+
+
+def storage_mb_per_s(shared_storage: object | None) -> float:
+    """Write throughput of the checkpoint volume: the stack's FSx file system, or local disk."""
+    if shared_storage is None or not getattr(shared_storage, "is_fsx", False):
+        return LOCAL_DISK_MB_PER_S
+    tib = shared_storage.storage_capacity_gib / 1024  # type: ignore[attr-defined]
+    per_tib = getattr(shared_storage, "per_unit_storage_throughput", None) or (
+        FSX_MB_PER_S_PER_TIB.get(shared_storage.deployment_type, 125)  # type: ignore[attr-defined]
+    )
+    return per_tib * tib
+
+
+@dataclass(frozen=True)
+class PreemptionBudget:
+    """The numbers a worker pod's preemption runs on (all seconds, integers)."""
+
+    checkpoint_bytes: int
+    """Bytes of one checkpoint (model + optimizer state)."""
+    storage_mb_per_s: float
+    """Write throughput of the checkpoint volume, MB/s."""
+    write_s: int
+    """Expected seconds to write one checkpoint (headroom included)."""
+    emergency_checkpoint: bool
+    """Whether an emergency checkpoint fits the grace period."""
+    shutdown_timeout_s: int
+    """TORCH_ELASTIC_SHUTDOWN_TIMEOUT: SIGTERM to SIGKILL of the workers."""
+    grace_period_s: int
+    """terminationGracePeriodSeconds of the worker pods."""
+    checkpoint_every_s: int
+    """Time-based checkpoint interval (``--checkpoint_every_s``)."""
+
+
+def preemption_budget(
+    instance_type: str, model: str, storage_mb_per_s: float, workers: int = 1
+) -> PreemptionBudget:
+    """Grace period, torchrun shutdown timeout and checkpoint budget, derived together.
+
+    The write is bounded by the shared storage's throughput (every node writes its shard at
+    once) or, on per-node local disk, by one node's disk writing its 1/workers share.
+    """
+    lookup(instance_type)  # a bad instance type is an error here too
+    if storage_mb_per_s <= 0:
+        raise ValueError(f"storage throughput must be > 0 MB/s, got {storage_mb_per_s}")
+    nbytes = model_params(model) * CHECKPOINT_BYTES_PER_PARAM
+    write = nbytes / (storage_mb_per_s * 1e6)
+    if storage_mb_per_s == LOCAL_DISK_MB_PER_S:
+        write /= max(workers, 1)
+    write_s = math.ceil(WRITE_HEADROOM * write + WRITE_FIXED_S)
+    with_write = STEP_ALLOWANCE_S + write_s
+    fits = with_write + AGENT_EXIT_S <= MAX_GRACE_S
+    shutdown = with_write if fits else STEP_ALLOWANCE_S
+    return PreemptionBudget(
+        checkpoint_bytes=nbytes,
+        storage_mb_per_s=storage_mb_per_s,
+        write_s=write_s,
+        emergency_checkpoint=fits,
+        shutdown_timeout_s=shutdown,
+        grace_period_s=shutdown + AGENT_EXIT_S,
+        checkpoint_every_s=max(MIN_CHECKPOINT_EVERY_S, 2 * write_s),
+    )
