@@ -98,7 +98,8 @@ def imds(props: Props) -> Iterable[str]:
     hops = meta.get("httpPutResponseHopLimit")
     if hops is None or float(hops) != IMDS_HOP_LIMIT:
         yield (
-            f"IMDS hop limit is {hops}; {IMDS_HOP_LIMIT} keeps the node role's credentials"
+            f"IMDS hop limit is {'unset' if hops is None else f'{float(hops):g}'};"
+            f" {IMDS_HOP_LIMIT} keeps the node role's credentials"
             " away from pods"
         )
 

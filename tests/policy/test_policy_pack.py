@@ -244,3 +244,51 @@ def test_every_rule_has_a_broken_input_and_the_pack_shares_the_infra_facts() -> 
         v: d.isoformat() for v, d in versions.EKS_STANDARD_SUPPORT_END.items()
     }
     assert facts["logTypes"] == list(CONTROL_PLANE_LOG_TYPES)
+
+
+ENGINE_CHECK = """
+import json, subprocess, sys
+import grpc
+from google.protobuf import empty_pb2, struct_pb2
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
+
+pack = subprocess.Popen([sys.executable, "policy"], stdout=subprocess.PIPE, text=True)
+try:
+    port = int(pack.stdout.readline().strip())  # the engine reads the port the same way
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    grpc.channel_ready_future(channel).result(timeout=60)
+    stub = analyzer_pb2_grpc.AnalyzerStub(channel)
+    info = stub.GetAnalyzerInfo(empty_pb2.Empty())
+    out = {"name": info.name, "policies": [p.name for p in info.policies], "verdicts": []}
+    for hops in (2, 1):
+        props = struct_pb2.Struct()
+        props.update({"metadataOptions": {"httpTokens": "required",
+                                          "httpPutResponseHopLimit": hops}})
+        response = stub.Analyze(analyzer_pb2.AnalyzeRequest(
+            type="aws:ec2/launchTemplate:LaunchTemplate", properties=props, name="lt",
+            urn="urn:pulumi:s::eks-fsdp::aws:ec2/launchTemplate:LaunchTemplate::lt"))
+        out["verdicts"].append([(d.policyName, d.enforcementLevel) for d in response.diagnostics])
+    print(json.dumps(out))
+finally:
+    pack.terminate()
+    pack.wait()
+"""
+
+
+def test_the_pack_serves_the_engine_protocol() -> None:
+    """``policy/`` started the way the Pulumi CLI starts a Python pack (its folder run by the
+    pack's interpreter, the port read from stdout) answers the analyzer gRPC calls: it names
+    every rule, and Analyze reports a hop limit of 2 as a MANDATORY violation and passes 1."""
+    out = subprocess.run(
+        [str(_tools()), "-c", ENGINE_CHECK],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["name"] == "eks-fsdp-security"
+    assert set(result["policies"]) == {p for p, _, _ in BROKEN}
+    mandatory = 1  # pulumirpc.EnforcementLevel.MANDATORY
+    assert result["verdicts"] == [[["imdsv2-hop-limit-1", mandatory]], []]
