@@ -98,7 +98,13 @@ def _one(res: Resources, type_: str, name: str | None = None) -> dict[str, Any]:
 
 
 def _lt(res: Resources) -> dict[str, Any]:
-    return _one(res, "aws:ec2/launchTemplate:LaunchTemplate")
+    """The GPU nodegroup's launch template."""
+    (lt,) = [
+        r
+        for r in res
+        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and r["name"] != "cluster-system-lt"
+    ]
+    return lt
 
 
 def _eks(res: Resources) -> dict[str, Any]:
@@ -191,8 +197,14 @@ def kubernetes_1_33(res: Resources) -> None:
     _eks(res)["props"]["version"] = "1.33"
 
 
+def system_hop_limit_2(res: Resources) -> None:
+    lt = _one(res, "aws:ec2/launchTemplate:LaunchTemplate", "cluster-system-lt")
+    lt["props"]["metadataOptions"]["httpPutResponseHopLimit"] = 2
+
+
 BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("imdsv2-hop-limit-1", "p5-16", hop_limit_2),
+    ("imdsv2-hop-limit-1", "dev", system_hop_limit_2),
     ("imdsv2-hop-limit-1", "p5-16", imds_v1),
     ("no-wildcard-iam-actions", "p5-16", wildcard_action),
     ("no-storage-admin-on-node-roles", "p5-16", fsx_admin_on_node_role),
