@@ -308,10 +308,14 @@ def test_render_refuses_a_registry_less_image_for_a_gpu_job(
 def test_render_puts_the_registry_image_in_the_job_and_the_debug_tools(tmp_path: Path) -> None:
     import yaml
 
-    assert render.main(["--stack", "p5-16", "--out", str(tmp_path), "--image", ECR]) == 0
+    # the debug tools are opt-in (debugTools, or --debug-tools when rendering)
+    argv = ["--stack", "p5-16", "--out", str(tmp_path), "--image", ECR, "--debug-tools"]
+    assert render.main(argv) == 0
     refs = []
     for name in ("pytorchjob.yaml", "debug-tools.yaml"):
         for obj in yaml.safe_load_all((tmp_path / name).read_text()):
+            if obj["kind"] == "NetworkPolicy":  # the debug tools' deny-all policy
+                continue
             spec = obj["spec"]
             pod = (
                 spec["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
