@@ -198,12 +198,18 @@ def ofi_provider_from_nccl_log(text: str) -> str | None:
     return found[-1] if found else None
 
 
-FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+FATAL_XIDS = frozenset({48, 64, 74, 79, 92, 94, 95, 119, 120})
 """XIDs whose resolution in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors,
 "Analyzing Xid Errors with the Xid Catalog") is a GPU reset or node service, not an application
-restart: double-bit ECC (48), row remapping (63, 64), NVLink (74), fallen off the bus (79),
-excessive SBE (92), contained / uncontained ECC (94, 95), GSP (119, 120). Others (13, 31, 43:
-an application's own faults) are reported but do not fail the node."""
+restart: double-bit ECC (48), a page or row that could not be retired / remapped (64), NVLink
+(74), fallen off the bus (79), excessive SBE (92), contained / uncontained ECC (94, 95), GSP
+(119, 120). Others (13, 31, 43: an application's own faults) are reported but do not fail the
+node. Nor does 63, a page retired or a row remapped successfully ("Dynamic Page Retirement",
+docs.nvidia.com/deploy/dynamic-page-retirement): the remap is pending until the next GPU reset,
+and "unaffected applications can continue running without affecting accuracy and performance,
+and new workloads can be launched" (A100 GPU memory error management, "Error Recovery and
+Response Flags"). The kernel log keeps it until reboot, so failing on it would keep a healthy
+node out of every restart."""
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 

@@ -206,8 +206,9 @@ def test_calibrated_on_one_cpu_worker_predicts_two_within_25_percent(
     machine the fastest step of either run is one lucky step (min-based errors of +0% and
     +36% against -15% and +13% for the medians of the same two runs). Taking turns instead
     (SIGSTOP / SIGCONT, each run alone on the machine for a few seconds) was tried and
-    measured -21% to +47%: a 2-rank run needs two cores free at once where a 1-rank run needs
-    one, so on a loaded machine turns favour the 1-worker run."""
+    measured +47% (a 2-rank run needs two cores free at once where a 1-rank run needs one,
+    so on a loaded machine the turns favour the 1-worker run), and -21% and -27% with a twin
+    1-worker run sharing its turns."""
     one = _start(tmp_path / "w1", 1, steps=60)
     two = _start(tmp_path / "w2", 2, steps=14)
     errs = [p.communicate(timeout=900)[1] for p in two]

@@ -190,6 +190,9 @@ def test_only_hardware_xids_fail_a_node() -> None:
     report = _report(300.0, "OFI")
     report["health"]["b"]["xids"] = [{"pci": "0000:53:00", "xid": 13}]
     assert failures(report, Expect()) == []  # an application's illegal address: not the node
+    # a row remapped successfully: pending until the next reset, the GPU stays usable
+    report["health"]["b"]["xids"].append({"pci": "0000:53:00", "xid": 63})
+    assert failures(report, Expect()) == []
     report["health"]["b"]["xids"].append({"pci": "0000:64:00", "xid": 79})
     report["health"]["a"]["gpus"] = [
         {"index": 3, "pci": "x", "ecc_uncorrected": 2, "row_remap_failure": False}
