@@ -148,36 +148,68 @@ def parse_expect(text: str) -> Expect:
 # ------------------------------------------------------------------------------------------------
 # parsers of what NCCL, nvidia-smi and the kernel say (pure; tested on captured text)
 
-_NET_PATTERNS = (
-    # NCCL >= 2.12: "NCCL INFO Using network AWS Libfabric" / "Using network Socket" / "IB"
-    (re.compile(r"Using network (AWS Libfabric|Libfabric|OFI)", re.I), "OFI"),
-    (re.compile(r"Using network IB", re.I), "IB"),
-    (re.compile(r"Using network Socket", re.I), "Socket"),
-    # aws-ofi-nccl's own lines ("NET/OFI Selected Provider is efa") and the socket transport's
-    (re.compile(r"NET/OFI"), "OFI"),
-    (re.compile(r"NET/IB"), "IB"),
-    (re.compile(r"NET/Socket"), "Socket"),
-)
+_USING_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.M)
+"""NCCL's choice of network module (init.cc: ``INFO(NCCL_INIT|NCCL_NET, "Using network %s",
+...)``): ``Socket``, ``IB`` or a plugin's own name. aws-ofi-nccl calls itself ``AWS Libfabric``
+(1.11.0 and before), ``Libfabric`` (later), or ``OFI`` / ``AWS Libfabric`` when NCCL_NET asks for
+that name (src/nccl_ofi_interface_nvidia.c, ``nvidia_plugin_name_fixup``)."""
+_VIA_NET = re.compile(r"via NET/([A-Za-z][A-Za-z ]*?)/\d")
+"""Connection lines: ``Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0``,
+``... via NET/Socket/0``, ``... via NET/IB/0``."""
+_OFI_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([A-Za-z0-9_;+-]+)")
+"""aws-ofi-nccl's ``NET/OFI Selected Provider is efa (found 4 nics)``: the libfabric provider
+under the plugin. ``efa`` on EFA instances; ``tcp`` / ``sockets`` would carry NCCL over TCP
+behind an ``OFI`` network name."""
+
+
+def net_name(raw: str) -> str:
+    """A network module's name as this module reports it: ``OFI``, ``IB``, ``Socket`` or raw."""
+    low = raw.strip().lower()
+    if low in ("ofi", "libfabric", "aws libfabric"):
+        return "OFI"
+    if low == "ib":
+        return "IB"
+    if low == "socket":
+        return "Socket"
+    return raw.strip()
 
 
 def transport_from_nccl_log(text: str) -> str | None:
     """The network transport an NCCL INFO log shows (``OFI``, ``IB``, ``Socket``), or None.
 
-    ``Using network ...`` (the plugin NCCL selected) wins over per-transport lines; a log that
-    shows Socket anywhere in a ``Using network`` line is Socket.
+    ``Using network ...`` lines (the module NCCL selected) decide; without one, the
+    connection lines (``via NET/...``). Socket anywhere wins: a log with one communicator on
+    Socket is a job with one slow link. aws-ofi-nccl's other ``NET/OFI`` lines do not count:
+    the plugin prints them also when it fails to initialise and NCCL falls back to Socket
+    (NVIDIA/nccl#229: "NET/OFI Could not find any optimal provider" ... "Using network Socket").
     """
-    for pattern, name in _NET_PATTERNS:
-        if pattern.search(text):
+    names = {net_name(m) for m in _USING_NETWORK.findall(text)}
+    if not names:
+        names = {net_name(m) for m in _VIA_NET.findall(text)}
+    for name in ("Socket", "IB", "OFI"):
+        if name in names:
             return name
-    return None
+    return sorted(names)[0] if names else None
 
 
-FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+def ofi_provider_from_nccl_log(text: str) -> str | None:
+    """The libfabric provider aws-ofi-nccl selected (``efa``), or None when the log has none."""
+    found = _OFI_PROVIDER.findall(text)
+    return found[-1] if found else None
+
+
+FATAL_XIDS = frozenset({48, 64, 74, 79, 92, 94, 95, 119, 120})
 """XIDs whose resolution in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors,
 "Analyzing Xid Errors with the Xid Catalog") is a GPU reset or node service, not an application
-restart: double-bit ECC (48), row remapping (63, 64), NVLink (74), fallen off the bus (79),
-excessive SBE (92), contained / uncontained ECC (94, 95), GSP (119, 120). Others (13, 31, 43:
-an application's own faults) are reported but do not fail the node."""
+restart: double-bit ECC (48), a page or row that could not be retired / remapped (64), NVLink
+(74), fallen off the bus (79), excessive SBE (92), contained / uncontained ECC (94, 95), GSP
+(119, 120). Others (13, 31, 43: an application's own faults) are reported but do not fail the
+node. Nor does 63, a page retired or a row remapped successfully ("Dynamic Page Retirement",
+docs.nvidia.com/deploy/dynamic-page-retirement): the remap is pending until the next GPU reset,
+and "unaffected applications can continue running without affecting accuracy and performance,
+and new workloads can be launched" (A100 GPU memory error management, "Error Recovery and
+Response Flags"). The kernel log keeps it until reboot, so failing on it would keep a healthy
+node out of every restart."""
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 
@@ -249,22 +281,30 @@ def detect_transport(backend: str, env: dict[str, str] | os._Environ[str]) -> di
     """What carries inter-node traffic, and how we know.
 
     gloo: TCP. NCCL: the INFO log in ``NCCL_DEBUG_FILE`` when present (``%h``/``%p`` are
-    expanded for this host and process), else ``NCCL_NET`` (NCCL fails to initialise when the
-    named network cannot be used, so a collective that completed under NCCL_NET=OFI ran on OFI).
+    expanded for this host and process, as NCCL's debug.cc does), else ``NCCL_NET``: NCCL
+    fails to initialise when the named network cannot be used (NCCL env docs, NCCL_NET: "make
+    sure NCCL uses an external plugin and doesn't automatically fall back on the internal IB or
+    Socket implementation"), so a collective that completed under NCCL_NET=OFI ran on the OFI
+    plugin. ``provider``: the libfabric provider under OFI, when the log names it.
     """
     if "nccl" not in backend:
-        return {"transport": "gloo/tcp", "source": "backend"}
+        return {"transport": "gloo/tcp", "source": "backend", "provider": None}
     log = env.get("NCCL_DEBUG_FILE", "")
     if log:
         path = Path(log.replace("%h", socket.gethostname()).replace("%p", str(os.getpid())))
         if path.is_file():
-            found = transport_from_nccl_log(path.read_text(errors="replace"))
+            text = path.read_text(errors="replace")
+            found = transport_from_nccl_log(text)
             if found:
-                return {"transport": found, "source": str(path)}
+                return {
+                    "transport": found,
+                    "source": str(path),
+                    "provider": ofi_provider_from_nccl_log(text) if found == "OFI" else None,
+                }
     net = env.get("NCCL_NET", "")
     if net:
-        return {"transport": "OFI" if "ofi" in net.lower() else net, "source": "NCCL_NET"}
-    return {"transport": None, "source": None}
+        return {"transport": net_name(net), "source": "NCCL_NET", "provider": None}
+    return {"transport": None, "source": None, "provider": None}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -457,6 +497,11 @@ def measure(opts: Options, device: torch.device) -> dict[str, Any]:
                             }
                         )
         dist.barrier()
+        # An NCCL communicator keeps its buffers on the GPU until it is destroyed: hand them
+        # back before the model is built (a member-less rank's group is NON_GROUP_MEMBER,
+        # which destroy_process_group ignores).
+        for group in groups:
+            dist.destroy_process_group(group)
 
     cuda = device.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -478,11 +523,23 @@ def measure(opts: Options, device: torch.device) -> dict[str, Any]:
     health = gpu_health() if cuda else {"nvidia_smi": False, "gpus": [], "xids": None}
     per_node_health: list[Any] = [None] * world
     dist.all_gather_object(per_node_health, {"node": names[node], **health})
+    # Every rank's own view of the network (each rank's NCCL picks its network itself), so the
+    # verdict is the same on every rank: a rank that alone returned "failed" would leave the
+    # others waiting in their first training collective.
+    mine = detect_transport(backend, os.environ)
+    per_rank_transport: list[Any] = [None] * world
+    dist.all_gather_object(per_rank_transport, {"node": names[node], "rank": rank, **mine})
+    by_node_transport: dict[str, dict[str, Any]] = {}
+    for t in per_rank_transport:  # per node: the first rank that differs from rank 0, if any
+        first = by_node_transport.setdefault(t["node"], t)
+        if (t["transport"], t["provider"]) != (first["transport"], first["provider"]):
+            by_node_transport[t["node"]] = t
     return {
         "backend": backend,
         "world_size": world,
         "nodes": [{"name": nm, "ranks": rs} for nm, rs in nodes],
-        "transport": detect_transport(backend, os.environ),
+        "transport": {k: per_rank_transport[0][k] for k in ("transport", "source", "provider")},
+        "transport_by_node": by_node_transport,
         "collectives": sorted(
             (row for e in everything for row in e["rows"]),
             key=lambda r: (_SCOPES.index(r["scope"]), r["link"], OPS.index(r["op"]), r["bytes"]),
@@ -540,14 +597,22 @@ def failures(report: dict[str, Any], expect: Expect) -> list[str]:
                     f"node {d['node']} rank {d['rank']}: {label} {d[key]:.1f} {unit} < "
                     f"{floor:.1f} {unit} expected"
                 )
-    multi_node = len(nodes) > 1
-    transport = report["transport"]["transport"]
-    wrong = transport is None or transport.lower() != expect.net.lower()
-    if expect.net and multi_node and "nccl" in report["backend"] and wrong:
-        out.append(
-            f"inter-node transport: NCCL uses {transport or 'an unknown network'} "
-            f"(source {report['transport']['source']}), expected {expect.net}"
-        )
+    if expect.net and len(nodes) > 1 and "nccl" in report["backend"]:
+        by_node = report.get("transport_by_node") or {"every node": report["transport"]}
+        for name, t in by_node.items():
+            transport, provider = t["transport"], t.get("provider")
+            if transport is None or transport.lower() != expect.net.lower():
+                out.append(
+                    f"inter-node transport on {name}: NCCL uses "
+                    f"{transport or 'an unknown network'} (source {t['source']}), "
+                    f"expected {expect.net}"
+                )
+            elif expect.net.lower() == "ofi" and provider and provider.split(";")[0] != "efa":
+                # aws-ofi-nccl over libfabric's tcp/sockets provider: an "OFI" network on TCP
+                out.append(
+                    f"inter-node transport on {name}: NCCL's OFI plugin uses the libfabric "
+                    f"provider {provider} (source {t['source']}), expected efa"
+                )
     for name, h in report["health"].items():
         for g in h.get("gpus", []):
             if g.get("ecc_uncorrected"):

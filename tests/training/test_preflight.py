@@ -27,9 +27,11 @@ from training.preflight import (
     Expect,
     bus_factor,
     busbw_gbps,
+    detect_transport,
     failures,
     gpus_from_smi_csv,
     links,
+    ofi_provider_from_nccl_log,
     parse_expect,
     parse_size,
     summary,
@@ -95,6 +97,57 @@ def test_transport_is_read_from_nccl_info_lines() -> None:
     assert transport_from_nccl_log(sockets) == "Socket"
     assert transport_from_nccl_log("NCCL INFO Using network IB\n") == "IB"
     assert transport_from_nccl_log("NCCL INFO cudaDriverVersion 12080\n") is None
+    assert ofi_provider_from_nccl_log(efa) == "efa"
+    # aws-ofi-nccl after 1.11 calls itself "Libfabric", or "OFI" when NCCL_NET=OFI asks for it
+    # (src/nccl_ofi_interface_nvidia.c, nvidia_plugin_name_fixup)
+    assert transport_from_nccl_log("h:1:1 [0] NCCL INFO Using network Libfabric\n") == "OFI"
+    assert transport_from_nccl_log("h:1:1 [0] NCCL INFO Using network OFI\n") == "OFI"
+    # The plugin loads but finds no provider, NCCL falls back to sockets (NVIDIA/nccl#229):
+    # its NET/OFI lines must not count as OFI.
+    fallback = (
+        "h:1:1 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.13.2-aws\n"
+        "h:1:1 [0] get_ofi_provider:312 NCCL WARN NET/OFI Could not find any optimal provider\n"
+        "h:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.1.2.3<0>\n"
+        "h:1:1 [0] NCCL INFO Using network Socket\n"
+    )
+    assert transport_from_nccl_log(fallback) == "Socket"
+    # two communicators in one log, one on sockets: Socket wins whatever the order
+    assert transport_from_nccl_log(efa + sockets) == "Socket"
+    assert transport_from_nccl_log(sockets + efa) == "Socket"
+    # without a "Using network" line, the connection lines tell
+    via = "h:1:1 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/AWS Libfabric/0\n"
+    assert transport_from_nccl_log(via) == "OFI"
+    assert transport_from_nccl_log(via.replace("AWS Libfabric", "Socket")) == "Socket"
+    tcp = efa.replace("Provider is efa", "Provider is tcp;ofi_rxm")
+    assert ofi_provider_from_nccl_log(tcp) == "tcp;ofi_rxm"
+
+
+def test_transport_from_nccl_net_or_the_hosts_debug_file(tmp_path: Path) -> None:
+    """NCCL_NET takes the names NCCL_NET accepts (case-insensitive; aws-ofi-nccl answers to
+    "OFI" and "AWS Libfabric"); NCCL_DEBUG_FILE's %h and %p are this host and process."""
+    import os
+    import socket
+
+    assert detect_transport("gloo", {})["transport"] == "gloo/tcp"
+    for net in ("OFI", "ofi", "AWS Libfabric", "Libfabric"):
+        assert detect_transport("nccl", {"NCCL_NET": net}) == {
+            "transport": "OFI",
+            "source": "NCCL_NET",
+            "provider": None,
+        }
+    assert detect_transport("nccl", {"NCCL_NET": "socket"})["transport"] == "Socket"
+    assert detect_transport("nccl", {})["transport"] is None
+    log = tmp_path / f"nccl.{socket.gethostname()}.{os.getpid()}.log"
+    log.write_text(
+        "h:1:1 [0] NCCL INFO NET/OFI Selected Provider is tcp (found 1 nics)\n"
+        "h:1:1 [0] NCCL INFO Using network AWS Libfabric\n"
+    )
+    env = {"NCCL_DEBUG_FILE": str(tmp_path / "nccl.%h.%p.log"), "NCCL_NET": "OFI"}
+    assert detect_transport("cpu:gloo,cuda:nccl", env) == {
+        "transport": "OFI",
+        "source": str(log),
+        "provider": "tcp",
+    }
 
 
 def test_gpu_health_parsers() -> None:
@@ -137,6 +190,9 @@ def test_only_hardware_xids_fail_a_node() -> None:
     report = _report(300.0, "OFI")
     report["health"]["b"]["xids"] = [{"pci": "0000:53:00", "xid": 13}]
     assert failures(report, Expect()) == []  # an application's illegal address: not the node
+    # a row remapped successfully: pending until the next reset, the GPU stays usable
+    report["health"]["b"]["xids"].append({"pci": "0000:53:00", "xid": 63})
+    assert failures(report, Expect()) == []
     report["health"]["b"]["xids"].append({"pci": "0000:64:00", "xid": 79})
     report["health"]["a"]["gpus"] = [
         {"index": 3, "pci": "x", "ecc_uncorrected": 2, "row_remap_failure": False}
@@ -193,7 +249,24 @@ def test_verdict_names_the_link_and_judges_the_largest_size_only() -> None:
         "inter-node a <-> b: all_reduce busbw 12.5 GB/s < 180.0 GB/s expected (256 MiB, 16 ranks)"
     ]
     tcp = failures(_report(300.0, "Socket"), expect)
-    assert tcp == ["inter-node transport: NCCL uses Socket (source NCCL_NET), expected OFI"]
+    assert tcp == [
+        "inter-node transport on every node: NCCL uses Socket (source NCCL_NET), expected OFI"
+    ]
+    # one node fell back (each rank's NCCL picks its own network): that node is named
+    one_node = _report(300.0, "OFI")
+    one_node["transport_by_node"] = {
+        "a": {"transport": "OFI", "source": "NCCL_NET", "provider": None},
+        "b": {"transport": "Socket", "source": "/tmp/nccl.b.log", "provider": None},
+    }
+    assert failures(one_node, expect) == [
+        "inter-node transport on b: NCCL uses Socket (source /tmp/nccl.b.log), expected OFI"
+    ]
+    # OFI on libfabric's tcp provider is TCP under another name
+    one_node["transport_by_node"]["b"] = {"transport": "OFI", "source": "l", "provider": "tcp"}
+    assert failures(one_node, expect) == [
+        "inter-node transport on b: NCCL's OFI plugin uses the libfabric provider tcp "
+        "(source l), expected efa"
+    ]
     summ = summary(_report(150.0, "OFI"))
     assert summ == {
         "intra_busbw_gbps": 300.0,
