@@ -169,9 +169,9 @@ def worker(a: argparse.Namespace) -> None:
         model, opt = trainer.model, trainer.optimizer
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(a.steps):
-                (mb,) = next(batches)
+                (one,) = next(batches)
                 t0 = time.perf_counter()
-                loss = token_loss_sum(model, mb)
+                loss = token_loss_sum(model, one)
                 t1 = time.perf_counter()
                 (loss / 1000.0).backward()
                 t2 = time.perf_counter()

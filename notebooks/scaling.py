@@ -245,6 +245,27 @@ def planner_prediction(
     return rows
 
 
+def planner_before_after(
+    nodes: Sequence[int],
+    calibration: str | Path,
+    *,
+    stack: str | None = None,
+    args: Sequence[str] = (),
+    preflight: Sequence[str | Path] = (),
+) -> list[dict[str, Any]]:
+    """The planner's tokens/s per node count before and after ``python -m planner calibrate``.
+
+    ``[{"nodes", "gpus", "before", "after"}]`` (``planner.calibrate.prediction_before_after``);
+    ``preflight``: the measured nodes' preflight JSON, whose links replace the calibration's.
+    """
+    from planner.calibrate import prediction_before_after
+
+    plan_args = ["--nodes", ",".join(map(str, nodes)), *(["--stack", stack] if stack else [])]
+    return prediction_before_after(
+        [*plan_args, *args], Path(calibration), [Path(p) for p in preflight]
+    )
+
+
 # --- local mode ----------------------------------------------------------------------------------
 
 
@@ -954,14 +975,18 @@ def _kubectl_watch(outputs: dict[str, Any], namespace: str, tmp: Path) -> JobWat
 
 
 def scaling_table(
-    measured: Sequence[Measurement], predicted: Sequence[dict[str, Any]] = ()
+    measured: Sequence[Measurement],
+    predicted: Sequence[dict[str, Any]] = (),
+    calibrated: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """One row per node count: measured tokens/s and efficiency vs the planner's."""
+    """One row per node count: measured tokens/s and efficiency vs the planner's (and, with
+    ``calibrated`` from :func:`planner_before_after`, the calibrated planner's tokens/s)."""
     if not measured:
         return []
     base = min(measured, key=lambda m: m.nodes)
     per_node_base = base.tokens_per_s / base.nodes
     pred = {int(p["nodes"]): p for p in predicted}
+    after = {int(c["nodes"]): float(c["after"]) for c in calibrated}
     rows = []
     for m in sorted(measured, key=lambda m: m.nodes):
         p = pred.get(m.nodes, {})
@@ -976,6 +1001,7 @@ def scaling_table(
                 "source": m.source,
                 "predicted_tokens_per_s": predicted_tps,
                 "predicted_efficiency": p.get("scaling_efficiency"),
+                "calibrated_tokens_per_s": after.get(m.nodes),
             }
         )
     return rows
@@ -1007,6 +1033,16 @@ def plot_scaling(
         )
         ax1b.set_ylabel(f"{predicted_label} tokens/s", color="tab:orange")
         handles, labels = [*handles, line], [*labels, line.get_label()]
+    if rows and all(r.get("calibrated_tokens_per_s") is not None for r in rows):
+        # after calibration the prediction is in the measured units: same (left) axis
+        (cal,) = ax1.plot(
+            nodes,
+            [r["calibrated_tokens_per_s"] for r in rows],
+            "^-.",
+            color="tab:green",
+            label=f"{predicted_label}, calibrated",
+        )
+        handles, labels = [*handles, cal], [*labels, cal.get_label()]
     ax1.set_xlabel("nodes")
     ax1.set_ylabel("tokens/s (job)")
     ax1.set_title("Throughput")

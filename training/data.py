@@ -478,6 +478,7 @@ class DistributedBatches:
             )
         self.epoch = 0
         self.consumed_samples = 0
+        self._step_counts = (0, 0)
         self._perm: tuple[int, torch.Tensor] | None = None
         first = dataset[0]
         self._filler: Example = {**first, "labels": [IGNORE_INDEX] * len(first["labels"])}
@@ -521,7 +522,9 @@ class DistributedBatches:
     def global_indices(self, start: int) -> list[int]:
         """Sample ids of the global batch starting at epoch position `start` (all ranks), G of
         them: past the end of the epoch, `FILLER`."""
-        ids = self.permutation()[start : start + self.global_batch_size].tolist()
+        from training.dist import host_only  # the order lives on the host: reading it syncs nothing
+
+        ids = host_only(self.permutation()[start : start + self.global_batch_size]).tolist()
         return ids + [FILLER] * (self.global_batch_size - len(ids))
 
     def rank_ids(self, start: int) -> list[list[int]]:
@@ -543,10 +546,31 @@ class DistributedBatches:
                 )
                 for ids in self.rank_ids(self.consumed_samples)
             ]
+            self._step_counts = self._token_counts(self.global_indices(self.consumed_samples))
             self.consumed_samples = min(
                 self.consumed_samples + self.global_batch_size, len(self.dataset)
             )
             yield micro
+
+    def step_token_counts(self) -> tuple[int, int]:
+        """(label tokens, input tokens) of the global batch last handed out, over ALL ranks.
+
+        What an all-reduce of every rank's counts would give, computed (when the step's
+        micro-batches are built) from the dataset order that every rank holds: label tokens are
+        the scored ones (`labels[1:] != IGNORE_INDEX` per row, as the loss shifts them), input
+        tokens the attention-mask ones (filler rows count their inputs, not their labels). No
+        collective and no tensor read in the training step.
+        """
+        return self._step_counts
+
+    def _token_counts(self, ids: list[int]) -> tuple[int, int]:
+        labels = inputs = 0
+        for i in ids:
+            ex = self._filler if i == FILLER else self.dataset[i]
+            row = ex["labels"]
+            labels += len(row) - 1 - row[1:].count(IGNORE_INDEX) if row else 0
+            inputs += sum(ex["attention_mask"])
+        return labels, inputs
 
     # -- Stateful -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, int]:

@@ -147,6 +147,24 @@ def checkpoint_group(timeout_s: float = INIT_TIMEOUT_S) -> dist.ProcessGroup | N
     return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
 
+def all_reduce_sum_tensor(t: torch.Tensor) -> torch.Tensor:
+    """Sum `t` over all ranks in place, on its device, without reading it on the host."""
+    if dist.get_world_size() > 1:
+        dist.all_reduce(t)
+    return t
+
+
+HOST_ONLY = "_host_only"
+"""Attribute marking a CPU tensor that is read on the host by design (not a device sync)."""
+
+
+def host_only(t: torch.Tensor) -> torch.Tensor:
+    """Mark `t` (a CPU tensor, e.g. a gloo vote) as read on the host by design: reading it
+    waits for no device, so `training.syncs` does not count it."""
+    setattr(t, HOST_ONLY, True)
+    return t
+
+
 def barrier() -> None:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()

@@ -78,9 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A peer is dead or hung: the process group cannot be torn down cleanly, and a
             # background checkpoint thread waiting on it would keep the process alive. Exit now,
             # non-zero, so that torchrun restarts the group.
-            traceback.print_exc()
+            traceback.print_exc(file=sys.__stderr__)  # not a redirected sys.stderr: we exit now
             sys.stdout.flush()
-            sys.stderr.flush()
+            sys.__stderr__.flush()
             os._exit(FAILED_EXIT)
         # Free the sharded model, its meshes and the checkpoint state while the process group
         # is alive: collected after it is destroyed, they can abort the process at exit.
@@ -245,6 +245,10 @@ class Trainer:
         }
         self.train_time = 0.0
         self.train_tokens = 0
+        self._rows: list[
+            tuple[int, dict[str, Any]]
+        ] = []  # logged steps whose figures wait on the device
+        self._stop_pending: tuple[Any, torch.Tensor] | None = None  # last step's stop vote
         self._first_step = self.state.step + 1
         self._last_save_t = time.monotonic()
         self._stall_to_log: float | None = None
@@ -273,6 +277,7 @@ class Trainer:
                         set_collective_timeout(cfg.collective_timeout_s)
                     self._log(out)
                     if out["stop"]:
+                        self._settle()
                         self._end_epoch_stats(losses, t_epoch)
                         self._stop_on_signal()
                         return True
@@ -290,6 +295,7 @@ class Trainer:
                 if cfg.run_validation:
                     self.history["eval_loss"].append(self.validate(trained))
                 self.save()
+            self._settle()
             t0 = time.monotonic()
             self.checkpointer.wait()  # the last checkpoint is on disk before the exit
             if self.history["ckpt_stall"]:
@@ -344,44 +350,77 @@ class Trainer:
             )
 
     def train_step(self, micro_batches: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
-        """One optimizer step over this rank's micro-batches; returns global figures."""
+        """One optimizer step over this rank's micro-batches; returns global figures.
+
+        No host sync (CUDA): the global token counts come from the data order every rank holds
+        (`DistributedBatches.step_token_counts`), loss and grad norm stay on the device
+        ("loss", "grad_norm" are 0-d tensors; `_log` fetches them every --log_every steps), and
+        the stop flag is the previous step's asynchronous all-reduce (a SIGTERM is acted on
+        one step later). `benchmarks/step_anatomy.py` counts the syncs; a test requires 0.
+        """
         import torch
 
-        from training.data import IGNORE_INDEX
-        from training.dist import all_reduce_sum
+        from training.dist import all_reduce_sum_tensor
         from training.parallelize import set_gradient_sync
 
         dev = self.env.device
-        n_label = sum(int((mb["labels"][:, 1:] != IGNORE_INDEX).sum()) for mb in micro_batches)
-        n_input = sum(int(mb["attention_mask"].sum()) for mb in micro_batches)
-        g_label, g_input, g_stop = all_reduce_sum(
-            [n_label, n_input, float(self.stop.requested)], dev
-        )
+        g_label, g_input = self.batches.step_token_counts()
+        stop = self._stop_vote()
         # FSDP averages gradients over ranks: scale so that the result is sum / global count.
-        scale = self.env.world_size / max(g_label, 1.0)
+        scale = self.env.world_size / max(g_label, 1)
         loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
         for i, mb in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
             set_gradient_sync(self.model, self.dims, last_micro_batch=last)
-            batch = {k: v.to(dev, non_blocking=True) for k, v in mb.items()}
+            batch = {k: mb[k].to(dev, non_blocking=True) for k in ("input_ids", "labels")}
             tok_loss = token_loss_sum(self.model, batch)
             (tok_loss * scale).backward()
             loss_sum += tok_loss.detach().double()
         grad_norm = self._clip_grads()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        (g_loss,) = all_reduce_sum([float(loss_sum)], dev)
+        all_reduce_sum_tensor(loss_sum)  # on the device, no wait
         return {
-            "loss": g_loss / max(g_label, 1.0),
+            "loss": loss_sum / max(g_label, 1),
             "grad_norm": grad_norm,
-            "tokens": int(g_input),
-            "label_tokens": int(g_label),
-            "stop": g_stop > 0,
+            "tokens": g_input,
+            "label_tokens": g_label,
+            "stop": stop,
             "lr": self.optimizer.param_groups[0]["lr"],
         }
 
-    def _clip_grads(self) -> float:
+    def _stop_vote(self) -> bool:
+        """Start this step's all-reduce of the SIGTERM flag; return the previous step's result.
+
+        The flag is a CPU tensor (gloo, also under NCCL: the process group is
+        "cpu:gloo,cuda:nccl"), launched with async_op and read one step later, when it has long
+        arrived: the GPU never waits for it.
+        """
         import torch
+        import torch.distributed as dist
+
+        from training.dist import host_only
+
+        if self.env.world_size == 1:
+            return self.stop.requested
+        flag = torch.tensor([float(self.stop.requested)], dtype=torch.float64)
+        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)
+        previous, self._stop_pending = self._stop_pending, (work, flag)
+        if previous is None:
+            return False
+        previous[0].wait()
+        host_only(previous[1])
+        return previous[1].tolist()[0] > 0
+
+    def _settle(self) -> None:
+        """Wait for the last stop vote and write the metric rows still held (end of training)."""
+        if self._stop_pending is not None:
+            self._stop_pending[0].wait()
+            self._stop_pending = None
+        self._flush_rows()
+
+    def _clip_grads(self) -> torch.Tensor:
+        """The global gradient norm (a 0-d tensor on the device), clipping if asked."""
         from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -389,12 +428,8 @@ class Trainer:
         if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
             norm = norm.full_tensor()
         if self.cfg.gradient_clipping:
-            clip_grads_with_norm_(
-                [p for p in self.model.parameters() if p.grad is not None],
-                self.cfg.gradient_clipping_threshold,
-                norm,
-            )
-        return float(torch.as_tensor(norm))
+            clip_grads_with_norm_(grads, self.cfg.gradient_clipping_threshold, norm)
+        return norm
 
     def validate(self, epoch: int = 0) -> float:
         """Mean token loss over the validation split (all ranks), as llama-recipes' eval loss."""
@@ -495,9 +530,9 @@ class Trainer:
         tps = out["tokens"] / out["step_time_s"] if out["step_time_s"] > 0 else 0.0
         row = {
             "epoch": self.state.epoch,
-            "loss": out["loss"],
+            "loss": out["loss"],  # a device tensor until _flush_rows
             "lr": out["lr"],
-            "grad_norm": out["grad_norm"],
+            "grad_norm": out["grad_norm"],  # likewise
             "tokens": out["tokens"],
             "label_tokens": out["label_tokens"],
             "tokens_per_s": tps,
@@ -515,11 +550,39 @@ class Trainer:
         if self.peak_flops:
             achieved = tps * self.flops_per_token
             row["mfu"] = achieved / (self.peak_flops * self.env.world_size)
-        self.metrics.log(row, self.state.step)
+        self._rows.append((self.state.step, row))
+        if (
+            self.state.step % self.cfg.log_every == 0
+            or out["stop"]
+            or self._step_limit_reached()
+            or self.batches.remaining_steps() == 0
+        ):
+            self._flush_rows()
 
-    def _end_epoch_stats(self, losses: list[float], t_epoch: float) -> None:
+    def _flush_rows(self) -> None:
+        """Fetch the held steps' loss and grad norm in ONE device->host copy, then log them.
+
+        metrics.jsonl still gets every step; a GPU waits for the host only once per --log_every
+        steps (and at the end of an epoch, a SIGTERM or the step limit).
+        """
+        import torch
+
+        if not self._rows:
+            return
+        values = torch.stack(
+            [torch.stack([r["loss"], r["grad_norm"].to(r["loss"])]) for _, r in self._rows]
+        ).tolist()
+        for (step, row), (loss, grad_norm) in zip(self._rows, values, strict=True):
+            row["loss"], row["grad_norm"] = loss, grad_norm
+            self.metrics.log(row, step)
+        self._rows = []
+
+    def _end_epoch_stats(self, losses: list[Any], t_epoch: float) -> None:
+        import torch
+
         if losses:
-            self.history["epoch_loss"].append(sum(losses) / len(losses))
+            mean = torch.stack([torch.as_tensor(x, dtype=torch.float64) for x in losses]).mean()
+            self.history["epoch_loss"].append(float(mean))
             self.history["epoch_time"].append(time.perf_counter() - t_epoch)
 
     def _step_limit_reached(self) -> bool:
@@ -563,7 +626,7 @@ def build_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:
 
     params = [p for p in model.parameters() if p.requires_grad]
     fused = all(p.device.type in _get_fused_kernels_supported_devices() for p in params)
-    kernel = {"fused": True} if fused else {"foreach": True}
+    kernel: dict[str, Any] = {"fused": True} if fused else {"foreach": True}
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **kernel)
 
 

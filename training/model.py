@@ -109,6 +109,7 @@ def build_empty(spec: ModelSpec) -> nn.Module:
         model = AutoModelForCausalLM.from_config(spec.config, dtype=torch.float32)
     # init_empty_weights re-creates every registered parameter, which unties tied embeddings.
     model.tie_weights()
+    use_maskless_causal_sdpa(model)
     spec.buffers = {
         name: buf.detach().clone()
         for name, buf in _non_persistent_buffers(model)
@@ -191,6 +192,45 @@ def _non_persistent_buffers(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
             if buf is not None:
                 out.append((f"{mod_name}.{buf_name}" if mod_name else buf_name, buf))
     return out
+
+
+CAUSAL_SDPA = "eksfsdp_causal_sdpa"
+"""Attention implementation registered by `use_maskless_causal_sdpa`."""
+
+
+def _causal_sdpa(
+    module: nn.Module, query: Any, key: Any, value: Any, attention_mask: Any, **kw: Any
+) -> Any:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, None, **kw)
+
+
+def use_maskless_causal_sdpa(model: nn.Module) -> bool:
+    """Run SDPA's causal kernel without building a mask, so a forward makes no host sync.
+
+    With HF's "sdpa", every forward inspects the mask (or, without one, the position ids for
+    packed sequences: `find_packed_sequence_indices`) with a tensor -> bool on the host, a GPU
+    sync per step. Every batch of this package is either packed (no padding) or padded on the
+    right with ignored labels, so for a causal model the mask changes no scored position: an
+    attention implementation that HF's mask interface does not know gets no mask at all
+    (`masking_utils._preprocess_mask_arguments`) and calls SDPA with `is_causal=True`.
+    Kept to plain causal "sdpa" models (no sliding window, which needs the mask); the name is
+    not saved in config.json, so exported models load anywhere. Returns True when switched.
+    """
+    config = model.config  # type: ignore[union-attr]
+    if (
+        getattr(config, "_attn_implementation", None) != "sdpa"
+        or getattr(config, "sliding_window", None)
+        or "sliding_attention" in (getattr(config, "layer_types", None) or ())
+        or not getattr(config, "is_causal", True)
+    ):
+        return False
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(CAUSAL_SDPA, _causal_sdpa)
+    model.set_attn_implementation(CAUSAL_SDPA)  # type: ignore[operator]
+    return True
 
 
 _NATIVE_FLAGS: dict[torch.dtype, tuple[str, ...]] = {

@@ -314,7 +314,7 @@ def _wrap_layer_forward(layer: nn.Module, ac: str, *, compile_layer: bool) -> No
     if ac != "none":
         from torch.utils.checkpoint import checkpoint
 
-        context = {"context_fn": _sac_context} if ac == "selective" else {}
+        context: dict[str, Any] = {"context_fn": _sac_context} if ac == "selective" else {}
 
         @functools.wraps(inner)
         def checkpointed(*args: Any, **kwargs: Any) -> Any:

@@ -172,6 +172,13 @@ def transport_from_nccl_log(text: str) -> str | None:
     return None
 
 
+FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+"""XIDs whose resolution in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors,
+"Analyzing Xid Errors with the Xid Catalog") is a GPU reset or node service, not an application
+restart: double-bit ECC (48), row remapping (63, 64), NVLink (74), fallen off the bus (79),
+excessive SBE (92), contained / uncontained ECC (94, 95), GSP (119, 120). Others (13, 31, 43:
+an application's own faults) are reported but do not fail the node."""
+
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 
 
@@ -507,12 +514,12 @@ def failures(report: dict[str, Any], expect: Expect) -> list[str]:
     ):
         if not floor:
             continue
-        top = {}
+        top: dict[tuple[str, str], dict[str, Any]] = {}
         for r in rows:
             if r["scope"] == scope:
-                key = (r["link"], r["op"])
-                if key not in top or r["bytes"] > top[key]["bytes"]:
-                    top[key] = r
+                link_op = (r["link"], r["op"])
+                if link_op not in top or r["bytes"] > top[link_op]["bytes"]:
+                    top[link_op] = r
         bad = sorted(
             (r for r in top.values() if r["busbw_gbps"] < floor), key=lambda r: r["busbw_gbps"]
         )
@@ -550,7 +557,8 @@ def failures(report: dict[str, Any], expect: Expect) -> list[str]:
             if g.get("row_remap_failure"):
                 out.append(f"node {name} GPU {g['index']}: row remapping failed")
         for x in h.get("xids") or []:
-            out.append(f"node {name}: XID {x['xid']} on GPU {x['pci']}")
+            if x["xid"] in FATAL_XIDS:
+                out.append(f"node {name}: XID {x['xid']} on GPU {x['pci']} (needs a GPU reset)")
     return out
 
 
@@ -600,6 +608,10 @@ def check(opts: Options, expect: Expect, device: torch.device) -> tuple[dict[str
     report["passed"] = not problems
     report["failures"] = problems
     prometheus.set_preflight(report)
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()  # hand the test buffers back before the model is built
     return report, problems
 
 

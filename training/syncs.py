@@ -3,7 +3,9 @@
 On CUDA each of these blocks the CPU until the GPU has caught up (the GPU then idles while the
 CPU launches the next kernels): `Tensor.item`, `tolist`, `float()`, `int()`, `bool()`,
 `index()`, `numpy()`, and `torch.cuda.synchronize`. On CPU they are cheap, but they are the same
-calls, so counting them on CPU tells how many a step would make on a GPU. Used by
+calls, so counting them on CPU tells how many a step would make on a GPU. Tensors marked
+`training.dist.host_only` (CPU tensors of a gloo vote, which never wait for a device) are not
+counted. Used by
 `benchmarks/step_anatomy.py` and the tests; the training loop itself never imports it.
 """
 
@@ -16,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from training.dist import HOST_ONLY
 
 _TENSOR_METHODS = (
     "item",
@@ -48,6 +52,8 @@ def count_host_syncs() -> Iterator[SyncCount]:
 
     def wrap(name: str, original: Any) -> Any:
         def counting(*args: Any, **kwargs: Any) -> Any:
+            if args and getattr(args[0], HOST_ONLY, False):  # a CPU vote, waits for no device
+                return original(*args, **kwargs)
             frame = traceback.extract_stack(limit=2)[0]
             seen.calls.append(f"{name} at {frame.filename}:{frame.lineno}")
             return original(*args, **kwargs)

@@ -11,7 +11,8 @@ Job kinds (dicts): {"kind": "train", "name", "argv"}; {"kind": "copy_checkpoint"
 "step"} (copy one complete checkpoint folder); {"kind": "state_bytes", "name", "argv"} (one
 step, then per-rank local bytes of parameters, gradients and optimizer state); {"kind":
 "export_logits", "name", "argv", "out"} (train + export, then the trained model's logits on a
-fixed batch saved to `out`).
+fixed batch saved to `out`); {"kind": "host_syncs", "name", "argv"} (train, counting host syncs
+per step with training.syncs).
 """
 
 from __future__ import annotations
@@ -208,6 +209,36 @@ def _export_logits(argv: list[str], out: str) -> None:
             torch.save({"input_ids": ids, "logits": logits}, out)
 
 
+def _host_syncs(argv: list[str]) -> dict[str, Any]:
+    """Train as finetune.main does while counting host syncs (training.syncs), per step.
+
+    A step's share is everything between the end of the previous step's `_log` and the end of
+    its own: `train_step`, the loop's bookkeeping and its metric row (with the fetch of the
+    held figures on a logging step).
+    """
+    from training.config import parse_args
+    from training.dist import distributed
+    from training.finetune import Trainer
+    from training.syncs import count_host_syncs
+
+    cfg = parse_args(argv)
+    with distributed() as env:
+        trainer = Trainer(cfg, env)
+        per_step: dict[int, list[str]] = {}
+        log = trainer._log
+
+        def marked(out: dict[str, Any]) -> None:
+            log(out)
+            per_step[trainer.state.step] = list(seen.calls)
+            seen.calls.clear()
+
+        trainer._log = marked  # type: ignore[method-assign]
+        with count_host_syncs() as seen:
+            trainer.fit()
+        trainer.finish(False)
+        return {"per_step": per_step, "log_every": cfg.log_every}
+
+
 def _driver(jobs_file: str) -> None:
     import torch.distributed as dist
 
@@ -232,6 +263,9 @@ def _driver(jobs_file: str) -> None:
                 per_rank: list[Any] = [None] * env.world_size
                 dist.all_gather_object(per_rank, _state_bytes(job["argv"]))
                 results[name] = {"ranks": per_rank}
+                continue
+            if kind == "host_syncs":
+                results[name] = _host_syncs(job["argv"])
                 continue
             if kind == "export_logits":
                 _export_logits(job["argv"], job["out"])

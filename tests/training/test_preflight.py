@@ -133,6 +133,20 @@ def test_links_cover_every_node_and_every_neighbouring_pair_in_disjoint_rounds(n
     assert len(world) == (1 if n > 2 else 0)
 
 
+def test_only_hardware_xids_fail_a_node() -> None:
+    report = _report(300.0, "OFI")
+    report["health"]["b"]["xids"] = [{"pci": "0000:53:00", "xid": 13}]
+    assert failures(report, Expect()) == []  # an application's illegal address: not the node
+    report["health"]["b"]["xids"].append({"pci": "0000:64:00", "xid": 79})
+    report["health"]["a"]["gpus"] = [
+        {"index": 3, "pci": "x", "ecc_uncorrected": 2, "row_remap_failure": False}
+    ]
+    assert failures(report, Expect()) == [
+        "node a GPU 3: 2 uncorrected ECC errors",
+        "node b: XID 79 on GPU 0000:64:00 (needs a GPU reset)",
+    ]
+
+
 def _report(inter_busbw: float, transport: str | None) -> dict[str, Any]:
     def row(scope: str, link: str, op: str, nbytes: int, busbw: float) -> dict[str, Any]:
         return {

@@ -170,17 +170,25 @@ def test_devices_and_fi_env_per_instance_type(
     assert "LOGLEVEL" in env
 
 
-def test_elastic_policy_points_at_the_etcd_service(stack_objects: Any) -> None:
-    _, w, objs = stack_objects
+def test_elastic_policy_points_at_the_rendezvous(stack_objects: Any) -> None:
+    """etcd backend: the etcd Service; c10d (the GPU stacks, docs/adr/0005): worker 0's
+    Service, which the operator creates for every replica."""
+    stack, w, objs = stack_objects
     job = _job(objs)
     ep = job["spec"]["elasticPolicy"]
-    svc = next(o for o in objs if o["kind"] == "Service")
-    assert ep["rdzvBackend"] == "etcd"
-    assert (
-        ep["rdzvHost"]
-        == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc.cluster.local"
-    )
-    assert ep["rdzvPort"] == svc["spec"]["ports"][0]["port"] == 2379
+    assert ep["rdzvBackend"] == load_stack_file(stack).job.rdzv_backend
+    if ep["rdzvBackend"] == "c10d":
+        assert stack != "dev"
+        assert (ep["rdzvHost"], ep["rdzvPort"]) == (f"{w.job.name}-worker-0", 29400)
+        assert not any(o["kind"] == "Service" for o in objs)  # no etcd at all
+        assert _env(job)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]["value"] == "1"
+    else:
+        svc = next(o for o in objs if o["kind"] == "Service")
+        assert (
+            ep["rdzvHost"]
+            == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc.cluster.local"
+        )
+        assert ep["rdzvPort"] == svc["spec"]["ports"][0]["port"] == 2379
     assert ep["minReplicas"] == w.job.min_workers <= ep["maxReplicas"] == w.job.workers
     assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == w.job.workers
     assert ep["maxRestarts"] == w.job.max_restarts
@@ -235,6 +243,29 @@ def test_preemption_budget_derives_grace_shutdown_and_checkpoints_together() -> 
     # faster storage: a shorter write, a shorter grace period
     fast = preemption_budget("p5.48xlarge", "meta-llama/Llama-2-7b-hf", 4 * mbps, 16)
     assert fast.write_s < b.write_s and fast.grace_period_s < b.grace_period_s
+
+
+def test_docs_carry_the_budget_table_the_function_renders() -> None:
+    """docs/workloads.md shows each stack's grace period, shutdown timeout and checkpoint
+    budget; they must be what the PyTorchJob gets (the same function renders both)."""
+    from workloads.specs.preemption import budget_table
+
+    rows = []
+    for stack in ("dev", "p4de-odcr", "p5-16"):
+        job = stack_workloads(stack).job
+        rows.append(
+            (
+                stack,
+                job.instance_type,
+                pytorchjob.model_name(job),
+                job.checkpoint_mb_per_s,
+                job.workers,
+            )
+        )
+    text = (REPO / "docs" / "workloads.md").read_text(encoding="utf-8")
+    begin, end = "<!-- preemption-budget:begin -->\n", "\n<!-- preemption-budget:end -->"
+    documented = text[text.index(begin) + len(begin) : text.index(end)]
+    assert documented == budget_table(rows)
 
 
 def test_hf_token_only_through_a_secret_key_ref(stack_objects: Any) -> None:
@@ -329,9 +360,9 @@ def test_operator_env_is_what_torchrun_reads() -> None:
 
 
 def test_every_image_is_pinned(stack_objects: Any) -> None:
-    _, _, objs = stack_objects
+    _, w, objs = stack_objects
     images = [c["image"] for o in objs for c in _containers(o)]
-    assert len(images) == 4  # etcd, pytorch, htop, nvtop
+    assert len(images) == (4 if w.job.uses_etcd else 3)  # (etcd,) pytorch, htop, nvtop
     for image in images:
         name, _, tag = image.rpartition("/")[2].partition(":")
         assert name and tag and tag != "latest", image

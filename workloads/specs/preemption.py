@@ -123,3 +123,24 @@ def preemption_budget(
         grace_period_s=shutdown + AGENT_EXIT_S,
         checkpoint_every_s=max(MIN_CHECKPOINT_EVERY_S, 2 * write_s),
     )
+
+
+def budget_table(rows: list[tuple[str, str, str, float, int]]) -> str:
+    """A markdown table of budgets: rows of (stack, instance type, model, MB/s, workers).
+
+    ``docs/workloads.md`` carries this table for the repository's stacks; a test checks that it
+    equals what this function renders, so the docs cannot drift from the spec.
+    """
+    lines = [
+        "| stack | model | checkpoint | storage | write | emergency | shutdown timeout | grace "
+        "| checkpoint every |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for stack, instance, model, mbps, workers in rows:
+        b = preemption_budget(instance, model, mbps, workers)
+        lines.append(
+            f"| {stack} | {model} | {b.checkpoint_bytes / 1e9:,.1f} GB | {mbps:,.0f} MB/s "
+            f"| {b.write_s} s | {'yes' if b.emergency_checkpoint else 'no'} "
+            f"| {b.shutdown_timeout_s} s | {b.grace_period_s} s | {b.checkpoint_every_s} s |"
+        )
+    return "\n".join(lines)

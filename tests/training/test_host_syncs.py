@@ -1,0 +1,75 @@
+"""A training step that does not log makes no host sync; a logging step makes one.
+
+If this fails, something in the step or the loop around it reads a tensor on the host again
+(`.item()`, `.tolist()`, `float()`, `int()`, `bool()`, `torch.cuda.synchronize`), which on a
+GPU stalls the CPU until the device has caught up: a global label count all-reduced and read
+back, the loss or grad norm converted every step, a blocking stop-flag vote, or Hugging Face's
+mask inspection (`find_packed_sequence_indices` / `_ignore_causal_mask_sdpa`) back in the
+forward. Counted on CPU with gloo, 2 processes, gradient accumulation 2, --log_every 3: the
+conversions are the same calls as on CUDA (training.syncs). Logging steps fetch the held
+figures in one copy. The token counts computed locally must equal what an all-reduce of each
+rank's micro-batches gives (filler rows included).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.training.conftest import STEPS
+from tests.training.helpers import metrics
+
+pytestmark = pytest.mark.slow
+
+
+def test_no_sync_on_steps_that_do_not_log(world2: tuple[Path, dict[str, Any]]) -> None:
+    base, results = world2
+    r = results["syncs"]
+    per_step = {int(k): v for k, v in r["per_step"].items()}
+    assert sorted(per_step) == list(range(1, STEPS + 1))
+    quiet = [s for s in per_step if s % r["log_every"]]
+    assert quiet == [1, 2, 4, 5]
+    for step in quiet:
+        assert per_step[step] == [], f"step {step}: {per_step[step]}"
+    for step in (3, 6):  # logging steps: the one fetch of the held loss / grad-norm figures
+        assert len(per_step[step]) == 1 and per_step[step][0].startswith("tolist"), per_step[step]
+    rows = metrics(base, "syncs")
+    assert [row["step"] for row in rows] == list(range(1, STEPS + 1))  # every step is logged
+    assert all(isinstance(row["loss"], float) and row["loss"] > 0 for row in rows)
+
+
+def test_local_token_counts_equal_the_all_reduce() -> None:
+    """Both ranks of W=2, A=2, B=1 over 7 samples (the last step has a filler row)."""
+    from training.data import IGNORE_INDEX, DistributedBatches
+
+    g = torch.Generator().manual_seed(0)
+    dataset = []
+    for n in (5, 9, 3, 12, 7, 4, 8):
+        labels = torch.randint(0, 50, (n,), generator=g).tolist()
+        labels[: n // 3] = [IGNORE_INDEX] * (n // 3)
+        dataset.append({"input_ids": list(range(n)), "labels": labels, "attention_mask": [1] * n})
+    ranks = [
+        DistributedBatches(
+            dataset,
+            micro_batch_size=1,
+            grad_accum=2,
+            rank=r,
+            world_size=2,
+            seed=3,
+            shuffle=True,
+            pad_id=0,
+        )
+        for r in range(2)
+    ]
+    steps = 0
+    for per_rank in zip(*ranks, strict=True):
+        labels = sum(
+            int((mb["labels"][:, 1:] != IGNORE_INDEX).sum()) for mbs in per_rank for mb in mbs
+        )
+        inputs = sum(int(mb["attention_mask"].sum()) for mbs in per_rank for mb in mbs)
+        assert ranks[0].step_token_counts() == ranks[1].step_token_counts() == (labels, inputs)
+        steps += 1
+    assert steps == 2
