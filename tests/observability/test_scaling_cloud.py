@@ -11,8 +11,9 @@ Automation API's ``Stack`` (:class:`FakeStack`: like the CLI it rewrites the sta
 ``set_config``, reads it on ``up``, holds a lock during an update that an interrupt leaves
 behind until ``cancel``, and can fail ``up``/``destroy``), EKS with its training operator (each
 ``up`` starts the job as a thread that logs steps at a fixed pace into a real ``PrometheusSink``)
-and the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
-PyTorchJob and Pod objects shaped like the API's). Real: Prometheus (Debian's 2.42 on loopback,
+the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
+PyTorchJob and Pod objects shaped like the API's), and the ``aws`` CLI (:class:`FakeAws`:
+credentials, and the EKS nodegroup's scaling config, validated as the EKS API does). Real: Prometheus (Debian's 2.42 on loopback,
 started at ``up`` as the cluster's scrapes from pod start, the cluster's scrape rules), the
 ``rate()`` queries, the port-forward stand-in (a real process, killed to simulate its death),
 the stack file on disk, the results file.
