@@ -229,9 +229,6 @@ def test_chart_bump_keeps_the_tag_code_or_mode_or_pin_change_moves_it(
     assert base == img.content_tag(ROOT) and re.fullmatch(r"sha-[0-9a-f]{16}", base)
     context = img.context_hash(tree)
 
-    # A chart and an add-on bump, in the module the program reads and in the file on disk.
-    monkeypatch.setattr(versions, "KUBE_PROMETHEUS_STACK_VERSION", "99.0.0")
-    monkeypatch.setattr(versions, "NVIDIA_DEVICE_PLUGIN_VERSION", "9.9.9")
 
     versions_py = tree / "infra/versions.py"
     versions_py.write_text(
@@ -244,6 +241,9 @@ def test_chart_bump_keeps_the_tag_code_or_mode_or_pin_change_moves_it(
     (tree / "training/__pycache__").mkdir(exist_ok=True)
     (tree / "training/__pycache__/finetune.cpython-311.pyc").write_bytes(b"\0")
     assert "99.0.0" in versions_py.read_text()
+    # ... and the same bumps in the module the program reads.
+    monkeypatch.setattr(versions, "KUBE_PROMETHEUS_STACK_VERSION", "99.0.0")
+    monkeypatch.setattr(versions, "NVIDIA_DEVICE_PLUGIN_VERSION", "9.9.9")
     assert img.content_tag(tree) == base and img.context_hash(tree) == context
 
     seen = {base}
