@@ -149,7 +149,7 @@ def parse_expect(text: str) -> Expect:
 # parsers of what NCCL, nvidia-smi and the kernel say (pure; tested on captured text)
 
 _USING_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.M)
-"""NCCL's choice of network module (init.cc: ``INFO(NCCL_INIT|NCCL_NET, "Using network %s",
+"""NCCL's choice of network module (src/init.cc: ``INFO(NCCL_INIT, "Using network %s",
 ...)``): ``Socket``, ``IB`` or a plugin's own name. aws-ofi-nccl calls itself ``AWS Libfabric``
 (1.11.0 and before), ``Libfabric`` (later), or ``OFI`` / ``AWS Libfabric`` when NCCL_NET asks for
 that name (src/nccl_ofi_interface_nvidia.c, ``nvidia_plugin_name_fixup``)."""
