@@ -219,53 +219,86 @@ def xids_from_kernel_log(text: str) -> list[dict[str, Any]]:
     return [{"pci": m.group(1), "xid": int(m.group(2))} for m in _XID.finditer(text)]
 
 
-SMI_QUERY = "index,pci.bus_id,ecc.errors.uncorrected.volatile.total,remapped_rows.failure"
+SMI_QUERY = "index,pci.bus_id,ecc.errors.uncorrected.volatile.total"
+"""``nvidia-smi --query-gpu`` fields (``nvidia-smi --help-query-gpu``)."""
+REMAP_QUERY = "gpu_bus_id,remapped_rows.pending,remapped_rows.failure"
+"""``nvidia-smi --query-remapped-rows`` fields: the row remapper has its own query, as NVIDIA's
+A100 GPU memory error management guide runs it (``nvidia-smi --query-remapped-rows=gpu_bus_id,
+...,remapped_rows.pending,remapped_rows.failure --format=csv``); Ampere and newer only."""
 
 
-def gpus_from_smi_csv(text: str) -> list[dict[str, Any]]:
-    """``nvidia-smi --query-gpu=SMI_QUERY --format=csv,noheader,nounits`` -> one dict per GPU.
+def _smi_int(raw: str) -> int | None:
+    return int(raw) if raw.isdigit() else None
 
-    ``[N/A]`` / ``[Not Supported]`` become None.
+
+def _smi_flag(raw: str) -> bool | None:
+    low = raw.strip().lower()
+    if low in ("yes", "1"):
+        return True
+    if low in ("no", "0"):
+        return False
+    return None  # [N/A], [Not Supported], empty
+
+
+def gpus_from_smi_csv(text: str, remap: str = "") -> list[dict[str, Any]]:
+    """``nvidia-smi --query-gpu=SMI_QUERY --format=csv,noheader,nounits`` (and the
+    ``--query-remapped-rows=REMAP_QUERY`` output, matched by PCI bus id) -> one dict per GPU.
+
+    ``[N/A]`` / ``[Not Supported]`` become None. A pending remap is reported, not judged (it
+    takes effect at the next GPU reset and the GPU stays usable); a failed remap fails the node.
     """
+    rows: dict[str, list[str]] = {}
+    for line in remap.strip().splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) == 3:
+            rows[cols[0].lower()] = cols
     out = []
     for line in text.strip().splitlines():
         cols = [c.strip() for c in line.split(",")]
-        if len(cols) != 4:
+        if len(cols) != 3:
             continue
-
-        def num(raw: str) -> int | None:
-            return int(raw) if raw.isdigit() else None
-
-        remap = cols[3].lower()
+        r = rows.get(cols[1].lower())
         out.append(
             {
-                "index": num(cols[0]),
+                "index": _smi_int(cols[0]),
                 "pci": cols[1],
-                "ecc_uncorrected": num(cols[2]),
-                "row_remap_failure": remap in ("yes", "1") if remap not in ("[n/a]", "") else None,
+                "ecc_uncorrected": _smi_int(cols[2]),
+                "row_remap_pending": _smi_flag(r[1]) if r else None,
+                "row_remap_failure": _smi_flag(r[2]) if r else None,
             }
         )
     return out
 
 
+def _run_smi(smi: str, query: str) -> tuple[str | None, str | None]:
+    """(stdout, None) or (None, why): a failed query is reported, never silently skipped."""
+    try:
+        res = subprocess.run(
+            [smi, query, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{query}: {e}"
+    if res.returncode != 0:
+        first = (res.stderr or res.stdout).strip().splitlines()
+        return None, f"{query}: exit {res.returncode}{': ' + first[0] if first else ''}"
+    return res.stdout, None
+
+
 def gpu_health() -> dict[str, Any]:
     """ECC / row-remap state from nvidia-smi and XIDs from the kernel log, where readable."""
-    health: dict[str, Any] = {"nvidia_smi": False, "gpus": [], "xids": None}
+    health: dict[str, Any] = {"nvidia_smi": False, "gpus": [], "xids": None, "errors": []}
     smi = shutil.which("nvidia-smi")
     if smi:
-        try:
-            res = subprocess.run(
-                [smi, f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            res = None
-        if res is not None and res.returncode == 0:
+        ecc, err = _run_smi(smi, f"--query-gpu={SMI_QUERY}")
+        remap, err_remap = _run_smi(smi, f"--query-remapped-rows={REMAP_QUERY}")
+        health["errors"] = [e for e in (err, err_remap) if e]
+        if ecc is not None:
             health["nvidia_smi"] = True
-            health["gpus"] = gpus_from_smi_csv(res.stdout)
+            health["gpus"] = gpus_from_smi_csv(ecc, remap or "")
     dmesg = shutil.which("dmesg")
     if dmesg:  # containers usually cannot read the kernel log: then XIDs stay unknown (None)
         try:
@@ -520,7 +553,7 @@ def measure(opts: Options, device: torch.device) -> dict[str, Any]:
     }
     everything: list[Any] = [None] * world
     dist.all_gather_object(everything, local)
-    health = gpu_health() if cuda else {"nvidia_smi": False, "gpus": [], "xids": None}
+    health = gpu_health() if cuda else {"nvidia_smi": False, "gpus": [], "xids": None, "errors": []}
     per_node_health: list[Any] = [None] * world
     dist.all_gather_object(per_node_health, {"node": names[node], **health})
     # Every rank's own view of the network (each rank's NCCL picks its network itself), so the
@@ -644,6 +677,11 @@ def table(report: dict[str, Any]) -> str:
         lines.append(
             f"rank {d['rank']:>4} on {d['node']}: {d['device']}, matmul {d['matmul_tflops']:.3f} "
             f"TFLOP/s ({d['matmul_dtype']}), memory {d['memory_gbps']:.1f} GB/s"
+        )
+    for name, h in report["health"].items():
+        lines.extend(
+            f"node {name}: nvidia-smi {e} (ECC / row-remap state unknown)"
+            for e in h.get("errors", [])
         )
     return "\n".join(lines)
 
