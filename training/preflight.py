@@ -310,11 +310,29 @@ def gpu_health() -> dict[str, Any]:
     return health
 
 
+def nccl_debug_file(template: str, hostname: str, pid: int) -> str:
+    """``NCCL_DEBUG_FILE`` expanded as NCCL's src/debug.cc does: ``%h`` the host name up to its
+    first dot (``getHostName(hostname, 1024, '.')``), ``%p`` the process id, ``%%`` a percent
+    sign; any other ``%x`` stays as it is."""
+    host = hostname.split(".", 1)[0]
+    out, i = [], 0
+    while i < len(template):
+        ch = template[i]
+        if ch != "%" or i + 1 >= len(template):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = template[i + 1]
+        out.append({"%": "%", "h": host, "p": str(pid)}.get(nxt, "%" + nxt))
+        i += 2
+    return "".join(out)
+
+
 def detect_transport(backend: str, env: dict[str, str] | os._Environ[str]) -> dict[str, str | None]:
     """What carries inter-node traffic, and how we know.
 
-    gloo: TCP. NCCL: the INFO log in ``NCCL_DEBUG_FILE`` when present (``%h``/``%p`` are
-    expanded for this host and process, as NCCL's debug.cc does), else ``NCCL_NET``: NCCL
+    gloo: TCP. NCCL: the INFO log in ``NCCL_DEBUG_FILE`` when present (``nccl_debug_file``:
+    this host and process), else ``NCCL_NET``: NCCL
     fails to initialise when the named network cannot be used (NCCL env docs, NCCL_NET: "make
     sure NCCL uses an external plugin and doesn't automatically fall back on the internal IB or
     Socket implementation"), so a collective that completed under NCCL_NET=OFI ran on the OFI
@@ -324,7 +342,7 @@ def detect_transport(backend: str, env: dict[str, str] | os._Environ[str]) -> di
         return {"transport": "gloo/tcp", "source": "backend", "provider": None}
     log = env.get("NCCL_DEBUG_FILE", "")
     if log:
-        path = Path(log.replace("%h", socket.gethostname()).replace("%p", str(os.getpid())))
+        path = Path(nccl_debug_file(log, socket.gethostname(), os.getpid()))
         if path.is_file():
             text = path.read_text(errors="replace")
             found = transport_from_nccl_log(text)

@@ -137,7 +137,13 @@ def test_transport_from_nccl_net_or_the_hosts_debug_file(tmp_path: Path) -> None
         }
     assert detect_transport("nccl", {"NCCL_NET": "socket"})["transport"] == "Socket"
     assert detect_transport("nccl", {})["transport"] is None
-    log = tmp_path / f"nccl.{socket.gethostname()}.{os.getpid()}.log"
+    # NCCL's debug.cc: %h is the host name up to its first dot, %% a percent sign
+    from training.preflight import nccl_debug_file
+
+    assert nccl_debug_file("/l/%h.%p.%%.%x", "ip-10-1-2-3.ec2.internal", 41) == (
+        "/l/ip-10-1-2-3.41.%.%x"
+    )
+    log = tmp_path / f"nccl.{socket.gethostname().split('.')[0]}.{os.getpid()}.log"
     log.write_text(
         "h:1:1 [0] NCCL INFO NET/OFI Selected Provider is tcp (found 1 nics)\n"
         "h:1:1 [0] NCCL INFO Using network AWS Libfabric\n"
