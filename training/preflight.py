@@ -15,10 +15,11 @@ What it measures (every rank, NCCL on CUDA, gloo on CPU):
   mean over the timed iterations;
 - dense matmul TFLOP/s (2 n^3 per product; bf16 on CUDA, fp32 on CPU) and memory bandwidth
   (a device-to-device copy moves 2 x its bytes) of each rank's device;
-- the transport NCCL picked (``NET/OFI`` / ``Using network AWS Libfabric`` vs ``NET/Socket``),
-  read from NCCL's INFO log when the job writes one (``NCCL_DEBUG_FILE``) or from ``NCCL_NET``,
-  which NCCL honours strictly (it fails to initialise rather than fall back); GPUs per node;
-  ECC, row-remapping and XID state where ``nvidia-smi`` and the kernel log are readable.
+- the network NCCL picked on every rank (``Using network OFI`` / ``Libfabric`` / ``AWS
+  Libfabric`` vs ``Socket``) and, under OFI, the libfabric provider (``efa``), read from NCCL's
+  INFO log when the job writes one (``NCCL_DEBUG_FILE``) or from ``NCCL_NET``, which NCCL
+  honours strictly (it fails to initialise rather than fall back); GPUs per node; ECC,
+  row-remapping and XID state where ``nvidia-smi`` and the kernel log are readable.
 
 Expectations (``--expect``) come from the instance catalog when the job is rendered
 (``planner.expect``); below any of them the check exits 3 after printing ONE line naming the
