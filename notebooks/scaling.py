@@ -563,9 +563,17 @@ def wait_for_job(
     deadline = time.monotonic() + timeout_s
     seen: int | None = None
     phase = ""
+    errors = 0
     while True:
         pf.check()
-        state = watch.state(job)
+        try:
+            state = watch.state(job)
+            errors = 0
+        except (OSError, subprocess.TimeoutExpired, ValueError) as err:  # an API server blip
+            errors += 1
+            if errors >= 10:
+                raise SweepError(f"job {job}: its state is unreadable: {err}") from err
+            state = JobState(phase or "Pending")
         if state.fatal:
             raise SweepError(f"job {job}: {state.phase}: {state.reason}".rstrip(": "))
         try:

@@ -11,8 +11,9 @@ Automation API's ``Stack`` (:class:`FakeStack`: like the CLI it rewrites the sta
 ``set_config``, reads it on ``up``, holds a lock during an update that an interrupt leaves
 behind until ``cancel``, and can fail ``up``/``destroy``), EKS with its training operator (each
 ``up`` starts the job as a thread that logs steps at a fixed pace into a real ``PrometheusSink``)
-and the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
-PyTorchJob and Pod objects shaped like the API's). Real: Prometheus (Debian's 2.42 on loopback,
+the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
+PyTorchJob and Pod objects shaped like the API's), and the ``aws`` CLI (:class:`FakeAws`:
+credentials, and the EKS nodegroup's scaling config, validated as the EKS API does). Real: Prometheus (Debian's 2.42 on loopback,
 started at ``up`` as the cluster's scrapes from pod start, the cluster's scrape rules), the
 ``rate()`` queries, the port-forward stand-in (a real process, killed to simulate its death),
 the stack file on disk, the results file.
@@ -578,3 +579,34 @@ def test_config_paths_with_real_automation_api(
         stack.set_config(f"eks-fsdp:{key}", auto.ConfigValue(value=json.dumps(values[key])))
     stack.set_config("eks-fsdp:job.workers", auto.ConfigValue(value="4"), path=True)
     assert json.loads(stack.get_config("eks-fsdp:job").value)["workers"] in (4, "4")
+
+
+def test_job_watch_reads_conditions_and_container_reasons() -> None:
+    """What the API server answers becomes a state: an elastic restart is waited out, a crash
+    loop, a bad image or a Failed job stop the sweep."""
+
+    def answers(conditions: list[dict[str, str]], waiting: str = "") -> Any:
+        def get(kind: str, *args: str) -> dict[str, Any]:
+            if kind == "pods":
+                state = {"waiting": {"reason": waiting}} if waiting else {"running": {}}
+                pod = {
+                    "metadata": {"name": "j-worker-0"},
+                    "status": {"containerStatuses": [{"name": "pytorch", "state": state}]},
+                }
+                return {"items": [pod]}
+            return {"status": {"conditions": conditions}}
+
+        return scaling.KubectlJobWatch(Path("/nonexistent"), "default", get=get)
+
+    created = {"type": "Created", "status": "True"}
+    running = {"type": "Running", "status": "True"}
+    restarting = {"type": "Restarting", "status": "True"}
+    failed = {"type": "Failed", "status": "True", "message": "backoff limit"}
+    assert answers([created]).state("j") == scaling.JobState("Created")
+    assert not answers([created, running, restarting]).state("j").fatal
+    assert answers([created, running]).state("j").phase == "Running"
+    assert answers([created, failed]).state("j") == scaling.JobState("Failed", "backoff limit")
+    for reason in ("CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff"):
+        state = answers([created], waiting=reason).state("j")
+        assert state.fatal and state.reason.startswith(f"{reason}: j-worker-0")
+    assert not answers([created], waiting="ContainerCreating").state("j").fatal
