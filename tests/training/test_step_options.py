@@ -131,10 +131,12 @@ def test_activation_checkpointing_replays_without_the_kv_cache(ac_mode: str, pad
     transformers builds a DynamicCache whenever use_cache is on (the config default), in train
     mode too, and each decoder layer appends its keys to it. The recompute in backward replays
     the layer, so without the fix the keys are appended twice: 128 keys for 64 queries, a shape
-    error against a padding mask ("The size of tensor a (128) must match ... (64)") and silently
-    wrong attention without one. transformers' GradientCheckpointingLayer drops the cache for
-    that reason (modeling_layers.py); `training.parallelize` must too. Two widths in a row, as
-    padded micro-batches have.
+    error against a padding mask ("The size of tensor a (128) must match ... (64)"), and
+    selective AC's replay check fails ("... encountered during backward but not found in
+    storage") with or without one; only full AC without a mask got through, because the causal
+    kernel read the first copy alone. transformers' GradientCheckpointingLayer drops the cache
+    for that reason (modeling_layers.py); `training.parallelize` must too. Two widths in a row,
+    as padded micro-batches have.
     """
     from transformers import AutoModelForCausalLM, LlamaConfig
 
