@@ -15,10 +15,11 @@ What it measures (every rank, NCCL on CUDA, gloo on CPU):
   mean over the timed iterations;
 - dense matmul TFLOP/s (2 n^3 per product; bf16 on CUDA, fp32 on CPU) and memory bandwidth
   (a device-to-device copy moves 2 x its bytes) of each rank's device;
-- the transport NCCL picked (``NET/OFI`` / ``Using network AWS Libfabric`` vs ``NET/Socket``),
-  read from NCCL's INFO log when the job writes one (``NCCL_DEBUG_FILE``) or from ``NCCL_NET``,
-  which NCCL honours strictly (it fails to initialise rather than fall back); GPUs per node;
-  ECC, row-remapping and XID state where ``nvidia-smi`` and the kernel log are readable.
+- the network NCCL picked on every rank (``Using network OFI`` / ``Libfabric`` / ``AWS
+  Libfabric`` vs ``Socket``) and, under OFI, the libfabric provider (``efa``), read from NCCL's
+  INFO log when the job writes one (``NCCL_DEBUG_FILE``) or from ``NCCL_NET``, which NCCL
+  honours strictly (it fails to initialise rather than fall back); GPUs per node; ECC,
+  row-remapping and XID state where ``nvidia-smi`` and the kernel log are readable.
 
 Expectations (``--expect``) come from the instance catalog when the job is rendered
 (``planner.expect``); below any of them the check exits 3 after printing ONE line naming the
@@ -149,7 +150,7 @@ def parse_expect(text: str) -> Expect:
 # parsers of what NCCL, nvidia-smi and the kernel say (pure; tested on captured text)
 
 _USING_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.M)
-"""NCCL's choice of network module (init.cc: ``INFO(NCCL_INIT|NCCL_NET, "Using network %s",
+"""NCCL's choice of network module (src/init.cc: ``INFO(NCCL_INIT, "Using network %s",
 ...)``): ``Socket``, ``IB`` or a plugin's own name. aws-ofi-nccl calls itself ``AWS Libfabric``
 (1.11.0 and before), ``Libfabric`` (later), or ``OFI`` / ``AWS Libfabric`` when NCCL_NET asks for
 that name (src/nccl_ofi_interface_nvidia.c, ``nvidia_plugin_name_fixup``)."""
@@ -219,53 +220,86 @@ def xids_from_kernel_log(text: str) -> list[dict[str, Any]]:
     return [{"pci": m.group(1), "xid": int(m.group(2))} for m in _XID.finditer(text)]
 
 
-SMI_QUERY = "index,pci.bus_id,ecc.errors.uncorrected.volatile.total,remapped_rows.failure"
+SMI_QUERY = "index,pci.bus_id,ecc.errors.uncorrected.volatile.total"
+"""``nvidia-smi --query-gpu`` fields (``nvidia-smi --help-query-gpu``)."""
+REMAP_QUERY = "gpu_bus_id,remapped_rows.pending,remapped_rows.failure"
+"""``nvidia-smi --query-remapped-rows`` fields: the row remapper has its own query, as NVIDIA's
+A100 GPU memory error management guide runs it (``nvidia-smi --query-remapped-rows=gpu_bus_id,
+...,remapped_rows.pending,remapped_rows.failure --format=csv``); Ampere and newer only."""
 
 
-def gpus_from_smi_csv(text: str) -> list[dict[str, Any]]:
-    """``nvidia-smi --query-gpu=SMI_QUERY --format=csv,noheader,nounits`` -> one dict per GPU.
+def _smi_int(raw: str) -> int | None:
+    return int(raw) if raw.isdigit() else None
 
-    ``[N/A]`` / ``[Not Supported]`` become None.
+
+def _smi_flag(raw: str) -> bool | None:
+    low = raw.strip().lower()
+    if low in ("yes", "1"):
+        return True
+    if low in ("no", "0"):
+        return False
+    return None  # [N/A], [Not Supported], empty
+
+
+def gpus_from_smi_csv(text: str, remap: str = "") -> list[dict[str, Any]]:
+    """``nvidia-smi --query-gpu=SMI_QUERY --format=csv,noheader,nounits`` (and the
+    ``--query-remapped-rows=REMAP_QUERY`` output, matched by PCI bus id) -> one dict per GPU.
+
+    ``[N/A]`` / ``[Not Supported]`` become None. A pending remap is reported, not judged (it
+    takes effect at the next GPU reset and the GPU stays usable); a failed remap fails the node.
     """
+    rows: dict[str, list[str]] = {}
+    for line in remap.strip().splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) == 3:
+            rows[cols[0].lower()] = cols
     out = []
     for line in text.strip().splitlines():
         cols = [c.strip() for c in line.split(",")]
-        if len(cols) != 4:
+        if len(cols) != 3:
             continue
-
-        def num(raw: str) -> int | None:
-            return int(raw) if raw.isdigit() else None
-
-        remap = cols[3].lower()
+        r = rows.get(cols[1].lower())
         out.append(
             {
-                "index": num(cols[0]),
+                "index": _smi_int(cols[0]),
                 "pci": cols[1],
-                "ecc_uncorrected": num(cols[2]),
-                "row_remap_failure": remap in ("yes", "1") if remap not in ("[n/a]", "") else None,
+                "ecc_uncorrected": _smi_int(cols[2]),
+                "row_remap_pending": _smi_flag(r[1]) if r else None,
+                "row_remap_failure": _smi_flag(r[2]) if r else None,
             }
         )
     return out
 
 
+def _run_smi(smi: str, query: str) -> tuple[str | None, str | None]:
+    """(stdout, None) or (None, why): a failed query is reported, never silently skipped."""
+    try:
+        res = subprocess.run(
+            [smi, query, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{query}: {e}"
+    if res.returncode != 0:
+        first = (res.stderr or res.stdout).strip().splitlines()
+        return None, f"{query}: exit {res.returncode}{': ' + first[0] if first else ''}"
+    return res.stdout, None
+
+
 def gpu_health() -> dict[str, Any]:
     """ECC / row-remap state from nvidia-smi and XIDs from the kernel log, where readable."""
-    health: dict[str, Any] = {"nvidia_smi": False, "gpus": [], "xids": None}
+    health: dict[str, Any] = {"nvidia_smi": False, "gpus": [], "xids": None, "errors": []}
     smi = shutil.which("nvidia-smi")
     if smi:
-        try:
-            res = subprocess.run(
-                [smi, f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            res = None
-        if res is not None and res.returncode == 0:
+        ecc, err = _run_smi(smi, f"--query-gpu={SMI_QUERY}")
+        remap, err_remap = _run_smi(smi, f"--query-remapped-rows={REMAP_QUERY}")
+        health["errors"] = [e for e in (err, err_remap) if e]
+        if ecc is not None:
             health["nvidia_smi"] = True
-            health["gpus"] = gpus_from_smi_csv(res.stdout)
+            health["gpus"] = gpus_from_smi_csv(ecc, remap or "")
     dmesg = shutil.which("dmesg")
     if dmesg:  # containers usually cannot read the kernel log: then XIDs stay unknown (None)
         try:
@@ -277,11 +311,29 @@ def gpu_health() -> dict[str, Any]:
     return health
 
 
+def nccl_debug_file(template: str, hostname: str, pid: int) -> str:
+    """``NCCL_DEBUG_FILE`` expanded as NCCL's src/debug.cc does: ``%h`` the host name up to its
+    first dot (``getHostName(hostname, 1024, '.')``), ``%p`` the process id, ``%%`` a percent
+    sign; any other ``%x`` stays as it is."""
+    host = hostname.split(".", 1)[0]
+    out, i = [], 0
+    while i < len(template):
+        ch = template[i]
+        if ch != "%" or i + 1 >= len(template):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = template[i + 1]
+        out.append({"%": "%", "h": host, "p": str(pid)}.get(nxt, "%" + nxt))
+        i += 2
+    return "".join(out)
+
+
 def detect_transport(backend: str, env: dict[str, str] | os._Environ[str]) -> dict[str, str | None]:
     """What carries inter-node traffic, and how we know.
 
-    gloo: TCP. NCCL: the INFO log in ``NCCL_DEBUG_FILE`` when present (``%h``/``%p`` are
-    expanded for this host and process, as NCCL's debug.cc does), else ``NCCL_NET``: NCCL
+    gloo: TCP. NCCL: the INFO log in ``NCCL_DEBUG_FILE`` when present (``nccl_debug_file``:
+    this host and process), else ``NCCL_NET``: NCCL
     fails to initialise when the named network cannot be used (NCCL env docs, NCCL_NET: "make
     sure NCCL uses an external plugin and doesn't automatically fall back on the internal IB or
     Socket implementation"), so a collective that completed under NCCL_NET=OFI ran on the OFI
@@ -291,7 +343,7 @@ def detect_transport(backend: str, env: dict[str, str] | os._Environ[str]) -> di
         return {"transport": "gloo/tcp", "source": "backend", "provider": None}
     log = env.get("NCCL_DEBUG_FILE", "")
     if log:
-        path = Path(log.replace("%h", socket.gethostname()).replace("%p", str(os.getpid())))
+        path = Path(nccl_debug_file(log, socket.gethostname(), os.getpid()))
         if path.is_file():
             text = path.read_text(errors="replace")
             found = transport_from_nccl_log(text)
@@ -520,7 +572,7 @@ def measure(opts: Options, device: torch.device) -> dict[str, Any]:
     }
     everything: list[Any] = [None] * world
     dist.all_gather_object(everything, local)
-    health = gpu_health() if cuda else {"nvidia_smi": False, "gpus": [], "xids": None}
+    health = gpu_health() if cuda else {"nvidia_smi": False, "gpus": [], "xids": None, "errors": []}
     per_node_health: list[Any] = [None] * world
     dist.all_gather_object(per_node_health, {"node": names[node], **health})
     # Every rank's own view of the network (each rank's NCCL picks its network itself), so the
@@ -644,6 +696,11 @@ def table(report: dict[str, Any]) -> str:
         lines.append(
             f"rank {d['rank']:>4} on {d['node']}: {d['device']}, matmul {d['matmul_tflops']:.3f} "
             f"TFLOP/s ({d['matmul_dtype']}), memory {d['memory_gbps']:.1f} GB/s"
+        )
+    for name, h in report["health"].items():
+        lines.extend(
+            f"node {name}: nvidia-smi {e} (ECC / row-remap state unknown)"
+            for e in h.get("errors", [])
         )
     return "\n".join(lines)
 

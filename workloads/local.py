@@ -156,6 +156,8 @@ class PodResult:
     """Times the pod was restarted after a failure (restartPolicy OnFailure, like the kubelet)."""
     replaced: int = 0
     """Times the pod was deleted (preempted, drained) and the operator created it again."""
+    restart_count: int = 0
+    """The live pod's containerStatuses restartCount (0 again after a replacement)."""
 
 
 @dataclass
@@ -504,10 +506,14 @@ class Runner:
         spec = result.job["spec"]
         policy = spec["pytorchReplicaSpecs"]["Worker"].get("restartPolicy", "Never")
         limit = (spec.get("runPolicy") or {}).get("backoffLimit", 0)
-        total = sum(p.restarts for p in result.pods)
-        if code == 0 or pod.lost or policy not in ("OnFailure", "Always") or total >= limit:
+        # training-operator v1.9 pkg/core/job.go, PastBackoffLimit: the job fails once the sum
+        # of restartCount over its Running pods reaches backoffLimit (0: at the first restart);
+        # a replaced pod starts again at 0.
+        total = sum(p.restart_count for p in result.pods if not p.lost)
+        if code == 0 or pod.lost or policy not in ("OnFailure", "Always") or total + 1 >= limit:
             return False
         pod.restarts += 1
+        pod.restart_count += 1
         self.echo(
             f"  {pod.name} exited with {code}: restarting it (restartPolicy {policy}, "
             f"restart {total + 1} of backoffLimit {limit})"
@@ -668,6 +674,7 @@ class Runner:
                 del self._leaving[index], self._replace_at[index]
                 pod = result.pods[index]
                 pod.replaced += 1
+                pod.restart_count = 0
                 self.echo(f"  {pod.name}: replacement pod started")
                 job_obj, device, command = self._pod_args
                 self.procs[index] = self._start_pod(job_obj, device, command, index, pod)

@@ -209,7 +209,7 @@ def test_calibrated_on_one_cpu_worker_predicts_two_within_25_percent(
     measured +47% (a 2-rank run needs two cores free at once where a 1-rank run needs one,
     so on a loaded machine the turns favour the 1-worker run), and -21% and -27% with a twin
     1-worker run sharing its turns."""
-    one = _start(tmp_path / "w1", 1, steps=60)
+    one = _start(tmp_path / "w1", 1, steps=200)  # outlasts the 2-worker run; stopped then
     two = _start(tmp_path / "w2", 2, steps=14)
     errs = [p.communicate(timeout=900)[1] for p in two]
     one[0].terminate()  # our own child: enough steps overlap the 2-worker run
@@ -219,7 +219,7 @@ def test_calibrated_on_one_cpu_worker_predicts_two_within_25_percent(
     w1, w2 = _steps(tmp_path / "w1"), _steps(tmp_path / "w2")[1:]  # w2's first step: one-off
     lo, hi = max(w1[0]["time"], w2[0]["start"]), min(w1[-1]["time"], w2[-1]["time"])
     w1_in, w2_in = _window(w1[1:], lo, hi), _window(w2, lo, hi)
-    assert len(w1_in) >= 3 and len(w2_in) >= 3, (len(w1_in), len(w2_in))
+    assert len(w1_in) >= 8 and len(w2_in) >= 8, (len(w1_in), len(w2_in))  # enough for a median
     window = tmp_path / "w1-overlap"  # the 1-worker run's steps inside the common window
     window.mkdir()
     (window / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in w1_in))

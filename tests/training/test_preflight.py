@@ -137,7 +137,13 @@ def test_transport_from_nccl_net_or_the_hosts_debug_file(tmp_path: Path) -> None
         }
     assert detect_transport("nccl", {"NCCL_NET": "socket"})["transport"] == "Socket"
     assert detect_transport("nccl", {})["transport"] is None
-    log = tmp_path / f"nccl.{socket.gethostname()}.{os.getpid()}.log"
+    # NCCL's debug.cc: %h is the host name up to its first dot, %% a percent sign
+    from training.preflight import nccl_debug_file
+
+    assert nccl_debug_file("/l/%h.%p.%%.%x", "ip-10-1-2-3.ec2.internal", 41) == (
+        "/l/ip-10-1-2-3.41.%.%x"
+    )
+    log = tmp_path / f"nccl.{socket.gethostname().split('.')[0]}.{os.getpid()}.log"
     log.write_text(
         "h:1:1 [0] NCCL INFO NET/OFI Selected Provider is tcp (found 1 nics)\n"
         "h:1:1 [0] NCCL INFO Using network AWS Libfabric\n"
@@ -151,13 +157,16 @@ def test_transport_from_nccl_net_or_the_hosts_debug_file(tmp_path: Path) -> None
 
 
 def test_gpu_health_parsers() -> None:
-    smi = "0, 00000000:53:00.0, 0, No\n1, 00000000:64:00.0, 3, Yes\n2, 00000000:75:00.0, [N/A], [N/A]\n"
-    gpus = gpus_from_smi_csv(smi)
-    assert [(g["index"], g["ecc_uncorrected"], g["row_remap_failure"]) for g in gpus] == [
-        (0, 0, False),
-        (1, 3, True),
-        (2, None, None),
-    ]
+    # --query-gpu=index,pci.bus_id,ecc.errors.uncorrected.volatile.total, and the row remapper's
+    # own query (--query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure)
+    smi = "0, 00000000:53:00.0, 0\n1, 00000000:64:00.0, 3\n2, 00000000:75:00.0, [N/A]\n"
+    remap = "00000000:53:00.0, 1, 0\n00000000:64:00.0, 0, 1\n"
+    gpus = gpus_from_smi_csv(smi, remap)
+    assert [
+        (g["index"], g["ecc_uncorrected"], g["row_remap_pending"], g["row_remap_failure"])
+        for g in gpus
+    ] == [(0, 0, True, False), (1, 3, False, True), (2, None, None, None)]
+    assert [g["row_remap_failure"] for g in gpus_from_smi_csv(smi)] == [None, None, None]
     kernel = (
         "[1234.5] NVRM: Xid (PCI:0000:53:00): 79, pid=1234, GPU has fallen off the bus.\n"
         "[1240.0] NVRM: Xid (PCI:0000:64:00): 48, pid=99, An uncorrectable double bit error\n"
@@ -166,6 +175,27 @@ def test_gpu_health_parsers() -> None:
         {"pci": "0000:53:00", "xid": 79},
         {"pci": "0000:64:00", "xid": 48},
     ]
+
+
+def test_a_failed_nvidia_smi_query_is_reported_not_skipped() -> None:
+    """A driver that rejects a field makes nvidia-smi exit non-zero: the report must say the
+    GPU state is unknown instead of showing a clean node (``false`` stands in for a rejecting
+    nvidia-smi: a real program that exits 1)."""
+    import shutil
+
+    from training.preflight import _run_smi, table
+
+    false = shutil.which("false")
+    assert false is not None
+    out, why = _run_smi(false, "--query-remapped-rows=gpu_bus_id")
+    assert out is None and why == "--query-remapped-rows=gpu_bus_id: exit 1"
+    report = _report(300.0, "OFI")
+    report.update(world_size=16, devices=[], collectives=[])
+    report["health"]["b"]["errors"] = [why]
+    assert table(report).splitlines()[-1] == (
+        "node b: nvidia-smi --query-remapped-rows=gpu_bus_id: exit 1 "
+        "(ECC / row-remap state unknown)"
+    )
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 16])
@@ -195,7 +225,9 @@ def test_only_hardware_xids_fail_a_node() -> None:
     assert failures(report, Expect()) == []
     report["health"]["b"]["xids"].append({"pci": "0000:64:00", "xid": 79})
     report["health"]["a"]["gpus"] = [
-        {"index": 3, "pci": "x", "ecc_uncorrected": 2, "row_remap_failure": False}
+        {"index": 3, "pci": "x", "ecc_uncorrected": 2, "row_remap_failure": False},
+        # pending until the next reset; "won't affect future work on the GPU" (NVML docs)
+        {"index": 4, "pci": "y", "ecc_uncorrected": 0, "row_remap_pending": True},
     ]
     assert failures(report, Expect()) == [
         "node a GPU 3: 2 uncorrected ECC errors",

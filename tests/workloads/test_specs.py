@@ -251,6 +251,77 @@ def test_preemption_budget_derives_grace_shutdown_and_checkpoints_together() -> 
     assert fast.write_s < b.write_s and fast.grace_period_s < b.grace_period_s
 
 
+def _survives(workers: int, max_restarts: int, backend: str, limit: int, events: list[str]) -> int:
+    """Replay ``events`` under the counting rules; the number of events before the job fails.
+
+    A model of what cannot run here (no API server, no kubelet), rule by rule from the sources
+    named in ``backoff_limit``: torchrun spends one of maxRestarts per FAILED group and, out of
+    them, exits so that the kubelet restarts the container with a fresh agent; a preempted pod
+    is replaced (restartCount 0, fresh agent) and stops every other rank with exit 143; with
+    c10d, losing pod 0 fails every other agent outright; the operator fails the job when the
+    sum of restartCount reaches backoffLimit (at the first restart when it is 0).
+    """
+    left = [max_restarts] * workers
+    count = [0] * workers
+
+    def fail(i: int) -> None:
+        if left[i] > 0:
+            left[i] -= 1
+        else:
+            count[i], left[i] = count[i] + 1, max_restarts
+
+    for n, event in enumerate(events):
+        kind, _, pod = event.partition("@")
+        i = int(pod)
+        if kind == "drain":
+            count[i], left[i] = 0, max_restarts
+            for j in range(workers):
+                if j != i and backend == "c10d" and i == 0:
+                    count[j], left[j] = count[j] + 1, max_restarts
+                elif j != i:
+                    fail(j)
+        else:  # a crash: every rank's collective fails, every agent sees a FAILED group
+            for j in range(workers):
+                fail(j)
+        total = sum(count)
+        if total >= limit if limit else total > 0:
+            return n
+    return len(events)
+
+
+@pytest.mark.parametrize("backend", ["etcd", "c10d"])
+@pytest.mark.parametrize(("workers", "max_restarts"), [(2, 3), (16, 3), (16, 1), (4, 6)])
+def test_backoff_limit_survives_a_rolling_replacement_and_max_restarts_crashes(
+    workers: int, max_restarts: int, backend: str
+) -> None:
+    """Every node drained once (pod 0 too: the c10d store) plus maxRestarts crashes: the job
+    goes on. A crash on every attempt (a bug) still fails it after a bounded number of tries.
+    p5-16's job gets 81 (16 workers, maxRestarts 3, c10d), the dev job 3."""
+    from workloads.specs.preemption import backoff_limit
+
+    limit = backoff_limit(workers, max_restarts, backend)
+    rolling = [f"drain@{i}" for i in range(workers)] + ["crash@1"] * max_restarts
+    for order in (rolling, rolling[::-1], rolling[1:] + rolling[:1]):
+        assert _survives(workers, max_restarts, backend, limit, order) == len(order), order
+    bug = ["crash@0"] * 1000
+    tries = _survives(workers, max_restarts, backend, limit, bug) + 1
+    assert tries <= (limit // workers + 2) * (max_restarts + 1)
+    # maxRestarts 0 asks to fail fast: the first container restart ends the job
+    assert backoff_limit(workers, 0, backend) == 0
+    assert _survives(workers, 0, backend, 0, ["crash@0"]) == 0
+    assert backoff_limit(16, 3, "c10d") == 81 and backoff_limit(2, 3, "etcd") == 3
+
+
+def test_rendered_jobs_carry_the_derived_backoff_limit() -> None:
+    from workloads.specs.preemption import backoff_limit
+
+    for stack in STACKS:
+        w = stack_workloads(stack)
+        job = pytorchjob.pytorchjob(w.job, w.etcd.host)
+        want = backoff_limit(w.job.workers, w.job.max_restarts, w.job.rdzv_backend)
+        assert job["spec"]["runPolicy"]["backoffLimit"] == want
+
+
 def test_docs_carry_the_budget_table_the_function_renders() -> None:
     """docs/workloads.md shows each stack's grace period, shutdown timeout and checkpoint
     budget; they must be what the PyTorchJob gets (the same function renders both)."""

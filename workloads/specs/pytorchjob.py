@@ -44,7 +44,7 @@ from kubernetes.client import models as k8s
 
 from infra.instances import lookup
 from workloads.specs.common import K8sObject, labels, stable_hash, tolerations
-from workloads.specs.preemption import PreemptionBudget, preemption_budget
+from workloads.specs.preemption import PreemptionBudget, backoff_limit, preemption_budget
 from workloads.specs.prometheus_files import training_pod_annotations
 from workloads.specs.settings import C10D_PORT, ETCD_CLIENT_PORT, HF_TOKEN_KEY, JobSettings
 
@@ -403,7 +403,7 @@ def pytorchjob_model(s: JobSettings, etcd_host: str) -> kf.KubeflowOrgV1PyTorchJ
                 # peer that will never come) are deleted, finished ones kept for their logs.
                 clean_pod_policy="Running",
                 ttl_seconds_after_finished=s.ttl_after_finished_s,
-                backoff_limit=max(s.max_restarts, 1) * s.workers,
+                backoff_limit=backoff_limit(s.workers, s.max_restarts, s.rdzv_backend),
             ),
         ),
     )
