@@ -4,11 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TOOLS := .venv-tools
+TOOLS_STAMP := $(TOOLS)/.installed
 export OMP_NUM_THREADS ?= 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup demo preflight test test-fast lint bench render plan clean
+.PHONY: help setup demo preflight test test-fast lint bench render plan scan clean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n",$$1,$$2}'
@@ -20,7 +22,15 @@ $(STAMP): requirements.txt training/requirements.txt requirements-dev.txt script
 	bash scripts/system_deps.sh
 	@touch $(STAMP)
 
-setup: $(STAMP) ## create/refresh .venv and system packages (idempotent)
+# checkov and pulumi-policy pin protobuf 5 / packaging<24; the program's pulumi needs protobuf 6:
+# they live in their own virtualenv, which the tests call as subprocesses.
+$(TOOLS_STAMP): requirements-tools.txt
+	@test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install --quiet --upgrade pip
+	$(TOOLS)/bin/python -m pip install --quiet -r requirements-tools.txt
+	@touch $(TOOLS_STAMP)
+
+setup: $(STAMP) $(TOOLS_STAMP) ## create/refresh .venv, .venv-tools and system packages (idempotent)
 
 demo: setup ## the main job: the dev stack's PyTorchJob run locally on a real etcd
 	$(PY) -m workloads.local --stack dev
@@ -51,5 +61,8 @@ render: setup ## render the dev stack's Kubernetes objects to out/dev
 plan: setup ## capacity plan for Llama-2-70B on p4de nodes
 	$(PY) -m planner --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
 
-clean: ## remove the venv and outputs
-	rm -rf $(VENV) out runs .pytest_cache .ruff_cache .mypy_cache
+scan: setup ## checkov on every stack's Kubernetes objects (passed/failed/suppressed per stack)
+	$(PY) -m workloads.scan
+
+clean: ## remove the venvs and outputs
+	rm -rf $(VENV) $(TOOLS) out runs .pytest_cache .ruff_cache .mypy_cache

@@ -96,7 +96,15 @@ if cfg.shared_storage.is_fsx:
     pulumi.export(outputs.SHARED_FILE_SYSTEM_ID, shared_storage.file_system_id)
     pulumi.export(outputs.SHARED_FILE_SYSTEM_DNS_NAME, shared_storage.dns_name)
     pulumi.export(outputs.SHARED_FILE_SYSTEM_MOUNT_NAME, shared_storage.mount_name)
-pulumi.export(outputs.NEXT_STEPS, outputs.next_steps(cfg.stack, cfg.cluster_name, cfg.region))
+pulumi.export(
+    outputs.NEXT_STEPS,
+    outputs.next_steps(
+        cfg.stack,
+        cfg.cluster_name,
+        cfg.region,
+        {g.name: g.desired_size for g in cfg.gpu_node_groups},
+    ),
+)
 
 
 # --- Observability: Prometheus, Grafana, dcgm-exporter (workloads/observability.py) -----------

@@ -55,6 +55,8 @@ FSX_CSI_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
 FSX_CSI_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:fsx-csi-controller-sa"
 CLUSTER_ADMIN_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 SYSTEM_NODEGROUP_LABEL = {"eks-fsdp/nodegroup": "system"}
+SYSTEM_ROOT_VOLUME_GIB = 50
+"""Root volume of the system nodes (images of the add-ons, etcd, the operator)."""
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 
@@ -266,6 +268,33 @@ class Cluster(pulumi.ComponentResource):
         self.kubeconfig = pulumi.Output.secret(self._eks.kubeconfig_json)
 
         system = args.system_node_group
+        # Explicit rather than EKS's defaults: IMDSv2 only with hop limit 1 (CoreDNS, the CSI
+        # controllers (IRSA), etcd and the operator read no instance metadata from a pod) and
+        # an encrypted root volume whatever the account's EBS default.
+        system_lt = aws.ec2.LaunchTemplate(
+            f"{name}-system-lt",
+            description=f"system nodegroup of {args.cluster_name}",
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                http_put_response_hop_limit=1,
+                instance_metadata_tags="disabled",
+            ),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name="/dev/xvda",
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=SYSTEM_ROOT_VOLUME_GIB,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            update_default_version=True,
+            tags=tags,
+            opts=child,
+        )
         system_ng = aws.eks.NodeGroup(
             f"{name}-system",
             cluster_name=self.cluster_name,
@@ -275,6 +304,9 @@ class Cluster(pulumi.ComponentResource):
             instance_types=[system.instance_type],
             ami_type=versions.SYSTEM_AMI_TYPE,
             capacity_type="ON_DEMAND",
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=system_lt.id, version=system_lt.latest_version.apply(str)
+            ),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=system.min_size,
                 desired_size=system.desired_size,

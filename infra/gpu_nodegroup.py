@@ -10,8 +10,11 @@ AMI, the GPU taint and labels, and only the private subnet of its zone.
 IMDS hop limit 1: a pod in its own network namespace is one hop further than the node, so it
 cannot get an IMDSv2 token and so cannot take the node role's credentials. Nothing on a GPU
 node needs IMDS from a pod network namespace: the VPC CNI (aws-node), kube-proxy, the EFA
-device plugin and the CloudWatch agent run with ``hostNetwork: true`` (the hop limit does not
-apply to them), the NVIDIA device plugin, DCGM exporter and the training pods call no AWS API.
+device plugin (eks-charts templates/daemonset.yaml) and the amazon-cloudwatch-observability
+add-on's CloudWatch agent and Fluent Bit, the only pods that use the node role's credentials
+(aws-observability/helm-charts, templates/linux/cloudwatch-agent-daemonset.yaml and
+fluent-bit-daemonset.yaml), run with ``hostNetwork: true``, where the hop limit does not apply;
+the NVIDIA device plugin, the DCGM exporter and the training pods call no AWS API.
 AL2023 managed nodegroups default to hop limit 1 as well (kubernetes-sigs/
 aws-load-balancer-controller#3695: controllers that read IMDS from a pod need 2 there).
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 CLUSTER_NAME = "clusterName"
 """EKS cluster name."""
 REGION = "region"
@@ -30,9 +32,23 @@ NEXT_STEPS = "nextSteps"
 """The commands a user runs after ``pulumi up``."""
 
 
-def next_steps(stack: str, cluster_name: str, region: str | None) -> list[str]:
-    """Commands to run after ``pulumi up`` (exported as ``nextSteps``)."""
+def next_steps(
+    stack: str,
+    cluster_name: str,
+    region: str | None,
+    node_counts: Mapping[str, int] | None = None,
+) -> list[str]:
+    """Commands to run after ``pulumi up`` (exported as ``nextSteps``).
+
+    ``node_counts`` ({GPU nodegroup: desired size}) adds one node-count check per group: EKS
+    reports a capacity-block or ODCR nodegroup ACTIVE whether or not its instances launched and
+    joined, so a green ``pulumi up`` can leave zero GPU nodes.
+    """
     region_flag = f" --region {region}" if region else ""
+    counts = [
+        f"kubectl get nodes -l eks-fsdp/nodegroup={name} --no-headers | wc -l   # expect {n}"
+        for name, n in (node_counts or {}).items()
+    ]
     return [
         f"pulumi stack select {stack}",
         "pulumi stack output kubeconfig --show-secrets > kubeconfig",
@@ -41,4 +57,5 @@ def next_steps(stack: str, cluster_name: str, region: str | None) -> list[str]:
         "kubectl get nodes -L eks-fsdp/nodegroup -L node.kubernetes.io/instance-type",
         "kubectl get ds -n kube-system nvidia-device-plugin aws-efa-k8s-device-plugin",
         "kubectl describe nodes -l nvidia.com/gpu.present=true | grep -E 'nvidia.com/gpu|vpc.amazonaws.com/efa'",
+        *counts,
     ]

@@ -13,12 +13,13 @@ last scrape of the job, refusing a window with too few steps or scrapes for a st
   checks the prerequisites (:func:`check_prerequisites`: observability on, ``pulumi``/``kubectl``/
   ``aws`` present, AWS credentials, the stack deployed or ``destroy=True``, NCCL_NET=OFI on EFA
   types, enough steps) and prints the cost estimate. For each node count it sets the config
-  (nodegroup size, job size, a job name derived from the original), runs ``up`` (its output
-  streamed), watches the PyTorchJob and its pods (a Failed job, an image pull error or a crash
+  (nodegroup maxSize, job size, a job name derived from the original), runs ``up`` (its output
+  streamed), sets the nodegroup's size through the EKS API (the nodegroup leaves
+  ``desiredSize`` to the operator after creation), watches the PyTorchJob and its pods (a Failed job, an image pull error or a crash
   loop stops the sweep at once) and the port-forward to the cluster's Prometheus (a dead one
   stops it too), measures, and saves the result at once. Whatever happens (success, an error, an
   interrupt), ``Pulumi.<stack>.yaml`` is restored byte for byte and the stack is scaled back to
-  its original size with one more ``up`` (or destroyed, only with ``destroy=True``); each is
+  its original size (the nodegroup's live scaling config as it was, then one more ``up``) (or destroyed, only with ``destroy=True``); each is
   retried (cancelling a lock an interrupted ``up`` left), and the exact recovery commands are
   printed if they still fail.
 - :func:`planner_prediction`: the capacity planner's prediction for the same node counts.
@@ -242,6 +243,27 @@ def planner_prediction(
         raise RuntimeError(f"planner failed: {out.stderr.strip().splitlines()[-1:]}")
     rows: list[dict[str, Any]] = json.loads(out.stdout)
     return rows
+
+
+def planner_before_after(
+    nodes: Sequence[int],
+    calibration: str | Path,
+    *,
+    stack: str | None = None,
+    args: Sequence[str] = (),
+    preflight: Sequence[str | Path] = (),
+) -> list[dict[str, Any]]:
+    """The planner's tokens/s per node count before and after ``python -m planner calibrate``.
+
+    ``[{"nodes", "gpus", "before", "after"}]`` (``planner.calibrate.prediction_before_after``);
+    ``preflight``: the measured nodes' preflight JSON, whose links replace the calibration's.
+    """
+    from planner.calibrate import prediction_before_after
+
+    plan_args = ["--nodes", ",".join(map(str, nodes)), *(["--stack", stack] if stack else [])]
+    return prediction_before_after(
+        [*plan_args, *args], Path(calibration), [Path(p) for p in preflight]
+    )
 
 
 # --- local mode ----------------------------------------------------------------------------------
@@ -541,9 +563,17 @@ def wait_for_job(
     deadline = time.monotonic() + timeout_s
     seen: int | None = None
     phase = ""
+    errors = 0
     while True:
         pf.check()
-        state = watch.state(job)
+        try:
+            state = watch.state(job)
+            errors = 0
+        except (OSError, subprocess.TimeoutExpired, ValueError) as err:  # an API server blip
+            errors += 1
+            if errors >= 10:
+                raise SweepError(f"job {job}: its state is unreadable: {err}") from err
+            state = JobState(phase or "Pending")
         if state.fatal:
             raise SweepError(f"job {job}: {state.phase}: {state.reason}".rstrip(": "))
         try:
@@ -595,6 +625,70 @@ def job_name_for(base: str, nodes: int, sweep_id: str) -> str:
     return f"{base[: 50 - len(suffix)].rstrip('-')}{suffix}"
 
 
+@dataclass(frozen=True)
+class Nodegroup:
+    """The job's EKS managed nodegroup, as the stack outputs name it."""
+
+    cluster: str
+    name: str
+    region: str | None
+
+    def args(self) -> list[str]:
+        return [
+            "--cluster-name",
+            self.cluster,
+            "--nodegroup-name",
+            self.name,
+            *(["--region", self.region] if self.region else []),
+        ]
+
+    def scale_command(self, scaling: dict[str, int]) -> list[str]:
+        """``aws eks update-nodegroup-config`` to ``scaling`` (minSize/maxSize/desiredSize)."""
+        cfg = ",".join(f"{k}={scaling[k]}" for k in ("minSize", "maxSize", "desiredSize"))
+        return ["aws", "eks", "update-nodegroup-config", *self.args(), "--scaling-config", cfg]
+
+
+def nodegroup_of(outputs: dict[str, Any], index: int) -> Nodegroup:
+    """The ``index``-th GPU nodegroup of the stack (outputs ``clusterName``, ``region``,
+    ``gpuNodeGroupNames`` in config order; ``infra/outputs.py``)."""
+    from infra import outputs as keys
+
+    names = outputs.get(keys.GPU_NODE_GROUP_NAMES) or []
+    if index >= len(names) or not outputs.get(keys.CLUSTER_NAME):
+        raise SweepError(
+            f"stack outputs: no {keys.CLUSTER_NAME} or {keys.GPU_NODE_GROUP_NAMES}[{index}]"
+        )
+    return Nodegroup(outputs[keys.CLUSTER_NAME], names[index], outputs.get(keys.REGION))
+
+
+def _aws(run: Callable[..., Any], cmd: list[str], timeout: float = 120) -> dict[str, Any]:
+    out = run(
+        [*cmd, "--output", "json"], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if out.returncode != 0:
+        last = (out.stderr or "").strip().splitlines()[-1:] or [f"status {out.returncode}"]
+        raise SweepError(f"{' '.join(cmd[:3])}: {last[0]}")
+    result: dict[str, Any] = json.loads(out.stdout) if (out.stdout or "").strip() else {}
+    return result
+
+
+def live_scaling(run: Callable[..., Any], group: Nodegroup) -> dict[str, int]:
+    """The nodegroup's scaling config as EKS has it now (the operator's, not the stack file's:
+    the nodegroup ignores ``desiredSize`` changes after creation, ``infra/gpu_nodegroup.py``)."""
+    got = _aws(run, ["aws", "eks", "describe-nodegroup", *group.args()])
+    cfg = got["nodegroup"]["scalingConfig"]
+    return {k: int(cfg[k]) for k in ("minSize", "maxSize", "desiredSize")}
+
+
+def scale_nodegroup(
+    run: Callable[..., Any], group: Nodegroup, scaling: dict[str, int], log: Callable[[str], None]
+) -> None:
+    """Set the nodegroup's scaling config through the EKS API and wait until it is ACTIVE."""
+    log(f"  nodegroup {group.name}: {scaling}")
+    _aws(run, group.scale_command(scaling))
+    _aws(run, ["aws", "eks", "wait", "nodegroup-active", *group.args()], timeout=3600)
+
+
 @dataclass
 class Plan:
     """What the prerequisites found: the sweep's inputs."""
@@ -602,6 +696,7 @@ class Plan:
     stack_file: Path
     group_index: int
     group_name: str
+    min_size: int
     max_size: int
     base_job: str
     namespace: str
@@ -648,6 +743,7 @@ def _stack_plan(stack: Any, stack_name: str, work_dir: Path) -> Plan:
         stack_file=path,
         group_index=index,
         group_name=group.name,
+        min_size=group.min_size,
         max_size=group.max_size,
         base_job=cfg.job.name,
         namespace=cfg.job.namespace,
@@ -787,6 +883,11 @@ def measure_cloud(
         which=which,
         run=run,
     )
+    original: dict[str, int] | None = None  # the nodegroup's live size before the sweep
+    group: Nodegroup | None = None
+    if plan.deployed:
+        group = nodegroup_of({k: v.value for k, v in stack.outputs().items()}, plan.group_index)
+        original = live_scaling(run, group)
     cost = estimated_cost_usd(nodes, plan.usd_per_node_hour, minutes_per_count)
     log(
         f"sweep {list(nodes)} node(s) of stack {stack_name} ({plan.group_name}, "
@@ -804,6 +905,8 @@ def measure_cloud(
         f"pulumi up --stack {stack_name} --yes",
     ]
     recovery_destroy = [*recovery_up[:3], f"pulumi destroy --stack {stack_name} --yes"]
+    if group is not None and original is not None:
+        recovery_up.insert(1, " ".join(group.scale_command(original)))
     stream = lambda line: log(line.rstrip("\n"))  # noqa: E731  (the CLI's output, as it comes)
     measured: list[Measurement] = []
 
@@ -824,6 +927,13 @@ def measure_cloud(
             log(f"{n} node(s): pulumi up ({job})")
             stack.up(on_output=stream)
             outputs = {k: v.value for k, v in stack.outputs().items()}
+            # The nodegroup leaves desiredSize to the operator after creation: scale it here.
+            group = group or nodegroup_of(outputs, plan.group_index)
+            min_size = min(n, original["minSize"] if original else plan.min_size)
+            max_size = max(n, plan.max_size)
+            scale_nodegroup(
+                run, group, {"minSize": min_size, "maxSize": max_size, "desiredSize": n}, log
+            )
             with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
                 watch = (job_watch or _kubectl_watch)(outputs, plan.namespace, Path(tmp))
                 with prometheus(outputs, plan.namespace) as pf:
@@ -854,8 +964,14 @@ def measure_cloud(
                 lambda: stack.destroy(on_output=stream), stack, "destroy", recovery_destroy, log
             )
         else:
-            log(f"pulumi up ({stack_name}): back to its original size")
-            _cleanup(lambda: stack.up(on_output=stream), stack, "scale-back up", recovery_up, log)
+            log(f"scale back ({stack_name}): the nodegroup to {original}, then pulumi up")
+
+            def scale_back() -> None:
+                if group is not None and original is not None:
+                    scale_nodegroup(run, group, original, log)  # first: the restored maxSize
+                stack.up(on_output=stream)  # may be below the sweep's largest count
+
+            _cleanup(scale_back, stack, "scale-back", recovery_up, log)
     return measured
 
 
@@ -867,14 +983,18 @@ def _kubectl_watch(outputs: dict[str, Any], namespace: str, tmp: Path) -> JobWat
 
 
 def scaling_table(
-    measured: Sequence[Measurement], predicted: Sequence[dict[str, Any]] = ()
+    measured: Sequence[Measurement],
+    predicted: Sequence[dict[str, Any]] = (),
+    calibrated: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """One row per node count: measured tokens/s and efficiency vs the planner's."""
+    """One row per node count: measured tokens/s and efficiency vs the planner's (and, with
+    ``calibrated`` from :func:`planner_before_after`, the calibrated planner's tokens/s)."""
     if not measured:
         return []
     base = min(measured, key=lambda m: m.nodes)
     per_node_base = base.tokens_per_s / base.nodes
     pred = {int(p["nodes"]): p for p in predicted}
+    after = {int(c["nodes"]): float(c["after"]) for c in calibrated}
     rows = []
     for m in sorted(measured, key=lambda m: m.nodes):
         p = pred.get(m.nodes, {})
@@ -889,6 +1009,7 @@ def scaling_table(
                 "source": m.source,
                 "predicted_tokens_per_s": predicted_tps,
                 "predicted_efficiency": p.get("scaling_efficiency"),
+                "calibrated_tokens_per_s": after.get(m.nodes),
             }
         )
     return rows
@@ -920,6 +1041,16 @@ def plot_scaling(
         )
         ax1b.set_ylabel(f"{predicted_label} tokens/s", color="tab:orange")
         handles, labels = [*handles, line], [*labels, line.get_label()]
+    if rows and all(r.get("calibrated_tokens_per_s") is not None for r in rows):
+        # after calibration the prediction is in the measured units: same (left) axis
+        (cal,) = ax1.plot(
+            nodes,
+            [r["calibrated_tokens_per_s"] for r in rows],
+            "^-.",
+            color="tab:green",
+            label=f"{predicted_label}, calibrated",
+        )
+        handles, labels = [*handles, cal], [*labels, cal.get_label()]
     ax1.set_xlabel("nodes")
     ax1.set_ylabel("tokens/s (job)")
     ax1.set_title("Throughput")

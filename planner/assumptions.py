@@ -118,6 +118,11 @@ class Assumptions:
     """Caching-allocator slack on the dynamic memory (activations and gathered units)."""
     prefetch_units: int = 2
     """Unsharded units alive at once under FULL_SHARD: the running one and the prefetched next."""
+    loss_chunk_bytes: int = 256 * 2**20
+    """fp32 bytes of one chunk of logits in the chunked cross-entropy (training/loss.py
+    CHUNK_BYTES; tests/planner/test_memory_model.py checks they agree)."""
+    loss_min_chunks: int = 4
+    """The loss splits the tokens into at least this many chunks (training/loss.py MIN_CHUNKS)."""
 
     # -- compute ------------------------------------------------------------------------------
     hbm_efficiency: float = 0.7

@@ -128,6 +128,12 @@ def calibrate_parser() -> argparse.ArgumentParser:
     p.description = "Fit compute and network efficiencies from a preflight and a real run."
     p.add_argument("--run", type=Path, required=True, help="the run's output_dir (metrics.jsonl)")
     p.add_argument("--out", type=Path, help="write the calibration JSON here")
+    p.add_argument(
+        "--step-stat",
+        choices=("median", "min"),
+        default="median",
+        help="the run's step time: median (dedicated nodes) or min (a shared machine)",
+    )
     return p
 
 
@@ -282,13 +288,13 @@ def calibrate_main(argv: list[str]) -> int:
             raise UsageError("--preflight is required (the run's preflight JSON)")
         reports = _reports(args.preflight)
         if args.nodes is None and args.instance is not None:
-            world = run_figures(args.run)["world_size"]
+            world = run_figures(args.run, args.step_stat)["world_size"]
             gpus = lookup(args.instance).gpus
             args.nodes = str(max(1, world // gpus))
         if args.dataset is None and args.dataset_tokens is None:
             args.dataset = "none"
         resolved = resolve_args(args)
-        cal = calibrate(resolved.inp, reports, args.run)
+        cal = calibrate(resolved.inp, reports, args.run, args.step_stat)
     except (UsageError, CalibrationError, KeyError) as e:
         message = e.args[0] if isinstance(e, KeyError) else str(e)
         print(f"plan: error: {message}", file=sys.stderr)

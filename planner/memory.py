@@ -106,7 +106,7 @@ class ActivationModel:
     layer_input: float
     """What a checkpointed layer keeps: its input hidden state, per token."""
     head: float
-    """Final norm, bf16 logits, fp32 log-softmax and its gradient, per token."""
+    """Final norm, lm_head input, the logits (compute dtype) and the loss's per-token state."""
 
 
 def activation_model(shape: ModelShape, p: Precision) -> ActivationModel:
@@ -119,8 +119,10 @@ def activation_model(shape: ModelShape, p: Precision) -> ActivationModel:
     MLP half: RMSNorm h(4 + c) + 4; gate/up input h c; SiLU input, SiLU output, up output and
       the product (down_proj input) 4 i c. RoPE multiplies by constant cos/sin and saves nothing
       per token; residual adds save nothing; dropout is 0.
-    head: final norm and lm_head input, then V (c + 4 + 4): the logits in the compute dtype, the
-      fp32 log-softmax output and, at the start of backward, its fp32 gradient.
+    head: final norm and lm_head input, then the chunked cross-entropy's saved state
+      (``training/loss.py``): the logits in the compute dtype V c (its backward writes the
+      gradient into their storage), the fp32 log-sum-exp 4, the target index 8 and its mask 1.
+      Its transient fp32 chunks are ``loss_chunk_bytes``, a constant, not per token.
     Checked against autograd's saved tensors in tests/planner/test_activations_vs_autograd.py.
     """
     h, i, c = shape.hidden_size, shape.intermediate_size, p.compute
@@ -128,8 +130,23 @@ def activation_model(shape: ModelShape, p: Precision) -> ActivationModel:
     attention = norm + h * c + (shape.q_size + 2 * shape.kv_size) * c + 4 * shape.num_heads
     attention += shape.q_size * c
     mlp = norm + h * c + 4 * i * c
-    head = norm + h * c + shape.vocab_size * (c + 4 + 4)
+    head = norm + h * c + shape.vocab_size * c + 4 + 8 + 1
     return ActivationModel(per_layer=attention + mlp, layer_input=h * c, head=head)
+
+
+def loss_chunk_bytes(
+    vocab: int, tokens: int, compute_bytes: int, chunk_bytes: int, min_chunks: int = 4
+) -> int:
+    """Transient memory of the chunked cross-entropy (``training/loss.py``).
+
+    Chunks of ``rows = min(chunk_bytes // (4 V), ceil(tokens / min_chunks))`` tokens
+    (``training.loss.chunk_rows_for``). In a
+    low-precision run the forward holds the chunk's fp32 copy and logsumexp's fp32
+    exponentials (2 fp32 chunks) and the backward one fp32 chunk; in fp32 the copy is a view,
+    leaving one. No fp32 copy of the whole logits ever exists.
+    """
+    rows = max(1, min(chunk_bytes // (4 * vocab), -(-tokens // min_chunks)))
+    return rows * vocab * 4 * (1 if compute_bytes >= 4 else 2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,12 +211,21 @@ def memory(
     elems = shard_elements(shape.param_shapes(), lay.shard)
     params = elems * p.param
     grads = elems * p.grad
+    # AdamW exp_avg and exp_avg_sq. The package runs it fused (torch 2.13 adam.py::_fused_adam:
+    # one torch._fused_adamw_ call updates params, m and v in place), so a step allocates no
+    # shard-sized temporaries (the foreach path's _foreach_sqrt(v) would be one more shard);
+    # the per-tensor step counters are a few bytes each.
     optimizer = elems * 2 * p.optim
 
     tokens = batch * seq
     act = activation_model(shape, p)
-    no_ac = int(tokens * (shape.num_layers * act.per_layer + act.head))
-    with_ac = int(tokens * (shape.num_layers * act.layer_input + act.per_layer + act.head))
+    loss_tmp = loss_chunk_bytes(
+        shape.vocab_size, tokens, p.compute, a.loss_chunk_bytes, a.loss_min_chunks
+    )
+    no_ac = int(tokens * (shape.num_layers * act.per_layer + act.head)) + loss_tmp
+    with_ac = (
+        int(tokens * (shape.num_layers * act.layer_input + act.per_layer + act.head)) + loss_tmp
+    )
 
     unit_params = max(shape.layer_params, shape.root_params)
     unit_name = (
@@ -220,14 +246,17 @@ def memory(
         gathered_peak = shape.n_params * p.compute + grad_unit
     # A fraction ``ac`` of the layers is checkpointed (1.0: every layer, --ac; 0.0: none).
     checkpointed = round(ac * shape.num_layers)
-    chosen = int(
-        tokens
-        * (
-            (shape.num_layers - checkpointed) * act.per_layer
-            + checkpointed * act.layer_input
-            + act.head
-            + (act.per_layer if checkpointed else 0.0)
+    chosen = (
+        int(
+            tokens
+            * (
+                (shape.num_layers - checkpointed) * act.per_layer
+                + checkpointed * act.layer_input
+                + act.head
+                + (act.per_layer if checkpointed else 0.0)
+            )
         )
+        + loss_tmp
     )
     dynamic = chosen + gathered_peak
     overhead = a.cuda_context_bytes + a.nccl_buffer_bytes + int(a.fragmentation * dynamic)

@@ -88,6 +88,12 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"largest FSDP unit: {unit}, {_gib(r0['memory']['gathered_unit'])} GiB unsharded; "
         f"FLOPs/token {r0['flops_per_token']:.3g} (6N + 12 L h s)"
     )
+    if "checkpoint_s" in r0:
+        lines.append(
+            f"checkpoint: {r0['checkpoint_bytes'] / 1e9:.1f} GB (model + AdamW state) to "
+            f"{r0['storage']}: "
+            + ", ".join(f"{r['checkpoint_s']:.0f} s @ {r['nodes']} nodes" for r in rows)
+        )
     if r0["epoch"] is not None:
         for r in rows:
             e = r["epoch"]

@@ -70,6 +70,8 @@ class RecordedResource:
     """URNs this resource explicitly or implicitly depends on."""
     ignore_changes: tuple[str, ...] = ()
     """Property paths of its ``ignore_changes`` option."""
+    property_dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """For each input property, the URNs of the resources it came from."""
 
 
 @dataclass
@@ -208,6 +210,9 @@ class RecordingMockMonitor(pulumi_mocks.MockMonitor):
         inputs = rpc.deserialize_properties(request.object)
         urn = self.make_urn(request.parent, request.type, request.name)
         deps = set(request.dependencies)
+        prop_deps = {
+            key: tuple(sorted(prop.urns)) for key, prop in request.propertyDependencies.items()
+        }
         for prop in request.propertyDependencies.values():
             deps.update(prop.urns)
         self.recorded.append(
@@ -223,6 +228,7 @@ class RecordingMockMonitor(pulumi_mocks.MockMonitor):
                 provider=request.provider,
                 dependencies=tuple(sorted(deps)),
                 ignore_changes=tuple(request.ignoreChanges),
+                property_dependencies=prop_deps,
             )
         )
         return response

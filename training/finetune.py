@@ -78,9 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A peer is dead or hung: the process group cannot be torn down cleanly, and a
             # background checkpoint thread waiting on it would keep the process alive. Exit now,
             # non-zero, so that torchrun restarts the group.
-            traceback.print_exc()
+            traceback.print_exc(file=sys.__stderr__)  # not a redirected sys.stderr: we exit now
             sys.stdout.flush()
-            sys.stderr.flush()
+            sys.__stderr__.flush()
             os._exit(FAILED_EXIT)
         # Free the sharded model, its meshes and the checkpoint state while the process group
         # is alive: collected after it is destroyed, they can abort the process at exit.

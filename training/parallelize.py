@@ -318,6 +318,12 @@ def _wrap_layer_forward(layer: nn.Module, ac: str, *, compile_layer: bool) -> No
 
         @functools.wraps(inner)
         def checkpointed(*args: Any, **kwargs: Any) -> Any:
+            # The recompute in backward replays the layer: with a KV cache passed in, it appends
+            # the keys a second time (keys 2x the queries: a shape error with a padding mask;
+            # selective AC's replay check fails either way). transformers' GradientCheckpointingLayer
+            # drops the cache for the same reason (modeling_layers.py); training never reads it.
+            if kwargs.get("past_key_values") is not None:
+                kwargs["past_key_values"] = None
             return checkpoint(inner, *args, use_reentrant=False, **context, **kwargs)
 
         forward: Any = checkpointed

@@ -15,10 +15,11 @@ What it measures (every rank, NCCL on CUDA, gloo on CPU):
   mean over the timed iterations;
 - dense matmul TFLOP/s (2 n^3 per product; bf16 on CUDA, fp32 on CPU) and memory bandwidth
   (a device-to-device copy moves 2 x its bytes) of each rank's device;
-- the transport NCCL picked (``NET/OFI`` / ``Using network AWS Libfabric`` vs ``NET/Socket``),
-  read from NCCL's INFO log when the job writes one (``NCCL_DEBUG_FILE``) or from ``NCCL_NET``,
-  which NCCL honours strictly (it fails to initialise rather than fall back); GPUs per node;
-  ECC, row-remapping and XID state where ``nvidia-smi`` and the kernel log are readable.
+- the network NCCL picked on every rank (``Using network OFI`` / ``Libfabric`` / ``AWS
+  Libfabric`` vs ``Socket``) and, under OFI, the libfabric provider (``efa``), read from NCCL's
+  INFO log when the job writes one (``NCCL_DEBUG_FILE``) or from ``NCCL_NET``, which NCCL
+  honours strictly (it fails to initialise rather than fall back); GPUs per node; ECC,
+  row-remapping and XID state where ``nvidia-smi`` and the kernel log are readable.
 
 Expectations (``--expect``) come from the instance catalog when the job is rendered
 (``planner.expect``); below any of them the check exits 3 after printing ONE line naming the
@@ -148,29 +149,68 @@ def parse_expect(text: str) -> Expect:
 # ------------------------------------------------------------------------------------------------
 # parsers of what NCCL, nvidia-smi and the kernel say (pure; tested on captured text)
 
-_NET_PATTERNS = (
-    # NCCL >= 2.12: "NCCL INFO Using network AWS Libfabric" / "Using network Socket" / "IB"
-    (re.compile(r"Using network (AWS Libfabric|Libfabric|OFI)", re.I), "OFI"),
-    (re.compile(r"Using network IB", re.I), "IB"),
-    (re.compile(r"Using network Socket", re.I), "Socket"),
-    # aws-ofi-nccl's own lines ("NET/OFI Selected Provider is efa") and the socket transport's
-    (re.compile(r"NET/OFI"), "OFI"),
-    (re.compile(r"NET/IB"), "IB"),
-    (re.compile(r"NET/Socket"), "Socket"),
-)
+_USING_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.M)
+"""NCCL's choice of network module (src/init.cc: ``INFO(NCCL_INIT, "Using network %s",
+...)``): ``Socket``, ``IB`` or a plugin's own name. aws-ofi-nccl calls itself ``AWS Libfabric``
+(1.11.0 and before), ``Libfabric`` (later), or ``OFI`` / ``AWS Libfabric`` when NCCL_NET asks for
+that name (src/nccl_ofi_interface_nvidia.c, ``nvidia_plugin_name_fixup``)."""
+_VIA_NET = re.compile(r"via NET/([A-Za-z][A-Za-z ]*?)/\d")
+"""Connection lines: ``Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0``,
+``... via NET/Socket/0``, ``... via NET/IB/0``."""
+_OFI_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([A-Za-z0-9_;+-]+)")
+"""aws-ofi-nccl's ``NET/OFI Selected Provider is efa (found 4 nics)``: the libfabric provider
+under the plugin. ``efa`` on EFA instances; ``tcp`` / ``sockets`` would carry NCCL over TCP
+behind an ``OFI`` network name."""
+
+
+def net_name(raw: str) -> str:
+    """A network module's name as this module reports it: ``OFI``, ``IB``, ``Socket`` or raw."""
+    low = raw.strip().lower()
+    if low in ("ofi", "libfabric", "aws libfabric"):
+        return "OFI"
+    if low == "ib":
+        return "IB"
+    if low == "socket":
+        return "Socket"
+    return raw.strip()
 
 
 def transport_from_nccl_log(text: str) -> str | None:
     """The network transport an NCCL INFO log shows (``OFI``, ``IB``, ``Socket``), or None.
 
-    ``Using network ...`` (the plugin NCCL selected) wins over per-transport lines; a log that
-    shows Socket anywhere in a ``Using network`` line is Socket.
+    ``Using network ...`` lines (the module NCCL selected) decide; without one, the
+    connection lines (``via NET/...``). Socket anywhere wins: a log with one communicator on
+    Socket is a job with one slow link. aws-ofi-nccl's other ``NET/OFI`` lines do not count:
+    the plugin prints them also when it fails to initialise and NCCL falls back to Socket
+    (NVIDIA/nccl#229: "NET/OFI Could not find any optimal provider" ... "Using network Socket").
     """
-    for pattern, name in _NET_PATTERNS:
-        if pattern.search(text):
+    names = {net_name(m) for m in _USING_NETWORK.findall(text)}
+    if not names:
+        names = {net_name(m) for m in _VIA_NET.findall(text)}
+    for name in ("Socket", "IB", "OFI"):
+        if name in names:
             return name
-    return None
+    return sorted(names)[0] if names else None
 
+
+def ofi_provider_from_nccl_log(text: str) -> str | None:
+    """The libfabric provider aws-ofi-nccl selected (``efa``), or None when the log has none."""
+    found = _OFI_PROVIDER.findall(text)
+    return found[-1] if found else None
+
+
+FATAL_XIDS = frozenset({48, 64, 74, 79, 92, 94, 95, 119, 120})
+"""XIDs whose resolution in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors,
+"Analyzing Xid Errors with the Xid Catalog") is a GPU reset or node service, not an application
+restart: double-bit ECC (48), a page or row that could not be retired / remapped (64), NVLink
+(74), fallen off the bus (79), excessive SBE (92), contained / uncontained ECC (94, 95), GSP
+(119, 120). Others (13, 31, 43: an application's own faults) are reported but do not fail the
+node. Nor does 63, a page retired or a row remapped successfully ("Dynamic Page Retirement",
+docs.nvidia.com/deploy/dynamic-page-retirement): the remap is pending until the next GPU reset,
+and "unaffected applications can continue running without affecting accuracy and performance,
+and new workloads can be launched" (A100 GPU memory error management, "Error Recovery and
+Response Flags"). The kernel log keeps it until reboot, so failing on it would keep a healthy
+node out of every restart."""
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 
@@ -180,53 +220,86 @@ def xids_from_kernel_log(text: str) -> list[dict[str, Any]]:
     return [{"pci": m.group(1), "xid": int(m.group(2))} for m in _XID.finditer(text)]
 
 
-SMI_QUERY = "index,pci.bus_id,ecc.errors.uncorrected.volatile.total,remapped_rows.failure"
+SMI_QUERY = "index,pci.bus_id,ecc.errors.uncorrected.volatile.total"
+"""``nvidia-smi --query-gpu`` fields (``nvidia-smi --help-query-gpu``)."""
+REMAP_QUERY = "gpu_bus_id,remapped_rows.pending,remapped_rows.failure"
+"""``nvidia-smi --query-remapped-rows`` fields: the row remapper has its own query, as NVIDIA's
+A100 GPU memory error management guide runs it (``nvidia-smi --query-remapped-rows=gpu_bus_id,
+...,remapped_rows.pending,remapped_rows.failure --format=csv``); Ampere and newer only."""
 
 
-def gpus_from_smi_csv(text: str) -> list[dict[str, Any]]:
-    """``nvidia-smi --query-gpu=SMI_QUERY --format=csv,noheader,nounits`` -> one dict per GPU.
+def _smi_int(raw: str) -> int | None:
+    return int(raw) if raw.isdigit() else None
 
-    ``[N/A]`` / ``[Not Supported]`` become None.
+
+def _smi_flag(raw: str) -> bool | None:
+    low = raw.strip().lower()
+    if low in ("yes", "1"):
+        return True
+    if low in ("no", "0"):
+        return False
+    return None  # [N/A], [Not Supported], empty
+
+
+def gpus_from_smi_csv(text: str, remap: str = "") -> list[dict[str, Any]]:
+    """``nvidia-smi --query-gpu=SMI_QUERY --format=csv,noheader,nounits`` (and the
+    ``--query-remapped-rows=REMAP_QUERY`` output, matched by PCI bus id) -> one dict per GPU.
+
+    ``[N/A]`` / ``[Not Supported]`` become None. A pending remap is reported, not judged (it
+    takes effect at the next GPU reset and the GPU stays usable); a failed remap fails the node.
     """
+    rows: dict[str, list[str]] = {}
+    for line in remap.strip().splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) == 3:
+            rows[cols[0].lower()] = cols
     out = []
     for line in text.strip().splitlines():
         cols = [c.strip() for c in line.split(",")]
-        if len(cols) != 4:
+        if len(cols) != 3:
             continue
-
-        def num(raw: str) -> int | None:
-            return int(raw) if raw.isdigit() else None
-
-        remap = cols[3].lower()
+        r = rows.get(cols[1].lower())
         out.append(
             {
-                "index": num(cols[0]),
+                "index": _smi_int(cols[0]),
                 "pci": cols[1],
-                "ecc_uncorrected": num(cols[2]),
-                "row_remap_failure": remap in ("yes", "1") if remap not in ("[n/a]", "") else None,
+                "ecc_uncorrected": _smi_int(cols[2]),
+                "row_remap_pending": _smi_flag(r[1]) if r else None,
+                "row_remap_failure": _smi_flag(r[2]) if r else None,
             }
         )
     return out
 
 
+def _run_smi(smi: str, query: str) -> tuple[str | None, str | None]:
+    """(stdout, None) or (None, why): a failed query is reported, never silently skipped."""
+    try:
+        res = subprocess.run(
+            [smi, query, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{query}: {e}"
+    if res.returncode != 0:
+        first = (res.stderr or res.stdout).strip().splitlines()
+        return None, f"{query}: exit {res.returncode}{': ' + first[0] if first else ''}"
+    return res.stdout, None
+
+
 def gpu_health() -> dict[str, Any]:
     """ECC / row-remap state from nvidia-smi and XIDs from the kernel log, where readable."""
-    health: dict[str, Any] = {"nvidia_smi": False, "gpus": [], "xids": None}
+    health: dict[str, Any] = {"nvidia_smi": False, "gpus": [], "xids": None, "errors": []}
     smi = shutil.which("nvidia-smi")
     if smi:
-        try:
-            res = subprocess.run(
-                [smi, f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            res = None
-        if res is not None and res.returncode == 0:
+        ecc, err = _run_smi(smi, f"--query-gpu={SMI_QUERY}")
+        remap, err_remap = _run_smi(smi, f"--query-remapped-rows={REMAP_QUERY}")
+        health["errors"] = [e for e in (err, err_remap) if e]
+        if ecc is not None:
             health["nvidia_smi"] = True
-            health["gpus"] = gpus_from_smi_csv(res.stdout)
+            health["gpus"] = gpus_from_smi_csv(ecc, remap or "")
     dmesg = shutil.which("dmesg")
     if dmesg:  # containers usually cannot read the kernel log: then XIDs stay unknown (None)
         try:
@@ -238,26 +311,52 @@ def gpu_health() -> dict[str, Any]:
     return health
 
 
+def nccl_debug_file(template: str, hostname: str, pid: int) -> str:
+    """``NCCL_DEBUG_FILE`` expanded as NCCL's src/debug.cc does: ``%h`` the host name up to its
+    first dot (``getHostName(hostname, 1024, '.')``), ``%p`` the process id, ``%%`` a percent
+    sign; any other ``%x`` stays as it is."""
+    host = hostname.split(".", 1)[0]
+    out, i = [], 0
+    while i < len(template):
+        ch = template[i]
+        if ch != "%" or i + 1 >= len(template):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = template[i + 1]
+        out.append({"%": "%", "h": host, "p": str(pid)}.get(nxt, "%" + nxt))
+        i += 2
+    return "".join(out)
+
+
 def detect_transport(backend: str, env: dict[str, str] | os._Environ[str]) -> dict[str, str | None]:
     """What carries inter-node traffic, and how we know.
 
-    gloo: TCP. NCCL: the INFO log in ``NCCL_DEBUG_FILE`` when present (``%h``/``%p`` are
-    expanded for this host and process), else ``NCCL_NET`` (NCCL fails to initialise when the
-    named network cannot be used, so a collective that completed under NCCL_NET=OFI ran on OFI).
+    gloo: TCP. NCCL: the INFO log in ``NCCL_DEBUG_FILE`` when present (``nccl_debug_file``:
+    this host and process), else ``NCCL_NET``: NCCL
+    fails to initialise when the named network cannot be used (NCCL env docs, NCCL_NET: "make
+    sure NCCL uses an external plugin and doesn't automatically fall back on the internal IB or
+    Socket implementation"), so a collective that completed under NCCL_NET=OFI ran on the OFI
+    plugin. ``provider``: the libfabric provider under OFI, when the log names it.
     """
     if "nccl" not in backend:
-        return {"transport": "gloo/tcp", "source": "backend"}
+        return {"transport": "gloo/tcp", "source": "backend", "provider": None}
     log = env.get("NCCL_DEBUG_FILE", "")
     if log:
-        path = Path(log.replace("%h", socket.gethostname()).replace("%p", str(os.getpid())))
+        path = Path(nccl_debug_file(log, socket.gethostname(), os.getpid()))
         if path.is_file():
-            found = transport_from_nccl_log(path.read_text(errors="replace"))
+            text = path.read_text(errors="replace")
+            found = transport_from_nccl_log(text)
             if found:
-                return {"transport": found, "source": str(path)}
+                return {
+                    "transport": found,
+                    "source": str(path),
+                    "provider": ofi_provider_from_nccl_log(text) if found == "OFI" else None,
+                }
     net = env.get("NCCL_NET", "")
     if net:
-        return {"transport": "OFI" if "ofi" in net.lower() else net, "source": "NCCL_NET"}
-    return {"transport": None, "source": None}
+        return {"transport": net_name(net), "source": "NCCL_NET", "provider": None}
+    return {"transport": None, "source": None, "provider": None}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -450,6 +549,11 @@ def measure(opts: Options, device: torch.device) -> dict[str, Any]:
                             }
                         )
         dist.barrier()
+        # An NCCL communicator keeps its buffers on the GPU until it is destroyed: hand them
+        # back before the model is built (a member-less rank's group is NON_GROUP_MEMBER,
+        # which destroy_process_group ignores).
+        for group in groups:
+            dist.destroy_process_group(group)
 
     cuda = device.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -468,14 +572,26 @@ def measure(opts: Options, device: torch.device) -> dict[str, Any]:
     }
     everything: list[Any] = [None] * world
     dist.all_gather_object(everything, local)
-    health = gpu_health() if cuda else {"nvidia_smi": False, "gpus": [], "xids": None}
+    health = gpu_health() if cuda else {"nvidia_smi": False, "gpus": [], "xids": None, "errors": []}
     per_node_health: list[Any] = [None] * world
     dist.all_gather_object(per_node_health, {"node": names[node], **health})
+    # Every rank's own view of the network (each rank's NCCL picks its network itself), so the
+    # verdict is the same on every rank: a rank that alone returned "failed" would leave the
+    # others waiting in their first training collective.
+    mine = detect_transport(backend, os.environ)
+    per_rank_transport: list[Any] = [None] * world
+    dist.all_gather_object(per_rank_transport, {"node": names[node], "rank": rank, **mine})
+    by_node_transport: dict[str, dict[str, Any]] = {}
+    for t in per_rank_transport:  # per node: the first rank that differs from rank 0, if any
+        first = by_node_transport.setdefault(t["node"], t)
+        if (t["transport"], t["provider"]) != (first["transport"], first["provider"]):
+            by_node_transport[t["node"]] = t
     return {
         "backend": backend,
         "world_size": world,
         "nodes": [{"name": nm, "ranks": rs} for nm, rs in nodes],
-        "transport": detect_transport(backend, os.environ),
+        "transport": {k: per_rank_transport[0][k] for k in ("transport", "source", "provider")},
+        "transport_by_node": by_node_transport,
         "collectives": sorted(
             (row for e in everything for row in e["rows"]),
             key=lambda r: (_SCOPES.index(r["scope"]), r["link"], OPS.index(r["op"]), r["bytes"]),
@@ -507,12 +623,12 @@ def failures(report: dict[str, Any], expect: Expect) -> list[str]:
     ):
         if not floor:
             continue
-        top = {}
+        top: dict[tuple[str, str], dict[str, Any]] = {}
         for r in rows:
             if r["scope"] == scope:
-                key = (r["link"], r["op"])
-                if key not in top or r["bytes"] > top[key]["bytes"]:
-                    top[key] = r
+                link_op = (r["link"], r["op"])
+                if link_op not in top or r["bytes"] > top[link_op]["bytes"]:
+                    top[link_op] = r
         bad = sorted(
             (r for r in top.values() if r["busbw_gbps"] < floor), key=lambda r: r["busbw_gbps"]
         )
@@ -533,14 +649,22 @@ def failures(report: dict[str, Any], expect: Expect) -> list[str]:
                     f"node {d['node']} rank {d['rank']}: {label} {d[key]:.1f} {unit} < "
                     f"{floor:.1f} {unit} expected"
                 )
-    multi_node = len(nodes) > 1
-    transport = report["transport"]["transport"]
-    wrong = transport is None or transport.lower() != expect.net.lower()
-    if expect.net and multi_node and "nccl" in report["backend"] and wrong:
-        out.append(
-            f"inter-node transport: NCCL uses {transport or 'an unknown network'} "
-            f"(source {report['transport']['source']}), expected {expect.net}"
-        )
+    if expect.net and len(nodes) > 1 and "nccl" in report["backend"]:
+        by_node = report.get("transport_by_node") or {"every node": report["transport"]}
+        for name, t in by_node.items():
+            transport, provider = t["transport"], t.get("provider")
+            if transport is None or transport.lower() != expect.net.lower():
+                out.append(
+                    f"inter-node transport on {name}: NCCL uses "
+                    f"{transport or 'an unknown network'} (source {t['source']}), "
+                    f"expected {expect.net}"
+                )
+            elif expect.net.lower() == "ofi" and provider and provider.split(";")[0] != "efa":
+                # aws-ofi-nccl over libfabric's tcp/sockets provider: an "OFI" network on TCP
+                out.append(
+                    f"inter-node transport on {name}: NCCL's OFI plugin uses the libfabric "
+                    f"provider {provider} (source {t['source']}), expected efa"
+                )
     for name, h in report["health"].items():
         for g in h.get("gpus", []):
             if g.get("ecc_uncorrected"):
@@ -550,7 +674,8 @@ def failures(report: dict[str, Any], expect: Expect) -> list[str]:
             if g.get("row_remap_failure"):
                 out.append(f"node {name} GPU {g['index']}: row remapping failed")
         for x in h.get("xids") or []:
-            out.append(f"node {name}: XID {x['xid']} on GPU {x['pci']}")
+            if x["xid"] in FATAL_XIDS:
+                out.append(f"node {name}: XID {x['xid']} on GPU {x['pci']} (needs a GPU reset)")
     return out
 
 
@@ -571,6 +696,11 @@ def table(report: dict[str, Any]) -> str:
         lines.append(
             f"rank {d['rank']:>4} on {d['node']}: {d['device']}, matmul {d['matmul_tflops']:.3f} "
             f"TFLOP/s ({d['matmul_dtype']}), memory {d['memory_gbps']:.1f} GB/s"
+        )
+    for name, h in report["health"].items():
+        lines.extend(
+            f"node {name}: nvidia-smi {e} (ECC / row-remap state unknown)"
+            for e in h.get("errors", [])
         )
     return "\n".join(lines)
 
@@ -600,6 +730,10 @@ def check(opts: Options, expect: Expect, device: torch.device) -> tuple[dict[str
     report["passed"] = not problems
     report["failures"] = problems
     prometheus.set_preflight(report)
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()  # hand the test buffers back before the model is built
     return report, problems
 
 

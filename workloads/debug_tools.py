@@ -38,4 +38,5 @@ class DebugTools(pulumi.ComponentResource):
             container = {**pod["containers"][0], "image": image}
             obj["spec"]["template"]["spec"] = {**pod, "containers": [container]}
             self.daemonsets.append(apply_object(name, obj, child))
+        self.network_policy = apply_object(name, spec.network_policy(args.settings), child)
         self.register_outputs({})

@@ -156,6 +156,8 @@ class PodResult:
     """Times the pod was restarted after a failure (restartPolicy OnFailure, like the kubelet)."""
     replaced: int = 0
     """Times the pod was deleted (preempted, drained) and the operator created it again."""
+    restart_count: int = 0
+    """The live pod's containerStatuses restartCount (0 again after a replacement)."""
 
 
 @dataclass
@@ -362,6 +364,8 @@ class Runner:
         self._leaving: dict[int, tuple[float, float]] = {}
         """Deleted pods: index -> (SIGKILL deadline, seconds until the replacement)."""
         self._replace_at: dict[int, float] = {}
+        self._seen_at: list[float] = []
+        """Seconds after the start at which each row of ``RunResult.observed`` was seen."""
         self._pod_args: tuple[dict[str, Any], str, list[str]] = ({}, "cpu", [])
         self._log_files: list[TextIO] = []
         self.prometheus: LocalPrometheusHook | None = None
@@ -469,6 +473,7 @@ class Runner:
             raise LocalRunError("interrupted before the pods started")
         result.wall_s = time.monotonic() - t0
         self._collect(result)
+        self._fault_figures(result)
         return result
 
     def _start_pod(
@@ -501,10 +506,14 @@ class Runner:
         spec = result.job["spec"]
         policy = spec["pytorchReplicaSpecs"]["Worker"].get("restartPolicy", "Never")
         limit = (spec.get("runPolicy") or {}).get("backoffLimit", 0)
-        total = sum(p.restarts for p in result.pods)
-        if code == 0 or pod.lost or policy not in ("OnFailure", "Always") or total >= limit:
+        # training-operator v1.9 pkg/core/job.go, PastBackoffLimit: the job fails once the sum
+        # of restartCount over its Running pods reaches backoffLimit (0: at the first restart);
+        # a replaced pod starts again at 0.
+        total = sum(p.restart_count for p in result.pods if not p.lost)
+        if code == 0 or pod.lost or policy not in ("OnFailure", "Always") or total + 1 >= limit:
             return False
         pod.restarts += 1
+        pod.restart_count += 1
         self.echo(
             f"  {pod.name} exited with {code}: restarting it (restartPolicy {policy}, "
             f"restart {total + 1} of backoffLimit {limit})"
@@ -540,7 +549,6 @@ class Runner:
         seen: set[str] = set()
         last_step = 0
         running_max = 0
-        restarts_at_fault: int | None = None
         every = self.opts.progress_every or max(1, (planned or 100) // 20)
         tmp_dir = result.checkpoint_root / f"step-{fault.step:06d}.tmp"
         watch_pids: list[int] = []
@@ -561,6 +569,7 @@ class Runner:
                         with contextlib.suppress(json.JSONDecodeError):
                             fresh.append(json.loads(line))
             result.observed.extend(fresh)
+            self._seen_at.extend([now - t0] * len(fresh))
             for m in fresh:
                 step = int(m["step"])
                 after_fault = fired and result.fault_time_s is not None
@@ -569,17 +578,6 @@ class Runner:
                     self.echo(
                         f"  recovered: step {step} logged {result.recovery_s:.1f} s after the fault"
                     )
-                if after_fault and step <= running_max:
-                    result.steps_redone += 1
-                restarted = int(m.get("restarts", 0)) > (restarts_at_fault or 0)
-                if (
-                    after_fault
-                    and result.new_step_s is None
-                    and step > running_max
-                    and (restarted or not self._fault_restarts)
-                ):
-                    result.new_step_s = now - t0 - result.fault_time_s  # type: ignore[operator]
-                    self.echo(f"  new step {step} logged {result.new_step_s:.1f} s after the fault")
                 if step % every == 0 or step == planned or step <= last_step:
                     total = f"/{planned}" if planned else ""
                     self.echo(
@@ -597,8 +595,6 @@ class Runner:
                         watch_pids = _children(self.procs[self._fault_index].pid)
                         watch_refreshed = now
                 elif last_step >= fault.step:
-                    rows = result.observed
-                    restarts_at_fault = int(rows[-1].get("restarts", 0)) if rows else 0
                     fired = self._fire(result, t0)
             self._kubelet(result)
             codes = [p.poll() for p in self.procs]
@@ -630,10 +626,31 @@ class Runner:
     def _fault_index(self) -> int:
         return min(self.opts.fault_pod, len(self.procs) - 1)
 
-    @property
-    def _fault_restarts(self) -> bool:
-        """Whether the fault makes the group restart (then the next new step is a restarted one)."""
-        return self.opts.fault.kind not in ("none", "restart-etcd", "lose-etcd")
+    def _fault_figures(self, result: RunResult) -> None:
+        """Steps redone after the fault, and seconds from the fault to the next NEW step.
+
+        A row is redone when its step was logged before it. The next new step is the first row
+        past every step logged before it; when the fault restarted the job (the training
+        package counts restarts in every row), the first such row of the restarted job, so
+        that a step the old group still finished right after the fault does not count."""
+        fault_t = result.fault_time_s
+        if fault_t is None:
+            return
+        rows = list(zip(self._seen_at, result.observed, strict=True))
+        before = [m for t, m in rows if t <= fault_t]
+        running = max((int(m["step"]) for m in before), default=0)
+        r0 = max((int(m.get("restarts", 0)) for m in before), default=0)
+        after = [(t, m) for t, m in rows if t > fault_t]
+        restarted = any(int(m.get("restarts", 0)) > r0 for _, m in after)
+        redone, new = 0, None
+        for t, m in after:
+            step = int(m["step"])
+            if step <= running:
+                redone += 1
+            elif new is None and (not restarted or int(m.get("restarts", 0)) > r0):
+                new = t - fault_t
+            running = max(running, step)
+        result.steps_redone, result.new_step_s = redone, new
 
     def _kubelet(self, result: RunResult) -> None:
         """Deleted pods: SIGKILL after the grace period; the replacement when it is due."""
@@ -657,6 +674,7 @@ class Runner:
                 del self._leaving[index], self._replace_at[index]
                 pod = result.pods[index]
                 pod.replaced += 1
+                pod.restart_count = 0
                 self.echo(f"  {pod.name}: replacement pod started")
                 job_obj, device, command = self._pod_args
                 self.procs[index] = self._start_pod(job_obj, device, command, index, pod)

@@ -5,7 +5,7 @@
 builds the settings from the stack config (``workloads.specs.settings.from_stack``) and creates
 ``TrainingImage`` (the stack's own ECR repository ``<project>-<stack>-training``; unless
 ``job.image`` pins one), ``TrainingOperator``, ``Etcd`` (etcd
-backends), ``DebugTools``, on ``sharedStorage.type: fsx`` stacks the ``CheckpointVolume`` (the
+backends), ``DebugTools`` (only with ``debugTools: true``), on ``sharedStorage.type: fsx`` stacks the ``CheckpointVolume`` (the
 FSx PersistentVolume and the claim the job mounts; ``shared_storage`` is the
 ``infra.shared_storage.SharedStorage`` component) and, when ``job.enabled``, the ``PyTorchJob``
 with the HF token from the secret config ``hfToken``, every Kubernetes resource on the
@@ -46,7 +46,7 @@ class Deployed:
     image: pulumi.Output[str]
     operator: TrainingOperator
     etcd: Etcd | None
-    debug: DebugTools
+    debug: DebugTools | None
     job: PyTorchJob | None
     training_image: TrainingImage | None
     checkpoint_volume: CheckpointVolume | None = None
@@ -97,7 +97,11 @@ def deploy(
         "training-operator", TrainingOperatorArgs(settings=w.operator), opts=k8s_opts
     )
     etcd = Etcd("etcd", EtcdArgs(settings=w.etcd), opts=k8s_opts) if w.job.uses_etcd else None
-    debug = DebugTools("debug-tools", DebugToolsArgs(settings=w.debug, image=image), opts=k8s_opts)
+    debug = (
+        DebugTools("debug-tools", DebugToolsArgs(settings=w.debug, image=image), opts=k8s_opts)
+        if w.debug_tools
+        else None
+    )
     job = None
     if w.job_enabled:
         job = PyTorchJob(

@@ -15,7 +15,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from workloads.k8s_objects import apply_object
 from workloads.specs import pytorchjob as spec
+from workloads.specs.observability import ObservabilitySettings
 from workloads.specs.settings import HF_TOKEN_KEY, JobSettings
 
 TYPE_TOKEN = "eks-fsdp:workloads:PyTorchJob"
@@ -83,6 +85,13 @@ class PyTorchJob(pulumi.ComponentResource):
                 replace_on_changes=["spec"],
                 delete_before_replace=True,
             ),
+        )
+        # Ingress to the workers only from the job's own pods (and the metrics scraper).
+        metrics_namespace = ObservabilitySettings().namespace if s.metrics_port else None
+        self.network_policy = apply_object(
+            name,
+            spec.network_policy(s, metrics_namespace),
+            pulumi.ResourceOptions(parent=self),
         )
         self.job_name = pulumi.Output.from_input(s.name)
         self.rdzv_id = job.apply(lambda j: j["spec"]["elasticPolicy"]["rdzvId"])

@@ -2,7 +2,9 @@
 
     python -m workloads.render --stack dev --out out/dev
 
-writes one file per component (``etcd.yaml``, ``pytorchjob.yaml``, ``debug-tools.yaml``),
+writes one file per component (``etcd.yaml``, ``pytorchjob.yaml``, ``workers-network-policy.yaml``
+(ingress to the workers only from their own job and the metrics scraper), ``debug-tools.yaml``
+when the stack sets ``debugTools``),
 ``training-operator/kustomization.yaml`` (the operator install, pinned), on stacks with
 ``sharedStorage.type: fsx`` ``checkpoint-volume.yaml`` (the FSx PersistentVolume and the claim
 the job mounts; ``--fsx-id``/``--fsx-mount-name`` fill in the file system, placeholders
@@ -15,12 +17,15 @@ from a Secret the user creates.
 The image comes from ``--image``, else ``job.image``, else the stack output ``trainingImage``;
 a job on GPU nodes refuses an image without a registry (it would be pulled from Docker Hub),
 the CPU dev job may use the local build's name.
-A bad stack name or an invalid config prints one line and exits with status 2.
+A bad stack name, an invalid config or an ``--out`` that cannot be written (a file, a
+read-only place) prints one line and exits with status 2. ``pip install -r requirements.txt``
+is all it needs (kubernetes-validate included).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -53,14 +58,18 @@ def render(
     generation: int | None = None,
     fsx_id: str | None = None,
     fsx_mount_name: str | None = None,
+    debug_tools: bool = False,
 ) -> list[Path]:
-    """Write the stack's objects under ``out``; return the files written."""
+    """Write the stack's objects under ``out``; return the files written. ``debug_tools``
+    renders the opt-in debug DaemonSets even when the stack leaves ``debugTools`` off."""
     from infra.config import load_stack_file
 
     stack_cfg = load_stack_file(stack)
     kubernetes_version = stack_cfg.kubernetes_version
     image = resolve_image(stack, stack_cfg, image)
     w = load(stack, image=image, generation=generation)
+    if debug_tools:
+        w = dataclasses.replace(w, debug_tools=True)
     file_system = storage.file_system_ref(
         fsx_id or storage.PLACEHOLDER_FILE_SYSTEM_ID,
         fsx_mount_name or storage.PLACEHOLDER_MOUNT_NAME,
@@ -199,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fsx-mount-name", help="its Lustre mount name (stack output sharedFileSystemMountName)"
     )
+    parser.add_argument(
+        "--debug-tools",
+        action="store_true",
+        help="also render the htop/nvtop DaemonSets (opt-in: stack key debugTools)",
+    )
     args = parser.parse_args(argv)
     try:
         files = render(
@@ -208,8 +222,13 @@ def main(argv: list[str] | None = None) -> int:
             generation=args.generation,
             fsx_id=args.fsx_id,
             fsx_mount_name=args.fsx_mount_name,
+            debug_tools=args.debug_tools,
         )
-    except (ValueError, KeyError, FileNotFoundError, ValidationError) as err:
+    except OSError as err:
+        where = err.filename if err.filename is not None else args.out
+        print(f"render: --out {args.out}: cannot write {where}: {err.strerror}", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError, ValidationError) as err:
         message = err.args[0] if err.args else str(err)
         print(f"render: {message}", file=sys.stderr)
         return 2

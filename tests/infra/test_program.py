@@ -49,6 +49,12 @@ def is_infra(resource: RecordedResource) -> bool:
     return qualified.startswith(COMPONENT_PREFIX)
 
 
+def gpu_lt(run: ProgramRun) -> RecordedResource:
+    """The launch template of the stack's (single) GPU nodegroup."""
+    (lt,) = [r for r in run.of_type(LT) if r.name != "cluster-system-lt"]
+    return lt
+
+
 def gpu_nodegroups(run: ProgramRun) -> list[RecordedResource]:
     return [r for r in run.of_type(NG) if r.name != "cluster-system"]
 
@@ -82,7 +88,7 @@ def test_components_and_resource_counts(runs: dict[str, ProgramRun], stack: str)
         "aws:ec2/routeTable:RouteTable": 1 + zones,
         "aws:ec2/routeTableAssociation:RouteTableAssociation": 2 * zones,
         NG: 1 + len(cfg.gpu_node_groups),
-        LT: len(cfg.gpu_node_groups),
+        LT: 1 + len(cfg.gpu_node_groups),
         "aws:ec2/placementGroup:PlacementGroup": sum(
             g.creates_placement_group for g in cfg.gpu_node_groups
         ),
@@ -98,7 +104,7 @@ def test_launch_template_attaches_every_efa_interface(
     runs: dict[str, ProgramRun], stack: str, count: int
 ) -> None:
     run = runs[stack]
-    lt = run.one(LT)
+    lt = gpu_lt(run)
     nics = lt.inputs.get("networkInterfaces", [])
     assert len(nics) == count
     if count:
@@ -111,7 +117,7 @@ def test_launch_template_attaches_every_efa_interface(
 
 
 def test_reservation_and_market_type(runs: dict[str, ProgramRun]) -> None:
-    dev, p4de, p5 = (runs[s].one(LT).inputs for s in STACKS)
+    dev, p4de, p5 = (gpu_lt(runs[s]).inputs for s in STACKS)
     assert "capacityReservationSpecification" not in dev
     assert "instanceMarketOptions" not in dev
     target = p4de["capacityReservationSpecification"]["capacityReservationTarget"]
@@ -137,7 +143,7 @@ def test_reservation_by_resource_group() -> None:
         "capacityReservationResourceGroupArn": arn,
     }
     run = run_program("p4de-odcr", overrides={"gpuNodeGroups": [group], "job": {}}, secrets=SECRETS)
-    target = run.one(LT).inputs["capacityReservationSpecification"]["capacityReservationTarget"]
+    target = gpu_lt(run).inputs["capacityReservationSpecification"]["capacityReservationTarget"]
     assert target == {"capacityReservationResourceGroupArn": arn}
 
 
@@ -145,7 +151,7 @@ def test_placement_group_on_and_off(runs: dict[str, ProgramRun]) -> None:
     """No shipped stack creates one (the capacity block is already co-located); an EFA group
     outside a reservation does."""
     for stack in STACKS:
-        assert "placement" not in runs[stack].one(LT).inputs
+        assert "placement" not in gpu_lt(runs[stack]).inputs
         assert runs[stack].outputs[outputs.PLACEMENT_GROUP_NAMES] == {}
     group = {
         "name": "p5-od",
@@ -158,7 +164,7 @@ def test_placement_group_on_and_off(runs: dict[str, ProgramRun]) -> None:
     p5 = run_program("p5-16", overrides={"gpuNodeGroups": [group], "job": {}}, secrets=SECRETS)
     pg = p5.one("aws:ec2/placementGroup:PlacementGroup")
     assert pg.inputs["strategy"] == "cluster"
-    assert p5.one(LT).inputs["placement"] == {"groupName": pg.outputs["name"]}
+    assert gpu_lt(p5).inputs["placement"] == {"groupName": pg.outputs["name"]}
     assert p5.outputs[outputs.PLACEMENT_GROUP_NAMES] == {"p5-od": pg.outputs["name"]}
 
 
@@ -167,7 +173,7 @@ def test_gpu_nodegroup_shape(runs: dict[str, ProgramRun], stack: str) -> None:
     run, cfg = runs[stack], load_stack_file(stack)
     (group,) = cfg.gpu_node_groups
     (ng,) = gpu_nodegroups(run)
-    lt = run.one(LT)
+    lt = gpu_lt(run)
     assert ng.inputs["nodeGroupName"] == group.name
     assert ng.inputs["amiType"] == versions.GPU_AMI_TYPE
     assert ng.inputs["taints"] == [
@@ -199,6 +205,10 @@ def test_gpu_nodegroup_shape(runs: dict[str, ProgramRun], stack: str) -> None:
     system = run.one(NG, "cluster-system")
     assert "taints" not in system.inputs
     assert system.inputs["instanceTypes"] == [cfg.system_node_group.instance_type]
+    system_lt = run.one(LT, "cluster-system-lt")
+    assert system.inputs["launchTemplate"] == {"id": system_lt.id, "version": "1"}
+    assert system_lt.inputs["metadataOptions"] == lt.inputs["metadataOptions"]
+    assert system_lt.inputs["blockDeviceMappings"][0]["ebs"]["encrypted"] == "true"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -388,6 +398,13 @@ def test_stack_outputs(runs: dict[str, ProgramRun], stack: str) -> None:
     steps = run.outputs[outputs.NEXT_STEPS]
     assert "pulumi stack output kubeconfig --show-secrets > kubeconfig" in steps
     assert any(s.startswith("kubectl get nodes") for s in steps)
+    # One node-count check per GPU nodegroup: EKS reports a capacity-block group ACTIVE even
+    # when no instance joined.
+    for group in cfg.gpu_node_groups:
+        assert (
+            f"kubectl get nodes -l eks-fsdp/nodegroup={group.name} --no-headers | wc -l"
+            f"   # expect {group.desired_size}"
+        ) in steps
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -74,7 +74,10 @@ def test_promtool_rule_unit_tests_pass(files) -> None:
 @pytest.mark.parametrize(
     ("alert", "old", "new"),
     [
-        ("GpuXidError", "DCGM_FI_DEV_XID_ERRORS) > 0", "DCGM_FI_DEV_XID_ERRORS) > 100"),
+        # latching again (the field holds the last XID for ever)
+        ("GpuXidError", "XID_ERRORS[15m]) > 0", "XID_ERRORS[15m]) >= 0"),
+        # 79 (fallen off the bus) no longer counted as hardware
+        ("GpuXidError", "DCGM_FI_DEV_XID_ERRORS == 79 or ", ""),
         ("GpuTemperatureHigh", "DCGM_FI_DEV_GPU_TEMP) > 85", "DCGM_FI_DEV_GPU_TEMP) > 95"),
         ("TrainingThroughputDropped", "< 0.5 *", "< 0.1 *"),
         ("TrainingStalled", "== 0 and", "== 1 and"),
@@ -107,7 +110,13 @@ def test_cluster_and_local_jobs_share_relabelling() -> None:
     for name, job in cluster.items():
         assert job["kubernetes_sd_configs"] == [{"role": "pod"}]
         assert local[name]["relabel_configs"] == job["relabel_configs"]
-    keep = cluster[TRAINING_SCRAPE_JOB]["relabel_configs"][:2]
+    for job in cluster.values():  # finished pods first out: their IPs get reused
+        assert job["relabel_configs"][0] == {
+            "source_labels": ["__meta_kubernetes_pod_phase"],
+            "action": "drop",
+            "regex": "Succeeded|Failed",
+        }
+    keep = cluster[TRAINING_SCRAPE_JOB]["relabel_configs"][1:3]
     assert keep[0]["source_labels"] == ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"]
     assert keep[1]["source_labels"] == [
         "__meta_kubernetes_pod_label_training_kubeflow_org_job_name"
@@ -120,3 +129,40 @@ def test_cluster_and_local_jobs_share_relabelling() -> None:
     }
     with pytest.raises(ValueError, match="metrics port 0"):
         training_pod_annotations(0)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_prometheus_drops_finished_pods(tmp_path: Path) -> None:
+    """A real Prometheus with the cluster's relabelling: of three workers discovered with the
+    phases Running, Succeeded and Failed, only the running one stays a target (the others would
+    be scraped at reused IPs or stay ``up == 0`` for ever)."""
+    import dataclasses
+
+    from workloads.local_prometheus import free_port, start_local_prometheus
+
+    running, succeeded, failed = worker_targets("done", [free_port(), free_port(), free_port()])
+    targets = [
+        running,
+        dataclasses.replace(succeeded, phase="Succeeded"),
+        dataclasses.replace(failed, phase="Failed"),
+    ]
+    import time
+
+    with start_local_prometheus(targets, tmp_path, scrape_interval="1s") as prom:
+        deadline = time.monotonic() + 60  # discovery is applied shortly after start-up
+        while True:
+            data = prom._get("/api/v1/targets")
+            active = {
+                t["labels"]["pod"]
+                for t in data["activeTargets"]
+                if t["scrapePool"] == TRAINING_SCRAPE_JOB
+            }
+            dropped = {
+                t["discoveredLabels"]["__meta_kubernetes_pod_name"] for t in data["droppedTargets"]
+            }
+            if (active and len(dropped) >= 2) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    assert active == {running.pod}
+    assert dropped == {succeeded.pod, failed.pod}

@@ -11,8 +11,9 @@ Automation API's ``Stack`` (:class:`FakeStack`: like the CLI it rewrites the sta
 ``set_config``, reads it on ``up``, holds a lock during an update that an interrupt leaves
 behind until ``cancel``, and can fail ``up``/``destroy``), EKS with its training operator (each
 ``up`` starts the job as a thread that logs steps at a fixed pace into a real ``PrometheusSink``)
-and the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
-PyTorchJob and Pod objects shaped like the API's). Real: Prometheus (Debian's 2.42 on loopback,
+the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
+PyTorchJob and Pod objects shaped like the API's), and the ``aws`` CLI (:class:`FakeAws`:
+credentials, and the EKS nodegroup's scaling config, validated as the EKS API does). Real: Prometheus (Debian's 2.42 on loopback,
 started at ``up`` as the cluster's scrapes from pod start, the cluster's scrape rules), the
 ``rate()`` queries, the port-forward stand-in (a real process, killed to simulate its death),
 the stack file on disk, the results file.
@@ -164,6 +165,44 @@ class Locked(Exception):
 
 
 @dataclass
+class FakeAws:
+    """The ``aws`` CLI calls the sweep makes (no AWS here): credentials, and the EKS managed
+    nodegroup's scaling config, validated as the EKS API does (min <= desired <= max)."""
+
+    calls: list[str]
+    scaling: dict[str, int] = field(
+        default_factory=lambda: {"minSize": 0, "maxSize": 16, "desiredSize": 16}
+    )
+    credentials: bool = True
+
+    def __call__(self, cmd: list[str], **_kw: Any) -> subprocess.CompletedProcess[str]:
+        def done(out: Any = None, rc: int = 0, err: str = "") -> subprocess.CompletedProcess[str]:
+            return subprocess.CompletedProcess(cmd, rc, json.dumps(out or {}), err)
+
+        assert cmd[0] == "aws" and cmd[-2:] == ["--output", "json"], cmd
+        if cmd[1:3] == ["sts", "get-caller-identity"]:
+            return (
+                done({"Account": "123456789012"})
+                if self.credentials
+                else done(rc=255, err="An error occurred (ExpiredToken)")
+            )
+        assert cmd[1] == "eks" and cmd[cmd.index("--cluster-name") + 1] == "eks-fsdp-p5"
+        assert cmd[cmd.index("--nodegroup-name") + 1] == "p5-block-ng"
+        if cmd[2] == "describe-nodegroup":
+            return done({"nodegroup": {"scalingConfig": dict(self.scaling)}})
+        if cmd[2] == "update-nodegroup-config":
+            new = dict(kv.split("=") for kv in cmd[cmd.index("--scaling-config") + 1].split(","))
+            new = {k: int(v) for k, v in new.items()}
+            if not new["minSize"] <= new["desiredSize"] <= new["maxSize"]:
+                return done(rc=254, err=f"InvalidParameterException: {new}")
+            self.scaling = new
+            self.calls.append(f"aws scale {new['desiredSize']}")
+            return done({"update": {"status": "InProgress"}})
+        assert cmd[2:4] == ["wait", "nodegroup-active"], cmd
+        return done()
+
+
+@dataclass
 class FakeStack:
     """The Automation API ``Stack`` the sweep uses, behaving like the CLI over a work dir."""
 
@@ -179,6 +218,10 @@ class FakeStack:
     calls: list[str] = field(default_factory=list)
     ups: list[dict[str, Any]] = field(default_factory=list)
     results_at_up: list[int] = field(default_factory=list)
+    aws: FakeAws = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.aws = FakeAws(self.calls)
 
     @property
     def file(self) -> Path:
@@ -247,7 +290,14 @@ class FakeStack:
         return {
             "kubeconfig": OutputValue(value="{}", secret=True),
             "observability": OutputValue(value={"namespace": "monitoring"}, secret=False),
+            "clusterName": OutputValue(value="eks-fsdp-p5", secret=False),
+            "region": OutputValue(value="us-east-2", secret=False),
+            "gpuNodeGroupNames": OutputValue(value=["p5-block-ng"], secret=False),
         }
+
+    @property
+    def pulumi_calls(self) -> list[str]:
+        return [c for c in self.calls if not c.startswith("aws ")]
 
 
 @pytest.fixture
@@ -309,7 +359,7 @@ def sweep(
         "prometheus": forwards,
         "job_watch": watch,
         "which": lambda tool: f"/usr/bin/{tool}",
-        "run": lambda *a, **k: subprocess.CompletedProcess(a, 0, "{}", ""),
+        "run": stack.aws,
         "wait_timeout_s": 600,
         "poll_s": 0.3,
         "log": lines.append,
@@ -343,14 +393,20 @@ def test_sweep_measures_saves_each_count_restores_and_scales_back(
     rows = scaling.scaling_table(measured)
     for r, n in zip(rows, [1, 2, 4], strict=True):
         assert r["efficiency"] == pytest.approx(efficiency(n), rel=0.1)
-    assert stack.calls[:6] == [
+    assert stack.calls[:8] == [
         "set gpuNodeGroups[0].desiredSize=1",
         "set gpuNodeGroups[0].maxSize=16",
         f"set job.name={BASE_JOB}-1n-t1",
         "set job.workers=1",
         "set job.minWorkers=1",
         f"set job.maxTrainStep={STEPS}",
+        "up",
+        "aws scale 1",  # the nodegroup ignores desiredSize after creation: the EKS API scales
     ]
+    # The nodegroup back to its live size first (the restored maxSize may be below the largest
+    # count), then the up that restores the job.
+    assert stack.calls[-2:] == ["aws scale 16", "up"]
+    assert stack.aws.scaling == {"minSize": 0, "maxSize": 16, "desiredSize": 16}
     # Saved as soon as measured: each up saw the counts measured before it.
     assert stack.results_at_up == [0, 1, 2, 3]
     assert json.loads(stack.results.read_text()) == [
@@ -359,6 +415,12 @@ def test_sweep_measures_saves_each_count_restores_and_scales_back(
     # Afterwards: the file byte for byte, one more up with the original config, no destroy.
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
     assert stack.calls.count("up") == 4 and "destroy" not in stack.calls
+    assert [c for c in stack.calls if c.startswith("aws")] == [
+        "aws scale 1",
+        "aws scale 2",
+        "aws scale 4",
+        "aws scale 16",
+    ]
     assert stack.ups[-1] == values and stack.ups[-1]["gpuNodeGroups"][0]["desiredSize"] == 16
     assert any("scaled back to its original size" in line for line in lines)
     assert any(line.startswith("Updating (p5-16)") for line in lines)  # up's output streamed
@@ -395,7 +457,7 @@ def test_a_dead_port_forward_stops_the_sweep(work: Path, cluster: FakeCluster) -
     forwards = Forwards(cluster, kill_for={f"{BASE_JOB}-1n-t1"})
     with pytest.raises(scaling.SweepError, match=r"port-forward to Prometheus exited"):
         sweep(stack, forwards, [1], [], wait_timeout_s=3600)
-    assert stack.calls[-1] == "up"  # scaled back
+    assert stack.calls[-2:] == ["aws scale 16", "up"]  # scaled back
 
 
 def test_an_interrupt_restores_the_file_cancels_the_lock_and_scales_back(
@@ -408,7 +470,8 @@ def test_an_interrupt_restores_the_file_cancels_the_lock_and_scales_back(
         sweep(stack, Forwards(cluster), [1, 2], lines)
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
     # up #3 met the lock the interrupted update left, the sweep cancelled it, up #4 scaled back
-    assert stack.calls[-3:] == ["up", "cancel", "up"] and not stack.lock.exists()
+    assert stack.pulumi_calls[-3:] == ["up", "cancel", "up"] and not stack.lock.exists()
+    assert stack.aws.scaling["desiredSize"] == 16
     assert stack.ups[-1] == values
     assert [m["nodes"] for m in json.loads(stack.results.read_text())] == [1]
     assert "cancelled the stack's lock" in lines
@@ -440,20 +503,21 @@ def test_a_failing_scale_back_prints_the_exact_recovery(
 ) -> None:
     stack = FakeStack(work, cluster, fail_ups_from=2, results=tmp_path / "m.json")
     lines: list[str] = []
-    with pytest.raises(scaling.SweepError, match=r"^scale-back up failed"):
+    with pytest.raises(scaling.SweepError, match=r"^scale-back failed"):
         sweep(stack, Forwards(cluster), [1], lines)
     assert stack.calls.count("up") == 1 + scaling.CLEANUP_ATTEMPTS
     assert f"    pulumi up --stack {STACK} --yes" in lines
+    assert (
+        "    aws eks update-nodegroup-config --cluster-name eks-fsdp-p5 --nodegroup-name "
+        "p5-block-ng --region us-east-2 --scaling-config minSize=0,maxSize=16,desiredSize=16"
+    ) in lines
 
 
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
         ({"which": lambda t: None if t == "kubectl" else f"/bin/{t}"}, "not on PATH: kubectl"),
-        (
-            {"run": lambda *a, **k: subprocess.CompletedProcess(a, 255, "", "ExpiredToken")},
-            "no AWS credentials",
-        ),
+        ({"credentials": False}, "no AWS credentials"),
         ({"steps": 12}, "steps 12: need >= warmup_steps + 10"),
         ({"deployed": False}, "stack is not deployed"),
     ],
@@ -463,6 +527,7 @@ def test_prerequisites_stop_before_the_first_up(
 ) -> None:
     raw, _ = _original(work)
     stack = FakeStack(work, cluster, deployed=kw.pop("deployed", True))
+    stack.aws.credentials = kw.pop("credentials", True)
     with pytest.raises(scaling.PrerequisiteError, match=re.escape(message)):
         sweep(stack, Forwards(cluster), [1], [], **kw)
     assert "up" not in stack.calls and not cluster.jobs
@@ -514,3 +579,34 @@ def test_config_paths_with_real_automation_api(
         stack.set_config(f"eks-fsdp:{key}", auto.ConfigValue(value=json.dumps(values[key])))
     stack.set_config("eks-fsdp:job.workers", auto.ConfigValue(value="4"), path=True)
     assert json.loads(stack.get_config("eks-fsdp:job").value)["workers"] in (4, "4")
+
+
+def test_job_watch_reads_conditions_and_container_reasons() -> None:
+    """What the API server answers becomes a state: an elastic restart is waited out, a crash
+    loop, a bad image or a Failed job stop the sweep."""
+
+    def answers(conditions: list[dict[str, str]], waiting: str = "") -> Any:
+        def get(kind: str, *args: str) -> dict[str, Any]:
+            if kind == "pods":
+                state = {"waiting": {"reason": waiting}} if waiting else {"running": {}}
+                pod = {
+                    "metadata": {"name": "j-worker-0"},
+                    "status": {"containerStatuses": [{"name": "pytorch", "state": state}]},
+                }
+                return {"items": [pod]}
+            return {"status": {"conditions": conditions}}
+
+        return scaling.KubectlJobWatch(Path("/nonexistent"), "default", get=get)
+
+    created = {"type": "Created", "status": "True"}
+    running = {"type": "Running", "status": "True"}
+    restarting = {"type": "Restarting", "status": "True"}
+    failed = {"type": "Failed", "status": "True", "message": "backoff limit"}
+    assert answers([created]).state("j") == scaling.JobState("Created")
+    assert not answers([created, running, restarting]).state("j").fatal
+    assert answers([created, running]).state("j").phase == "Running"
+    assert answers([created, failed]).state("j") == scaling.JobState("Failed", "backoff limit")
+    for reason in ("CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff"):
+        state = answers([created], waiting=reason).state("j")
+        assert state.fatal and state.reason.startswith(f"{reason}: j-worker-0")
+    assert not answers([created], waiting="ContainerCreating").state("j").fatal

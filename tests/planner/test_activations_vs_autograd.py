@@ -51,9 +51,13 @@ def _saved_bytes(dtype_name: str, one_layer: bool) -> tuple[int, int]:
         layer = model.model.layers[1]
         layer.register_forward_pre_hook(lambda m, a: recording.__setitem__(0, True))
         layer.register_forward_hook(lambda m, a, o: recording.__setitem__(0, False))
+    from training.loss import token_loss_sum
+
     ids = torch.randint(0, shape.vocab_size, (B, S))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = model(input_ids=ids, labels=ids)
+        out = model(input_ids=ids)
+        # the training package's loss: chunked, labels shifted instead of logits
+        token_loss_sum(out.logits, ids, overwrite_logits=True)
     logits = out.logits.untyped_storage()
     alive = 0 if logits.data_ptr() in storages else logits.nbytes()
     return sum(storages.values()), alive
@@ -72,7 +76,7 @@ def test_whole_forward_saves_layers_plus_head() -> None:
     shape = resolve("tiny-llama")
     saved, logits = _saved_bytes("bfloat16", one_layer=False)
     act = activation_model(shape, PRECISIONS["pure_bf16"])
-    # The head term also holds the fp32 gradient of the log-softmax (4 V per token), which
-    # exists only once backward starts: leave it out of the forward measurement.
-    predicted = B * S * (shape.num_layers * act.per_layer + act.head - 4 * shape.vocab_size)
+    # The chunked loss saves the logits themselves (bf16), the fp32 log-sum-exp, the target
+    # index and its mask per token: no fp32 copy of the logits outlives the forward.
+    predicted = B * S * (shape.num_layers * act.per_layer + act.head)
     assert saved + logits == pytest.approx(predicted, rel=0.02)

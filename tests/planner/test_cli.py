@@ -239,7 +239,7 @@ def test_module_entry_point_exit_codes() -> None:
 def test_checkpoint_time_is_model_plus_optimizer_over_the_stack_storage(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """p5-16 checkpoints llama2-7b to a 1200 GiB SCRATCH_2 file system: parameters (fp32)
+    """p5-16 checkpoints llama2-7b to its SCRATCH_2 file system (4800 GiB): parameters (fp32)
     plus AdamW's two fp32 moments, 12 bytes per parameter, written at SCRATCH_2's disk write
     throughput of 100 MB/s per TiB (FSx for Lustre performance tables)."""
     from infra.config import load_stack_file
@@ -252,7 +252,7 @@ def test_checkpoint_time_is_model_plus_optimizer_over_the_stack_storage(
     assert r["checkpoint_bytes"] == 12 * n
     tib = storage.storage_capacity_gib / 1024
     assert r["checkpoint_s"] == pytest.approx(12 * n / (100e6 * tib))
-    assert r["checkpoint_s"] > 600  # minutes, not the 1.7 s of a params-only 1 GB/s/node model
+    assert r["checkpoint_s"] > 120  # minutes, not the 1.7 s of a params-only 1 GB/s/node model
     assert r["epoch"]["checkpoint_s"] == r["checkpoint_s"]
     faster = _json(capsys, "--stack", "p5-16", "--storage", "PERSISTENT_2:2400:1000")[0]
     assert faster["checkpoint_s"] == pytest.approx(12 * n / (1000e6 * 2400 / 1024))

@@ -27,9 +27,11 @@ from training.preflight import (
     Expect,
     bus_factor,
     busbw_gbps,
+    detect_transport,
     failures,
     gpus_from_smi_csv,
     links,
+    ofi_provider_from_nccl_log,
     parse_expect,
     parse_size,
     summary,
@@ -95,16 +97,76 @@ def test_transport_is_read_from_nccl_info_lines() -> None:
     assert transport_from_nccl_log(sockets) == "Socket"
     assert transport_from_nccl_log("NCCL INFO Using network IB\n") == "IB"
     assert transport_from_nccl_log("NCCL INFO cudaDriverVersion 12080\n") is None
+    assert ofi_provider_from_nccl_log(efa) == "efa"
+    # aws-ofi-nccl after 1.11 calls itself "Libfabric", or "OFI" when NCCL_NET=OFI asks for it
+    # (src/nccl_ofi_interface_nvidia.c, nvidia_plugin_name_fixup)
+    assert transport_from_nccl_log("h:1:1 [0] NCCL INFO Using network Libfabric\n") == "OFI"
+    assert transport_from_nccl_log("h:1:1 [0] NCCL INFO Using network OFI\n") == "OFI"
+    # The plugin loads but finds no provider, NCCL falls back to sockets (NVIDIA/nccl#229):
+    # its NET/OFI lines must not count as OFI.
+    fallback = (
+        "h:1:1 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.13.2-aws\n"
+        "h:1:1 [0] get_ofi_provider:312 NCCL WARN NET/OFI Could not find any optimal provider\n"
+        "h:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.1.2.3<0>\n"
+        "h:1:1 [0] NCCL INFO Using network Socket\n"
+    )
+    assert transport_from_nccl_log(fallback) == "Socket"
+    # two communicators in one log, one on sockets: Socket wins whatever the order
+    assert transport_from_nccl_log(efa + sockets) == "Socket"
+    assert transport_from_nccl_log(sockets + efa) == "Socket"
+    # without a "Using network" line, the connection lines tell
+    via = "h:1:1 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/AWS Libfabric/0\n"
+    assert transport_from_nccl_log(via) == "OFI"
+    assert transport_from_nccl_log(via.replace("AWS Libfabric", "Socket")) == "Socket"
+    tcp = efa.replace("Provider is efa", "Provider is tcp;ofi_rxm")
+    assert ofi_provider_from_nccl_log(tcp) == "tcp;ofi_rxm"
+
+
+def test_transport_from_nccl_net_or_the_hosts_debug_file(tmp_path: Path) -> None:
+    """NCCL_NET takes the names NCCL_NET accepts (case-insensitive; aws-ofi-nccl answers to
+    "OFI" and "AWS Libfabric"); NCCL_DEBUG_FILE's %h and %p are this host and process."""
+    import os
+    import socket
+
+    assert detect_transport("gloo", {})["transport"] == "gloo/tcp"
+    for net in ("OFI", "ofi", "AWS Libfabric", "Libfabric"):
+        assert detect_transport("nccl", {"NCCL_NET": net}) == {
+            "transport": "OFI",
+            "source": "NCCL_NET",
+            "provider": None,
+        }
+    assert detect_transport("nccl", {"NCCL_NET": "socket"})["transport"] == "Socket"
+    assert detect_transport("nccl", {})["transport"] is None
+    # NCCL's debug.cc: %h is the host name up to its first dot, %% a percent sign
+    from training.preflight import nccl_debug_file
+
+    assert nccl_debug_file("/l/%h.%p.%%.%x", "ip-10-1-2-3.ec2.internal", 41) == (
+        "/l/ip-10-1-2-3.41.%.%x"
+    )
+    log = tmp_path / f"nccl.{socket.gethostname().split('.')[0]}.{os.getpid()}.log"
+    log.write_text(
+        "h:1:1 [0] NCCL INFO NET/OFI Selected Provider is tcp (found 1 nics)\n"
+        "h:1:1 [0] NCCL INFO Using network AWS Libfabric\n"
+    )
+    env = {"NCCL_DEBUG_FILE": str(tmp_path / "nccl.%h.%p.log"), "NCCL_NET": "OFI"}
+    assert detect_transport("cpu:gloo,cuda:nccl", env) == {
+        "transport": "OFI",
+        "source": str(log),
+        "provider": "tcp",
+    }
 
 
 def test_gpu_health_parsers() -> None:
-    smi = "0, 00000000:53:00.0, 0, No\n1, 00000000:64:00.0, 3, Yes\n2, 00000000:75:00.0, [N/A], [N/A]\n"
-    gpus = gpus_from_smi_csv(smi)
-    assert [(g["index"], g["ecc_uncorrected"], g["row_remap_failure"]) for g in gpus] == [
-        (0, 0, False),
-        (1, 3, True),
-        (2, None, None),
-    ]
+    # --query-gpu=index,pci.bus_id,ecc.errors.uncorrected.volatile.total, and the row remapper's
+    # own query (--query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure)
+    smi = "0, 00000000:53:00.0, 0\n1, 00000000:64:00.0, 3\n2, 00000000:75:00.0, [N/A]\n"
+    remap = "00000000:53:00.0, 1, 0\n00000000:64:00.0, 0, 1\n"
+    gpus = gpus_from_smi_csv(smi, remap)
+    assert [
+        (g["index"], g["ecc_uncorrected"], g["row_remap_pending"], g["row_remap_failure"])
+        for g in gpus
+    ] == [(0, 0, True, False), (1, 3, False, True), (2, None, None, None)]
+    assert [g["row_remap_failure"] for g in gpus_from_smi_csv(smi)] == [None, None, None]
     kernel = (
         "[1234.5] NVRM: Xid (PCI:0000:53:00): 79, pid=1234, GPU has fallen off the bus.\n"
         "[1240.0] NVRM: Xid (PCI:0000:64:00): 48, pid=99, An uncorrectable double bit error\n"
@@ -113,6 +175,27 @@ def test_gpu_health_parsers() -> None:
         {"pci": "0000:53:00", "xid": 79},
         {"pci": "0000:64:00", "xid": 48},
     ]
+
+
+def test_a_failed_nvidia_smi_query_is_reported_not_skipped() -> None:
+    """A driver that rejects a field makes nvidia-smi exit non-zero: the report must say the
+    GPU state is unknown instead of showing a clean node (``false`` stands in for a rejecting
+    nvidia-smi: a real program that exits 1)."""
+    import shutil
+
+    from training.preflight import _run_smi, table
+
+    false = shutil.which("false")
+    assert false is not None
+    out, why = _run_smi(false, "--query-remapped-rows=gpu_bus_id")
+    assert out is None and why == "--query-remapped-rows=gpu_bus_id: exit 1"
+    report = _report(300.0, "OFI")
+    report.update(world_size=16, devices=[], collectives=[])
+    report["health"]["b"]["errors"] = [why]
+    assert table(report).splitlines()[-1] == (
+        "node b: nvidia-smi --query-remapped-rows=gpu_bus_id: exit 1 "
+        "(ECC / row-remap state unknown)"
+    )
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 16])
@@ -131,6 +214,25 @@ def test_links_cover_every_node_and_every_neighbouring_pair_in_disjoint_rounds(n
     assert pairs == expected
     world = [link for rnd in rounds for link in rnd if link.scope == "world"]
     assert len(world) == (1 if n > 2 else 0)
+
+
+def test_only_hardware_xids_fail_a_node() -> None:
+    report = _report(300.0, "OFI")
+    report["health"]["b"]["xids"] = [{"pci": "0000:53:00", "xid": 13}]
+    assert failures(report, Expect()) == []  # an application's illegal address: not the node
+    # a row remapped successfully: pending until the next reset, the GPU stays usable
+    report["health"]["b"]["xids"].append({"pci": "0000:53:00", "xid": 63})
+    assert failures(report, Expect()) == []
+    report["health"]["b"]["xids"].append({"pci": "0000:64:00", "xid": 79})
+    report["health"]["a"]["gpus"] = [
+        {"index": 3, "pci": "x", "ecc_uncorrected": 2, "row_remap_failure": False},
+        # pending until the next reset; "won't affect future work on the GPU" (NVML docs)
+        {"index": 4, "pci": "y", "ecc_uncorrected": 0, "row_remap_pending": True},
+    ]
+    assert failures(report, Expect()) == [
+        "node a GPU 3: 2 uncorrected ECC errors",
+        "node b: XID 79 on GPU 0000:64:00 (needs a GPU reset)",
+    ]
 
 
 def _report(inter_busbw: float, transport: str | None) -> dict[str, Any]:
@@ -179,7 +281,24 @@ def test_verdict_names_the_link_and_judges_the_largest_size_only() -> None:
         "inter-node a <-> b: all_reduce busbw 12.5 GB/s < 180.0 GB/s expected (256 MiB, 16 ranks)"
     ]
     tcp = failures(_report(300.0, "Socket"), expect)
-    assert tcp == ["inter-node transport: NCCL uses Socket (source NCCL_NET), expected OFI"]
+    assert tcp == [
+        "inter-node transport on every node: NCCL uses Socket (source NCCL_NET), expected OFI"
+    ]
+    # one node fell back (each rank's NCCL picks its own network): that node is named
+    one_node = _report(300.0, "OFI")
+    one_node["transport_by_node"] = {
+        "a": {"transport": "OFI", "source": "NCCL_NET", "provider": None},
+        "b": {"transport": "Socket", "source": "/tmp/nccl.b.log", "provider": None},
+    }
+    assert failures(one_node, expect) == [
+        "inter-node transport on b: NCCL uses Socket (source /tmp/nccl.b.log), expected OFI"
+    ]
+    # OFI on libfabric's tcp provider is TCP under another name
+    one_node["transport_by_node"]["b"] = {"transport": "OFI", "source": "l", "provider": "tcp"}
+    assert failures(one_node, expect) == [
+        "inter-node transport on b: NCCL's OFI plugin uses the libfabric provider tcp "
+        "(source l), expected efa"
+    ]
     summ = summary(_report(150.0, "OFI"))
     assert summ == {
         "intra_busbw_gbps": 300.0,

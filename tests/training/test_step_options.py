@@ -121,3 +121,55 @@ def test_fsdp_units_as_torchtitan() -> None:
             bwd = [m._get_fsdp_state() for m in units[max(i - 1, 0) : i]]  # type: ignore[operator]
             assert state._states_to_forward_prefetch == fwd
             assert state._states_to_backward_prefetch == bwd
+
+
+@pytest.mark.parametrize("ac_mode", ["full", "selective"])
+@pytest.mark.parametrize("padded", [True, False])
+def test_activation_checkpointing_replays_without_the_kv_cache(ac_mode: str, padded: bool) -> None:
+    """AC gives the gradients of the plain model, also when the caller leaves use_cache on.
+
+    transformers builds a DynamicCache whenever use_cache is on (the config default), in train
+    mode too, and each decoder layer appends its keys to it. The recompute in backward replays
+    the layer, so without the fix the keys are appended twice: 128 keys for 64 queries, a shape
+    error against a padding mask ("The size of tensor a (128) must match ... (64)"), and
+    selective AC's replay check fails ("... encountered during backward but not found in
+    storage") with or without one; only full AC without a mask got through, because the causal
+    kernel read the first copy alone. transformers' GradientCheckpointingLayer drops the cache
+    for that reason (modeling_layers.py); `training.parallelize` must too. Two widths in a row,
+    as padded micro-batches have.
+    """
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from training.model import decoder_layers
+    from training.parallelize import _wrap_layer_forward
+
+    cfg = LlamaConfig(
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        attn_implementation="sdpa",
+    )
+    assert cfg.use_cache  # the default the failure needs
+    torch.manual_seed(0)
+    plain = AutoModelForCausalLM.from_config(cfg).train()
+    wrapped = AutoModelForCausalLM.from_config(cfg).train()
+    wrapped.load_state_dict(plain.state_dict())
+    for layer in decoder_layers(wrapped):
+        _wrap_layer_forward(layer, ac_mode, compile_layer=False)
+    for width in (64, 23):
+        ids = torch.randint(0, cfg.vocab_size, (2, width))
+        mask = torch.ones_like(ids)
+        if padded:
+            mask[1, width // 2 :] = 0  # a right-padded row
+        for model in (plain, wrapped):
+            model.zero_grad()
+            model(input_ids=ids, attention_mask=mask).logits.float().square().mean().backward()
+        worst = max(
+            (a.grad - b.grad).abs().max().item()  # type: ignore[operator]
+            for a, b in zip(plain.parameters(), wrapped.parameters(), strict=True)
+        )
+        assert worst < 1e-6, f"width {width}: AC gradients differ by {worst:.3g}"

@@ -24,10 +24,10 @@ def test_render_writes_one_file_per_component(
     assert render.main(["--stack", "dev", "--out", str(tmp_path)]) == 0
     files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.yaml"))
     assert files == [
-        "debug-tools.yaml",
         "etcd.yaml",
         "pytorchjob.yaml",
         "training-operator/kustomization.yaml",
+        "workers-network-policy.yaml",
     ]
     w = stack_workloads("dev")
     for component, objs in objects_by_component(w).items():

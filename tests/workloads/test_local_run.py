@@ -10,7 +10,8 @@ instead of ending the job as Succeeded, and the replacement joins), a hung rank 
 timeout must turn it into a restart within seconds), a job resubmitted under the same name (it
 must not meet the closed rendezvous of the previous run), a crash while a checkpoint is written
 (the previous checkpoint must load), an etcd restart on the etcd backend (documented: the
-rendezvous closes; a new generation resumes; docs/adr/0005). Every fault test asserts the final
+rendezvous closes; a new generation resumes; docs/adr/0005), and on c10d, the GPU stacks'
+backend, the loss of the pod hosting the store (the job must go on). Every fault test asserts the final
 history holds every step exactly once with the uninterrupted run's losses. Runs are shared
 between assertions to keep the suite within minutes; the runner itself stops within 10 s of a
 SIGTERM, leaving no process.
@@ -38,6 +39,7 @@ TINY = (
     "--context_length=128",
     "--mixed_precision=False",  # fp32: exact parity, and bf16 is ~10x slower on most CPUs
     "--run_validation=False",
+    "--save_model=False",  # no test reads the Hugging Face export: a few seconds per run
     f"--max_train_step={STEPS}",
     f"--checkpoint_every={CKPT_EVERY}",
 )
@@ -139,15 +141,23 @@ def test_killed_worker_resumes_from_the_last_checkpoint_with_identical_losses(
     assert diff <= LOSS_TOL
 
 
-def test_c10d_backend_recovers_from_a_killed_worker(baseline: RunResult, tmp_path: Path) -> None:
-    # c10d needs TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (the spec sets it for this backend).
-    result = _run(tmp_path, backend="c10d", fault=Fault("kill-worker", 10))
-    assert result.succeeded, summary(result)
+def test_c10d_survives_losing_the_pod_that_hosts_its_store(
+    baseline: RunResult, tmp_path: Path
+) -> None:
+    """The GPU stacks' backend (ADR 5) against the loss of its rendezvous store, the c10d
+    counterpart of `restart-etcd` (an etcd fault cannot touch c10d: no etcd is started). The
+    store lives in worker 0's agent: draining that pod takes the store down, worker 1's agent
+    fails and its pod restarts (one restart, within the derived backoffLimit); the replacement
+    worker 0 hosts a fresh store and both resume from the emergency checkpoint. Needs
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (without it the re-formed group dials the dead
+    store's port); the spec sets it for this backend."""
+    result = _run(tmp_path, backend="c10d", fault=Fault("drain-node", 6), fault_pod=0)
     env = {e["name"]: e.get("value") for e in _pod_env(result)}
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
-    assert result.resumed_from_steps
-    assert _max_diff(result.losses, baseline.losses) <= LOSS_TOL
-    print(f"c10d kill-worker: recovery {result.recovery_s:.1f} s")
+    _every_step_once_with_the_uninterrupted_losses(result, baseline)
+    assert result.pods[0].replaced == 1 and result.pods[1].restarts >= 1
+    assert result.steps_redone == 0
+    print(f"c10d drain of worker 0: {result.new_step_s:.1f} s to the next new step, 0 redone")
 
 
 def _pod_env(result: RunResult) -> list[dict[str, str]]:
@@ -198,7 +208,7 @@ def _every_step_once_with_the_uninterrupted_losses(result: RunResult, baseline: 
     assert ledger["restarts"] >= 1 and 0 < ledger["goodput"] < 1
 
 
-@pytest.mark.parametrize(("kind", "delay"), [("preempt-node", 3.0), ("drain-node", 0.0)])
+@pytest.mark.parametrize(("kind", "delay"), [("preempt-node", 1.0), ("drain-node", 0.0)])
 def test_preempted_or_drained_pod_is_replaced_and_the_job_ends_succeeded(
     baseline: RunResult, tmp_path: Path, kind: str, delay: float
 ) -> None:
@@ -221,13 +231,13 @@ def test_preempted_or_drained_pod_is_replaced_and_the_job_ends_succeeded(
 
 def test_hung_worker_times_out_and_the_group_restarts(baseline: RunResult, tmp_path: Path) -> None:
     """SIGSTOP one training process: the peer's next collective fails after
-    --collective_timeout_s (15 s here; 300 s by default), it exits 1, its agent restarts the
+    --collective_timeout_s (10 s here; 300 s by default), it exits 1, its agent restarts the
     group; the hung pod's agent sees the new round waiting, stops its worker (SIGKILL after
     torchrun's 30 s) and rejoins; both resume from the last periodic checkpoint."""
     result = _run(
         tmp_path,
         fault=Fault("hang-worker", 6),
-        train_overrides=(*TINY, "--collective_timeout_s=15"),
+        train_overrides=(*TINY, "--collective_timeout_s=10"),
     )
     _every_step_once_with_the_uninterrupted_losses(result, baseline)
     resumed = max(result.resumed_from_steps)

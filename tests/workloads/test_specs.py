@@ -94,9 +94,11 @@ def test_every_object_validates_strictly(stack_objects: Any) -> None:
     version = cfg.kubernetes_version
     kinds = sorted(o["kind"] for o in objs)
     storage = ["PersistentVolume", "PersistentVolumeClaim"] if cfg.shared_storage.is_fsx else []
+    # etcd (when a backend uses it), the job and its workers' NetworkPolicy; the debug
+    # DaemonSets are opt-in (debugTools) and validated in their own test.
     etcd_kinds = ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass", "Service"]
     rendezvous = etcd_kinds if load_stack_file(stack).job.rdzv_backend != "c10d" else []
-    assert kinds == sorted(["DaemonSet", "DaemonSet", "PyTorchJob", *rendezvous, *storage])
+    assert kinds == sorted(["NetworkPolicy", "PyTorchJob", *rendezvous, *storage])
     for obj in objs:
         validate(obj, version)
 
@@ -215,7 +217,10 @@ def test_rdzv_id_unique_per_generation_and_per_change() -> None:
 
 
 def test_preemption_budget_derives_grace_shutdown_and_checkpoints_together() -> None:
-    """p5-16: Llama-2-7b (~84 GB with AdamW state) on 1.2 TiB of SCRATCH_2 (234 MB/s)."""
+    """Llama-2-7b (~84 GB with AdamW state) on 1.2 TiB of SCRATCH_2 (234 MB/s); the p5-16 stack's
+    own 4.8 TiB gives a four times shorter write."""
+    from dataclasses import replace
+
     from workloads.specs.preemption import (
         AGENT_EXIT_S,
         MAX_GRACE_S,
@@ -225,8 +230,9 @@ def test_preemption_budget_derives_grace_shutdown_and_checkpoints_together() -> 
     )
 
     cfg = load_stack_file("p5-16")
-    mbps = storage_mb_per_s(cfg.shared_storage)
+    mbps = storage_mb_per_s(replace(cfg.shared_storage, storage_capacity_gib=1200))
     assert mbps == 200 * 1200 / 1024
+    assert storage_mb_per_s(cfg.shared_storage) == 200 * 4800 / 1024 == 4 * mbps
     b = preemption_budget("p5.48xlarge", "meta-llama/Llama-2-7b-hf", mbps, 16)
     assert b.checkpoint_bytes == 84_000_000_000
     assert b.write_s == math.ceil(1.25 * 84e9 / (mbps * 1e6) + 10) == 458
@@ -243,6 +249,100 @@ def test_preemption_budget_derives_grace_shutdown_and_checkpoints_together() -> 
     # faster storage: a shorter write, a shorter grace period
     fast = preemption_budget("p5.48xlarge", "meta-llama/Llama-2-7b-hf", 4 * mbps, 16)
     assert fast.write_s < b.write_s and fast.grace_period_s < b.grace_period_s
+
+
+def _survives(workers: int, max_restarts: int, backend: str, limit: int, events: list[str]) -> int:
+    """Replay ``events`` under the counting rules; the number of events before the job fails.
+
+    A model of what cannot run here (no API server, no kubelet), rule by rule from the sources
+    named in ``backoff_limit``: torchrun spends one of maxRestarts per FAILED group and, out of
+    them, exits so that the kubelet restarts the container with a fresh agent; a preempted pod
+    is replaced (restartCount 0, fresh agent) and stops every other rank with exit 143; with
+    c10d, losing pod 0 fails every other agent outright; the operator fails the job when the
+    sum of restartCount reaches backoffLimit (at the first restart when it is 0).
+    """
+    left = [max_restarts] * workers
+    count = [0] * workers
+
+    def fail(i: int) -> None:
+        if left[i] > 0:
+            left[i] -= 1
+        else:
+            count[i], left[i] = count[i] + 1, max_restarts
+
+    for n, event in enumerate(events):
+        kind, _, pod = event.partition("@")
+        i = int(pod)
+        if kind == "drain":
+            count[i], left[i] = 0, max_restarts
+            for j in range(workers):
+                if j != i and backend == "c10d" and i == 0:
+                    count[j], left[j] = count[j] + 1, max_restarts
+                elif j != i:
+                    fail(j)
+        else:  # a crash: every rank's collective fails, every agent sees a FAILED group
+            for j in range(workers):
+                fail(j)
+        total = sum(count)
+        if total >= limit if limit else total > 0:
+            return n
+    return len(events)
+
+
+@pytest.mark.parametrize("backend", ["etcd", "c10d"])
+@pytest.mark.parametrize(("workers", "max_restarts"), [(2, 3), (16, 3), (16, 1), (4, 6)])
+def test_backoff_limit_survives_a_rolling_replacement_and_max_restarts_crashes(
+    workers: int, max_restarts: int, backend: str
+) -> None:
+    """Every node drained once (pod 0 too: the c10d store) plus maxRestarts crashes: the job
+    goes on. A crash on every attempt (a bug) still fails it after a bounded number of tries.
+    p5-16's job gets 81 (16 workers, maxRestarts 3, c10d), the dev job 3."""
+    from workloads.specs.preemption import backoff_limit
+
+    limit = backoff_limit(workers, max_restarts, backend)
+    rolling = [f"drain@{i}" for i in range(workers)] + ["crash@1"] * max_restarts
+    for order in (rolling, rolling[::-1], rolling[1:] + rolling[:1]):
+        assert _survives(workers, max_restarts, backend, limit, order) == len(order), order
+    bug = ["crash@0"] * 1000
+    tries = _survives(workers, max_restarts, backend, limit, bug) + 1
+    assert tries <= (limit // workers + 2) * (max_restarts + 1)
+    # maxRestarts 0 asks to fail fast: the first container restart ends the job
+    assert backoff_limit(workers, 0, backend) == 0
+    assert _survives(workers, 0, backend, 0, ["crash@0"]) == 0
+    assert backoff_limit(16, 3, "c10d") == 81 and backoff_limit(2, 3, "etcd") == 3
+
+
+def test_rendered_jobs_carry_the_derived_backoff_limit() -> None:
+    from workloads.specs.preemption import backoff_limit
+
+    for stack in STACKS:
+        w = stack_workloads(stack)
+        job = pytorchjob.pytorchjob(w.job, w.etcd.host)
+        want = backoff_limit(w.job.workers, w.job.max_restarts, w.job.rdzv_backend)
+        assert job["spec"]["runPolicy"]["backoffLimit"] == want
+
+
+def test_docs_carry_the_budget_table_the_function_renders() -> None:
+    """docs/workloads.md shows each stack's grace period, shutdown timeout and checkpoint
+    budget; they must be what the PyTorchJob gets (the same function renders both)."""
+    from workloads.specs.preemption import budget_table
+
+    rows = []
+    for stack in ("dev", "p4de-odcr", "p5-16"):
+        job = stack_workloads(stack).job
+        rows.append(
+            (
+                stack,
+                job.instance_type,
+                pytorchjob.model_name(job),
+                job.checkpoint_mb_per_s,
+                job.workers,
+            )
+        )
+    text = (REPO / "docs" / "workloads.md").read_text(encoding="utf-8")
+    begin, end = "<!-- preemption-budget:begin -->\n", "\n<!-- preemption-budget:end -->"
+    documented = text[text.index(begin) + len(begin) : text.index(end)]
+    assert documented == budget_table(rows)
 
 
 def test_hf_token_only_through_a_secret_key_ref(stack_objects: Any) -> None:
@@ -339,13 +439,15 @@ def test_operator_env_is_what_torchrun_reads() -> None:
 def test_every_image_is_pinned(stack_objects: Any) -> None:
     _, w, objs = stack_objects
     images = [c["image"] for o in objs for c in _containers(o)]
-    assert len(images) == (4 if w.job.uses_etcd else 3)  # (etcd,) pytorch, htop, nvtop
+    assert len(images) == (2 if w.job.uses_etcd else 1)  # (etcd,) pytorch; debug tools opt-in
     for image in images:
         name, _, tag = image.rpartition("/")[2].partition(":")
         assert name and tag and tag != "latest", image
     k = operator.kustomization(OperatorSettings())
     assert k["resources"][0].endswith(f"?ref={versions.TRAINING_OPERATOR_VERSION}")
-    assert k["images"] == [{"name": "kubeflow/training-operator", "newTag": "v1.9.3"}]
+    assert k["images"] == [
+        {"name": "ghcr.io/kubeflow/training-v1/training-operator", "newTag": "v1-d6eb98e"}
+    ]
     with pytest.raises(ValueError, match=r"operator\.kustomize_url"):
         OperatorSettings(kustomize_url="https://github.com/kubeflow/trainer.git/x?ref=master")
     with pytest.raises(ValueError, match=r"job\.image"):
@@ -414,9 +516,36 @@ def test_etcd_serves_v2_on_3_5_and_only_to_the_job() -> None:
 
 
 def test_debug_daemonsets_tolerate_gpus_and_see_host_processes(stack_objects: Any) -> None:
-    stack, _, objs = stack_objects
+    """Opt-in (absent unless debugTools); when on: host PIDs but otherwise unprivileged, and a
+    deny-all NetworkPolicy."""
+    import dataclasses
+
+    from workloads.specs.stack import objects_by_component
+
+    stack, w, default_objs = stack_objects
+    assert not w.debug_tools and "DaemonSet" not in {o["kind"] for o in default_objs}
+    objs = objects_by_component(dataclasses.replace(w, debug_tools=True))["debug-tools"]
+    for obj in objs:
+        validate(obj, versions.KUBERNETES_VERSION)
+    (policy,) = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert "ingress" not in policy["spec"] and "egress" not in policy["spec"]
     sets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "DaemonSet"}
     assert sorted(sets) == list(debug.TOOLS)
+    for ds in sets.values():
+        pod = ds["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        sc = pod["containers"][0]["securityContext"]
+        assert (sc["runAsNonRoot"], sc["runAsUser"], sc["allowPrivilegeEscalation"]) == (
+            True,
+            65534,
+            False,
+        )
+        assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
+        labels = ds["spec"]["template"]["metadata"]["labels"]
+        assert all(
+            labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items()
+        )
     types_ = sorted({g.instance_type for g in load_stack_file(stack).gpu_node_groups})
     for ds in sets.values():
         pod = ds["spec"]["template"]["spec"]
@@ -467,12 +596,15 @@ def test_observability_makes_training_pods_scrapable() -> None:
         ports = {p["name"]: p["containerPort"] for p in _container(job)["ports"]}
         flag = f"--metrics_port={TRAINING_METRICS_PORT}"
         if enabled:
-            assert template["metadata"]["annotations"] == training_pod_annotations()
+            annotations = template["metadata"]["annotations"]
+            assert {k: annotations[k] for k in training_pod_annotations()} == (
+                training_pod_annotations()
+            )
             assert ports["metrics"] == TRAINING_METRICS_PORT
             assert _container(job)["command"].count(flag) == 1
             check_train_flags(w)
         else:
-            assert "annotations" not in template["metadata"]
+            assert not set(training_pod_annotations()) & set(template["metadata"]["annotations"])
             assert "metrics" not in ports
             assert not any(a.startswith("--metrics_port") for a in _container(job)["command"])
 

@@ -96,7 +96,7 @@ def test_fsx_stacks_mount_the_claim_they_create_and_resume(stack: str) -> None:
     w = stack_workloads(stack)
     assert w.checkpoint_volume is not None
     assert w.checkpoint_volume.claim_name == w.job.checkpoint_claim == DEFAULT_CHECKPOINT_CLAIM
-    assert w.checkpoint_volume.capacity_gib == cfg.shared_storage.storage_capacity_gib == 1200
+    assert w.checkpoint_volume.capacity_gib == cfg.shared_storage.storage_capacity_gib
     assert w.checkpoint_volume.namespace == w.job.namespace == "default"
     assert w.job.workers > 1 and w.job.resumes
     job = pytorchjob.pytorchjob(w.job, w.etcd.host)

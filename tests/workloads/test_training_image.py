@@ -221,11 +221,14 @@ def test_context_hash_is_the_providers_algorithm(tmp_path: Path) -> None:
     assert img.context_hash(tmp_path) == h.hexdigest()
 
 
-def test_chart_bump_keeps_the_tag_code_or_mode_or_pin_change_moves_it(tmp_path: Path) -> None:
+def test_chart_bump_keeps_the_tag_code_or_mode_or_pin_change_moves_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tree = _copy_context(tmp_path)
     base = img.content_tag(tree)
     assert base == img.content_tag(ROOT) and re.fullmatch(r"sha-[0-9a-f]{16}", base)
     context = img.context_hash(tree)
+
 
     versions_py = tree / "infra/versions.py"
     versions_py.write_text(
@@ -238,6 +241,9 @@ def test_chart_bump_keeps_the_tag_code_or_mode_or_pin_change_moves_it(tmp_path: 
     (tree / "training/__pycache__").mkdir(exist_ok=True)
     (tree / "training/__pycache__/finetune.cpython-311.pyc").write_bytes(b"\0")
     assert "99.0.0" in versions_py.read_text()
+    # ... and the same bumps in the module the program reads.
+    monkeypatch.setattr(versions, "KUBE_PROMETHEUS_STACK_VERSION", "99.0.0")
+    monkeypatch.setattr(versions, "NVIDIA_DEVICE_PLUGIN_VERSION", "9.9.9")
     assert img.content_tag(tree) == base and img.context_hash(tree) == context
 
     seen = {base}
@@ -308,10 +314,14 @@ def test_render_refuses_a_registry_less_image_for_a_gpu_job(
 def test_render_puts_the_registry_image_in_the_job_and_the_debug_tools(tmp_path: Path) -> None:
     import yaml
 
-    assert render.main(["--stack", "p5-16", "--out", str(tmp_path), "--image", ECR]) == 0
+    # the debug tools are opt-in (debugTools, or --debug-tools when rendering)
+    argv = ["--stack", "p5-16", "--out", str(tmp_path), "--image", ECR, "--debug-tools"]
+    assert render.main(argv) == 0
     refs = []
     for name in ("pytorchjob.yaml", "debug-tools.yaml"):
         for obj in yaml.safe_load_all((tmp_path / name).read_text()):
+            if obj["kind"] == "NetworkPolicy":  # the debug tools' deny-all policy
+                continue
             spec = obj["spec"]
             pod = (
                 spec["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
@@ -327,3 +337,25 @@ def test_cpu_dev_job_renders_without_a_registry(
 ) -> None:
     assert render.main(["--stack", "dev", "--out", str(tmp_path)]) == 0
     assert f"note: image {img.local_reference()} names no registry" in capsys.readouterr().out
+
+
+def test_render_takes_the_image_from_the_stack_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``--image``, ``render`` asks ``pulumi stack output trainingImage``. No Pulumi CLI
+    exists here: a stand-in script on PATH answers that one command as the CLI does (the value
+    on stdout, status 0) and fails for anything else."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    cli = bindir / "pulumi"
+    cli.write_text(
+        "#!/bin/sh\n"
+        f'[ "$*" = "stack output trainingImage --stack p5-16" ] && echo "{ECR}" && exit 0\n'
+        "echo 'error: unknown stack' >&2; exit 255\n"
+    )
+    cli.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    out = tmp_path / "out"
+    assert render.main(["--stack", "p5-16", "--out", str(out)]) == 0
+    assert f"image: {ECR}" in (out / "pytorchjob.yaml").read_text()
+    assert render.main(["--stack", "p4de-odcr", "--out", str(tmp_path / "o2")]) == 2

@@ -3,6 +3,9 @@
 etcd is pinned to 3.5.x and started with ``--enable-v2=true``: torch's ``etcd``/``etcd-v2``
 rendezvous backends speak the v2 API (python-etcd), which 3.6 removed and 3.5 serves only when
 asked. One member, ``Recreate`` strategy (a ReadWriteOnce claim cannot be shared by two pods).
+The pod is confined: it runs as nobody (65534, which also owns the data volume through
+``fsGroup``), read-only root file system, no capabilities, no privilege escalation,
+RuntimeDefault seccomp and no service-account token (etcd calls no Kubernetes API).
 
 An etcd restart fails a job on the ``etcd``/``etcd-v2`` backends (measured with the local
 runner, docs/adr/0005-rendezvous-backend.md), so while a job uses it the pod is protected from
@@ -21,6 +24,18 @@ PRIORITY_CLASS = "eks-fsdp-rendezvous"
 PRIORITY = 1_000_000
 """Above every default (0) workload, well below system-cluster-critical (2,000,000,000)."""
 DATA_DIR = "/var/run/etcd"
+NOBODY = 65534
+"""UID/GID etcd runs as."""
+SKIPS: dict[str, str] = {
+    "CKV_K8S_116": "rendezvous store, not a cluster's etcd: plain HTTP for torch's python-etcd"
+    " client; only the job's pods reach it (NetworkPolicy, enforced by the VPC CNI); it holds"
+    " membership and ranks, no secrets, and dies with the job",
+    "CKV_K8S_117": "no TLS at all (see CKV_K8S_116), so no auto-TLS either",
+    "CKV_K8S_119": "a single member whose peer URL is 127.0.0.1: no peer traffic leaves the pod",
+    "CKV_K8S_11": "no CPU limit: CFS throttling of the only etcd member stalls every worker's"
+    " rendezvous keep-alive; the request reserves its CPU",
+}
+"""checkov checks the etcd Deployment fails on purpose (annotations on it, with the reason)."""
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 """Label the training operator puts on every pod of a job."""
 
@@ -59,7 +74,15 @@ def deployment(s: EtcdSettings) -> K8sObject:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": s.name, "namespace": s.namespace, "labels": labels(s.name, COMPONENT)},
+        "metadata": {
+            "name": s.name,
+            "namespace": s.namespace,
+            "labels": labels(s.name, COMPONENT),
+            "annotations": {
+                f"checkov.io/skip{i}": f"{check}={reason}"
+                for i, (check, reason) in enumerate(sorted(SKIPS.items()), start=1)
+            },
+        },
         "spec": {
             "replicas": 1,
             "strategy": {"type": "Recreate"},
@@ -68,6 +91,14 @@ def deployment(s: EtcdSettings) -> K8sObject:
                 "metadata": {"labels": labels(s.name, COMPONENT)},
                 "spec": {
                     "priorityClassName": PRIORITY_CLASS,
+                    "automountServiceAccountToken": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": NOBODY,
+                        "runAsGroup": NOBODY,
+                        "fsGroup": NOBODY,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     "containers": [
                         {
                             "name": "etcd",
@@ -82,6 +113,12 @@ def deployment(s: EtcdSettings) -> K8sObject:
                                 "limits": {"memory": s.memory_request},
                             },
                             "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "privileged": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
                         }
                     ],
                     "volumes": [data_volume],

@@ -123,3 +123,61 @@ def preemption_budget(
         grace_period_s=shutdown + AGENT_EXIT_S,
         checkpoint_every_s=max(MIN_CHECKPOINT_EVERY_S, 2 * write_s),
     )
+
+
+def budget_table(rows: list[tuple[str, str, str, float, int]]) -> str:
+    """A markdown table of budgets: rows of (stack, instance type, model, MB/s, workers).
+
+    ``docs/workloads.md`` carries this table for the repository's stacks; a test checks that it
+    equals what this function renders, so the docs cannot drift from the spec.
+    """
+    lines = [
+        "| stack | model | checkpoint | storage | write | emergency | shutdown timeout | grace "
+        "| checkpoint every |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for stack, instance, model, mbps, workers in rows:
+        b = preemption_budget(instance, model, mbps, workers)
+        lines.append(
+            f"| {stack} | {model} | {b.checkpoint_bytes / 1e9:,.1f} GB | {mbps:,.0f} MB/s "
+            f"| {b.write_s} s | {'yes' if b.emergency_checkpoint else 'no'} "
+            f"| {b.shutdown_timeout_s} s | {b.grace_period_s} s | {b.checkpoint_every_s} s |"
+        )
+    return "\n".join(lines)
+
+
+def backoff_limit(workers: int, max_restarts: int, rdzv_backend: str) -> int:
+    """``runPolicy.backoffLimit`` for a job of ``workers`` pods with elastic ``maxRestarts``.
+
+    What counts where (the two budgets are different things):
+
+    - torchrun's ``maxRestarts`` is per agent lifetime: every FAILED worker group costs one
+      (``elastic/agent/server/api.py``, ``_invoke_run``: ``_remaining_restarts -= 1``;
+      membership changes cost none). A preemption or drain anywhere stops every rank with exit
+      143 (ADR 4), so it costs each *surviving* agent one. An agent out of restarts exits 1 and
+      the kubelet restarts its container (``restartPolicy: OnFailure``) with a fresh agent.
+    - the operator's ``backoffLimit`` (training-operator v1.9, ``pkg/core/job.go``,
+      ``PastBackoffLimit``) is the sum of ``restartCount`` over the containers of the job's
+      *Running* pods: a preempted or drained pod is deleted and its replacement starts at 0, so
+      the SIGTERM'd pod's exit 143 never counts; only survivors' container restarts do.
+    - with ``c10d`` the store lives in worker 0's agent: losing that pod fails every other
+      agent at once (one container restart each, no ``maxRestarts`` spent; ADR 5).
+
+    Sized so that the job survives one full rolling replacement of its nodes (a node-group
+    upgrade or capacity swap drains each node once: ``workers`` disruptions, worker 0 among
+    them) plus ``max_restarts`` crashes: ``D = workers + max_restarts`` disruptions make at most
+    ``floor(D / (max_restarts + 1))`` container restarts of each pod (survivors run out of
+    restarts together), plus one each for the loss of the c10d store; every pod is counted,
+    not only the ``workers - 1`` survivors, so that an event failing every agent at once (a
+    store outage) fits as well. The job fails when the sum *reaches* the limit, hence the +1.
+    p5-16 (16 workers, maxRestarts 3, c10d): (19 // 4 + 1) x 16 + 1 = 81; dev (2, 3, etcd): 3.
+    ``max_restarts = 0`` asks to fail fast: limit 0 (the operator fails the job at the first
+    container restart).
+    """
+    if workers < 1 or max_restarts < 0:
+        raise ValueError(f"workers {workers} must be >= 1 and max_restarts {max_restarts} >= 0")
+    if max_restarts == 0:
+        return 0
+    disruptions = workers + max_restarts
+    events = disruptions // (max_restarts + 1) + (1 if rdzv_backend == "c10d" else 0)
+    return events * workers + 1

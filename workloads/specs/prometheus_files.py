@@ -95,12 +95,43 @@ def _meta(label: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", label)
 
 
+FINISHED_PHASES = ("Succeeded", "Failed")
+"""Pod phases whose pods are gone for good: ``role: pod`` discovery keeps listing them (their IP
+may already belong to another pod) until the pod object is deleted, and a target that cannot
+answer keeps ``up == 0`` (a TrainingTargetDown that never clears)."""
+DROP_FINISHED_PODS: dict[str, Any] = {
+    "source_labels": ["__meta_kubernetes_pod_phase"],
+    "action": "drop",
+    "regex": "|".join(FINISHED_PHASES),
+}
+"""First relabel rule of every pod scrape job."""
+HARDWARE_XIDS: tuple[int, ...] = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140)
+"""XIDs that point at the GPU, its memory or NVLink rather than the application (NVIDIA "XID
+Errors" catalog: 48 double-bit ECC, 61/62 internal micro-controller breakpoint/halt, 63/64 ECC
+page retirement / row remapping, 74 NVLink, 79 fallen off the bus, 92 high single-bit ECC rate,
+94/95 contained/uncontained ECC, 119/120 GSP, 140 unrecovered ECC). Application faults (13, 31,
+43, 45) are left to the job's own failure handling."""
+XID_WINDOW = "15m"
+"""An XID alert stays up this long after the XID is reported."""
+
+
+def xid_expr(window: str = XID_WINDOW) -> str:
+    """A hardware XID reported within ``window``. ``DCGM_FI_DEV_XID_ERRORS`` holds the *last* XID
+    and never resets, so ``> 0`` would latch for ever: the alert needs the value to have changed
+    (``changes()``) and to be one of ``HARDWARE_XIDS``."""
+    xid = "DCGM_FI_DEV_XID_ERRORS"
+    hardware = " or ".join(f"{xid} == {x}" for x in HARDWARE_XIDS)
+    return f"max by (node, gpu) (({hardware}) and changes({xid}[{window}]) > 0)"
+
+
 def kubernetes_scrape_configs(*, dcgm: bool = True) -> list[dict[str, Any]]:
-    """Scrape jobs for the cluster: annotated PyTorchJob pods and dcgm-exporter pods."""
+    """Scrape jobs for the cluster: annotated PyTorchJob pods and dcgm-exporter pods (pods that
+    have Succeeded or Failed are dropped)."""
     training = {
         "job_name": TRAINING_SCRAPE_JOB,
         "kubernetes_sd_configs": [{"role": "pod"}],
         "relabel_configs": [
+            dict(DROP_FINISHED_PODS),
             {
                 "source_labels": [f"__meta_kubernetes_pod_annotation_{_meta(ANNOTATION_SCRAPE)}"],
                 "action": "keep",
@@ -141,6 +172,7 @@ def kubernetes_scrape_configs(*, dcgm: bool = True) -> list[dict[str, Any]]:
                 "job_name": DCGM_SCRAPE_JOB,
                 "kubernetes_sd_configs": [{"role": "pod"}],
                 "relabel_configs": [
+                    dict(DROP_FINISHED_PODS),
                     {
                         "source_labels": [
                             "__meta_kubernetes_pod_label_app_kubernetes_io_name",
@@ -172,6 +204,8 @@ class LocalTarget:
     """The node label."""
     namespace: str = "local"
     """The namespace label."""
+    phase: str = "Running"
+    """The pod phase Kubernetes discovery would report."""
 
 
 def _pod_meta_labels(t: LocalTarget, host: str, port: str) -> dict[str, str]:
@@ -181,6 +215,7 @@ def _pod_meta_labels(t: LocalTarget, host: str, port: str) -> dict[str, str]:
         "__meta_kubernetes_pod_name": t.pod,
         "__meta_kubernetes_pod_node_name": t.node,
         "__meta_kubernetes_namespace": t.namespace,
+        "__meta_kubernetes_pod_phase": t.phase,
         "__meta_kubernetes_pod_container_port_number": port,
         f"__meta_kubernetes_pod_label_{_meta(JOB_NAME_POD_LABEL)}": t.training_job,
         **{
@@ -218,6 +253,7 @@ def static_scrape_configs(
                 "__meta_kubernetes_pod_label_app_kubernetes_io_name": DCGM_APP_LABEL,
                 "__meta_kubernetes_pod_container_port_number": port,
                 "__meta_kubernetes_pod_node_name": f"node-{i}",
+                "__meta_kubernetes_pod_phase": "Running",
             }
             dcgm_groups.append({"targets": [address], "labels": labels})
         dcgm = {k: v for k, v in by_name[DCGM_SCRAPE_JOB].items() if k != "kubernetes_sd_configs"}
@@ -243,10 +279,11 @@ def rule_groups(thresholds: AlertThresholds | None = None) -> list[dict[str, Any
     gpu = [
         _alert(
             "GpuXidError",
-            "max by (node, gpu) (DCGM_FI_DEV_XID_ERRORS) > 0",
+            xid_expr(),
             "critical",
             "XID {{ $value }} on GPU {{ $labels.gpu }} of node {{ $labels.node }}",
-            "The GPU driver reported an XID error; drain the node if it repeats.",
+            f"The GPU driver reported a hardware XID in the last {XID_WINDOW}; drain the node"
+            " and check the GPU.",
         ),
         _alert(
             "GpuTemperatureHigh",
@@ -360,21 +397,28 @@ def rule_tests(thresholds: AlertThresholds | None = None) -> dict[str, Any]:
         "rule_files": [RULES_FILE],
         "evaluation_interval": "1m",
         "tests": [
-            {  # XID: n1 reports XID 79 at minute 3; n2 stays at 0.
+            {  # XID: n1 reports hardware XID 79 at minute 3 (and keeps holding it: the field is
+                # the last XID); n2 an application XID 13; n3 holds 79 from before the exporter
+                # started. Only n1 fires, and only for the window after its XID.
                 "interval": "1m",
                 "input_series": [
                     {
                         "series": 'DCGM_FI_DEV_XID_ERRORS{node="n1",gpu="0",Hostname="n1"}',
-                        "values": "0 0 0 79 79 79",
+                        "values": "0 0 0 79x40",
                     },
                     {
                         "series": 'DCGM_FI_DEV_XID_ERRORS{node="n2",gpu="3",Hostname="n2"}',
-                        "values": "0x6",
+                        "values": "0 0 0 13x40",
+                    },
+                    {
+                        "series": 'DCGM_FI_DEV_XID_ERRORS{node="n3",gpu="1",Hostname="n3"}',
+                        "values": "79x43",
                     },
                 ],
                 "alert_rule_test": [
                     alert("2m", "GpuXidError"),
                     alert("4m", "GpuXidError", _expected("GpuXidError", n1, "79", t)),
+                    alert("30m", "GpuXidError"),  # cleared: the XID did not latch
                 ],
             },
             {  # Temperature: n1 hot for 10 minutes, n2 cool throughout.

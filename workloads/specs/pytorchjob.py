@@ -22,6 +22,11 @@ Invariants the builder keeps (and the tests assert):
   ``ttlSecondsAfterFinished``; cpu and memory requested from the instance catalog (Burstable
   QoS, not the first pods the kubelet OOM-kills) and a size limit on the memory-backed
   ``/dev/shm``;
+- the pods are confined: no service-account token (the job calls no Kubernetes API), the
+  RuntimeDefault seccomp profile, no privilege escalation, every capability dropped except
+  ``IPC_LOCK`` on EFA instance types (libfabric's EFA provider pins the memory it registers
+  with the device; ``IPC_LOCK`` lifts RLIMIT_MEMLOCK for that). What stays deliberate is listed
+  in ``SECURITY_SKIPS`` and carried as checkov skip annotations on the pod template;
 - the command carries ``--resume`` whenever the checkpoints are shared (a claim, or a single
   worker): a restarted worker continues from the newest complete checkpoint. With an emptyDir
   per pod and several workers it is left out (each pod would hold only its own rank's shards).
@@ -39,7 +44,7 @@ from kubernetes.client import models as k8s
 
 from infra.instances import lookup
 from workloads.specs.common import K8sObject, labels, stable_hash, tolerations
-from workloads.specs.preemption import PreemptionBudget, preemption_budget
+from workloads.specs.preemption import PreemptionBudget, backoff_limit, preemption_budget
 from workloads.specs.prometheus_files import training_pod_annotations
 from workloads.specs.settings import C10D_PORT, ETCD_CLIENT_PORT, HF_TOKEN_KEY, JobSettings
 
@@ -52,6 +57,60 @@ OPERATOR_PORT = 23456
 COMPONENT = "training"
 NCCL_NET_EFA = "OFI"
 """NCCL_NET on EFA instance types: the aws-ofi-nccl network, or NCCL refuses to start."""
+EFA_CAPABILITIES = ("IPC_LOCK",)
+"""Capabilities the container keeps on EFA instance types (memory registration for RDMA)."""
+SECURITY_SKIPS: dict[str, str] = {
+    "CKV_K8S_23": "the training image runs as root: it writes the model cache under /root and "
+    "checkpoints into the FSx for Lustre root directory (root-owned; Lustre ignores fsGroup); "
+    "no capabilities but IPC_LOCK on EFA, no privilege escalation",
+    "CKV_K8S_40": "runs as root (see CKV_K8S_23), so no high UID",
+    "CKV_K8S_22": "the job writes the Hugging Face and torch caches (tens of GB of weights) "
+    "inside the container",
+    "CKV_K8S_8": "no liveness probe: a restarted worker breaks the NCCL collective of every "
+    "other worker; torchrun's elastic agent and the operator's restart policy handle failures",
+    "CKV_K8S_9": "no readiness probe: the workers serve no traffic; the rendezvous is the "
+    "readiness",
+    "CKV_K8S_35": "the Hugging Face token reaches huggingface_hub as HF_TOKEN from a "
+    "secretKeyRef (never rendered); the pod mounts no service-account token",
+    "CKV_K8S_11": "no CPU limit (worker_requests: Burstable QoS): one worker owns its node, and "
+    "CFS throttling of a data-loader or NCCL proxy thread would stall every rank; 85% of the "
+    "vCPUs are requested",
+    "CKV_K8S_13": "no memory limit (worker_requests: Burstable QoS): one worker owns its node, "
+    "and a limit would OOM-kill a rank mid-collective; 85% of the memory is requested and "
+    "/dev/shm is size-limited",
+}
+"""checkov checks the worker pods fail on purpose, with the reason (pod-template annotations)."""
+EFA_SECURITY_SKIPS: dict[str, str] = {
+    "CKV_K8S_25": "IPC_LOCK on EFA instance types: libfabric's EFA provider registers (pins) "
+    "the training buffers with the device",
+    "CKV_K8S_37": "the only capability kept is IPC_LOCK on EFA instance types (see CKV_K8S_25)",
+}
+"""The same for pods on EFA instance types."""
+
+
+def security_skips(s: JobSettings) -> dict[str, str]:
+    """checkov skips of the worker pods of ``s`` (check id -> reason)."""
+    efa = lookup(s.instance_type).efa_supported
+    return {**SECURITY_SKIPS, **(EFA_SECURITY_SKIPS if efa else {})}
+
+
+def skip_annotations(skips: dict[str, str]) -> dict[str, str]:
+    """``checkov.io/skipN: CHECK=reason`` annotations (checkov's in-manifest suppression)."""
+    return {
+        f"checkov.io/skip{i}": f"{check}={reason}"
+        for i, (check, reason) in enumerate(sorted(skips.items()), start=1)
+    }
+
+
+def container_security_context(s: JobSettings) -> k8s.V1SecurityContext:
+    """No privilege escalation, no capabilities (but IPC_LOCK on EFA), RuntimeDefault seccomp."""
+    efa = lookup(s.instance_type).efa_supported
+    return k8s.V1SecurityContext(
+        allow_privilege_escalation=False,
+        privileged=False,
+        capabilities=k8s.V1Capabilities(drop=["ALL"], add=list(EFA_CAPABILITIES) if efa else None),
+        seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+    )
 
 
 def nproc_per_node(s: JobSettings) -> int:
@@ -228,6 +287,7 @@ def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
         resources=k8s.V1ResourceRequirements(
             limits=devices, requests={**devices, **worker_requests(s.instance_type)}
         ),
+        security_context=container_security_context(s),
         volume_mounts=[
             k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
             k8s.V1VolumeMount(name="checkpoints", mount_path=s.checkpoint_mount),
@@ -237,10 +297,17 @@ def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
         metadata=k8s.V1ObjectMeta(
             labels=labels(s.name, COMPONENT),
             # the cluster Prometheus scrapes annotated training pods (workloads.specs.prometheus_files)
-            annotations=training_pod_annotations(s.metrics_port) if s.metrics_port else None,
+            annotations={
+                **(training_pod_annotations(s.metrics_port) if s.metrics_port else {}),
+                **skip_annotations(security_skips(s)),
+            },
         ),
         spec=k8s.V1PodSpec(
             containers=[container],
+            automount_service_account_token=False,
+            security_context=k8s.V1PodSecurityContext(
+                seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault")
+            ),
             node_selector=dict(s.node_selector) or None,
             tolerations=[
                 k8s.V1Toleration(**t)
@@ -256,6 +323,48 @@ def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
             ],
         ),
     )
+
+
+def pod_selector(s: JobSettings) -> dict[str, str]:
+    """Labels of the job's pod template that select exactly its pods."""
+    selected = labels(s.name, COMPONENT)
+    return {k: selected[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/component")}
+
+
+def network_policy(s: JobSettings, metrics_namespace: str | None = None) -> K8sObject:
+    """Ingress to the job's pods only from the job's own pods (torchrun's TCP store, NCCL's
+    socket bootstrap) and, when the pods export metrics, from ``metrics_namespace`` on the
+    metrics port. EFA traffic bypasses the kernel and is not subject to it; egress stays open
+    (model download, etcd, the checkpoint file system)."""
+    workers = pod_selector(s)
+    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {"matchLabels": workers}}]}]
+    if s.metrics_port and metrics_namespace:
+        ingress.append(
+            {
+                "from": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": metrics_namespace}
+                        }
+                    }
+                ],
+                "ports": [{"protocol": "TCP", "port": s.metrics_port}],
+            }
+        )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": f"{s.name}-workers",
+            "namespace": s.namespace,
+            "labels": labels(s.name, COMPONENT),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": workers},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
 
 
 def pytorchjob_model(s: JobSettings, etcd_host: str) -> kf.KubeflowOrgV1PyTorchJob:
@@ -294,7 +403,7 @@ def pytorchjob_model(s: JobSettings, etcd_host: str) -> kf.KubeflowOrgV1PyTorchJ
                 # peer that will never come) are deleted, finished ones kept for their logs.
                 clean_pod_policy="Running",
                 ttl_seconds_after_finished=s.ttl_after_finished_s,
-                backoff_limit=max(s.max_restarts, 1) * s.workers,
+                backoff_limit=backoff_limit(s.workers, s.max_restarts, s.rdzv_backend),
             ),
         ),
     )

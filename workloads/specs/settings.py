@@ -234,8 +234,8 @@ class OperatorSettings:
     """Remote kustomize directory, pinned with ``?ref=<tag>``."""
     image_name: str = versions.TRAINING_OPERATOR_IMAGE_NAME
     """Operator image name the overlay uses."""
-    image_tag: str = versions.TRAINING_OPERATOR_VERSION
-    """Operator image tag the overlay is pinned to."""
+    image_tag: str = versions.TRAINING_OPERATOR_IMAGE_TAG
+    """Operator image tag the overlay is pinned to (the one the release's overlay ships)."""
     namespace: str = versions.TRAINING_OPERATOR_NAMESPACE
     """Namespace the overlay installs into."""
 
@@ -262,6 +262,8 @@ class Workloads:
     """The training operator install."""
     debug: DebugSettings
     """The debug DaemonSets."""
+    debug_tools: bool = False
+    """Whether the stack deploys the debug DaemonSets (stack key ``debugTools``, opt-in)."""
     job_enabled: bool = True
     """Whether the stack submits the job (the operator, etcd and tools are installed anyway)."""
     device: str = "cuda"
@@ -383,6 +385,7 @@ def from_stack(
         etcd=etcd,
         operator=OperatorSettings(),
         debug=debug,
+        debug_tools=bool(getattr(stack_cfg, "debug_tools", False)),
         job_enabled=bool(getattr(job_cfg, "enabled", True)),
         device=getattr(job_cfg, "device", None) or "cuda",
         checkpoint_volume=checkpoint_volume,

@@ -11,6 +11,7 @@ from typing import Any
 from workloads.specs import debug, etcd, operator, pytorchjob, storage
 from workloads.specs.common import K8sObject
 from workloads.specs.image import local_reference
+from workloads.specs.observability import ObservabilitySettings
 from workloads.specs.settings import Workloads, from_stack
 
 
@@ -63,8 +64,11 @@ def objects_by_component(
     if w.job.uses_etcd:
         out["etcd"] = etcd.objects(w.etcd)
     if w.job_enabled:
+        metrics_namespace = ObservabilitySettings().namespace if w.job.metrics_port else None
         out["pytorchjob"] = [pytorchjob.pytorchjob(w.job, w.etcd.host)]
-    out["debug-tools"] = debug.objects(w.debug)
+        out["workers-network-policy"] = [pytorchjob.network_policy(w.job, metrics_namespace)]
+    if w.debug_tools:
+        out["debug-tools"] = debug.objects(w.debug)
     return out
 
 

@@ -1,0 +1,444 @@
+"""The rules of the eks-fsdp policy pack, as pulumi-policy objects (no ``PolicyPack`` here).
+
+``__main__.py`` hands ``POLICIES`` to ``PolicyPack``, which the Pulumi engine runs for
+``pulumi preview/up --policy-pack policy``; the tests call each policy's ``validate`` offline on
+the resources the program registers under mocks, and on broken inputs. The pack runs in its own
+virtualenv (this folder's requirements.txt), so this module imports nothing of the project:
+the few facts it shares with ``infra`` (the EKS support calendar, the control-plane log types)
+are repeated here and a test keeps them equal.
+
+Property names are the engine's (camelCase inputs); integers may arrive as floats.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+INSTANCE = "aws:ec2/instance:Instance"
+SUBNET = "aws:ec2/subnet:Subnet"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
+INGRESS_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+EGRESS_RULE = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
+SG_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+EKS_CLUSTER = "eks:index:Cluster"
+AWS_EKS_CLUSTER = "aws:eks/cluster:Cluster"
+ADDON = "aws:eks/addon:Addon"
+ROLE = "aws:iam/role:Role"
+IAM_POLICY = "aws:iam/policy:Policy"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+EBS_VOLUME = "aws:ebs/volume:Volume"
+LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+HELM_CHART_V4 = "kubernetes:helm.sh/v4:Chart"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+
+IMDS_HOP_LIMIT = 1
+"""Pods (one network hop further than the node) cannot get an IMDSv2 token at hop limit 1.
+Nothing on this project's nodes needs IMDS from a pod network namespace (the VPC CNI,
+kube-proxy, the EFA device plugin and the CloudWatch agent use host networking)."""
+STORAGE_ADMIN_POLICIES = frozenset(
+    {
+        "arn:aws:iam::aws:policy/AmazonFSxFullAccess",
+        "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy",
+        "arn:aws:iam::aws:policy/AmazonEC2FullAccess",
+        "arn:aws:iam::aws:policy/AdministratorAccess",
+    }
+)
+"""Managed policies that let whoever holds them delete volumes or file systems."""
+CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+EKS_STANDARD_SUPPORT_END: dict[str, dt.date] = {
+    "1.33": dt.date(2026, 7, 29),
+    "1.34": dt.date(2026, 12, 2),
+    "1.35": dt.date(2027, 3, 27),
+}
+"""End of EKS standard support per minor version (EKS user guide, Kubernetes version
+lifecycle); equal to ``infra.versions.EKS_STANDARD_SUPPORT_END`` (a test checks)."""
+
+Props = Mapping[str, Any]
+Check = Callable[[Props], Iterable[str]]
+
+
+def _get(props: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(props, Mapping):
+            return None
+        props = props.get(key)
+    return props
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.lower() == "true")
+
+
+# --- resource checks: (props) -> violation messages -------------------------------------------
+
+
+def imds(props: Props) -> Iterable[str]:
+    """IMDSv2 required, endpoint on, hop limit 1 (launch templates and instances)."""
+    meta = props.get("metadataOptions") or {}
+    if meta.get("httpEndpoint") == "disabled":
+        return
+    if meta.get("httpTokens") != "required":
+        yield "IMDSv2 is not required (metadataOptions.httpTokens must be 'required')"
+    hops = meta.get("httpPutResponseHopLimit")
+    if hops is None or float(hops) != IMDS_HOP_LIMIT:
+        yield (
+            f"IMDS hop limit is {'unset' if hops is None else f'{float(hops):g}'};"
+            f" {IMDS_HOP_LIMIT} keeps the node role's credentials"
+            " away from pods"
+        )
+
+
+def launch_template_public_ip(props: Props) -> Iterable[str]:
+    """No network interface of a node asks for a public IP."""
+    for i, nic in enumerate(props.get("networkInterfaces") or []):
+        if _truthy(nic.get("associatePublicIpAddress")):
+            yield f"networkInterfaces[{i}] associates a public IP address"
+
+
+def _statements(document: Any) -> list[Mapping[str, Any]]:
+    if isinstance(document, str):
+        try:
+            document = json.loads(document)
+        except json.JSONDecodeError:
+            return []
+    if not isinstance(document, Mapping):
+        return []
+    statements = document.get("Statement") or []
+    return [statements] if isinstance(statements, Mapping) else list(statements)
+
+
+def _wildcards(document: Any) -> list[str]:
+    found = []
+    for stmt in _statements(document):
+        if stmt.get("Effect") != "Allow":
+            continue
+        actions = stmt.get("Action") or []
+        for action in [actions] if isinstance(actions, str) else actions:
+            if action == "*" or action.endswith(":*"):
+                found.append(action)
+    return found
+
+
+def iam_wildcards(props: Props) -> Iterable[str]:
+    """No Allow of ``*`` or ``service:*`` in an IAM policy document."""
+    documents = [props.get("policy")]
+    documents += [p.get("policy") for p in props.get("inlinePolicies") or []]
+    for document in documents:
+        for action in _wildcards(document):
+            yield f"allows the wildcard action {action!r}"
+
+
+def block_devices_encrypted(props: Props) -> Iterable[str]:
+    """Every EBS block device of a launch template is encrypted."""
+    for i, mapping in enumerate(props.get("blockDeviceMappings") or []):
+        ebs = mapping.get("ebs")
+        if ebs is not None and not _truthy(ebs.get("encrypted")):
+            yield f"blockDeviceMappings[{i}] ({mapping.get('deviceName')}) is not encrypted"
+
+
+def ebs_volume_encrypted(props: Props) -> Iterable[str]:
+    if not _truthy(props.get("encrypted")):
+        yield "the EBS volume is not encrypted"
+
+
+def lustre_encrypted(props: Props) -> Iterable[str]:
+    """FSx for Lustre: SCRATCH is always encrypted (AWS-owned key); PERSISTENT needs a KMS key."""
+    if str(props.get("deploymentType", "")).startswith("PERSISTENT") and not props.get("kmsKeyId"):
+        yield "a PERSISTENT file system without kmsKeyId (use a customer-managed KMS key)"
+
+
+def eks_secrets_kms(props: Props) -> Iterable[str]:
+    """Kubernetes Secrets envelope-encrypted with KMS."""
+    if props.get("encryptionConfigKeyArn") or _get(props, "encryptionConfig", "provider", "keyArn"):
+        return
+    yield "Secrets are not envelope-encrypted (set encryptionConfigKeyArn to a KMS key)"
+
+
+def control_plane_logging(props: Props) -> Iterable[str]:
+    enabled = set(props.get("enabledClusterLogTypes") or [])
+    missing = [t for t in CONTROL_PLANE_LOG_TYPES if t not in enabled]
+    if missing:
+        yield f"control-plane log types off: {', '.join(missing)}"
+
+
+def api_endpoint(props: Props) -> Iterable[str]:
+    """A public API endpoint admits named CIDRs only (its default is 0.0.0.0/0)."""
+    public = props.get("endpointPublicAccess")
+    if public is None:
+        public = _get(props, "vpcConfig", "endpointPublicAccess")
+    if public is False:
+        return
+    cidrs = props.get("publicAccessCidrs") or _get(props, "vpcConfig", "publicAccessCidrs") or []
+    if not cidrs:
+        yield "the public API endpoint is open to 0.0.0.0/0 (no publicAccessCidrs)"
+    for cidr in cidrs:
+        if str(cidr).endswith("/0"):
+            yield f"the public API endpoint admits {cidr}"
+
+
+def kubernetes_version(props: Props, today: dt.date | None = None) -> Iterable[str]:
+    version = props.get("version")
+    if version is None:
+        yield "no Kubernetes version pinned (EKS would pick its default)"
+        return
+    end = EKS_STANDARD_SUPPORT_END.get(str(version))
+    if end is None:
+        yield f"Kubernetes {version} has no known EKS standard-support window"
+    elif (today or dt.date.today()) > end:
+        yield f"Kubernetes {version} left EKS standard support on {end.isoformat()}"
+
+
+def cluster_addons_pinned(props: Props) -> Iterable[str]:
+    """The add-ons pulumi-eks installs carry explicit versions."""
+    if not _get(props, "vpcCniOptions", "addonVersion"):
+        yield "vpc-cni add-on version not pinned (vpcCniOptions.addonVersion)"
+    kube_proxy = props.get("kubeProxyAddonOptions") or {}
+    if kube_proxy.get("enabled", True) and not kube_proxy.get("version"):
+        yield "kube-proxy add-on version not pinned (kubeProxyAddonOptions.version)"
+    coredns = props.get("corednsAddonOptions") or {}
+    if coredns.get("enabled", True) and not coredns.get("version"):
+        yield "CoreDNS add-on version not pinned (corednsAddonOptions.version)"
+
+
+def addon_pinned(props: Props) -> Iterable[str]:
+    if not props.get("addonVersion"):
+        yield f"EKS add-on {props.get('addonName')} has no addonVersion (latest at creation)"
+
+
+def chart_pinned(props: Props) -> Iterable[str]:
+    version = str(props.get("version") or "")
+    if not version or version in ("latest", "*") or version.startswith(("^", "~", ">")):
+        yield f"Helm chart {props.get('chart')} is not pinned to a version ({version or 'none'})"
+
+
+def placement_with_capacity_block(props: Props) -> Iterable[str]:
+    """A Capacity Block is already co-located; a placement group makes launches fail."""
+    market = _get(props, "instanceMarketOptions", "marketType")
+    group = _get(props, "placement", "groupName")
+    if market == "capacity-block" and group:
+        yield f"placement group {group} with a capacity block (its instances are co-located)"
+
+
+# --- stack checks: (resources) -> (urn, message) --------------------------------------------
+
+
+def _deps(resource: Any, prop: str) -> list[Any]:
+    return list((getattr(resource, "property_dependencies", None) or {}).get(prop, []))
+
+
+def _trusts_ec2(role: Any) -> bool:
+    return any(
+        "ec2.amazonaws.com" in json.dumps(stmt.get("Principal", {}))
+        for stmt in _statements(role.props.get("assumeRolePolicy"))
+    )
+
+
+def node_role_storage_admin(resources: list[Any]) -> Iterable[tuple[str, str]]:
+    """No FSx/EBS admin (or broader) managed policy on a role EC2 instances assume."""
+    node_roles = {r.urn for r in resources if r.resource_type == ROLE and _trusts_ec2(r)}
+    for res in resources:
+        if res.resource_type != ATTACHMENT:
+            continue
+        roles = {d.urn for d in _deps(res, "role")}
+        arn = res.props.get("policyArn")
+        if roles & node_roles and arn in STORAGE_ADMIN_POLICIES:
+            yield res.urn, f"{arn} attached to a node role (give it to the CSI controller by IRSA)"
+
+
+def node_subnets_private(resources: list[Any]) -> Iterable[tuple[str, str]]:
+    """Nodegroups launch only into subnets that do not map public IPs."""
+    for res in resources:
+        if res.resource_type != NODE_GROUP:
+            continue
+        for subnet in _deps(res, "subnetIds"):
+            if subnet.resource_type == SUBNET and _truthy(subnet.props.get("mapPublicIpOnLaunch")):
+                yield res.urn, f"subnet {subnet.name} maps public IPs on launch"
+
+
+def efa_security_group_self_only(resources: list[Any]) -> Iterable[tuple[str, str]]:
+    """The security group of EFA interfaces admits and sends traffic only to its members."""
+    efa_groups: set[str] = set()
+    for res in resources:
+        if res.resource_type != LAUNCH_TEMPLATE:
+            continue
+        nics = res.props.get("networkInterfaces") or []
+        if any(str(n.get("interfaceType", "")).startswith("efa") for n in nics):
+            efa_groups |= {
+                d.urn for d in _deps(res, "networkInterfaces") if d.resource_type == SECURITY_GROUP
+            }
+    for res in resources:
+        if res.resource_type not in (INGRESS_RULE, EGRESS_RULE):
+            continue
+        owner = {d.urn for d in _deps(res, "securityGroupId")} & efa_groups
+        if not owner:
+            continue
+        peer = {d.urn for d in _deps(res, "referencedSecurityGroupId")}
+        opens = [k for k in ("cidrIpv4", "cidrIpv6", "prefixListId") if res.props.get(k)]
+        if opens or peer != owner:
+            yield res.urn, f"EFA security group rule {res.name} reaches beyond its members"
+
+
+def network_policies_enforced(resources: list[Any]) -> Iterable[tuple[str, str]]:
+    """NetworkPolicies are deployed only where the VPC CNI enforces them."""
+    if not any(r.resource_type == NETWORK_POLICY for r in resources):
+        return
+    for res in resources:
+        if res.resource_type == EKS_CLUSTER and not _truthy(
+            _get(res.props, "vpcCniOptions", "enableNetworkPolicy")
+        ):
+            yield (
+                res.urn,
+                (
+                    "NetworkPolicies are deployed but the VPC CNI does not enforce them"
+                    " (vpcCniOptions.enableNetworkPolicy)"
+                ),
+            )
+
+
+# --- the policies -------------------------------------------------------------------------
+
+
+def _resource_policy(
+    name: str, description: str, checks: Mapping[str, Check]
+) -> ResourceValidationPolicy:
+    def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
+        check = checks.get(args.resource_type)
+        if check is None:
+            return
+        for message in check(args.props):
+            report(message, None)
+
+    return ResourceValidationPolicy(
+        name=name,
+        description=description,
+        enforcement_level=EnforcementLevel.MANDATORY,
+        validate=validate,
+    )
+
+
+def _stack_policy(
+    name: str, description: str, check: Callable[[list[Any]], Iterable[tuple[str, str]]]
+) -> StackValidationPolicy:
+    def validate(args: StackValidationArgs, report: ReportViolation) -> None:
+        for urn, message in check(list(args.resources)):
+            report(message, urn)
+
+    return StackValidationPolicy(
+        name=name,
+        description=description,
+        enforcement_level=EnforcementLevel.MANDATORY,
+        validate=validate,
+    )
+
+
+def _all(*checks: Check) -> Check:
+    def run(props: Props) -> Iterable[str]:
+        for check in checks:
+            yield from check(props)
+
+    return run
+
+
+RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
+    _resource_policy(
+        "imdsv2-hop-limit-1",
+        "IMDSv2 required with hop limit 1 on nodes that run pods",
+        {LAUNCH_TEMPLATE: imds, INSTANCE: imds},
+    ),
+    _resource_policy(
+        "no-wildcard-iam-actions",
+        "No IAM policy allows '*' or 'service:*' actions",
+        {IAM_POLICY: iam_wildcards, ROLE_POLICY: iam_wildcards, ROLE: iam_wildcards},
+    ),
+    _resource_policy(
+        "no-public-ip-on-node-interfaces",
+        "Node network interfaces take no public IP",
+        {LAUNCH_TEMPLATE: launch_template_public_ip},
+    ),
+    _resource_policy(
+        "encryption-at-rest",
+        "EBS volumes and FSx file systems are encrypted at rest",
+        {
+            LAUNCH_TEMPLATE: block_devices_encrypted,
+            EBS_VOLUME: ebs_volume_encrypted,
+            LUSTRE: lustre_encrypted,
+        },
+    ),
+    _resource_policy(
+        "eks-secrets-kms",
+        "Kubernetes Secrets are envelope-encrypted with a KMS key",
+        {EKS_CLUSTER: eks_secrets_kms, AWS_EKS_CLUSTER: eks_secrets_kms},
+    ),
+    _resource_policy(
+        "eks-control-plane-logging",
+        "Every EKS control-plane log type is on",
+        {EKS_CLUSTER: control_plane_logging, AWS_EKS_CLUSTER: control_plane_logging},
+    ),
+    _resource_policy(
+        "eks-api-endpoint-restricted",
+        "The public API endpoint admits named CIDRs only",
+        {EKS_CLUSTER: api_endpoint, AWS_EKS_CLUSTER: api_endpoint},
+    ),
+    _resource_policy(
+        "eks-standard-support",
+        "The Kubernetes version is in EKS standard support",
+        {EKS_CLUSTER: kubernetes_version, AWS_EKS_CLUSTER: kubernetes_version},
+    ),
+    _resource_policy(
+        "pinned-versions",
+        "Helm charts and EKS add-ons are pinned to versions",
+        {
+            HELM_RELEASE: chart_pinned,
+            HELM_CHART_V4: chart_pinned,
+            ADDON: addon_pinned,
+            EKS_CLUSTER: cluster_addons_pinned,
+        },
+    ),
+    _resource_policy(
+        "no-placement-group-with-capacity-block",
+        "A capacity block's launch template names no placement group",
+        {LAUNCH_TEMPLATE: placement_with_capacity_block},
+    ),
+]
+STACK_POLICIES: list[StackValidationPolicy] = [
+    _stack_policy(
+        "no-storage-admin-on-node-roles",
+        "Node roles carry no FSx/EBS admin policy (IRSA for the CSI drivers)",
+        node_role_storage_admin,
+    ),
+    _stack_policy(
+        "no-public-ips-on-nodes",
+        "Nodegroups launch into subnets that map no public IPs",
+        node_subnets_private,
+    ),
+    _stack_policy(
+        "efa-security-group-self-only",
+        "The EFA security group admits and sends traffic to its members only",
+        efa_security_group_self_only,
+    ),
+    _stack_policy(
+        "network-policy-enforced",
+        "The VPC CNI enforces NetworkPolicies wherever they are deployed",
+        network_policies_enforced,
+    ),
+]
+POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
+    *RESOURCE_POLICIES,
+    *STACK_POLICIES,
+]

@@ -1,0 +1,306 @@
+"""The policy pack (``policy/``) on every stack's resources, and on broken ones.
+
+Mocked, and why: there is no Pulumi engine or AWS here. The program runs under Pulumi's
+unit-test mocks (``tests/pulumi_mocks``); the resources it registers (inputs over the mock's
+outputs, with the per-property dependencies the engine records) are written to JSON and handed
+to ``policy/offline.py``, which calls every ``ResourceValidationPolicy.validate`` and
+``StackValidationPolicy.validate`` of the pack, the calls ``pulumi preview --policy-pack policy``
+makes. The pack runs in the tools virtualenv (``.venv-tools``, made by ``make setup``) because
+pulumi-policy 1.21 pins protobuf 5 while the program's pulumi 3.272 runs on protobuf 6.
+
+If these fail, either a stack would violate a rule at ``pulumi preview --policy-pack policy``
+(a hop limit of 2, an admin policy on the node role, an open API endpoint, Secrets without
+KMS...), or a rule has gone blind: each rule is fed a copy of the p5-16 (or p4de-odcr)
+resources with exactly one thing broken and must fire, and only that rule may fire.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra import versions
+from infra.cluster import CONTROL_PLANE_LOG_TYPES
+from tests.pulumi_mocks import REPO_ROOT, ProgramRun, run_program
+
+STACKS = ("dev", "p4de-odcr", "p5-16")
+SECRETS = {"hfToken": "hf_mock", "grafanaAdminPassword": "mock-password"}
+TOOLS_PYTHON = REPO_ROOT / ".venv-tools" / "bin" / "python"
+OFFLINE = REPO_ROOT / "policy" / "offline.py"
+Resources = list[dict[str, Any]]
+
+
+def _tools() -> Path:
+    if not TOOLS_PYTHON.is_file():
+        pytest.fail(".venv-tools is missing: run `make setup` (it installs requirements-tools.txt)")
+    return TOOLS_PYTHON
+
+
+def as_policy_input(run: ProgramRun) -> Resources:
+    """The resources as the engine hands them to a policy pack (props = outputs and inputs)."""
+    return [
+        {
+            "type": r.type,
+            "name": r.name,
+            "urn": r.urn,
+            "props": {**r.outputs, **r.inputs},
+            "propertyDependencies": {k: list(v) for k, v in r.property_dependencies.items()},
+        }
+        for r in run.resources
+    ]
+
+
+def violations(resources: Resources, tmp_path: Path) -> list[dict[str, str]]:
+    path = tmp_path / "resources.json"
+    path.write_text(json.dumps(resources, default=str))
+    out = subprocess.run(
+        [str(_tools()), str(OFFLINE), str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def resources() -> dict[str, Resources]:
+    return {s: as_policy_input(run_program(s, secrets=SECRETS)) for s in STACKS}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_passes_the_pack(
+    resources: dict[str, Resources], stack: str, tmp_path: Path
+) -> None:
+    # Each stack registers the resource kinds the rules look at (a rule on nothing passes).
+    kinds = {r["type"] for r in resources[stack]}
+    assert {
+        "aws:ec2/launchTemplate:LaunchTemplate",
+        "eks:index:Cluster",
+        "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+        "aws:eks/addon:Addon",
+        "kubernetes:helm.sh/v3:Release",
+        "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+    } <= kinds
+    assert violations(resources[stack], tmp_path) == []
+
+
+def _one(res: Resources, type_: str, name: str | None = None) -> dict[str, Any]:
+    found = [r for r in res if r["type"] == type_ and (name is None or r["name"] == name)]
+    assert len(found) == 1, (type_, name, len(found))
+    return found[0]
+
+
+def _lt(res: Resources) -> dict[str, Any]:
+    """The GPU nodegroup's launch template."""
+    (lt,) = [
+        r
+        for r in res
+        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and r["name"] != "cluster-system-lt"
+    ]
+    return lt
+
+
+def _eks(res: Resources) -> dict[str, Any]:
+    return _one(res, "eks:index:Cluster")
+
+
+def hop_limit_2(res: Resources) -> None:
+    _lt(res)["props"]["metadataOptions"]["httpPutResponseHopLimit"] = 2
+
+
+def imds_v1(res: Resources) -> None:
+    _lt(res)["props"]["metadataOptions"]["httpTokens"] = "optional"
+
+
+def wildcard_action(res: Resources) -> None:
+    role = _one(res, "aws:iam/role:Role", "cluster-ebs-csi-role")
+    role["props"]["inlinePolicies"] = [
+        {"name": "all", "policy": json.dumps({"Statement": [{"Effect": "Allow", "Action": "*"}]})}
+    ]
+
+
+def fsx_admin_on_node_role(res: Resources) -> None:
+    attachment = next(
+        r
+        for r in res
+        if r["type"] == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+        and r["name"].startswith("cluster-node-")
+    )
+    attachment["props"]["policyArn"] = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
+
+
+def public_node_subnet(res: Resources) -> None:
+    ng = next(r for r in res if r["name"].startswith("gpu-") and r["name"].endswith("-ng"))
+    (subnet_urn,) = ng["propertyDependencies"]["subnetIds"]
+    next(r for r in res if r["urn"] == subnet_urn)["props"]["mapPublicIpOnLaunch"] = True
+
+
+def public_ip_on_nic(res: Resources) -> None:
+    _lt(res)["props"]["networkInterfaces"][0]["associatePublicIpAddress"] = "true"
+
+
+def efa_sg_open_egress(res: Resources) -> None:
+    rule = _one(
+        res, "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "network-efa-egress-self"
+    )
+    rule["props"]["cidrIpv4"] = "0.0.0.0/0"
+    rule["propertyDependencies"]["referencedSecurityGroupId"] = []
+
+
+def unencrypted_root_volume(res: Resources) -> None:
+    _lt(res)["props"]["blockDeviceMappings"][0]["ebs"]["encrypted"] = "false"
+
+
+def persistent_fsx_without_kms(res: Resources) -> None:
+    _one(res, "aws:fsx/lustreFileSystem:LustreFileSystem")["props"]["deploymentType"] = (
+        "PERSISTENT_2"
+    )
+
+
+def secrets_without_kms(res: Resources) -> None:
+    del _eks(res)["props"]["encryptionConfigKeyArn"]
+
+
+def partial_logging(res: Resources) -> None:
+    _eks(res)["props"]["enabledClusterLogTypes"] = ["api", "audit", "authenticator"]
+
+
+def open_api_endpoint(res: Resources) -> None:
+    _eks(res)["props"]["publicAccessCidrs"] = ["0.0.0.0/0"]
+
+
+def no_network_policy_enforcement(res: Resources) -> None:
+    _eks(res)["props"]["vpcCniOptions"]["enableNetworkPolicy"] = False
+
+
+def unpinned_chart(res: Resources) -> None:
+    _one(res, "kubernetes:helm.sh/v3:Release", "device-plugins-efa")["props"].pop("version")
+
+
+def unpinned_addon(res: Resources) -> None:
+    addon = next(r for r in res if r["type"] == "aws:eks/addon:Addon")
+    addon["props"].pop("addonVersion")
+
+
+def placement_group_with_block(res: Resources) -> None:
+    _lt(res)["props"]["placement"] = {"groupName": "p5-pg"}
+
+
+def kubernetes_1_33(res: Resources) -> None:
+    _eks(res)["props"]["version"] = "1.33"
+
+
+def system_hop_limit_2(res: Resources) -> None:
+    lt = _one(res, "aws:ec2/launchTemplate:LaunchTemplate", "cluster-system-lt")
+    lt["props"]["metadataOptions"]["httpPutResponseHopLimit"] = 2
+
+
+BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
+    ("imdsv2-hop-limit-1", "p5-16", hop_limit_2),
+    ("imdsv2-hop-limit-1", "dev", system_hop_limit_2),
+    ("imdsv2-hop-limit-1", "p5-16", imds_v1),
+    ("no-wildcard-iam-actions", "p5-16", wildcard_action),
+    ("no-storage-admin-on-node-roles", "p5-16", fsx_admin_on_node_role),
+    ("no-public-ips-on-nodes", "p5-16", public_node_subnet),
+    ("no-public-ip-on-node-interfaces", "p5-16", public_ip_on_nic),
+    ("efa-security-group-self-only", "p5-16", efa_sg_open_egress),
+    ("encryption-at-rest", "p5-16", unencrypted_root_volume),
+    ("encryption-at-rest", "p4de-odcr", persistent_fsx_without_kms),
+    ("eks-secrets-kms", "p5-16", secrets_without_kms),
+    ("eks-control-plane-logging", "p5-16", partial_logging),
+    ("eks-api-endpoint-restricted", "p5-16", open_api_endpoint),
+    ("network-policy-enforced", "p5-16", no_network_policy_enforcement),
+    ("pinned-versions", "p5-16", unpinned_chart),
+    ("pinned-versions", "p4de-odcr", unpinned_addon),
+    ("no-placement-group-with-capacity-block", "p5-16", placement_group_with_block),
+    ("eks-standard-support", "p5-16", kubernetes_1_33),
+]
+
+
+@pytest.mark.parametrize(
+    ("policy", "stack", "breaks"), BROKEN, ids=[b.__name__ for _, _, b in BROKEN]
+)
+def test_each_rule_fires_on_its_broken_input_and_only_it(
+    resources: dict[str, Resources],
+    policy: str,
+    stack: str,
+    breaks: Callable[[Resources], None],
+    tmp_path: Path,
+) -> None:
+    broken = copy.deepcopy(resources[stack])
+    breaks(broken)
+    found = violations(broken, tmp_path)
+    assert found, f"{policy} did not fire on {breaks.__name__}"
+    assert {v["policy"] for v in found} == {policy}, found
+    assert all(v["urn"] for v in found)
+
+
+def test_every_rule_has_a_broken_input_and_the_pack_shares_the_infra_facts() -> None:
+    out = subprocess.run(
+        [str(_tools()), str(OFFLINE), "--facts"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    facts = json.loads(out.stdout)
+    assert set(facts["policies"]) == {p for p, _, _ in BROKEN}
+    assert facts["standardSupportEnd"] == {
+        v: d.isoformat() for v, d in versions.EKS_STANDARD_SUPPORT_END.items()
+    }
+    assert facts["logTypes"] == list(CONTROL_PLANE_LOG_TYPES)
+
+
+ENGINE_CHECK = """
+import json, subprocess, sys
+import grpc
+from google.protobuf import empty_pb2, struct_pb2
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
+
+pack = subprocess.Popen([sys.executable, "policy"], stdout=subprocess.PIPE, text=True)
+try:
+    port = int(pack.stdout.readline().strip())  # the engine reads the port the same way
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    grpc.channel_ready_future(channel).result(timeout=60)
+    stub = analyzer_pb2_grpc.AnalyzerStub(channel)
+    info = stub.GetAnalyzerInfo(empty_pb2.Empty())
+    out = {"name": info.name, "policies": [p.name for p in info.policies], "verdicts": []}
+    for hops in (2, 1):
+        props = struct_pb2.Struct()
+        props.update({"metadataOptions": {"httpTokens": "required",
+                                          "httpPutResponseHopLimit": hops}})
+        response = stub.Analyze(analyzer_pb2.AnalyzeRequest(
+            type="aws:ec2/launchTemplate:LaunchTemplate", properties=props, name="lt",
+            urn="urn:pulumi:s::eks-fsdp::aws:ec2/launchTemplate:LaunchTemplate::lt"))
+        out["verdicts"].append([(d.policyName, d.enforcementLevel) for d in response.diagnostics])
+    print(json.dumps(out))
+finally:
+    pack.terminate()
+    pack.wait()
+"""
+
+
+def test_the_pack_serves_the_engine_protocol() -> None:
+    """``policy/`` started the way the Pulumi CLI starts a Python pack (its folder run by the
+    pack's interpreter, the port read from stdout) answers the analyzer gRPC calls: it names
+    every rule, and Analyze reports a hop limit of 2 as a MANDATORY violation and passes 1."""
+    out = subprocess.run(
+        [str(_tools()), "-c", ENGINE_CHECK],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["name"] == "eks-fsdp-security"
+    assert set(result["policies"]) == {p for p, _, _ in BROKEN}
+    mandatory = 1  # pulumirpc.EnforcementLevel.MANDATORY
+    assert result["verdicts"] == [[["imdsv2-hop-limit-1", mandatory]], []]
