@@ -248,7 +248,6 @@ class Trainer:
         self._rows: list[
             tuple[int, dict[str, Any]]
         ] = []  # logged steps whose figures wait on the device
-        self._stop_pending: tuple[Any, torch.Tensor] | None = None  # last step's stop vote
         self._first_step = self.state.step + 1
         self._last_save_t = time.monotonic()
         self._stall_to_log: float | None = None
@@ -282,7 +281,7 @@ class Trainer:
                         self._stop_on_signal()
                         return True
                     self.checkpointer.poll()
-                    if self._checkpoint_due():
+                    if self._checkpoint_due(out["checkpoint_due_s"]):
                         self.save()
                     if self._step_limit_reached():
                         break
@@ -304,17 +303,12 @@ class Trainer:
         finally:
             self.stop.uninstall()
 
-    def _checkpoint_due(self) -> bool:
-        """Step interval or time interval, the same answer on every rank."""
-        from training.dist import all_reduce_max
-
+    def _checkpoint_due(self, time_vote: bool) -> bool:
+        """Step interval, or the time interval as this step's vote decided it (`_vote`): the
+        same answer on every rank, without a collective of its own."""
         cfg = self.cfg
         due = bool(cfg.checkpoint_every) and self.state.step % cfg.checkpoint_every == 0
-        if cfg.checkpoint_every_s:  # clocks differ: any rank's vote counts, for all
-            mine = time.monotonic() - self._last_save_t >= cfg.checkpoint_every_s
-            (vote,) = all_reduce_max([float(due or mine)], self.env.device)
-            due = vote > 0
-        return due
+        return due or time_vote
 
     def _stop_on_signal(self) -> None:
         """SIGTERM seen by some rank: finish the write in flight, take an emergency checkpoint if
@@ -355,8 +349,8 @@ class Trainer:
         No host sync (CUDA): the global token counts come from the data order every rank holds
         (`DistributedBatches.step_token_counts`), loss and grad norm stay on the device
         ("loss", "grad_norm" are 0-d tensors; `_log` fetches them every --log_every steps), and
-        the stop flag is the previous step's asynchronous all-reduce (a SIGTERM is acted on
-        one step later). `benchmarks/step_anatomy.py` counts the syncs; a test requires 0.
+        the stop flag and the time-checkpoint flag are one CPU all-reduce once the step is
+        launched (`_vote`): a SIGTERM is acted on at the end of the step in flight when it came. `benchmarks/step_anatomy.py` counts the syncs; a test requires 0.
         """
         import torch
 
@@ -365,7 +359,6 @@ class Trainer:
 
         dev = self.env.device
         g_label, g_input = self.batches.step_token_counts()
-        stop = self._stop_vote()
         # FSDP averages gradients over ranks: scale so that the result is sum / global count.
         scale = self.env.world_size / max(g_label, 1)
         loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
@@ -380,43 +373,47 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         all_reduce_sum_tensor(loss_sum)  # on the device, no wait
+        stop, checkpoint_due_s = self._vote()  # a CPU collective: the GPU runs on meanwhile
         return {
             "loss": loss_sum / max(g_label, 1),
             "grad_norm": grad_norm,
             "tokens": g_input,
             "label_tokens": g_label,
             "stop": stop,
+            "checkpoint_due_s": checkpoint_due_s,
             "lr": self.optimizer.param_groups[0]["lr"],
         }
 
-    def _stop_vote(self) -> bool:
-        """Start this step's all-reduce of the SIGTERM flag; return the previous step's result.
+    def _vote(self) -> tuple[bool, bool]:
+        """This step's vote, decided for all ranks: (stop, checkpoint time due).
 
-        The flag is a CPU tensor (gloo, also under NCCL: the process group is
-        "cpu:gloo,cuda:nccl"), launched with async_op and read one step later, when it has long
-        arrived: the GPU never waits for it.
+        Every rank votes [SIGTERM seen, --checkpoint_every_s elapsed since the last save] and
+        the element-wise MAX decides for all (clocks differ: any rank's vote counts), so every
+        rank stops or checkpoints after the same step. The vote is a CPU tensor (gloo, also
+        under NCCL: the process group is "cpu:gloo,cuda:nccl") all-reduced once the step's
+        kernels are all launched: the wait is the CPU's alone (the ranks' launches meeting),
+        the GPU never waits for it and keeps running the queued step. A SIGTERM is therefore
+        acted on at the end of the step in flight when it came, the one-step allowance of the
+        preemption budget (workloads.specs.preemption.STEP_ALLOWANCE_S).
         """
         import torch
         import torch.distributed as dist
 
         from training.dist import host_only
 
-        if self.env.world_size == 1:
-            return self.stop.requested
-        flag = torch.tensor([float(self.stop.requested)], dtype=torch.float64)
-        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)
-        previous, self._stop_pending = self._stop_pending, (work, flag)
-        if previous is None:
-            return False
-        previous[0].wait()
-        host_only(previous[1])
-        return previous[1].tolist()[0] > 0
+        every_s = self.cfg.checkpoint_every_s
+        mine = [
+            float(self.stop.requested),
+            float(bool(every_s) and time.monotonic() - self._last_save_t >= every_s),
+        ]
+        if self.env.world_size > 1:
+            flags = torch.tensor(mine, dtype=torch.float64)
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+            mine = host_only(flags).tolist()
+        return mine[0] > 0, mine[1] > 0
 
     def _settle(self) -> None:
-        """Wait for the last stop vote and write the metric rows still held (end of training)."""
-        if self._stop_pending is not None:
-            self._stop_pending[0].wait()
-            self._stop_pending = None
+        """Write the metric rows still held (end of training or a stop)."""
         self._flush_rows()
 
     def _clip_grads(self) -> torch.Tensor:

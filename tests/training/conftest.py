@@ -171,6 +171,8 @@ def world2(
                 "--log_every=3",
                 "--gradient_accumulation_steps=2",
                 "--batch_size_training=1",
+                # as every cluster job renders it: the time-checkpoint vote must not sync
+                "--checkpoint_every_s=3600",
             ),
         },
         _train(base, "hf_tied", 2, f"--model_name={hf_checkpoint}"),

@@ -3,7 +3,8 @@
 If this fails, something in the step or the loop around it reads a tensor on the host again
 (`.item()`, `.tolist()`, `float()`, `int()`, `bool()`, `torch.cuda.synchronize`), which on a
 GPU stalls the CPU until the device has caught up: a global label count all-reduced and read
-back, the loss or grad norm converted every step, a blocking stop-flag vote, or Hugging Face's
+back, the loss or grad norm converted every step, a blocking stop-flag or --checkpoint_every_s
+vote (every cluster job sets it), or Hugging Face's
 mask inspection (`find_packed_sequence_indices` / `_ignore_causal_mask_sdpa`) back in the
 forward. Counted on CPU with gloo, 2 processes, gradient accumulation 2, --log_every 3: the
 conversions are the same calls as on CUDA (training.syncs). Logging steps fetch the held
