@@ -561,16 +561,32 @@ class Trainer:
 
         metrics.jsonl still gets every step; a GPU waits for the host only once per --log_every
         steps (and at the end of an epoch, a SIGTERM or the step limit).
+
+        Throughput is the interval's, as torchtitan's metrics do over the log interval: on a GPU
+        a quiet step's wall time is only its launches (the device runs behind), and the wait
+        for the device lands in this fetch. Each held row gets the interval's mean step time
+        (the steps' times plus the wait), tokens/s and MFU, and the wait counts as training
+        time (summary throughput, goodput).
         """
         import torch
 
         if not self._rows:
             return
+        t0 = time.perf_counter()
         values = torch.stack(
             [torch.stack([r["loss"], r["grad_norm"].to(r["loss"])]) for _, r in self._rows]
         ).tolist()
+        wait = time.perf_counter() - t0
+        self.train_time += wait
+        self.goodput.productive_s += wait
+        interval_s = sum(r["step_time_s"] for _, r in self._rows) + wait
+        tps = sum(r["tokens"] for _, r in self._rows) / interval_s if interval_s > 0 else 0.0
         for (step, row), (loss, grad_norm) in zip(self._rows, values, strict=True):
             row["loss"], row["grad_norm"] = loss, grad_norm
+            row["step_time_s"] = interval_s / len(self._rows)
+            row["tokens_per_s"] = tps
+            if "mfu" in row:
+                row["mfu"] = tps * self.flops_per_token / (self.peak_flops * self.env.world_size)
             self.metrics.log(row, step)
         self._rows = []
 

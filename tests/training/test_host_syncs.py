@@ -9,7 +9,9 @@ mask inspection (`find_packed_sequence_indices` / `_ignore_causal_mask_sdpa`) ba
 forward. Counted on CPU with gloo, 2 processes, gradient accumulation 2, --log_every 3: the
 conversions are the same calls as on CUDA (training.syncs). Logging steps fetch the held
 figures in one copy. The token counts computed locally must equal what an all-reduce of each
-rank's micro-batches gives (filler rows included).
+rank's micro-batches gives (filler rows included). The rows of a log interval carry the
+interval's throughput (tokens over the steps' time plus the fetch's wait), not each quiet
+step's launch time.
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ def test_no_sync_on_steps_that_do_not_log(world2: tuple[Path, dict[str, Any]]) -
     rows = metrics(base, "syncs")
     assert [row["step"] for row in rows] == list(range(1, STEPS + 1))  # every step is logged
     assert all(isinstance(row["loss"], float) and row["loss"] > 0 for row in rows)
+    # Throughput over the log interval: a quiet step's own wall time on a GPU is only its
+    # launches, so each held row gets the interval's step time and tokens/s.
+    for interval in (rows[0:3], rows[3:6]):
+        assert len({(r["step_time_s"], r["tokens_per_s"]) for r in interval}) == 1, interval
+        tokens = sum(r["tokens"] for r in interval)
+        r = interval[0]
+        assert r["tokens_per_s"] * r["step_time_s"] * len(interval) == pytest.approx(tokens)
 
 
 def test_local_token_counts_equal_the_all_reduce() -> None:
