@@ -6,7 +6,7 @@ layer: `--ac full|selective|none`), the chunked loss of `training.loss`, fused A
 (`training.finetune.build_optimizer`), gradient clipping, sequence 4,096, batch 2 (2-4 is what
 fits next to fp32 master weights). Each variant (torch.compile per block off, then on) runs
 WARMUP steps, then STEPS timed steps with no host sync inside (the loss is read once at the
-end). Prints tokens/s, TFLOP/s, MFU against the device's dense bf16 peak (989 TFLOP/s for
+end; on CUDA `torch.cuda.set_sync_debug_mode("error")` makes any sync in them an error). Prints tokens/s, TFLOP/s, MFU against the device's dense bf16 peak (989 TFLOP/s for
 H100/H200; FLOPs per token = 6 N + 12 L d S as PaLM, recomputation not counted) and the peak
 allocated and reserved memory.
 
@@ -116,8 +116,17 @@ def run_variant(a: argparse.Namespace, env: Any, compile_on: bool) -> dict[str, 
     warmup_s = time.perf_counter() - t_compile
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    losses = [step() for _ in range(a.steps)]
+    # On CUDA the timed steps run under torch's sync debug mode: a host sync in them (a scalar
+    # read, a data-dependent size, a device -> cpu copy) raises instead of skewing the figure.
+    debug = torch.cuda.get_sync_debug_mode() if cuda else 0
+    if cuda and a.sync_debug != "off":
+        torch.cuda.set_sync_debug_mode(a.sync_debug)
+    try:
+        t0 = time.perf_counter()
+        losses = [step() for _ in range(a.steps)]
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode(debug)
     sync()
     elapsed = time.perf_counter() - t0
     loss = float(torch.stack(losses)[-1])
@@ -160,6 +169,12 @@ def main() -> int:
     ap.add_argument("--ac", choices=("full", "selective", "none"), default="full")
     ap.add_argument("--compile", choices=("off", "on", "both"), default="both")
     ap.add_argument("--pure-bf16", action="store_true", help="bf16 params/grads/optimizer")
+    ap.add_argument(
+        "--sync-debug",
+        choices=("error", "warn", "off"),
+        default="error",
+        help="torch.cuda.set_sync_debug_mode for the timed steps (CUDA)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     a = ap.parse_args()
 

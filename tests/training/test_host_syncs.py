@@ -1,7 +1,8 @@
 """A training step that does not log makes no host sync; a logging step makes one.
 
 If this fails, something in the step or the loop around it reads a tensor on the host again
-(`.item()`, `.tolist()`, `float()`, `int()`, `bool()`, `torch.cuda.synchronize`), which on a
+(`.item()`, `.tolist()`, `float()`, `int()`, `bool()`, `torch.cuda.synchronize`, or an op that
+waits for the data: a scalar read in C++, `nonzero`, a boolean mask, a device -> cpu copy), which on a
 GPU stalls the CPU until the device has caught up: a global label count all-reduced and read
 back, the loss or grad norm converted every step, a blocking stop-flag or --checkpoint_every_s
 vote (every cluster job sets it), or Hugging Face's
@@ -83,3 +84,47 @@ def test_local_token_counts_equal_the_all_reduce() -> None:
         assert ranks[0].step_token_counts() == ranks[1].step_token_counts() == (labels, inputs)
         steps += 1
     assert steps == 2
+
+
+def test_counter_sees_every_kind_of_sync() -> None:
+    """training.syncs counts what torch.cuda.set_sync_debug_mode would flag on a GPU, not only
+    Python conversions: scalar reads from C++ (aten::_local_scalar_dense), ops whose output size
+    depends on the data, device -> cpu copies (a meta tensor stands in for a device: the copy
+    is counted before it fails), stream and event synchronize. Conversions count once, a
+    repeat_interleave with output_size and a host_only vote not at all."""
+    from training.dist import host_only
+    from training.syncs import count_host_syncs
+
+    x = torch.tensor([1.0, -2.0, 3.0])
+    with count_host_syncs() as seen:
+        x.sum().item()
+        x[x > 0]
+        torch.nonzero(x)
+        torch.masked_select(x, x > 0)
+        torch.unique(x)
+        torch.repeat_interleave(torch.tensor([1, 2]))
+        torch.repeat_interleave(torch.tensor([1, 2]), output_size=3)
+        host_only(torch.tensor([1.0, 0.0])).tolist()
+        torch.ops.aten._local_scalar_dense(x[0])
+        with pytest.raises((NotImplementedError, RuntimeError)):
+            torch.empty(2, device="meta").to("cpu")
+        with pytest.raises((NotImplementedError, RuntimeError)):
+            torch.empty(2).copy_(torch.empty(2, device="meta"))
+        for cls in (torch.cuda.Stream, torch.cuda.Event):
+            with pytest.raises((AttributeError, RuntimeError, TypeError)):
+                cls.synchronize(object())  # no CUDA here: counted, then the real call fails
+        x + 1
+    kinds = [c.split(" at ")[0] for c in seen.calls]
+    assert kinds == [
+        "item",
+        "aten::index (boolean mask)",
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::repeat_interleave",
+        "aten::_local_scalar_dense",
+        "aten::_to_copy (device -> cpu)",
+        "aten::copy_ (device -> cpu)",
+        "torch.cuda.Stream.synchronize",
+        "torch.cuda.Event.synchronize",
+    ], seen.calls
