@@ -418,15 +418,10 @@ class Trainer:
 
     def _clip_grads(self) -> torch.Tensor:
         """The global gradient norm (a 0-d tensor on the device), clipping if asked."""
-        from torch.nn.utils import clip_grads_with_norm_, get_total_norm
-
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        norm = get_total_norm(grads, norm_type=2.0)
-        if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
-            norm = norm.full_tensor()
-        if self.cfg.gradient_clipping:
-            clip_grads_with_norm_(grads, self.cfg.gradient_clipping_threshold, norm)
-        return norm
+        cfg = self.cfg
+        return clip_grads(
+            self.model, cfg.gradient_clipping_threshold if cfg.gradient_clipping else None
+        )
 
     def validate(self, epoch: int = 0) -> float:
         """Mean token loss over the validation split (all ranks), as llama-recipes' eval loss."""
@@ -625,6 +620,24 @@ class Trainer:
         )
         if self.precision_note:
             print(self.precision_note, flush=True)
+
+
+def clip_grads(model: Any, max_norm: float | None) -> torch.Tensor:
+    """The global gradient norm of `model` (a 0-d tensor on the device, no host sync), and
+    the gradients scaled to `max_norm` when given: the trainer's clipping path.
+
+    The norm of FSDP2's DTensor gradients is a DTensor: `full_tensor()` all-reduces it once,
+    and the clip uses that norm (`clip_grads_with_norm_`) instead of computing it again.
+    """
+    from torch.nn.utils import clip_grads_with_norm_, get_total_norm
+
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = get_total_norm([p.grad for p in params], norm_type=2.0)
+    if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
+        norm = norm.full_tensor()
+    if max_norm is not None:  # takes the PARAMETERS (it reads .grad): gradients clip nothing
+        clip_grads_with_norm_(params, max_norm, norm)
+    return norm
 
 
 def build_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:

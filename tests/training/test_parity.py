@@ -150,3 +150,18 @@ def test_every_sample_once_per_epoch_matches_one_process(
     for rows in (ref, got):
         labels = [r["label_tokens"] for r in rows]
         assert sum(labels[:per_epoch]) == sum(labels[per_epoch:]) == want
+
+
+def test_gradient_clipping_acts_and_two_processes_match_one(
+    world1: tuple[Path, dict[str, Any]], world2: tuple[Path, dict[str, Any]]
+) -> None:
+    """--gradient_clipping with a threshold below every step's norm: FSDP2's DTensor gradients
+    are clipped as one process clips, and the run differs from the unclipped one (the clip
+    once got the gradients instead of the parameters and scaled nothing)."""
+    for world in (world1, world2):
+        _ok(world[1], "clipped")
+    ref, unclipped = metrics(world1[0], "clipped"), metrics(world1[0], "ref")
+    got = metrics(world2[0], "clipped")
+    assert max_diff(got, ref, "loss") < FP32_TOL
+    assert max_diff(got, ref, "grad_norm") < FP32_TOL
+    assert max_diff(ref, unclipped, "loss") > 5 * FP32_TOL  # measured 1.2e-3

@@ -173,3 +173,43 @@ def test_activation_checkpointing_replays_without_the_kv_cache(ac_mode: str, pad
             for a, b in zip(plain.parameters(), wrapped.parameters(), strict=True)
         )
         assert worst < 1e-6, f"width {width}: AC gradients differ by {worst:.3g}"
+
+
+def test_clip_grads_is_clip_grad_norm() -> None:
+    """training.finetune.clip_grads (the trainer's path, also benchmarks/gpu_mfu.py's) returns
+    the norm before clipping and scales the gradients as torch.nn.utils.clip_grad_norm_."""
+    from training.finetune import clip_grads
+
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(3, 8)
+    for m in (a, b):
+        m(x).pow(2).sum().backward()
+    want = torch.nn.utils.clip_grad_norm_(list(b.parameters()), 0.5)
+    got = clip_grads(a, 0.5)
+    assert float(got) == pytest.approx(float(want), rel=1e-6) and float(want) > 0.5
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    before = [p.grad.clone() for p in a.parameters()]
+    assert float(clip_grads(a, None)) == pytest.approx(0.5, rel=1e-5)  # no clip: norm only
+    assert all(torch.equal(g, p.grad) for g, p in zip(before, a.parameters(), strict=True))
+
+
+@pytest.mark.slow
+def test_gpu_mfu_benchmark_runs_what_users_run(tmp_path: Path) -> None:
+    """benchmarks/gpu_mfu.py by default measures selective activation checkpointing (torchtitan's
+    usual pairing with compile) with fused AdamW; its tiny CPU shape trains to a finite loss."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "mfu.json"
+    repo = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "benchmarks/gpu_mfu.py", "--tiny", "--steps=1", "--warmup=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([*cmd, "--compile=off", f"--json={out}"], cwd=repo, env=env, check=True)
+    (row,) = json.loads(out.read_text())
+    assert row["ac"] == "selective" and row["optimizer"] == "fused AdamW"
+    assert 0 < row["final_loss"] < 20
