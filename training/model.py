@@ -254,20 +254,37 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
     return set()
 
 
+_TORCH_CAPABILITIES: dict[torch.dtype, tuple[str, ...]] = {
+    # keys of torch.cpu.get_capabilities() (cpuinfo): x86, then aarch64 NEON and SVE
+    torch.bfloat16: ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16"),
+    torch.float16: ("avx512_fp16", "amx_fp16", "fp16_arith"),
+}
+
+
+def native_from(dtype: torch.dtype, capabilities: dict[str, Any], flags: set[str]) -> bool:
+    """Whether torch's CPU capabilities or the kernel's CPU flags name a native `dtype` unit."""
+    if any(capabilities.get(k) is True for k in _TORCH_CAPABILITIES.get(dtype, ())):
+        return True
+    return bool(flags & set(_NATIVE_FLAGS.get(dtype, ())))
+
+
 def native_low_precision(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether `device` computes in `dtype` (bf16 / fp16) natively, not by emulation through fp32.
 
-    CUDA: always True (nothing changes there). CPU: True when /proc/cpuinfo lists one of the
-    native instruction sets, or torch's own dispatch picked an AMX / AVX-512 BF16 kernel level
-    (`torch.backends.cpu.get_cpu_capability()`). An AVX2-only CPU emulates bf16 matmuls and runs a
-    step ~10x slower than in fp32. Without /proc/cpuinfo (macOS) the answer is False: fp32 is safe.
+    CUDA: always True (nothing changes there). CPU: True when torch's own CPU feature probe
+    (`torch.cpu.get_capabilities()`, cpuinfo: AVX-512 BF16 / FP16, AMX, aarch64 BF16 / FP16
+    arithmetic) or /proc/cpuinfo lists a native unit for `dtype`. (The dispatch level of
+    `torch.backends.cpu.get_cpu_capability()` cannot tell: it is only DEFAULT, VSX, Z VECTOR,
+    NO AVX, AVX2, AVX512 or SVE256.) An AVX2-only CPU emulates bf16 matmuls and runs a step ~10x
+    slower than in fp32. When neither source answers, the answer is False: fp32 is safe.
     """
     if device.type != "cpu":
         return True
-    capability = torch.backends.cpu.get_cpu_capability().upper()
-    if "AMX" in capability or (dtype == torch.bfloat16 and "BF16" in capability):
-        return True
-    return bool(cpu_flags() & set(_NATIVE_FLAGS.get(dtype, ())))
+    try:
+        capabilities = dict(torch.cpu.get_capabilities())
+    except (AttributeError, RuntimeError):  # a torch without the probe
+        capabilities = {}
+    return native_from(dtype, capabilities, cpu_flags())
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

@@ -213,3 +213,23 @@ def test_gpu_mfu_benchmark_runs_what_users_run(tmp_path: Path) -> None:
     (row,) = json.loads(out.read_text())
     assert row["ac"] == "selective" and row["optimizer"] == "fused AdamW"
     assert 0 < row["final_loss"] < 20
+
+
+def test_native_precision_from_torch_capabilities_or_flags() -> None:
+    """torch.cpu.get_capabilities() (AVX-512 BF16, AMX, aarch64 bf16) or /proc/cpuinfo flags
+    decide; torch's dispatch level (AVX2, AVX512, ...) never names bf16, so it cannot."""
+    from training.model import native_from
+
+    bf16, fp16 = torch.bfloat16, torch.float16
+    assert native_from(bf16, {"avx512_bf16": True}, set())
+    assert native_from(bf16, {"amx_bf16": True}, set())
+    assert native_from(bf16, {"bf16": True}, set())  # aarch64
+    assert not native_from(bf16, {"avx2": True, "avx512_bf16": False, "amx_fp16": True}, set())
+    assert native_from(fp16, {"amx_fp16": True}, set())
+    assert native_from(bf16, {}, {"fpu", "avx512_bf16"})  # flags alone
+    assert not native_from(bf16, {}, {"avx2", "fma"})
+    caps = torch.cpu.get_capabilities()  # this machine: both sources agree with the answer
+    here = native_low_precision(torch.device("cpu"), bf16)
+    assert here == native_from(bf16, caps, cpu_flags())
+    if caps.get("avx512_bf16") or caps.get("amx_bf16"):
+        assert here
