@@ -233,3 +233,36 @@ def test_native_precision_from_torch_capabilities_or_flags() -> None:
     assert here == native_from(bf16, caps, cpu_flags())
     if caps.get("avx512_bf16") or caps.get("amx_bf16"):
         assert here
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_activation_checkpointing_stashes_the_rng_only_with_dropout(
+    dropout: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without dropout the recompute draws no random numbers, so checkpoint must not stash and
+    restore the RNG state for each layer (torchtitan passes preserve_rng_state=False); with
+    attention dropout it must, or the replay's masks differ. Counted through the real
+    torch.get_rng_state, which checkpoint calls for each layer when it preserves."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from training.model import decoder_layers
+    from training.parallelize import _wrap_layer_forward
+
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attention_dropout=dropout,
+    )
+    model = AutoModelForCausalLM.from_config(cfg).train()
+    for layer in decoder_layers(model):
+        _wrap_layer_forward(layer, "full", compile_layer=False)
+    calls = []
+    real = torch.get_rng_state
+    monkeypatch.setattr(torch, "get_rng_state", lambda: calls.append(1) or real())
+    model(input_ids=torch.randint(0, 64, (1, 8)), use_cache=False).logits.sum().backward()
+    # with dropout: a stash per layer in forward, and the replay's fork_rng in backward
+    assert len(calls) == (2 * cfg.num_hidden_layers if dropout else 0)
