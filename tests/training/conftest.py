@@ -164,6 +164,7 @@ def world2(
         _train(base, "bf16_mixed", 2, "--mixed_precision=True", "--force_bf16"),
         _train(base, "selective_ac", 2, "--ac_mode=selective"),
         _train(base, "compile", 2, "--compile"),
+        _train(base, "compile_selective_ac", 2, "--compile", "--ac_mode=selective"),
         _train(base, "clipped", 2, *CLIP),
         {
             "kind": "host_syncs",

@@ -266,6 +266,16 @@ def _sigterm_during(argv: list[str], at: int) -> dict[str, Any]:
         return {"preempted": preempted, "stopped_at": trainer.state.step}
 
 
+def _dynamo_graphs() -> tuple[int, int]:
+    """(graphs compiled, graph breaks) of torch.compile in this process so far (dynamo's own
+    counters)."""
+    if "torch._dynamo" not in sys.modules:  # nothing compiled yet
+        return 0, 0
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"]), sum(counters["graph_break"].values())
+
+
 def _driver(jobs_file: str) -> None:
     import torch.distributed as dist
 
@@ -305,11 +315,19 @@ def _driver(jobs_file: str) -> None:
                 continue
             gc.collect()  # the previous job's model and meshes go while the group is alive
             err = io.StringIO()
+            graphs = _dynamo_graphs()
             with contextlib.redirect_stderr(err):
                 rc = main(job["argv"])
             rcs: list[Any] = [None] * env.world_size
-            dist.all_gather_object(rcs, (rc, err.getvalue()))
-            results[name] = {"rc": [r for r, _ in rcs], "stderr": [e for _, e in rcs]}
+            after = _dynamo_graphs()
+            compiled = (after[0] - graphs[0], after[1] - graphs[1])
+            dist.all_gather_object(rcs, (rc, err.getvalue(), compiled))
+            results[name] = {
+                "rc": [r for r, _, _ in rcs],
+                "stderr": [e for _, e, _ in rcs],
+                # per rank: (graphs torch.compile made, graph breaks) during the job
+                "dynamo": [g for _, _, g in rcs],
+            }
         gc.collect()
         if env.is_main:
             out = Path(jobs_file).with_name("results.json")

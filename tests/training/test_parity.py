@@ -38,6 +38,7 @@ W2_FP32 = [
     "cpu_offload",
     "selective_ac",  # torchtitan's op-level SAC
     "compile",  # per-block torch.compile (with full AC)
+    "compile_selective_ac",  # torchtitan's usual pairing
 ]
 
 
@@ -165,3 +166,12 @@ def test_gradient_clipping_acts_and_two_processes_match_one(
     assert max_diff(got, ref, "loss") < FP32_TOL
     assert max_diff(got, ref, "grad_norm") < FP32_TOL
     assert max_diff(ref, unclipped, "loss") > 5 * FP32_TOL  # measured 1.2e-3
+
+
+@pytest.mark.parametrize("name", ["compile", "compile_selective_ac"])
+def test_compile_really_compiles(world2: tuple[Path, dict[str, Any]], name: str) -> None:
+    """--compile parity means nothing if dynamo fell back to eager (a recompile limit, an
+    unsupported op): every rank compiled at least one graph, with no graph break."""
+    _ok(world2[1], name)
+    per_rank = world2[1][name]["dynamo"]
+    assert all(graphs >= 1 and breaks == 0 for graphs, breaks in per_rank), per_rank
