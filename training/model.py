@@ -101,12 +101,23 @@ def model_spec(
 
 
 def build_empty(spec: ModelSpec) -> nn.Module:
-    """The model with parameters on the meta device and real buffers (kept in spec.buffers)."""
+    """The model with parameters on the meta device and real buffers (kept in spec.buffers).
+
+    The model gets its own copy of the config with `use_cache=False`: transformers builds a KV
+    cache in train mode too whenever use_cache is on (the config default), which training
+    never reads and activation checkpointing's replay would fill twice; every caller (the
+    trainer, validation, the benchmarks, exports' logits) is then safe without passing
+    use_cache=False. `spec.config` (what the export writes) keeps the user's setting.
+    """
+    import copy
+
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
+    config = copy.deepcopy(spec.config)
+    config.use_cache = False
     with init_empty_weights(include_buffers=False):
-        model = AutoModelForCausalLM.from_config(spec.config, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     # init_empty_weights re-creates every registered parameter, which unties tied embeddings.
     model.tie_weights()
     use_maskless_causal_sdpa(model)
@@ -219,9 +230,13 @@ def use_maskless_causal_sdpa(model: nn.Module) -> bool:
     not saved in config.json, so exported models load anywhere. Returns True when switched.
     """
     config = model.config  # type: ignore[union-attr]
+    # Qwen2-style configs may keep a sliding_window value with use_sliding_window=False: off.
+    window = getattr(config, "sliding_window", None)
+    if getattr(config, "use_sliding_window", True) is False:
+        window = None
     if (
         getattr(config, "_attn_implementation", None) != "sdpa"
-        or getattr(config, "sliding_window", None)
+        or window
         or "sliding_attention" in (getattr(config, "layer_types", None) or ())
         or not getattr(config, "is_causal", True)
     ):

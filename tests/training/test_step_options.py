@@ -266,3 +266,46 @@ def test_activation_checkpointing_stashes_the_rng_only_with_dropout(
     model(input_ids=torch.randint(0, 64, (1, 8)), use_cache=False).logits.sum().backward()
     # with dropout: a stash per layer in forward, and the replay's fork_rng in backward
     assert len(calls) == (2 * cfg.num_hidden_layers if dropout else 0)
+
+
+def test_built_model_never_makes_a_kv_cache() -> None:
+    """build_empty gives the model its own config with use_cache=False, so a forward without
+    use_cache (validation, benchmarks, any caller) builds no KV cache, which AC's replay would
+    fill twice; the spec's config, which the export writes, keeps use_cache."""
+    from training.dist import distributed
+    from training.model import build_empty, full_state_dict, materialize, model_spec
+
+    spec = model_spec("tiny-llama-2l", 256, 64)
+    assert spec.config.use_cache
+    model = build_empty(spec)
+    assert model.config.use_cache is False and model.config is not spec.config
+    with distributed():  # a world of one: materialize broadcasts rank 0's weights
+        materialize(model, spec, torch.device("cpu"), full_state_dict(spec, 0))
+    out = model(input_ids=torch.randint(0, 256, (1, 16)))
+    assert out.past_key_values is None
+    assert spec.config.use_cache
+
+
+@pytest.mark.parametrize(("use_sliding_window", "maskless"), [(False, True), (True, False)])
+def test_qwen2_without_sliding_window_runs_maskless(
+    use_sliding_window: bool, maskless: bool
+) -> None:
+    """Qwen2 configs keep a sliding_window value next to use_sliding_window=False (as hub
+    config.json files have it): only the flag decides whether the window is used."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from training.model import use_maskless_causal_sdpa
+
+    cfg = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_implementation="sdpa",
+    )
+    model = AutoModelForCausalLM.from_config(cfg)
+    model.config.use_sliding_window = use_sliding_window
+    model.config.sliding_window = 4096
+    assert use_maskless_causal_sdpa(model) is maskless
