@@ -132,6 +132,8 @@ def test_local_cpu_run_logs_every_step_while_the_cluster_job_logs_every_ten(
 
     cluster = pytorchjob.train_command(load("dev").job)
     assert [a for a in cluster if a.startswith("--log_every")] == ["--log_every=10"]
+    # the demo's tiny model trains without activation checkpointing (Pulumi.dev.yaml says why)
+    assert "--fsdp_activation_checkpointing=False" in cluster
     opts = local.LocalOptions(stack="dev", out=tmp_path)
     job, device = local.local_job_settings(opts, tmp_path / "shared")
     assert device == "cpu"
