@@ -162,7 +162,7 @@ def worker(a: argparse.Namespace) -> None:
             mb = next(batches)
             with count_host_syncs() as seen:
                 out = trainer.train_step(mb)
-                trainer._checkpoint_due(out["checkpoint_due_s"])  # the loop's decision, too
+                trainer._checkpoint_due(out["checkpoint_due"])  # the loop's decision, too
             per_step.append(seen.n)
             sites.update(seen.calls)
 

@@ -281,7 +281,7 @@ class Trainer:
                         self._stop_on_signal()
                         return True
                     self.checkpointer.poll()
-                    if self._checkpoint_due(out["checkpoint_due_s"]):
+                    if self._checkpoint_due(out["checkpoint_due"]):
                         self.save()
                     if self._step_limit_reached():
                         break
@@ -373,14 +373,14 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         all_reduce_sum_tensor(loss_sum)  # on the device, no wait
-        stop, checkpoint_due_s = self._vote()  # a CPU collective: the GPU runs on meanwhile
+        stop, checkpoint_due = self._vote()  # a CPU collective: the GPU runs on meanwhile
         return {
             "loss": loss_sum / max(g_label, 1),
             "grad_norm": grad_norm,
             "tokens": g_input,
             "label_tokens": g_label,
             "stop": stop,
-            "checkpoint_due_s": checkpoint_due_s,
+            "checkpoint_due": checkpoint_due,
             "lr": self.optimizer.param_groups[0]["lr"],
         }
 
