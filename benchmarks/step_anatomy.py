@@ -161,8 +161,8 @@ def worker(a: argparse.Namespace) -> None:
         for _ in range(a.steps):
             mb = next(batches)
             with count_host_syncs() as seen:
-                out = trainer.train_step(mb)
-                trainer._checkpoint_due(out["checkpoint_due"])  # the loop's decision, too
+                figures = trainer.train_step(mb)
+                trainer._checkpoint_due(figures["checkpoint_due"])  # the loop's decision, too
             per_step.append(seen.n)
             sites.update(seen.calls)
 
