@@ -20,8 +20,10 @@ last scrape of the job, refusing a window with too few steps or scrapes for a st
   stops it too), measures, and saves the result at once. Whatever happens (success, an error, an
   interrupt), ``Pulumi.<stack>.yaml`` is restored byte for byte and the stack is scaled back to
   its original size (the nodegroup's live scaling config as it was, then one more ``up``) (or destroyed, only with ``destroy=True``); each is
-  retried (cancelling a lock an interrupted ``up`` left), and the exact recovery commands are
-  printed if they still fail.
+  retried, and the exact recovery commands are printed before the clean-up starts (again if it
+  fails or is interrupted). Each ``up``/``destroy`` runs in a worker thread: on an interrupt the
+  ``pulumi`` child gets SIGINT and the clean-up waits until it has exited; a lock is cancelled
+  only when that interrupted update left it (never another holder's).
 - :func:`planner_prediction`: the capacity planner's prediction for the same node counts.
 - :func:`scaling_table` and :func:`plot_scaling`: efficiency vs one node, and the PNG chart.
 """
@@ -31,11 +33,14 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -802,29 +807,116 @@ def estimated_cost_usd(
     return sum(nodes) * usd_per_node_hour * minutes_per_count / 60
 
 
+def interrupt_pulumi_children() -> None:
+    """SIGINT to this process's ``pulumi`` children: the Automation API runs the CLI with
+    ``subprocess.Popen`` (``pulumi/automation/_cmd.py``) in its own session-less child that a
+    notebook kernel's interrupt never reaches. On SIGINT the CLI cancels the update gracefully
+    (finishes the resource operations in flight, saves the state, releases the lock)."""
+    out = subprocess.run(
+        ["pgrep", "-P", str(os.getpid()), "-x", "pulumi"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for pid in out.stdout.split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGINT)
+
+
+class PulumiOps:
+    """Runs each Automation API operation (``up``, ``destroy``) in a worker thread, so that a
+    KeyboardInterrupt reaches the sweep, not the thread that waits on the ``pulumi`` child.
+
+    On an interrupt the child is sent SIGINT (``interrupt``) and the operation is kept as the
+    lock's holder: :meth:`wait_for_holder` waits until it has exited; only then may a lock still
+    held be cancelled, and only the one that holder left (``stack.cancel()`` is "very
+    dangerous" per its docstring in ``pulumi/automation/_stack.py``)."""
+
+    def __init__(
+        self,
+        interrupt: Callable[[], None],
+        log: Callable[[str], None],
+        progress_s: float = 30.0,
+    ) -> None:
+        self.interrupt = interrupt
+        self.log = log
+        self.progress_s = progress_s
+        self.holder: threading.Event | None = None
+        """Set when the interrupted operation has returned (it holds the stack's lock until
+        then). An Event, not ``Thread.is_alive``: a ``join`` interrupted by KeyboardInterrupt
+        can leave a live thread reported as stopped (seen with CPython 3.11)."""
+        self.holder_exited = False
+        """The sweep's own interrupted operation has exited: a lock left now is its own."""
+
+    def run(self, action: Callable[[], Any], what: str) -> None:
+        error: list[BaseException] = []
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                action()
+            except BaseException as err:
+                error.append(err)
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name=f"pulumi {what}", daemon=True).start()
+        try:
+            while not done.wait(0.2):
+                pass
+        except KeyboardInterrupt:
+            self.holder = done
+            self.log(f"interrupted: SIGINT to the running pulumi {what} (it releases the lock)")
+            self.interrupt()
+            raise
+        if error:
+            raise error[0]
+
+    def wait_for_holder(self) -> None:
+        """Until the interrupted operation has exited (a second interrupt leaves it running)."""
+        if self.holder is None:
+            return
+        last = time.monotonic()
+        while not self.holder.wait(0.2):
+            if time.monotonic() - last >= self.progress_s:
+                self.log("  waiting for the interrupted pulumi operation to release the lock")
+                last = time.monotonic()
+        self.holder_exited = True
+
+
 def _cleanup(
     action: Callable[[], Any],
     stack: Any,
     what: str,
     recovery: list[str],
     log: Callable[[str], None],
+    ops: PulumiOps,
     attempts: int = CLEANUP_ATTEMPTS,
 ) -> None:
-    """Run ``action`` up to ``attempts`` times; a lock left by an interrupted operation is
-    cancelled before the next try. Prints ``recovery`` and raises when every try failed."""
+    """Run ``action`` up to ``attempts`` times, after the interrupted operation (if any) has
+    exited. A lock (``ConcurrentUpdateError``: ``[409] Conflict`` on Pulumi Cloud, "currently
+    locked by" on a self-managed backend) is cancelled only when the sweep's own interrupted
+    operation left it and has exited; another holder's lock is never cancelled. Prints
+    ``recovery`` and raises when every try failed."""
+    from pulumi.automation import ConcurrentUpdateError
+
+    ops.wait_for_holder()
     last: BaseException | None = None
     for attempt in range(1, attempts + 1):
         try:
-            action()
+            ops.run(action, what)
             return
         except Exception as err:
             last = err
             log(f"{what} failed (try {attempt}/{attempts}): {str(err).strip()[:500]}")
-            if "lock" in str(err).lower():
+            if isinstance(err, ConcurrentUpdateError):
+                if not ops.holder_exited:
+                    log("the stack is locked by an update the sweep did not start: not cancelled")
+                    break
                 with contextlib.suppress(Exception):
                     stack.cancel()
-                    log("cancelled the stack's lock")
-    log(f"{what} failed {attempts} times. GPU nodes may still be running. Run:")
+                    log("cancelled the lock the interrupted (and exited) update left")
+    log(f"{what} failed. GPU nodes may still be running. Run:")
     for cmd in recovery:
         log(f"    {cmd}")
     raise SweepError(f"{what} failed: {last}") from last
@@ -851,6 +943,7 @@ def measure_cloud(
     wait_timeout_s: float = 3600,
     poll_s: float = 30,
     log: Callable[[str], None] = print,
+    interrupt: Callable[[], None] = interrupt_pulumi_children,
 ) -> list[Measurement]:
     """For each node count: set the config, ``up``, watch the job, measure, save; then restore.
 
@@ -859,6 +952,8 @@ def measure_cloud(
     kubectl port-forward to the in-cluster Prometheus); ``job_watch(outputs, namespace, tmpdir)``
     reads the job's state (default: kubectl). ``destroy`` tears the stack down afterwards
     instead of scaling it back; only with it may the sweep create a stack that is not deployed.
+    ``interrupt`` stops the running ``pulumi`` child on a KeyboardInterrupt (default: SIGINT
+    to it, :func:`interrupt_pulumi_children`); the clean-up waits for it to exit first.
     """
     from pulumi.automation import ConfigValue
 
@@ -909,6 +1004,7 @@ def measure_cloud(
         recovery_up.insert(1, " ".join(group.scale_command(original)))
     stream = lambda line: log(line.rstrip("\n"))  # noqa: E731  (the CLI's output, as it comes)
     measured: list[Measurement] = []
+    ops = PulumiOps(interrupt, log)
 
     def put(path: str, value: Any) -> None:
         stack.set_config(f"{PROJECT}:{path}", ConfigValue(value=str(value)), path=True)
@@ -925,7 +1021,7 @@ def measure_cloud(
             put("job.minWorkers", n)
             put("job.maxTrainStep", steps)
             log(f"{n} node(s): pulumi up ({job})")
-            stack.up(on_output=stream)
+            ops.run(lambda: stack.up(on_output=stream), "up")
             outputs = {k: v.value for k, v in stack.outputs().items()}
             # The nodegroup leaves desiredSize to the operator after creation: scale it here.
             group = group or nodegroup_of(outputs, plan.group_index)
@@ -956,22 +1052,41 @@ def measure_cloud(
                 f"{m.end_step}, {m.window_s:.0f} s, {m.scrapes} scrapes); saved to {results_path}"
             )
     finally:
-        restored = stack_file.restore()
-        log(f"{plan.stack_file.name}: " + ("restored" if restored else "unchanged"))
-        if destroy:
-            log(f"pulumi destroy ({stack_name})")
-            _cleanup(
-                lambda: stack.destroy(on_output=stream), stack, "destroy", recovery_destroy, log
-            )
-        else:
-            log(f"scale back ({stack_name}): the nodegroup to {original}, then pulumi up")
+        recovery = recovery_destroy if destroy else recovery_up
+        log(f"clean-up of {stack_name}; if it fails or is interrupted, run:")
+        for cmd in recovery:
+            log(f"    {cmd}")
+        try:
+            restored = stack_file.restore()
+            log(f"{plan.stack_file.name}: " + ("restored" if restored else "unchanged"))
+            if ops.holder is not None:
+                log(
+                    "waiting for the interrupted pulumi operation to exit (interrupt again to leave)"
+                )
+            if destroy:
+                log(f"pulumi destroy ({stack_name})")
+                _cleanup(
+                    lambda: stack.destroy(on_output=stream),
+                    stack,
+                    "destroy",
+                    recovery_destroy,
+                    log,
+                    ops,
+                )
+            else:
+                log(f"scale back ({stack_name}): the nodegroup to {original}, then pulumi up")
 
-            def scale_back() -> None:
-                if group is not None and original is not None:
-                    scale_nodegroup(run, group, original, log)  # first: the restored maxSize
-                stack.up(on_output=stream)  # may be below the sweep's largest count
+                def scale_back() -> None:
+                    if group is not None and original is not None:
+                        scale_nodegroup(run, group, original, log)  # first: the restored maxSize
+                    stack.up(on_output=stream)  # may be below the sweep's largest count
 
-            _cleanup(scale_back, stack, "scale-back", recovery_up, log)
+                _cleanup(scale_back, stack, "scale-back", recovery_up, log, ops)
+        except KeyboardInterrupt:
+            log(f"clean-up of {stack_name} interrupted. GPU nodes may still be running. Run:")
+            for cmd in recovery:
+                log(f"    {cmd}")
+            raise
     return measured
 
 

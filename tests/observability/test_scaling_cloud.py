@@ -8,8 +8,9 @@ up after an interrupt, or report a throughput that is not the steady-state rate 
 
 Mocked, and only these, because none exists here: the Pulumi engine and CLI behind the
 Automation API's ``Stack`` (:class:`FakeStack`: like the CLI it rewrites the stack file on
-``set_config``, reads it on ``up``, holds a lock during an update that an interrupt leaves
-behind until ``cancel``, and can fail ``up``/``destroy``), EKS with its training operator (each
+``set_config``, reads it on ``up``, holds a lock during an update, keeps it for seconds after
+an interrupt's SIGINT (or for good when killed), raises the Automation API's own
+``ConcurrentUpdateError`` on a locked stack, and can fail ``up``/``destroy``), EKS with its training operator (each
 ``up`` starts the job as a thread that logs steps at a fixed pace into a real ``PrometheusSink``)
 the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
 PyTorchJob and Pod objects shaped like the API's), and the ``aws`` CLI (:class:`FakeAws`:
@@ -21,6 +22,7 @@ the stack file on disk, the results file.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import json
 import re
@@ -36,7 +38,9 @@ from typing import Any
 
 import pytest
 import yaml
+from pulumi import automation as auto
 from pulumi.automation import OutputValue
+from pulumi.automation._cmd import CommandResult
 
 from infra import config as infra_config
 from training.prometheus import PrometheusSink
@@ -160,8 +164,11 @@ class FakeCluster:
             run.prometheus.stop()
 
 
-class Locked(Exception):
-    pass
+def locked(lock: Path) -> auto.ConcurrentUpdateError:
+    """The Automation API's own error for a locked stack (``pulumi/automation/errors.py``),
+    with the self-managed backend's message."""
+    text = f"error: the stack is currently locked by 1 lock(s): {lock}"
+    return auto.ConcurrentUpdateError(CommandResult("", text, 255))
 
 
 @dataclass
@@ -212,7 +219,17 @@ class FakeStack:
     fail_ups_from: int | None = None
     """Every ``up`` from this one (1-based) on fails (no capacity)."""
     interrupt_up: int | None = None
-    """Up number that is interrupted (KeyboardInterrupt) mid-update, leaving the lock."""
+    """Up number during which the user interrupts the sweep (KeyboardInterrupt in the main
+    thread) while the ``pulumi`` child holds the lock."""
+    holds_after_sigint_s: float = 3.0
+    """How long the interrupted child keeps the lock after its SIGINT (a graceful cancel)."""
+    killed: bool = False
+    """The interrupted child dies without releasing the lock (the self-managed backend's lock
+    file stays): only then, once it has exited, may the sweep cancel."""
+    sigint: threading.Event = field(default_factory=threading.Event)
+    updating: threading.Event = field(default_factory=threading.Event)
+    overlaps: list[str] = field(default_factory=list)
+    """Calls made while the interrupted update still ran (must stay empty)."""
     destroy_failures: int = 0
     results: Path | None = None
     calls: list[str] = field(default_factory=list)
@@ -246,8 +263,10 @@ class FakeStack:
         self.file.write_text(yaml.safe_dump(data, sort_keys=False))  # the CLI reformats
 
     def _locked_op(self, name: str) -> None:
+        if self.updating.is_set():
+            self.overlaps.append(name)
         if self.lock.exists():
-            raise Locked(f"error: the stack is currently locked by 1 lock(s): {self.lock}")
+            raise locked(self.lock)
         self.lock.parent.mkdir(parents=True, exist_ok=True)
         self.lock.write_text(name)
 
@@ -266,7 +285,16 @@ class FakeStack:
         if on_output:
             on_output(f"Updating ({STACK}): {cfg.job.name}\n")
         if n_up == self.interrupt_up:
-            raise KeyboardInterrupt  # the CLI is killed mid-update: the lock stays
+            # Ctrl-C reaches the sweep, not the CLI: the update goes on holding the lock until
+            # the sweep's SIGINT, and a little longer while it cancels gracefully.
+            self.updating.set()
+            _thread.interrupt_main()
+            assert self.sigint.wait(timeout=60), "the sweep never stopped the pulumi child"
+            time.sleep(self.holds_after_sigint_s)
+            if not self.killed:
+                self.lock.unlink()
+            self.updating.clear()
+            raise auto.CommandError(CommandResult("", "error: update canceled", 255))
         self.cluster.apply(cfg.job.name, cfg.job.workers or 0, cfg.job.max_train_step or 0)
         self.deployed = True
         self.lock.unlink()
@@ -280,8 +308,15 @@ class FakeStack:
             raise RuntimeError("error: deleting VPC: DependencyViolation")
         self.deployed = False
 
+    def interrupt(self) -> None:
+        """SIGINT to the ``pulumi`` child (the sweep's ``interrupt``)."""
+        self.calls.append("sigint")
+        self.sigint.set()
+
     def cancel(self) -> None:
         self.calls.append("cancel")
+        if self.updating.is_set():
+            self.overlaps.append("cancel")
         self.lock.unlink(missing_ok=True)
 
     def outputs(self) -> dict[str, OutputValue]:
@@ -363,6 +398,7 @@ def sweep(
         "wait_timeout_s": 600,
         "poll_s": 0.3,
         "log": lines.append,
+        "interrupt": stack.interrupt,
         **kw,
     }
     return scaling.measure_cloud(nodes, **options)
@@ -460,21 +496,87 @@ def test_a_dead_port_forward_stops_the_sweep(work: Path, cluster: FakeCluster) -
     assert stack.calls[-2:] == ["aws scale 16", "up"]  # scaled back
 
 
-def test_an_interrupt_restores_the_file_cancels_the_lock_and_scales_back(
+def test_an_interrupt_waits_for_the_update_to_release_its_lock_then_scales_back(
     work: Path, cluster: FakeCluster, tmp_path: Path
 ) -> None:
+    """Ctrl-C during up #2: the ``pulumi`` child keeps the lock for seconds after its SIGINT.
+    The sweep must neither cancel nor start another up while it lives, and prints the recovery
+    commands before its clean-up."""
     raw, values = _original(work)
     stack = FakeStack(work, cluster, interrupt_up=2, results=tmp_path / "measured.json")
     lines: list[str] = []
     with pytest.raises(KeyboardInterrupt):
         sweep(stack, Forwards(cluster), [1, 2], lines)
+    assert stack.overlaps == []
+    assert "cancel" not in stack.calls
+    assert stack.pulumi_calls[-2:] == ["sigint", "up"] and not stack.lock.exists()
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
-    # up #3 met the lock the interrupted update left, the sweep cancelled it, up #4 scaled back
-    assert stack.pulumi_calls[-3:] == ["up", "cancel", "up"] and not stack.lock.exists()
     assert stack.aws.scaling["desiredSize"] == 16
     assert stack.ups[-1] == values
     assert [m["nodes"] for m in json.loads(stack.results.read_text())] == [1]
-    assert "cancelled the stack's lock" in lines
+    first_cmd = lines.index(f"    pulumi up --stack {STACK} --yes")
+    assert first_cmd < lines.index(
+        f"scale back ({STACK}): the nodegroup to "
+        "{'minSize': 0, 'maxSize': 16, 'desiredSize': 16}, then pulumi up"
+    )
+
+
+def test_a_lock_left_by_the_interrupted_update_is_cancelled_only_after_it_exited(
+    work: Path, cluster: FakeCluster
+) -> None:
+    """The interrupted child dies without releasing the lock: once it has exited (never
+    before), the lock is its own, and cancelling it is safe."""
+    stack = FakeStack(work, cluster, interrupt_up=2, killed=True, holds_after_sigint_s=1.0)
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        sweep(stack, Forwards(cluster), [1, 2], lines)
+    assert stack.overlaps == []
+    # up #3 met the lock (ConcurrentUpdateError), the sweep cancelled it, up #4 scaled back
+    assert stack.pulumi_calls[-4:] == ["sigint", "up", "cancel", "up"]
+    assert not stack.lock.exists() and stack.aws.scaling["desiredSize"] == 16
+
+
+def test_a_lock_the_sweep_did_not_take_is_never_cancelled(work: Path, cluster: FakeCluster) -> None:
+    """Someone else's update holds the stack (Pulumi Cloud: "[409] Conflict"): no cancel, the
+    recovery commands instead."""
+    stack = FakeStack(work, cluster, results=None)
+    lines: list[str] = []
+    real_up = stack.up
+
+    def up_then_someone_locks(on_output: Any = None) -> None:
+        real_up(on_output)
+        stack.lock.parent.mkdir(parents=True, exist_ok=True)
+        stack.lock.write_text("a colleague's update")
+
+    stack.up = up_then_someone_locks  # type: ignore[method-assign]
+    with pytest.raises(scaling.SweepError, match=r"^scale-back failed"):
+        sweep(stack, Forwards(cluster), [1], lines)
+    assert "cancel" not in stack.calls and stack.calls.count("up") == 2
+    assert "the stack is locked by an update the sweep did not start: not cancelled" in lines
+
+
+def test_a_second_interrupt_prints_the_recovery_again_and_leaves(
+    work: Path, cluster: FakeCluster
+) -> None:
+    """Ctrl-C, then Ctrl-C again while the sweep waits for the update: the recovery commands
+    are printed again and the interrupt propagates; nothing is cancelled."""
+    stack = FakeStack(work, cluster, interrupt_up=2, holds_after_sigint_s=10.0)
+    lines: list[str] = []
+    waiting = "waiting for the interrupted pulumi operation to exit (interrupt again to leave)"
+
+    def press_again() -> None:
+        while waiting not in lines:
+            time.sleep(0.1)
+        _thread.interrupt_main()
+
+    second = threading.Thread(target=press_again, daemon=True)
+    second.start()
+    with pytest.raises(KeyboardInterrupt):
+        sweep(stack, Forwards(cluster), [1, 2], lines)
+    second.join()
+    assert "cancel" not in stack.calls and stack.pulumi_calls[-1] == "sigint"
+    assert lines.count(f"    pulumi up --stack {STACK} --yes") == 2
+    assert any(line.startswith(f"clean-up of {STACK} interrupted") for line in lines)
 
 
 def test_destroy_only_on_request_retried_and_recovery_printed(
