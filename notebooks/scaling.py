@@ -708,10 +708,15 @@ class Plan:
     usd_per_node_hour: float
     deployed: bool
     problems: list[str] = field(default_factory=list)
+    repository: str | None = None
+    """The stack's ECR repository (``TrainingImage``), None when the job names its image."""
+    region: str | None = None
+    """``aws:region`` of the stack."""
 
 
 def _stack_plan(stack: Any, stack_name: str, work_dir: Path) -> Plan:
     from infra.config import ConfigError, load_stack_file
+    from workloads.specs.image import repository_name
 
     path = work_dir / f"Pulumi.{stack_name}.yaml"
     problems: list[str] = []
@@ -755,6 +760,8 @@ def _stack_plan(stack: Any, stack_name: str, work_dir: Path) -> Plan:
         usd_per_node_hour=group.usd_per_hour,
         deployed=deployed,
         problems=problems,
+        repository=None if cfg.job.image else repository_name(PROJECT, stack_name),
+        region=cfg.region,
     )
 
 
@@ -765,6 +772,7 @@ def check_prerequisites(
     steps: int,
     warmup_steps: int,
     destroy: bool,
+    destroy_existing: bool = False,
     which: Callable[[str], str | None] = shutil.which,
     run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
 ) -> None:
@@ -791,6 +799,12 @@ def check_prerequisites(
             "stack is not deployed: the sweep would create it and leave it running; deploy it "
             "first (pulumi up), or pass destroy=True to tear it down after the sweep"
         )
+    if plan.deployed and destroy and not destroy_existing:
+        problems.append(
+            "destroy=True on a stack that is already deployed (the sweep did not create it): "
+            "it would tear down its cluster, VPC and storage; pass destroy_existing=True too "
+            "to mean it, or leave destroy off to scale it back"
+        )
     if steps < warmup_steps + 10:
         problems.append(
             f"steps {steps}: need >= warmup_steps + 10 = {warmup_steps + 10} for a steady state"
@@ -805,6 +819,59 @@ def estimated_cost_usd(
     """Node-hours the sweep pays for, priced: every count holds its nodes for the ``up``, the
     warm-up and the measured steps (``minutes_per_count``)."""
     return sum(nodes) * usd_per_node_hour * minutes_per_count / 60
+
+
+def _region_args(region: str | None) -> list[str]:
+    return ["--region", region] if region else []
+
+
+def empty_repository_command(repository: str, region: str | None) -> str:
+    """The shell command that deletes every image of ``repository`` (a recovery step)."""
+    r = " ".join(_region_args(region))
+    r = f" {r}" if r else ""
+    return (
+        f"aws ecr list-images --repository-name {repository}{r} --query "
+        "'imageIds[].imageDigest' --output text | tr '\\t' '\\n' | sort -u | xargs -r -I{} "
+        f"aws ecr batch-delete-image --repository-name {repository}{r} --image-ids imageDigest={{}}"
+    )
+
+
+def empty_repository(
+    run: Callable[..., Any], repository: str, region: str | None, log: Callable[[str], None]
+) -> int:
+    """Delete every image of the stack's ECR repository (``list-images``, then
+    ``batch-delete-image`` by digest, 100 ids a call, the API's limit), so that ``destroy`` can
+    delete it: the repository has ``force_delete=False`` (``workloads/training_image.py``) and
+    ECR refuses to delete one holding images (``RepositoryNotEmptyException``). A missing
+    repository (``RepositoryNotFoundException``) holds nothing. Returns the digests deleted."""
+    base = ["aws", "ecr"]
+    where = ["--repository-name", repository, *_region_args(region)]
+    out = run(
+        [*base, "list-images", *where, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if out.returncode != 0:
+        if "RepositoryNotFoundException" in (out.stderr or ""):
+            return 0
+        last = (out.stderr or "").strip().splitlines()[-1:] or [f"status {out.returncode}"]
+        raise SweepError(f"aws ecr list-images: {last[0]}")
+    ids = json.loads(out.stdout or "{}").get("imageIds", [])
+    digests = sorted({i["imageDigest"] for i in ids})
+    for start in range(0, len(digests), 100):
+        chunk = digests[start : start + 100]
+        got = _aws(
+            run,
+            [*base, "batch-delete-image", *where, "--image-ids"]
+            + [f"imageDigest={d}" for d in chunk],
+        )
+        failures = [f for f in got.get("failures", []) if f.get("failureCode") != "ImageNotFound"]
+        if failures:
+            raise SweepError(f"aws ecr batch-delete-image {repository}: {failures[0]}")
+    log(f"  {repository}: {len(digests)} image(s) deleted")
+    return len(digests)
 
 
 def interrupt_pulumi_children() -> None:
@@ -931,6 +998,7 @@ def measure_cloud(
     warmup_steps: int = 20,
     min_scrapes: int = 8,
     destroy: bool = False,
+    destroy_existing: bool = False,
     results: str | Path | None = None,
     sweep_id: str | None = None,
     minutes_per_count: float = 30.0,
@@ -951,7 +1019,9 @@ def measure_cloud(
     stack's backend); ``prometheus(outputs, namespace)`` yields a :class:`PortForward` (default:
     kubectl port-forward to the in-cluster Prometheus); ``job_watch(outputs, namespace, tmpdir)``
     reads the job's state (default: kubectl). ``destroy`` tears the stack down afterwards
-    instead of scaling it back; only with it may the sweep create a stack that is not deployed.
+    instead of scaling it back (its ECR repository emptied first); only with it may the sweep
+    create a stack that is not deployed, and a stack that was deployed before the sweep is
+    destroyed only with ``destroy_existing`` as well.
     ``interrupt`` stops the running ``pulumi`` child on a KeyboardInterrupt (default: SIGINT
     to it, :func:`interrupt_pulumi_children`); the clean-up waits for it to exit first.
     """
@@ -975,6 +1045,7 @@ def measure_cloud(
         steps=steps,
         warmup_steps=warmup_steps,
         destroy=destroy,
+        destroy_existing=destroy_existing,
         which=which,
         run=run,
     )
@@ -999,7 +1070,11 @@ def measure_cloud(
         f"pulumi cancel --stack {stack_name} --yes  # only if the stack is locked",
         f"pulumi up --stack {stack_name} --yes",
     ]
-    recovery_destroy = [*recovery_up[:3], f"pulumi destroy --stack {stack_name} --yes"]
+    recovery_destroy = [
+        *recovery_up[:3],
+        *([empty_repository_command(plan.repository, plan.region)] if plan.repository else []),
+        f"pulumi destroy --stack {stack_name} --yes",
+    ]
     if group is not None and original is not None:
         recovery_up.insert(1, " ".join(group.scale_command(original)))
     stream = lambda line: log(line.rstrip("\n"))  # noqa: E731  (the CLI's output, as it comes)
@@ -1065,8 +1140,14 @@ def measure_cloud(
                 )
             if destroy:
                 log(f"pulumi destroy ({stack_name})")
+
+                def tear_down() -> None:
+                    if plan.repository:  # ECR refuses to delete a repository with images
+                        empty_repository(run, plan.repository, plan.region, log)
+                    stack.destroy(on_output=stream)
+
                 _cleanup(
-                    lambda: stack.destroy(on_output=stream),
+                    tear_down,
                     stack,
                     "destroy",
                     recovery_destroy,

@@ -13,6 +13,9 @@
   ``<repo>:<tag>@<digest>`` as it is in the registry, and an IMMUTABLE push can never fail.
   Absent: build and push. The ``Image`` resource is ``retain_on_delete``, so dropping it from
   the program once the tag exists never touches the registry.
+- **Destroy**: the repository is ``force_delete=False`` and ECR refuses to delete one that holds
+  images, so a ``destroy`` empties it first (the scaling sweep does: ``notebooks/scaling.py``
+  ``empty_repository``).
 - **No build on preview** (``buildOnPreview: false``; the provider's default builds), and a
   BuildKit **registry cache** (``<repo>:buildcache``, mode max, image manifest as ECR needs).
 """

@@ -57,6 +57,8 @@ BASE_JOB = "llama2-7b-samsum-128gpu"
 STEP_S = 0.15
 """Seconds per training step of the fake job (paced, so its average rate is exact)."""
 STEPS, WARMUP = 40, 5
+REPOSITORY = "eks-fsdp-p5-16-training"
+"""The stack's ECR repository (``workloads.specs.image.repository_name``)."""
 
 
 def efficiency(n: int) -> float:
@@ -181,6 +183,8 @@ class FakeAws:
         default_factory=lambda: {"minSize": 0, "maxSize": 16, "desiredSize": 16}
     )
     credentials: bool = True
+    ecr: dict[str, set[str]] = field(default_factory=lambda: {REPOSITORY: {"sha256:" + "a" * 64}})
+    """ECR: repository -> image digests (the stack's pushed training image)."""
 
     def __call__(self, cmd: list[str], **_kw: Any) -> subprocess.CompletedProcess[str]:
         def done(out: Any = None, rc: int = 0, err: str = "") -> subprocess.CompletedProcess[str]:
@@ -193,6 +197,8 @@ class FakeAws:
                 if self.credentials
                 else done(rc=255, err="An error occurred (ExpiredToken)")
             )
+        if cmd[1] == "ecr":
+            return self._ecr(cmd, done)
         assert cmd[1] == "eks" and cmd[cmd.index("--cluster-name") + 1] == "eks-fsdp-p5"
         assert cmd[cmd.index("--nodegroup-name") + 1] == "p5-block-ng"
         if cmd[2] == "describe-nodegroup":
@@ -207,6 +213,22 @@ class FakeAws:
             return done({"update": {"status": "InProgress"}})
         assert cmd[2:4] == ["wait", "nodegroup-active"], cmd
         return done()
+
+    def _ecr(self, cmd: list[str], done: Any) -> subprocess.CompletedProcess[str]:
+        """``list-images`` / ``batch-delete-image`` as the ECR API answers them."""
+        repo = cmd[cmd.index("--repository-name") + 1]
+        assert cmd[cmd.index("--region") + 1] == "us-east-2"
+        if repo not in self.ecr:
+            return done(rc=254, err=f"An error occurred (RepositoryNotFoundException): {repo}")
+        if cmd[2] == "list-images":
+            return done({"imageIds": [{"imageDigest": d} for d in sorted(self.ecr[repo])]})
+        assert cmd[2] == "batch-delete-image", cmd
+        ids = cmd[cmd.index("--image-ids") + 1 : cmd.index("--output")]
+        assert 0 < len(ids) <= 100
+        deleted = [i.removeprefix("imageDigest=") for i in ids]
+        self.ecr[repo] -= set(deleted)
+        self.calls.append(f"aws ecr delete {len(deleted)}")
+        return done({"imageIds": [{"imageDigest": d} for d in deleted], "failures": []})
 
 
 @dataclass
@@ -303,6 +325,11 @@ class FakeStack:
         self.calls.append("destroy")
         self._locked_op("destroy")
         self.lock.unlink()
+        if self.aws.ecr.get(REPOSITORY):  # aws.ecr.Repository(force_delete=False)
+            raise RuntimeError(
+                "error: deleting ECR Repository: RepositoryNotEmptyException: The repository "
+                f"with name '{REPOSITORY}' cannot be deleted because it still contains images"
+            )
         if self.destroy_failures > 0:
             self.destroy_failures -= 1
             raise RuntimeError("error: deleting VPC: DependencyViolation")
@@ -579,17 +606,22 @@ def test_a_second_interrupt_prints_the_recovery_again_and_leaves(
     assert any(line.startswith(f"clean-up of {STACK} interrupted") for line in lines)
 
 
-def test_destroy_only_on_request_retried_and_recovery_printed(
+def test_destroy_empties_the_repository_retries_and_prints_the_recovery(
     work: Path, cluster: FakeCluster, tmp_path: Path
 ) -> None:
+    """The stack's ECR repository holds the pushed image: destroy empties it first (ECR
+    refuses to delete a repository with images), retries, and prints the recovery."""
     raw, _ = _original(work)
-    stack = FakeStack(work, cluster, destroy_failures=2, results=tmp_path / "m.json")
-    sweep(stack, Forwards(cluster), [1], [], destroy=True)
+    stack = FakeStack(work, cluster, deployed=False, destroy_failures=2, results=tmp_path / "m")
+    lines: list[str] = []
+    sweep(stack, Forwards(cluster), [1], lines, destroy=True)
     assert stack.calls.count("destroy") == 3 and stack.calls.count("up") == 1
+    assert stack.calls.index("aws ecr delete 1") < stack.calls.index("destroy")
+    assert stack.aws.ecr[REPOSITORY] == set() and not stack.deployed
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
 
-    stack = FakeStack(work, cluster, destroy_failures=99, results=tmp_path / "m2.json")
-    lines: list[str] = []
+    stack = FakeStack(work, cluster, deployed=False, destroy_failures=99, results=tmp_path / "2")
+    lines = []
     with pytest.raises(scaling.SweepError, match=r"^destroy failed"):
         sweep(stack, Forwards(cluster), [1], lines, destroy=True, sweep_id="t3")
     assert stack.calls.count("destroy") == scaling.CLEANUP_ATTEMPTS
@@ -597,7 +629,42 @@ def test_destroy_only_on_request_retried_and_recovery_printed(
     assert backup.read_bytes() == raw
     assert f"    cd {work}" in lines
     assert f"    cp {backup} Pulumi.{STACK}.yaml" in lines
-    assert f"    pulumi destroy --stack {STACK} --yes" in lines
+    empty = f"    {scaling.empty_repository_command(REPOSITORY, 'us-east-2')}"
+    destroy = f"    pulumi destroy --stack {STACK} --yes"
+    assert empty in lines and lines.index(empty) < lines.index(destroy)
+
+
+def test_without_emptying_the_repository_destroy_never_succeeds(
+    work: Path, cluster: FakeCluster
+) -> None:
+    """What the fake ECR proves: a destroy that does not empty the repository fails every try
+    (``force_delete=False``)."""
+    stack = FakeStack(work, cluster, deployed=False)
+    with pytest.raises(scaling.SweepError, match=r"RepositoryNotEmptyException"):
+        sweep(stack, Forwards(cluster), [1], [], destroy=True, run=_no_ecr(stack.aws))
+    assert stack.calls.count("destroy") == scaling.CLEANUP_ATTEMPTS and stack.deployed
+
+
+def _no_ecr(aws: FakeAws) -> Any:
+    def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        if cmd[1] == "ecr":  # as if the sweep skipped it: pretend the repository is absent
+            return subprocess.CompletedProcess(cmd, 254, "", "RepositoryNotFoundException")
+        return aws(cmd, **kw)
+
+    return run
+
+
+def test_destroy_of_a_stack_the_sweep_did_not_create_needs_its_own_opt_in(
+    work: Path, cluster: FakeCluster
+) -> None:
+    """A deployed stack with destroy=True alone: refused before the first up; with
+    destroy_existing=True as well it is torn down."""
+    stack = FakeStack(work, cluster)
+    with pytest.raises(scaling.PrerequisiteError, match=r"pass destroy_existing=True too"):
+        sweep(stack, Forwards(cluster), [1], [], destroy=True)
+    assert "up" not in stack.calls and stack.deployed
+    sweep(stack, Forwards(cluster), [1], [], destroy=True, destroy_existing=True)
+    assert stack.calls.count("destroy") == 1 and not stack.deployed
 
 
 def test_a_failing_scale_back_prints_the_exact_recovery(
