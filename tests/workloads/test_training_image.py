@@ -123,6 +123,44 @@ def test_efa_comes_from_the_installer_with_its_own_plugin_and_tuner() -> None:
     assert "NCCL_NET_PLUGIN=ofi" in env and "NCCL_TUNER_PLUGIN=ofi" in env
 
 
+BASE_REQUIRE_CUDA = (
+    "cuda>=13.0 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 "
+    "brand=tesla,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536"
+)
+"""The head of ``NVIDIA_REQUIRE_CUDA`` in the nvidia/cuda 13.0 images' environment (``docker
+image inspect``; the full value goes on with the other brands, all ``driver>=535,driver<536``)."""
+
+
+def _admits(requirement: str, *, cuda: tuple[int, int], driver: int, brand: str) -> bool:
+    """NVIDIA_REQUIRE_* as the NVIDIA Container Toolkit documents it ("Specialized
+    Configurations with Docker"): space-separated constraints are ORed, comma-separated ANDed;
+    ``cuda`` is the CUDA version the driver supports, ``driver`` its major version."""
+    ops = {">=": tuple.__ge__, "<": tuple.__lt__, ">": tuple.__gt__, "<=": tuple.__le__}
+
+    def holds(constraint: str) -> bool:
+        key, op, value = re.fullmatch(r"(\w+)(>=|<=|<|>|=)(\S+)", constraint).groups()  # type: ignore[union-attr]
+        if key == "brand":
+            return value == brand
+        have = cuda if key == "cuda" else (driver,)
+        want = tuple(int(x) for x in value.split("."))
+        return ops[op](have, want) if op != "=" else have == want
+
+    return any(all(holds(c) for c in alt.split(",")) for alt in requirement.split())
+
+
+def test_the_container_refuses_a_driver_older_than_torchs_cuda() -> None:
+    """The base image lets a 535 Tesla driver (CUDA 12.2) start the container, where torch's
+    CUDA 13 init then fails; the image's own requirement lets only a CUDA >= 13.0 driver."""
+    env = DockerfileParser(path=str(DOCKERFILE)).envs  # the final (runtime) stage's environment
+    ours = env["NVIDIA_REQUIRE_CUDA"]
+    assert ours == f"cuda>={versions.TORCH_CUDA_VERSION}"
+    old = {"cuda": (12, 2), "driver": 535, "brand": "tesla"}
+    assert _admits(BASE_REQUIRE_CUDA, **old)  # type: ignore[arg-type]
+    assert not _admits(ours, **old)  # type: ignore[arg-type]
+    assert _admits(ours, cuda=(13, 0), driver=580, brand="tesla")
+    assert _admits(ours, cuda=(13, 1), driver=590, brand="nvidia")
+
+
 def test_runtime_stage_has_no_build_tools() -> None:
     for ins in stages()["runtime"]:
         if ins["instruction"] == "RUN" and "apt-get install" in ins["value"]:
@@ -228,7 +266,6 @@ def test_chart_bump_keeps_the_tag_code_or_mode_or_pin_change_moves_it(
     base = img.content_tag(tree)
     assert base == img.content_tag(ROOT) and re.fullmatch(r"sha-[0-9a-f]{16}", base)
     context = img.context_hash(tree)
-
 
     versions_py = tree / "infra/versions.py"
     versions_py.write_text(
