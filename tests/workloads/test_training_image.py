@@ -97,7 +97,7 @@ def test_torch_is_imported_and_its_cuda_asserted_at_build_time() -> None:
         for r in venv_runs
     )
     last_run = [i for i in s["runtime"] if i["instruction"] == "RUN"][-1]["value"]
-    assert "import sys, torch, training.config" in last_run
+    assert "import torch, training.config, training.finetune" in last_run
     assert "${TORCH_CUDA_VERSION}" in last_run
 
 
@@ -159,6 +159,79 @@ def test_the_container_refuses_a_driver_older_than_torchs_cuda() -> None:
     assert not _admits(ours, **old)  # type: ignore[arg-type]
     assert _admits(ours, cuda=(13, 0), driver=580, brand="tesla")
     assert _admits(ours, cuda=(13, 1), driver=590, brand="nvidia")
+
+
+def test_the_plugin_and_tuner_resolve_and_load_with_the_final_library_path() -> None:
+    """The last RUN, after every ENV that sets LD_LIBRARY_PATH: ``ldd`` on each OFI library
+    fails on "not found", then each loads by its bare name (``ctypes.CDLL``, the way NCCL's
+    ``dlopen("libnccl-net-ofi.so")`` searches LD_LIBRARY_PATH), before torch is imported."""
+    runtime = stages()["runtime"]
+    runs = [i for i, ins in enumerate(runtime) if ins["instruction"] == "RUN"]
+    last = runtime[runs[-1]]["value"]
+    ld_envs = [
+        i
+        for i, ins in enumerate(runtime)
+        if ins["instruction"] == "ENV" and "LD_LIBRARY_PATH=" in ins["value"]
+    ]
+    assert ld_envs and ld_envs[-1] < runs[-1]
+    assert "for lib in libnccl-net-ofi.so libnccl-tuner-ofi.so; do" in last
+    loop = last.split("; do", 1)[1].split("done", 1)[0]
+    assert re.search(r'ldd "\$path"\) \|\| \{[^}]*exit 1', loop)
+    assert re.search(r'"\$deps" \| grep -F "not found"; then [^;]*; exit 1', loop)
+    python = last.split("python -c", 1)[1]
+    loads = re.search(r"ctypes\.CDLL\(n\) for n in \(([^)]*)\)", python)
+    assert loads is not None
+    assert [n.strip(" '") for n in loads[1].split(",")] == [
+        "libnccl-net-ofi.so",
+        "libnccl-tuner-ofi.so",
+    ]
+    assert python.index("ctypes.CDLL") < python.index("import torch")
+
+
+def test_the_plugin_check_runs_and_fails_on_an_unresolved_library(tmp_path: Path) -> None:
+    """The Dockerfile's own ldd loop, run by bash here against a stand-in plugin directory: two
+    self-contained libraries pass; a library whose NEEDED entries do not resolve (torch's
+    libshm.so away from its $ORIGIN) stops it with exit status 1, naming the library."""
+    import shutil
+    import subprocess
+
+    import torch
+
+    last = [i["value"] for i in stages()["runtime"] if i["instruction"] == "RUN"][-1]
+    loop = last.split(" && python -c", 1)[0].replace("/opt/amazon/ofi-nccl", str(tmp_path))
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    libz = next(
+        p
+        for p in map(Path, ("/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/libz.so.1"))
+        if p.exists()
+    )
+    for name in ("libnccl-net-ofi.so", "libnccl-tuner-ofi.so"):
+        shutil.copy(libz, lib / name)
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-o", "pipefail", "-c", loop], capture_output=True, text=True, check=False
+        )
+
+    assert run().returncode == 0
+    shutil.copy(Path(torch.__file__).parent / "lib" / "libshm.so", lib / "libnccl-net-ofi.so")
+    bad = run()
+    assert bad.returncode == 1 and "not found" in bad.stdout
+    assert f"{lib}/libnccl-net-ofi.so: the libraries above do not resolve" in bad.stderr
+
+
+def test_open_mpi_and_its_runtime_are_purged() -> None:
+    """The purge pattern, applied to the EFA installer's Debian packages, catches Open MPI
+    with PMIx and PRRTE and leaves libfabric, rdma-core and the plugin."""
+    efa_run = next(i["value"] for i in stages()["runtime"] if "efa_installer.sh" in i["value"])
+    pattern = re.search(r"grep -E '([^']+)' \| xargs -r apt-get purge -y", efa_run)
+    assert pattern is not None and pattern[1] == "^(openmpi|libpmix|prrte)"
+    purge = re.compile(pattern[1])
+    for pkg in ("openmpi40-aws", "openmpi50-aws", "libpmix-aws", "prrte-aws"):
+        assert purge.search(pkg), pkg
+    for pkg in ("libfabric-aws-bin", "libfabric1-aws", "rdma-core", "libnccl-ofi", "efa-config"):
+        assert not purge.search(pkg), pkg
 
 
 def test_runtime_stage_has_no_build_tools() -> None:
