@@ -45,7 +45,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -71,6 +71,9 @@ FATAL_WAIT_REASONS = IMAGE_PULL_REASONS | {
 """Waiting reasons the sweep does not wait out: nothing changes without a fix."""
 TOOLS = ("pulumi", "kubectl", "aws")
 """Command-line tools the cloud mode runs (the Automation API shells out to ``pulumi``)."""
+STEPS_BY_MODE = {"local": (30, 5), "cloud": (200, 20)}
+"""Default (steps, warm-up steps) per notebook mode: on the cluster 180 measured steps of ~1.5 s
+(the planner's p5 step time) span 270 s, 18 scrapes at 15 s; 30 steps could not reach 8."""
 CLEANUP_ATTEMPTS = 3
 """Tries of the scale-back ``up`` (or ``destroy``) before printing the recovery commands."""
 
@@ -773,14 +776,24 @@ def check_prerequisites(
     warmup_steps: int,
     destroy: bool,
     destroy_existing: bool = False,
+    step_time_s: Mapping[int, float] | None = None,
+    min_scrapes: int = 8,
+    scrape_interval_s: float | None = None,
+    image_tag: str | None = None,
     which: Callable[[str], str | None] = shutil.which,
     run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
 ) -> None:
-    """Everything the sweep needs, checked before the first ``up``: one line naming every gap."""
+    """Everything the sweep needs, checked before the first ``up``: one line naming every gap.
+
+    ``step_time_s`` ({nodes: seconds}, the planner's): the measured steps of each count must
+    span ``min_scrapes`` scrapes of the cluster's Prometheus (``scrape_interval_s``, default
+    the observability settings'). ``image_tag``: the content tag the program would push; when
+    the stack's repository does not hold it, ``pulumi up`` builds it with Docker Buildx."""
     problems = list(plan.problems)
     missing = [t for t in TOOLS if which(t) is None]
     if missing:
         problems.append(f"not on PATH: {', '.join(missing)}")
+    credentials = False
     if which("aws") is not None:
         out = run(
             ["aws", "sts", "get-caller-identity", "--output", "json"],
@@ -789,7 +802,8 @@ def check_prerequisites(
             timeout=60,
             check=False,
         )
-        if out.returncode != 0:
+        credentials = out.returncode == 0
+        if not credentials:
             problems.append(
                 "no AWS credentials (aws sts get-caller-identity: "
                 f"{(out.stderr or '').strip().splitlines()[-1:] or out.returncode})"
@@ -809,8 +823,97 @@ def check_prerequisites(
         problems.append(
             f"steps {steps}: need >= warmup_steps + 10 = {warmup_steps + 10} for a steady state"
         )
+    if step_time_s:
+        scrape = scrape_interval_s if scrape_interval_s is not None else _scrape_interval_s()
+        need = min_scrapes * scrape
+        short = {n: t for n, t in step_time_s.items() if (steps - warmup_steps) * t < need}
+        if short:
+            n, t = min(short.items(), key=lambda kv: kv[1])
+            problems.append(
+                f"steps {steps}: {steps - warmup_steps} measured steps x {t:.2f} s (the "
+                f"planner's step time at {n} node(s)) = {(steps - warmup_steps) * t:.0f} s, "
+                f"under {min_scrapes} scrapes x {scrape:.0f} s = {need:.0f} s; use steps >= "
+                f"{warmup_steps + math.ceil(need / t)}"
+            )
+    if (
+        plan.repository
+        and image_tag
+        and credentials
+        and not _image_in_ecr(run, plan.repository, plan.region, image_tag)
+    ):
+        buildx = (
+            run(
+                ["docker", "buildx", "version"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            if which("docker") is not None
+            else None
+        )
+        if buildx is None or buildx.returncode != 0:
+            why = "docker is not on PATH" if buildx is None else "docker buildx version failed"
+            problems.append(
+                f"{plan.repository}:{image_tag} is not in ECR, so pulumi up builds it, but "
+                f"{why} (install Docker with the Buildx plugin, or push the image first)"
+            )
     if problems:
         raise PrerequisiteError("; ".join(problems))
+
+
+def _scrape_interval_s() -> float:
+    """The cluster's Prometheus scrape interval (``ObservabilitySettings.scrape_interval``)."""
+    from workloads.specs.observability import ObservabilitySettings
+
+    value = ObservabilitySettings().scrape_interval
+    return float(value[:-1]) * {"s": 1, "m": 60, "h": 3600}[value[-1]]
+
+
+def _image_in_ecr(run: Callable[..., Any], repository: str, region: str | None, tag: str) -> bool:
+    """Whether ``repository:tag`` exists (``aws ecr describe-images``); a missing repository or
+    tag is False, any other failure stops the sweep."""
+    out = run(
+        [
+            "aws",
+            "ecr",
+            "describe-images",
+            "--repository-name",
+            repository,
+            *_region_args(region),
+            "--image-ids",
+            f"imageTag={tag}",
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if out.returncode == 0:
+        return True
+    if any(code in (out.stderr or "") for code in ("RepositoryNotFound", "ImageNotFound")):
+        return False
+    last = (out.stderr or "").strip().splitlines()[-1:] or [f"status {out.returncode}"]
+    raise PrerequisiteError(f"aws ecr describe-images {repository}: {last[0]}")
+
+
+def _content_tag(work: Path) -> str:
+    """The tag the program at ``work`` would push (``TrainingImage``: the content tag of the
+    build context, the repository root)."""
+    from workloads.specs.image import DOCKERFILE, content_tag
+
+    # A work dir holding only stack files (no build context) is the repository's own program.
+    return content_tag(work if (work / DOCKERFILE).is_file() else REPO_ROOT)
+
+
+def planner_step_times(nodes: Sequence[int], stack_name: str) -> dict[int, float]:
+    """{nodes: seconds per optimizer step}, the planner's prediction for the stack."""
+    return {
+        int(p["nodes"]): float(p["step_time_s"])
+        for p in planner_prediction(nodes, stack=stack_name)
+    }
 
 
 def estimated_cost_usd(
@@ -1012,6 +1115,7 @@ def measure_cloud(
     poll_s: float = 30,
     log: Callable[[str], None] = print,
     interrupt: Callable[[], None] = interrupt_pulumi_children,
+    step_times: Callable[[Sequence[int], str], Mapping[int, float]] = planner_step_times,
 ) -> list[Measurement]:
     """For each node count: set the config, ``up``, watch the job, measure, save; then restore.
 
@@ -1022,7 +1126,8 @@ def measure_cloud(
     instead of scaling it back (its ECR repository emptied first); only with it may the sweep
     create a stack that is not deployed, and a stack that was deployed before the sweep is
     destroyed only with ``destroy_existing`` as well.
-    ``interrupt`` stops the running ``pulumi`` child on a KeyboardInterrupt (default: SIGINT
+    ``step_times(nodes, stack_name)`` gives the planner's step time per count (the steps must
+    span ``min_scrapes`` scrapes). ``interrupt`` stops the running ``pulumi`` child on a KeyboardInterrupt (default: SIGINT
     to it, :func:`interrupt_pulumi_children`); the clean-up waits for it to exit first.
     """
     from pulumi.automation import ConfigValue
@@ -1046,6 +1151,9 @@ def measure_cloud(
         warmup_steps=warmup_steps,
         destroy=destroy,
         destroy_existing=destroy_existing,
+        step_time_s=step_times(nodes, stack_name),
+        min_scrapes=min_scrapes,
+        image_tag=_content_tag(work) if plan.repository else None,
         which=which,
         run=run,
     )

@@ -45,6 +45,7 @@ from pulumi.automation._cmd import CommandResult
 from infra import config as infra_config
 from training.prometheus import PrometheusSink
 from workloads.local_prometheus import start_local_prometheus, worker_targets
+from workloads.specs.image import content_tag
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "notebooks"))
 import scaling
@@ -185,11 +186,20 @@ class FakeAws:
     credentials: bool = True
     ecr: dict[str, set[str]] = field(default_factory=lambda: {REPOSITORY: {"sha256:" + "a" * 64}})
     """ECR: repository -> image digests (the stack's pushed training image)."""
+    tags: dict[str, set[str]] = field(default_factory=lambda: {REPOSITORY: {content_tag()}})
+    """ECR: repository -> tags (by default the image the program would build is pushed)."""
+    buildx: bool = True
+    """``docker buildx version`` works."""
 
     def __call__(self, cmd: list[str], **_kw: Any) -> subprocess.CompletedProcess[str]:
         def done(out: Any = None, rc: int = 0, err: str = "") -> subprocess.CompletedProcess[str]:
             return subprocess.CompletedProcess(cmd, rc, json.dumps(out or {}), err)
 
+        if cmd[0] == "docker":
+            assert cmd[1:] == ["buildx", "version"], cmd
+            if self.buildx:
+                return subprocess.CompletedProcess(cmd, 0, "github.com/docker/buildx v0.17.1", "")
+            return subprocess.CompletedProcess(cmd, 1, "", "docker: 'buildx' is not a command.")
         assert cmd[0] == "aws" and cmd[-2:] == ["--output", "json"], cmd
         if cmd[1:3] == ["sts", "get-caller-identity"]:
             return (
@@ -220,6 +230,11 @@ class FakeAws:
         assert cmd[cmd.index("--region") + 1] == "us-east-2"
         if repo not in self.ecr:
             return done(rc=254, err=f"An error occurred (RepositoryNotFoundException): {repo}")
+        if cmd[2] == "describe-images":
+            tag = cmd[cmd.index("--image-ids") + 1].removeprefix("imageTag=")
+            if tag not in self.tags.get(repo, set()):
+                return done(rc=254, err=f"An error occurred (ImageNotFoundException): {tag}")
+            return done({"imageDetails": [{"imageTags": [tag]}]})
         if cmd[2] == "list-images":
             return done({"imageIds": [{"imageDigest": d} for d in sorted(self.ecr[repo])]})
         assert cmd[2] == "batch-delete-image", cmd
@@ -689,6 +704,9 @@ def test_a_failing_scale_back_prints_the_exact_recovery(
         ({"credentials": False}, "no AWS credentials"),
         ({"steps": 12}, "steps 12: need >= warmup_steps + 10"),
         ({"deployed": False}, "stack is not deployed"),
+        # 15 measured steps x the planner's ~1.49 s on p5 = 22 s < 3 scrapes x 15 s
+        ({"steps": 20}, "steps 20: 15 measured steps x 1.49 s (the planner's step time at 1"),
+        ({"buildx": False, "pushed": False}, "is not in ECR, so pulumi up builds it, but docker"),
     ],
 )
 def test_prerequisites_stop_before_the_first_up(
@@ -697,6 +715,9 @@ def test_prerequisites_stop_before_the_first_up(
     raw, _ = _original(work)
     stack = FakeStack(work, cluster, deployed=kw.pop("deployed", True))
     stack.aws.credentials = kw.pop("credentials", True)
+    stack.aws.buildx = kw.pop("buildx", True)
+    if not kw.pop("pushed", True):
+        stack.aws.tags = {}
     with pytest.raises(scaling.PrerequisiteError, match=re.escape(message)):
         sweep(stack, Forwards(cluster), [1], [], **kw)
     assert "up" not in stack.calls and not cluster.jobs
@@ -779,3 +800,31 @@ def test_job_watch_reads_conditions_and_container_reasons() -> None:
         state = answers([created], waiting=reason).state("j")
         assert state.fatal and state.reason.startswith(f"{reason}: j-worker-0")
     assert not answers([created], waiting="ContainerCreating").state("j").fatal
+
+
+def test_an_unpushed_image_needs_only_a_working_buildx(work: Path, cluster: FakeCluster) -> None:
+    """The tag is not in ECR (``pulumi up`` will build it): with ``docker buildx`` working the
+    prerequisites pass; ECR is asked for exactly the content tag the program would push."""
+    stack = FakeStack(work, cluster)
+    stack.aws.tags = {}
+    plan = scaling._stack_plan(stack, STACK, work)
+    asked: list[list[str]] = []
+
+    def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        asked.append(cmd)
+        return stack.aws(cmd, **kw)
+
+    scaling.check_prerequisites(
+        plan,
+        nodes=[1],
+        steps=200,
+        warmup_steps=20,
+        destroy=False,
+        step_time_s={1: 1.5},
+        image_tag=content_tag(),
+        which=lambda tool: f"/usr/bin/{tool}",
+        run=run,
+    )
+    describe = next(c for c in asked if c[1:3] == ["ecr", "describe-images"])
+    assert f"imageTag={content_tag()}" in describe and REPOSITORY in describe
+    assert ["docker", "buildx", "version"] in asked
