@@ -69,6 +69,13 @@ FATAL_WAIT_REASONS = IMAGE_PULL_REASONS | {
     "CreateContainerError",
 }
 """Waiting reasons the sweep does not wait out: nothing changes without a fix."""
+NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
+"""Label EKS puts on a managed nodegroup's nodes (value: the nodegroup's name)."""
+UNSCHEDULABLE_S = 300.0
+"""How long a job's pod may stay unschedulable before the sweep stops: longer than the
+cluster needs to register freshly launched nodes and their device plugins."""
+NODES_TIMEOUT_S = 1800.0
+"""How long the sweep waits for the nodegroup's nodes to be Ready after scaling."""
 TOOLS = ("pulumi", "kubectl", "aws")
 """Command-line tools the cloud mode runs (the Automation API shells out to ``pulumi``)."""
 STEPS_BY_MODE = {"local": (30, 5), "cloud": (200, 20)}
@@ -420,6 +427,9 @@ class JobState:
     ``Pending`` before the operator has seen it."""
     reason: str = ""
     """Why, for a failure (the condition's message, a container's waiting reason)."""
+    unschedulable: str = ""
+    """A pod the scheduler cannot place (``PodScheduled=False``, reason ``Unschedulable``):
+    its name and the scheduler's message; empty when every pod is placed."""
 
     @property
     def fatal(self) -> bool:
@@ -431,6 +441,8 @@ class JobWatch(Protocol):
     """Reads a PyTorchJob's state (the cloud mode uses :class:`KubectlJobWatch`)."""
 
     def state(self, job: str) -> JobState: ...
+
+    def ready_nodes(self, nodegroup: str) -> int: ...
 
 
 def _write_kubeconfig(outputs: dict[str, Any], directory: Path) -> Path:
@@ -490,17 +502,39 @@ class KubectlJobWatch:
                     return JobState(
                         "Running", f"{waiting['reason']}: {name}: {waiting.get('message', '')}"
                     )
+        unschedulable = ""
+        for pod in pods.get("items", []):
+            for c in pod.get("status", {}).get("conditions", []):
+                if (c.get("type"), c.get("status"), c.get("reason")) == (
+                    "PodScheduled",
+                    "False",
+                    "Unschedulable",
+                ):
+                    unschedulable = f"{pod['metadata']['name']}: {c.get('message', '')}"
         try:
             obj = self._get("pytorchjob", job)
         except OSError:
-            return JobState("Pending")
+            return JobState("Pending", unschedulable=unschedulable)
         conditions = [
             c for c in obj.get("status", {}).get("conditions", []) if c.get("status") == "True"
         ]
         if not conditions:
-            return JobState("Pending")
+            return JobState("Pending", unschedulable=unschedulable)
         last = conditions[-1]
-        return JobState(last["type"], last.get("message", "") if last["type"] == "Failed" else "")
+        reason = last.get("message", "") if last["type"] == "Failed" else ""
+        return JobState(last["type"], reason, unschedulable)
+
+    def ready_nodes(self, nodegroup: str) -> int:
+        """Nodes of the EKS managed nodegroup (label ``eks.amazonaws.com/nodegroup``, set by
+        EKS on its nodes) whose ``Ready`` condition is True."""
+        nodes = self._get("nodes", "-l", f"{NODEGROUP_LABEL}={nodegroup}")
+        return sum(
+            any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in n.get("status", {}).get("conditions", [])
+            )
+            for n in nodes.get("items", [])
+        )
 
 
 @contextlib.contextmanager
@@ -565,10 +599,13 @@ def wait_for_job(
     timeout_s: float,
     poll_s: float,
     log: Callable[[str], None],
+    unschedulable_s: float = UNSCHEDULABLE_S,
 ) -> None:
     """Until ``job`` has logged ``last_step`` (or Succeeded): fail fast on a failed job, an
-    image that cannot be pulled, a crash loop, or a dead port-forward; stream the progress."""
+    image that cannot be pulled, a crash loop, a pod unschedulable for ``unschedulable_s``, or
+    a dead port-forward; stream the progress."""
     deadline = time.monotonic() + timeout_s
+    unschedulable_since: float | None = None
     seen: int | None = None
     phase = ""
     errors = 0
@@ -584,6 +621,15 @@ def wait_for_job(
             state = JobState(phase or "Pending")
         if state.fatal:
             raise SweepError(f"job {job}: {state.phase}: {state.reason}".rstrip(": "))
+        if state.unschedulable:
+            unschedulable_since = unschedulable_since or time.monotonic()
+            if time.monotonic() - unschedulable_since > unschedulable_s:
+                raise SweepError(
+                    f"job {job}: pod unschedulable for over {unschedulable_s:.0f} s: "
+                    f"{state.unschedulable}"
+                )
+        else:
+            unschedulable_since = None
         try:
             step = last_logged_step(pf.url, job)
         except (OSError, RuntimeError, urllib.error.URLError):
@@ -695,6 +741,52 @@ def scale_nodegroup(
     log(f"  nodegroup {group.name}: {scaling}")
     _aws(run, group.scale_command(scaling))
     _aws(run, ["aws", "eks", "wait", "nodegroup-active", *group.args()], timeout=3600)
+
+
+def nodegroup_health(run: Callable[..., Any], group: Nodegroup) -> list[str]:
+    """The nodegroup's health issues (``describe-nodegroup``: ``nodegroup.health.issues``, for
+    example ``AsgInstanceLaunchFailures`` when EC2 has no capacity), as ``code: message``."""
+    got = _aws(run, ["aws", "eks", "describe-nodegroup", *group.args()])
+    issues = got.get("nodegroup", {}).get("health", {}).get("issues", [])
+    return [f"{i.get('code', '?')}: {i.get('message', '')}" for i in issues]
+
+
+def wait_for_nodes(
+    run: Callable[..., Any],
+    watch: JobWatch,
+    group: Nodegroup,
+    n: int,
+    *,
+    timeout_s: float,
+    poll_s: float,
+    log: Callable[[str], None],
+) -> None:
+    """Until ``n`` nodes of the nodegroup are Ready: the nodegroup turns ACTIVE whether or not
+    its instances launched (a capacity block or ODCR short of capacity), so stop on a health
+    issue at once, and when ``timeout_s`` passes with fewer nodes Ready."""
+    deadline = time.monotonic() + timeout_s
+    ready = -1
+    while True:
+        try:
+            now = watch.ready_nodes(group.name)
+        except (OSError, subprocess.TimeoutExpired, ValueError):  # an API server blip
+            now = ready
+        if now != ready:
+            log(f"  nodegroup {group.name}: {max(now, 0)}/{n} node(s) Ready")
+            ready = now
+        if ready >= n:
+            return
+        issues = nodegroup_health(run, group)
+        if issues:
+            raise SweepError(
+                f"nodegroup {group.name}: {max(ready, 0)}/{n} node(s) Ready, health issues: "
+                + "; ".join(issues)
+            )
+        if time.monotonic() > deadline:
+            raise SweepError(
+                f"nodegroup {group.name}: {max(ready, 0)}/{n} node(s) Ready after {timeout_s:.0f} s"
+            )
+        time.sleep(poll_s)
 
 
 @dataclass
@@ -1112,6 +1204,8 @@ def measure_cloud(
     which: Callable[[str], str | None] = shutil.which,
     run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
     wait_timeout_s: float = 3600,
+    nodes_timeout_s: float = NODES_TIMEOUT_S,
+    unschedulable_s: float = UNSCHEDULABLE_S,
     poll_s: float = 30,
     log: Callable[[str], None] = print,
     interrupt: Callable[[], None] = interrupt_pulumi_children,
@@ -1215,9 +1309,19 @@ def measure_cloud(
             )
             with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
                 watch = (job_watch or _kubectl_watch)(outputs, plan.namespace, Path(tmp))
+                wait_for_nodes(
+                    run, watch, group, n, timeout_s=nodes_timeout_s, poll_s=poll_s, log=log
+                )
                 with prometheus(outputs, plan.namespace) as pf:
                     wait_for_job(
-                        pf, watch, job, steps, timeout_s=wait_timeout_s, poll_s=poll_s, log=log
+                        pf,
+                        watch,
+                        job,
+                        steps,
+                        timeout_s=wait_timeout_s,
+                        poll_s=poll_s,
+                        log=log,
+                        unschedulable_s=unschedulable_s,
                     )
                     pf.check()
                     fig = steady_throughput(

@@ -80,6 +80,7 @@ class RunningJob:
     phase: str = "Created"
     message: str = ""
     waiting: str = ""
+    unschedulable: bool = False
     thread: threading.Thread | None = None
 
 
@@ -92,8 +93,18 @@ class FakeCluster:
     """Node count -> step at which that job fails (the operator marks it Failed)."""
     image_pull: set[int] = field(default_factory=set)
     """Node counts whose image cannot be pulled (pods wait in ImagePullBackOff)."""
+    unschedulable: set[int] = field(default_factory=set)
+    """Node counts whose pods the scheduler cannot place (no EFA device advertised)."""
+    capacity: int | None = None
+    """Instances EC2 can launch for the nodegroup (None: as many as asked)."""
+    aws: Any = None
+    """The fake AWS whose nodegroup size decides how many nodes are Ready."""
     jobs: dict[str, RunningJob] = field(default_factory=dict)
     current: str = ""
+
+    def ready_nodes(self) -> int:
+        desired = self.aws.scaling["desiredSize"] if self.aws else 0
+        return desired if self.capacity is None else min(desired, self.capacity)
 
     def apply(self, job: str, workers: int, steps: int) -> None:
         if job in self.jobs or not job:
@@ -106,6 +117,9 @@ class FakeCluster:
         self.current = job
         if workers in self.image_pull:
             run.waiting = "ImagePullBackOff"
+            return
+        if workers in self.unschedulable:
+            run.unschedulable = True
             return
         # The pod starts and Prometheus discovers and scrapes it before the first step (on the
         # cluster, model loading takes far longer than a scrape interval).
@@ -129,11 +143,36 @@ class FakeCluster:
 
     def kube_get(self, kind: str, *args: str) -> dict[str, Any]:
         """``kubectl get ... -o json`` as the API server would answer it."""
+        if kind == "nodes":
+            assert args == ("-l", "eks.amazonaws.com/nodegroup=p5-block-ng"), args
+            ready = {"type": "Ready", "status": "True"}
+            return {
+                "items": [
+                    {"metadata": {"name": f"ip-10-0-0-{i}"}, "status": {"conditions": [ready]}}
+                    for i in range(self.ready_nodes())
+                ]
+            }
         if kind == "pods":
             job = args[1].split("=", 1)[1]
             run = self.jobs.get(job)
             if run is None:
                 return {"items": []}
+            if run.unschedulable:
+                cond = {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient vpc.amazonaws.com/efa.",
+                }
+                return {
+                    "items": [
+                        {
+                            "metadata": {"name": f"{job}-worker-{i}"},
+                            "status": {"phase": "Pending", "conditions": [cond]},
+                        }
+                        for i in range(run.workers)
+                    ]
+                }
             waiting = {"reason": run.waiting, "message": "Back-off pulling image"}
             state = {"waiting": waiting} if run.waiting else {"running": {}}
             pods = [
@@ -184,6 +223,8 @@ class FakeAws:
         default_factory=lambda: {"minSize": 0, "maxSize": 16, "desiredSize": 16}
     )
     credentials: bool = True
+    health_issues: list[dict[str, Any]] = field(default_factory=list)
+    """``nodegroup.health.issues`` of describe-nodegroup."""
     ecr: dict[str, set[str]] = field(default_factory=lambda: {REPOSITORY: {"sha256:" + "a" * 64}})
     """ECR: repository -> image digests (the stack's pushed training image)."""
     tags: dict[str, set[str]] = field(default_factory=lambda: {REPOSITORY: {content_tag()}})
@@ -212,7 +253,14 @@ class FakeAws:
         assert cmd[1] == "eks" and cmd[cmd.index("--cluster-name") + 1] == "eks-fsdp-p5"
         assert cmd[cmd.index("--nodegroup-name") + 1] == "p5-block-ng"
         if cmd[2] == "describe-nodegroup":
-            return done({"nodegroup": {"scalingConfig": dict(self.scaling)}})
+            return done(
+                {
+                    "nodegroup": {
+                        "scalingConfig": dict(self.scaling),
+                        "health": {"issues": list(self.health_issues)},
+                    }
+                }
+            )
         if cmd[2] == "update-nodegroup-config":
             new = dict(kv.split("=") for kv in cmd[cmd.index("--scaling-config") + 1].split(","))
             new = {k: int(v) for k, v in new.items()}
@@ -276,6 +324,7 @@ class FakeStack:
 
     def __post_init__(self) -> None:
         self.aws = FakeAws(self.calls)
+        self.cluster.aws = self.aws
 
     @property
     def file(self) -> Path:
@@ -828,3 +877,46 @@ def test_an_unpushed_image_needs_only_a_working_buildx(work: Path, cluster: Fake
     describe = next(c for c in asked if c[1:3] == ["ecr", "describe-images"])
     assert f"imageTag={content_tag()}" in describe and REPOSITORY in describe
     assert ["docker", "buildx", "version"] in asked
+
+
+def test_nodes_short_of_capacity_stop_the_sweep_with_the_health_issue(
+    work: Path, cluster: FakeCluster
+) -> None:
+    """EC2 launches 1 of 2 instances: the nodegroup is ACTIVE, its health says why; the sweep
+    stops at once (not after the job's hour-long timeout) and scales back."""
+    cluster.capacity = 1
+    stack = FakeStack(work, cluster)
+    stack.aws.health_issues = [
+        {
+            "code": "AsgInstanceLaunchFailures",
+            "message": "Could not launch On-Demand Instances. InsufficientInstanceCapacity",
+        }
+    ]
+    with pytest.raises(
+        scaling.SweepError, match=r"1/2 node\(s\) Ready, health issues: AsgInstanceLaunchFailures"
+    ):
+        sweep(stack, Forwards(cluster), [2], [], wait_timeout_s=3600)
+    assert stack.calls[-2:] == ["aws scale 16", "up"]
+
+
+def test_nodes_that_never_become_ready_stop_the_sweep_at_the_deadline(
+    work: Path, cluster: FakeCluster
+) -> None:
+    cluster.capacity = 1
+    stack = FakeStack(work, cluster)
+    with pytest.raises(scaling.SweepError, match=r"1/2 node\(s\) Ready after 2 s"):
+        sweep(stack, Forwards(cluster), [2], [], nodes_timeout_s=2, wait_timeout_s=3600)
+    assert stack.calls[-2:] == ["aws scale 16", "up"]
+
+
+def test_a_pod_unschedulable_too_long_stops_the_sweep(work: Path, cluster: FakeCluster) -> None:
+    """Nodes Ready, but the scheduler cannot place the pods (no EFA device advertised): after
+    ``unschedulable_s`` the sweep stops with the scheduler's message."""
+    cluster.unschedulable = {1}
+    stack = FakeStack(work, cluster)
+    with pytest.raises(
+        scaling.SweepError,
+        match=r"pod unschedulable for over 1 s: .*-1n-t1-worker-0: 0/3 nodes .*vpc.amazonaws.com/efa",
+    ):
+        sweep(stack, Forwards(cluster), [1, 2], [], unschedulable_s=1, wait_timeout_s=3600)
+    assert stack.calls.count("up") == 2  # 1, then the scale-back; 2 never started
