@@ -295,6 +295,40 @@ def test_go_file_mode_strings() -> None:
     assert img.go_file_mode(0o104755) == "urwxr-xr-x"
 
 
+def test_the_context_is_what_git_tracks_whatever_tools_left_behind(tmp_path: Path) -> None:
+    """A clean checkout of ``training/`` (``git ls-files``), then what tools leave there:
+    .pytest_cache, .mypy_cache, a .venv, an editor's dot-file, an egg-info, bytecode. The
+    context (hence the tag) holds only tracked files."""
+    import shutil
+    import subprocess
+
+    tracked = subprocess.run(
+        ["git", "ls-files", "training"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "training/finetune.py" in tracked
+    for rel in tracked:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, tmp_path / rel)
+    clean = {p.relative_to(tmp_path).as_posix() for p in img.context_files(tmp_path)}
+    assert clean <= set(tracked)
+    tag = img.content_tag(tmp_path)
+    stray = [
+        "training/.pytest_cache/v/cache/nodeids",
+        "training/.mypy_cache/3.11/training/config.data.json",
+        "training/.venv/bin/python",
+        "training/.config.py.swp",
+        "training/eks_fsdp_training.egg-info/PKG-INFO",
+        "training/__pycache__/config.cpython-311.pyc",
+        "training/assets/.DS_Store",
+    ]
+    for rel in stray:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("stray")
+    after = {p.relative_to(tmp_path).as_posix() for p in img.context_files(tmp_path)}
+    assert after == clean
+    assert img.content_tag(tmp_path) == tag
+
+
 def test_ignore_rules_follow_moby() -> None:
     pats = img.ignore_patterns(ROOT / img.IGNORE_FILE)
     assert pats[0] == "*" and "!training" in pats
