@@ -667,6 +667,7 @@ class StackFile:
             return False
         tmp = self.path.with_name(f".{self.path.name}.restore")
         tmp.write_bytes(self.original)
+        shutil.copymode(self.path, tmp)  # the file's mode as it is, not the umask's
         tmp.replace(self.path)
         return True
 

@@ -920,3 +920,14 @@ def test_a_pod_unschedulable_too_long_stops_the_sweep(work: Path, cluster: FakeC
     ):
         sweep(stack, Forwards(cluster), [1, 2], [], unschedulable_s=1, wait_timeout_s=3600)
     assert stack.calls.count("up") == 2  # 1, then the scale-back; 2 never started
+
+
+def test_the_restored_stack_file_keeps_its_mode(tmp_path: Path) -> None:
+    """A stack file kept private (0640) is still 0640 after the restore, byte for byte."""
+    path = tmp_path / f"Pulumi.{STACK}.yaml"
+    path.write_bytes(b"config:\n  eks-fsdp:job:\n    name: a\n")
+    path.chmod(0o640)
+    kept = scaling.StackFile(path, tmp_path / "out")
+    path.write_bytes(b"config: {}\n")  # the CLI rewrites it
+    assert kept.restore()
+    assert path.read_bytes() == kept.original and (path.stat().st_mode & 0o777) == 0o640

@@ -329,6 +329,23 @@ def test_the_context_is_what_git_tracks_whatever_tools_left_behind(tmp_path: Pat
     assert img.content_tag(tmp_path) == tag
 
 
+def test_a_symlink_to_a_directory_is_skipped_like_the_provider(tmp_path: Path) -> None:
+    """pulumi-docker-build's ``hashFile`` (``provider/internal/context.go``) ignores a symlink
+    to a directory (reading it fails with EISDIR): the tag neither crashes nor changes."""
+    (tmp_path / "training/assets").mkdir(parents=True)
+    (tmp_path / "training/Dockerfile").write_text("FROM scratch\n")
+    (tmp_path / "training/Dockerfile.dockerignore").write_text("*\n!training/\n")
+    (tmp_path / "training/a.py").write_text("x = 1\n")
+    before = img.content_tag(tmp_path)
+    (tmp_path / "training/assets_link").symlink_to("assets", target_is_directory=True)
+    assert "training/assets_link" in {
+        p.relative_to(tmp_path).as_posix() for p in img.context_files(tmp_path)
+    }
+    assert img.content_tag(tmp_path) == before
+    (tmp_path / "training/a_link.py").symlink_to("a.py")  # a symlink to a file is hashed
+    assert img.content_tag(tmp_path) != before
+
+
 def test_ignore_rules_follow_moby() -> None:
     pats = img.ignore_patterns(ROOT / img.IGNORE_FILE)
     assert pats[0] == "*" and "!training" in pats
