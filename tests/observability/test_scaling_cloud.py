@@ -13,8 +13,10 @@ an interrupt's SIGINT (or for good when killed), raises the Automation API's own
 ``ConcurrentUpdateError`` on a locked stack, and can fail ``up``/``destroy``), EKS with its training operator (each
 ``up`` starts the job as a thread that logs steps at a fixed pace into a real ``PrometheusSink``)
 the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
-PyTorchJob and Pod objects shaped like the API's), and the ``aws`` CLI (:class:`FakeAws`:
-credentials, and the EKS nodegroup's scaling config, validated as the EKS API does). Real: Prometheus (Debian's 2.42 on loopback,
+PyTorchJob, Pod and Node objects shaped like the API's), and the ``aws``/``docker`` CLIs
+(:class:`FakeAws`: credentials, the EKS nodegroup's scaling config validated as the EKS API does
+and its health issues, ECR's images and tags with the API's error codes, ``docker buildx
+version``). Real: Prometheus (Debian's 2.42 on loopback,
 started at ``up`` as the cluster's scrapes from pod start, the cluster's scrape rules), the
 ``rate()`` queries, the port-forward stand-in (a real process, killed to simulate its death),
 the stack file on disk, the results file.
