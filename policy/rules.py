@@ -35,6 +35,11 @@ EGRESS_RULE = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
 SG_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 EKS_CLUSTER = "eks:index:Cluster"
+"""pulumi-eks's component. No rule reads it: pulumi-eks builds it as a Node.js
+``ComponentResource`` (``super(type, name, args, opts)`` in ``nodejs/eks/cluster/cluster.ts``),
+which registers its args only when remote or adopted (``remote || opts?.urn ? args : {}``), so
+the analyzer sees it with props ``{}``. The rules read what it creates: the
+``aws:eks/cluster:Cluster`` control plane and the ``vpc-cni``/``kube-proxy`` ``Addon``s."""
 AWS_EKS_CLUSTER = "aws:eks/cluster:Cluster"
 ADDON = "aws:eks/addon:Addon"
 ROLE = "aws:iam/role:Role"
@@ -164,10 +169,13 @@ def lustre_encrypted(props: Props) -> Iterable[str]:
 
 
 def eks_secrets_kms(props: Props) -> Iterable[str]:
-    """Kubernetes Secrets envelope-encrypted with KMS."""
-    if props.get("encryptionConfigKeyArn") or _get(props, "encryptionConfig", "provider", "keyArn"):
+    """Kubernetes Secrets envelope-encrypted with KMS (``encryptionConfig`` of
+    ``aws:eks/cluster:Cluster``: ``provider.keyArn`` and ``resources: ["secrets"]``, which
+    pulumi-eks fills from its ``encryptionConfigKeyArn``)."""
+    config = props.get("encryptionConfig")
+    if _get(config, "provider", "keyArn") and "secrets" in (_get(config, "resources") or []):
         return
-    yield "Secrets are not envelope-encrypted (set encryptionConfigKeyArn to a KMS key)"
+    yield "Secrets are not envelope-encrypted (encryptionConfig with a KMS keyArn for 'secrets')"
 
 
 def control_plane_logging(props: Props) -> Iterable[str]:
@@ -178,21 +186,22 @@ def control_plane_logging(props: Props) -> Iterable[str]:
 
 
 def api_endpoint(props: Props) -> Iterable[str]:
-    """A public API endpoint admits named CIDRs only (its default is 0.0.0.0/0)."""
-    public = props.get("endpointPublicAccess")
-    if public is None:
-        public = _get(props, "vpcConfig", "endpointPublicAccess")
-    if public is False:
+    """A public API endpoint admits named CIDRs only. ``vpcConfig.endpointPublicAccess``
+    defaults to true and ``publicAccessCidrs`` to ``0.0.0.0/0`` (pulumi-aws 7 schema)."""
+    vpc = props.get("vpcConfig") or {}
+    if vpc.get("endpointPublicAccess") is False:
         return
-    cidrs = props.get("publicAccessCidrs") or _get(props, "vpcConfig", "publicAccessCidrs") or []
+    cidrs = vpc.get("publicAccessCidrs") or []
     if not cidrs:
-        yield "the public API endpoint is open to 0.0.0.0/0 (no publicAccessCidrs)"
+        yield "the public API endpoint is open to 0.0.0.0/0 (no vpcConfig.publicAccessCidrs)"
     for cidr in cidrs:
         if str(cidr).endswith("/0"):
             yield f"the public API endpoint admits {cidr}"
 
 
 def kubernetes_version(props: Props, today: dt.date | None = None) -> Iterable[str]:
+    """The control plane's version is in EKS standard support on ``today`` (the date of the
+    preview; injectable so tests pin it)."""
     version = props.get("version")
     if version is None:
         yield "no Kubernetes version pinned (EKS would pick its default)"
@@ -202,18 +211,6 @@ def kubernetes_version(props: Props, today: dt.date | None = None) -> Iterable[s
         yield f"Kubernetes {version} has no known EKS standard-support window"
     elif (today or dt.date.today()) > end:
         yield f"Kubernetes {version} left EKS standard support on {end.isoformat()}"
-
-
-def cluster_addons_pinned(props: Props) -> Iterable[str]:
-    """The add-ons pulumi-eks installs carry explicit versions."""
-    if not _get(props, "vpcCniOptions", "addonVersion"):
-        yield "vpc-cni add-on version not pinned (vpcCniOptions.addonVersion)"
-    kube_proxy = props.get("kubeProxyAddonOptions") or {}
-    if kube_proxy.get("enabled", True) and not kube_proxy.get("version"):
-        yield "kube-proxy add-on version not pinned (kubeProxyAddonOptions.version)"
-    coredns = props.get("corednsAddonOptions") or {}
-    if coredns.get("enabled", True) and not coredns.get("version"):
-        yield "CoreDNS add-on version not pinned (corednsAddonOptions.version)"
 
 
 def addon_pinned(props: Props) -> Iterable[str]:
@@ -294,20 +291,35 @@ def efa_security_group_self_only(resources: list[Any]) -> Iterable[tuple[str, st
             yield res.urn, f"EFA security group rule {res.name} reaches beyond its members"
 
 
+def _network_policy_flag(addon: Any) -> Any:
+    values = addon.props.get("configurationValues")
+    if isinstance(values, str):
+        try:
+            values = json.loads(values)
+        except json.JSONDecodeError:
+            return None
+    return _get(values, "enableNetworkPolicy")
+
+
 def network_policies_enforced(resources: list[Any]) -> Iterable[tuple[str, str]]:
-    """NetworkPolicies are deployed only where the VPC CNI enforces them."""
+    """NetworkPolicies are deployed only where the VPC CNI enforces them.
+
+    pulumi-eks creates the ``vpc-cni`` add-on as an ``aws:eks/addon:Addon`` whose
+    ``configurationValues`` JSON carries ``"enableNetworkPolicy": "true"`` when its
+    ``vpcCniOptions.enableNetworkPolicy`` is on (pulumi-eks ``nodejs/eks/addons/cni-addon.ts``,
+    ``mergeConfigurationValues``). Only add-ons present are judged."""
     if not any(r.resource_type == NETWORK_POLICY for r in resources):
         return
     for res in resources:
-        if res.resource_type == EKS_CLUSTER and not _truthy(
-            _get(res.props, "vpcCniOptions", "enableNetworkPolicy")
+        if (
+            res.resource_type == ADDON
+            and res.props.get("addonName") == "vpc-cni"
+            and not _truthy(_network_policy_flag(res))
         ):
             yield (
                 res.urn,
-                (
-                    "NetworkPolicies are deployed but the VPC CNI does not enforce them"
-                    " (vpcCniOptions.enableNetworkPolicy)"
-                ),
+                "NetworkPolicies are deployed but the VPC CNI does not enforce them"
+                " (vpc-cni configurationValues enableNetworkPolicy)",
             )
 
 
@@ -383,22 +395,22 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     _resource_policy(
         "eks-secrets-kms",
         "Kubernetes Secrets are envelope-encrypted with a KMS key",
-        {EKS_CLUSTER: eks_secrets_kms, AWS_EKS_CLUSTER: eks_secrets_kms},
+        {AWS_EKS_CLUSTER: eks_secrets_kms},
     ),
     _resource_policy(
         "eks-control-plane-logging",
         "Every EKS control-plane log type is on",
-        {EKS_CLUSTER: control_plane_logging, AWS_EKS_CLUSTER: control_plane_logging},
+        {AWS_EKS_CLUSTER: control_plane_logging},
     ),
     _resource_policy(
         "eks-api-endpoint-restricted",
         "The public API endpoint admits named CIDRs only",
-        {EKS_CLUSTER: api_endpoint, AWS_EKS_CLUSTER: api_endpoint},
+        {AWS_EKS_CLUSTER: api_endpoint},
     ),
     _resource_policy(
         "eks-standard-support",
         "The Kubernetes version is in EKS standard support",
-        {EKS_CLUSTER: kubernetes_version, AWS_EKS_CLUSTER: kubernetes_version},
+        {AWS_EKS_CLUSTER: kubernetes_version},
     ),
     _resource_policy(
         "pinned-versions",
@@ -407,7 +419,6 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
             HELM_RELEASE: chart_pinned,
             HELM_CHART_V4: chart_pinned,
             ADDON: addon_pinned,
-            EKS_CLUSTER: cluster_addons_pinned,
         },
     ),
     _resource_policy(

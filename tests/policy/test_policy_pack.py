@@ -69,9 +69,92 @@ def violations(resources: Resources, tmp_path: Path) -> list[dict[str, str]]:
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
+def with_pulumi_eks_children(res: Resources) -> Resources:
+    """``res`` as the analyzer would see it under the real engine, as far as pulumi-eks goes.
+
+    The mocks register pulumi-eks's ``eks:index:Cluster`` with its args and never run the
+    component, so its children do not exist here. Under the engine the component shows props
+    ``{}`` and its children carry the settings. This adds the three children the rules read,
+    derived from the component's args by the mapping pulumi-eks v4 makes
+    (``nodejs/eks/cluster/cluster.ts``: ``aws.eks.Cluster`` with ``vpcConfig``,
+    ``encryptionConfig {provider: {keyArn}, resources: ["secrets"]}``, ``version``,
+    ``enabledClusterLogTypes``; the ``kube-proxy`` ``aws.eks.Addon``; ``addons/cni-addon.ts``:
+    the ``vpc-cni`` ``aws.eks.Addon`` whose ``configurationValues`` JSON holds
+    ``enableNetworkPolicy: "true"|"false"``), and empties the component's props. It is a
+    derivation, not an observation: the args themselves are checked in
+    ``tests/infra/test_program.py``."""
+    out = []
+    for r in res:
+        if r["type"] != "eks:index:Cluster":
+            out.append(r)
+            continue
+        args = r["props"]
+        out.append({**r, "props": {}})
+        prefix = "::".join(r["urn"].split("::")[:3])
+        name = r["name"]
+
+        def child(
+            type_: str, suffix: str, props: dict[str, Any], prefix: str = prefix, name: str = name
+        ) -> dict[str, Any]:
+            return {
+                "type": type_,
+                "name": f"{name}{suffix}",
+                "urn": f"{prefix}${type_}::{name}{suffix}",
+                "props": props,
+                "propertyDependencies": {},
+            }
+
+        public = args.get("endpointPublicAccess", True)
+        vpc_config: dict[str, Any] = {
+            "endpointPrivateAccess": args.get("endpointPrivateAccess"),
+            "endpointPublicAccess": public,
+        }
+        if args.get("publicAccessCidrs"):
+            vpc_config["publicAccessCidrs"] = args["publicAccessCidrs"]
+        control_plane: dict[str, Any] = {
+            "name": args.get("name"),
+            "version": args.get("version"),
+            "enabledClusterLogTypes": args.get("enabledClusterLogTypes"),
+            "vpcConfig": vpc_config,
+        }
+        if args.get("encryptionConfigKeyArn"):
+            control_plane["encryptionConfig"] = {
+                "provider": {"keyArn": args["encryptionConfigKeyArn"]},
+                "resources": ["secrets"],
+            }
+        out.append(child("aws:eks/cluster:Cluster", "-eksCluster", control_plane))
+        cni = args.get("vpcCniOptions") or {}
+        values: dict[str, Any] = {"env": {}}
+        if "enableNetworkPolicy" in cni:
+            values["enableNetworkPolicy"] = "true" if cni["enableNetworkPolicy"] else "false"
+        out.append(
+            child(
+                "aws:eks/addon:Addon",
+                "-vpc-cni",
+                {
+                    "addonName": "vpc-cni",
+                    "addonVersion": cni.get("addonVersion"),
+                    "configurationValues": json.dumps(values),
+                },
+            )
+        )
+        proxy = args.get("kubeProxyAddonOptions") or {}
+        out.append(
+            child(
+                "aws:eks/addon:Addon",
+                "-kube-proxy",
+                {"addonName": "kube-proxy", "addonVersion": proxy.get("version")},
+            )
+        )
+    return out
+
+
 @pytest.fixture(scope="module")
 def resources() -> dict[str, Resources]:
-    return {s: as_policy_input(run_program(s, secrets=SECRETS)) for s in STACKS}
+    return {
+        s: with_pulumi_eks_children(as_policy_input(run_program(s, secrets=SECRETS)))
+        for s in STACKS
+    }
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -82,7 +165,7 @@ def test_every_stack_passes_the_pack(
     kinds = {r["type"] for r in resources[stack]}
     assert {
         "aws:ec2/launchTemplate:LaunchTemplate",
-        "eks:index:Cluster",
+        "aws:eks/cluster:Cluster",
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
         "aws:eks/addon:Addon",
         "kubernetes:helm.sh/v3:Release",
@@ -108,7 +191,17 @@ def _lt(res: Resources) -> dict[str, Any]:
 
 
 def _eks(res: Resources) -> dict[str, Any]:
-    return _one(res, "eks:index:Cluster")
+    """The control plane pulumi-eks creates (derived, see ``with_pulumi_eks_children``)."""
+    return _one(res, "aws:eks/cluster:Cluster")
+
+
+def _vpc_cni(res: Resources) -> dict[str, Any]:
+    (addon,) = [
+        r
+        for r in res
+        if r["type"] == "aws:eks/addon:Addon" and r["props"].get("addonName") == "vpc-cni"
+    ]
+    return addon
 
 
 def hop_limit_2(res: Resources) -> None:
@@ -165,7 +258,7 @@ def persistent_fsx_without_kms(res: Resources) -> None:
 
 
 def secrets_without_kms(res: Resources) -> None:
-    del _eks(res)["props"]["encryptionConfigKeyArn"]
+    del _eks(res)["props"]["encryptionConfig"]
 
 
 def partial_logging(res: Resources) -> None:
@@ -173,11 +266,15 @@ def partial_logging(res: Resources) -> None:
 
 
 def open_api_endpoint(res: Resources) -> None:
-    _eks(res)["props"]["publicAccessCidrs"] = ["0.0.0.0/0"]
+    _eks(res)["props"]["vpcConfig"] = {"endpointPublicAccess": True}
 
 
 def no_network_policy_enforcement(res: Resources) -> None:
-    _eks(res)["props"]["vpcCniOptions"]["enableNetworkPolicy"] = False
+    _vpc_cni(res)["props"]["configurationValues"] = json.dumps({"env": {}})
+
+
+def unpinned_vpc_cni(res: Resources) -> None:
+    _vpc_cni(res)["props"].pop("addonVersion")
 
 
 def unpinned_chart(res: Resources) -> None:
@@ -219,6 +316,7 @@ BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("network-policy-enforced", "p5-16", no_network_policy_enforcement),
     ("pinned-versions", "p5-16", unpinned_chart),
     ("pinned-versions", "p4de-odcr", unpinned_addon),
+    ("pinned-versions", "dev", unpinned_vpc_cni),
     ("no-placement-group-with-capacity-block", "p5-16", placement_group_with_block),
     ("eks-standard-support", "p5-16", kubernetes_1_33),
 ]
@@ -240,6 +338,22 @@ def test_each_rule_fires_on_its_broken_input_and_only_it(
     assert found, f"{policy} did not fire on {breaks.__name__}"
     assert {v["policy"] for v in found} == {policy}, found
     assert all(v["urn"] for v in found)
+
+
+def test_pulumi_eks_component_as_the_engine_shows_it_is_not_applicable(
+    resources: dict[str, Resources], tmp_path: Path
+) -> None:
+    """Under the engine ``eks:index:Cluster`` arrives with props ``{}``; no rule may read it.
+    Before, six rules read its args and would have failed every real preview. The other
+    resources are the p5-16 stack's, with the component alone (its children removed)."""
+    alone = [
+        r
+        for r in copy.deepcopy(resources["p5-16"])
+        if r["type"] != "aws:eks/cluster:Cluster"
+        and not (r["type"] == "aws:eks/addon:Addon" and "eks:index:Cluster$" in r["urn"])
+    ]
+    assert _one(alone, "eks:index:Cluster")["props"] == {}
+    assert violations(alone, tmp_path) == []
 
 
 def test_every_rule_has_a_broken_input_and_the_pack_shares_the_infra_facts() -> None:
