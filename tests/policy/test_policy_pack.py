@@ -5,7 +5,9 @@ unit-test mocks (``tests/pulumi_mocks``); the resources it registers (inputs ove
 outputs, with the per-property dependencies the engine records) are written to JSON and handed
 to ``policy/offline.py``, which calls every ``ResourceValidationPolicy.validate`` and
 ``StackValidationPolicy.validate`` of the pack, the calls ``pulumi preview --policy-pack policy``
-makes. The pack runs in the tools virtualenv (``.venv-tools``, made by ``make setup``) because
+makes, on the inputs only and wrapped as pulumi-policy's analyzer wraps them (wire ``Struct``,
+``deserialize_properties``, ``unknown_checking_proxy``). Options, providers and config are
+empty defaults there; the engine protocol itself is exercised by the last test. The pack runs in the tools virtualenv (``.venv-tools``, made by ``make setup``) because
 pulumi-policy 1.21 pins protobuf 5 while the program's pulumi 3.272 runs on protobuf 6.
 
 If these fail, either a stack would violate a rule at ``pulumi preview --policy-pack policy``
@@ -43,13 +45,14 @@ def _tools() -> Path:
 
 
 def as_policy_input(run: ProgramRun) -> Resources:
-    """The resources as the engine hands them to a policy pack (props = outputs and inputs)."""
+    """The resources as the engine hands them to a policy pack: props are the inputs only
+    (``AnalyzeRequest.properties``; no provider outputs exist at preview)."""
     return [
         {
             "type": r.type,
             "name": r.name,
             "urn": r.urn,
-            "props": {**r.outputs, **r.inputs},
+            "props": dict(r.inputs),
             "propertyDependencies": {k: list(v) for k, v in r.property_dependencies.items()},
         }
         for r in run.resources
@@ -337,6 +340,7 @@ def test_each_rule_fires_on_its_broken_input_and_only_it(
     found = violations(broken, tmp_path)
     assert found, f"{policy} did not fire on {breaks.__name__}"
     assert {v["policy"] for v in found} == {policy}, found
+    assert {v["level"] for v in found} == {"mandatory"}, found
     assert all(v["urn"] for v in found)
 
 
@@ -354,6 +358,30 @@ def test_pulumi_eks_component_as_the_engine_shows_it_is_not_applicable(
     ]
     assert _one(alone, "eks:index:Cluster")["props"] == {}
     assert violations(alone, tmp_path) == []
+
+
+def test_props_arrive_as_the_analyzer_prepares_them(tmp_path: Path) -> None:
+    """An unknown input (a preview's ``04da6b54-...`` sentinel) makes the reading rule report at
+    advisory level instead of crashing or passing, as the analyzer servicer does; and an
+    integer hop limit passes after the wire turns it into a float."""
+    unknown = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # pulumi's UNKNOWN sentinel
+    base = {
+        "type": "aws:ec2/launchTemplate:LaunchTemplate",
+        "name": "lt",
+        "urn": "urn:pulumi:s::eks-fsdp::aws:ec2/launchTemplate:LaunchTemplate::lt",
+        "propertyDependencies": {},
+    }
+    known = {
+        **base,
+        "props": {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1}},
+    }
+    assert violations([known], tmp_path) == []
+    pending = {
+        **base,
+        "props": {"metadataOptions": {"httpTokens": unknown, "httpPutResponseHopLimit": 1}},
+    }
+    found = violations([pending], tmp_path)
+    assert [(v["policy"], v["level"]) for v in found] == [("imdsv2-hop-limit-1", "advisory")]
 
 
 def test_every_rule_has_a_broken_input_and_the_pack_shares_the_infra_facts() -> None:
