@@ -278,7 +278,8 @@ class StackConfig:
     cluster_name: str = "eks-fsdp"
     """EKS cluster name."""
     kubernetes_version: str = versions.KUBERNETES_VERSION
-    """EKS control-plane version (in EKS standard support)."""
+    """EKS control-plane version (one of ``versions.EKS_STANDARD_SUPPORT_END``; whether it is
+    in standard support on the day is the policy pack's ``eks-standard-support`` rule)."""
     api_public_access_cidrs: tuple[str, ...] | None = None
     """CIDRs allowed to reach the public API endpoint; () = no public endpoint; None = not set
     (only a stack file read outside Pulumi may leave it out: ``from_pulumi`` requires it)."""
@@ -846,9 +847,10 @@ def parse(
     k8s = _str(str(raw.get("kubernetesVersion", versions.KUBERNETES_VERSION)), "kubernetesVersion")
     if not _K8S_VERSION.match(k8s):
         raise _fail("kubernetesVersion", f"{k8s!r} is not shaped 1.NN (quote it in YAML: '1.30')")
-    support = versions.standard_support_problem(k8s)
-    if support is not None:
-        raise _fail("kubernetesVersion", support)
+    # Undated on purpose: the policy pack checks standard support at preview.
+    unknown = versions.unknown_version_problem(k8s)
+    if unknown is not None:
+        raise _fail("kubernetesVersion", unknown)
     api_cidrs = _parse_api_cidrs(raw.get("apiPublicAccessCidrs"))
     azs, vpc_cidr, svc, nat = _parse_network(raw, region)
     system = _parse_system(raw.get("systemNodeGroup", {}))

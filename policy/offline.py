@@ -1,6 +1,6 @@
 """Run every policy of the pack on resources read from JSON, without a Pulumi engine.
 
-    python policy/offline.py resources.json
+    python policy/offline.py resources.json [--today YYYY-MM-DD]
 
 ``resources.json`` is a list of ``{type, name, urn, props, propertyDependencies}`` (URNs per
 property); ``props`` are a resource's inputs, which is what the engine's ``Analyze`` and
@@ -17,11 +17,13 @@ options, providers, config and stack tags beyond empty defaults, and remediation
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+import rules
 from google.protobuf import json_format, struct_pb2
 from pulumi_policy import (
     PolicyCustomTimeouts,
@@ -129,6 +131,9 @@ def main(argv: list[str]) -> int:
             )
         )
         return 0
+    if len(argv) == 4 and argv[2] == "--today":
+        day = dt.date.fromisoformat(argv[3])
+        rules.clock = lambda: day
     raw = json.loads(Path(argv[1]).read_text())
     print(json.dumps(evaluate(raw)))
     return 0

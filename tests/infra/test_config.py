@@ -137,11 +137,6 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         " a block is already co-located; set none",
     ),
     (
-        "kubernetes-version-out-of-standard-support",
-        with_top(kubernetesVersion="1.33"),
-        "eks-fsdp:kubernetesVersion: 1.33 left EKS standard support on 2026-07-29",
-    ),
-    (
         "kubernetes-version-unknown",
         with_top(kubernetesVersion="1.29"),
         "eks-fsdp:kubernetesVersion: 1.29 has no known EKS standard-support window",
@@ -515,13 +510,30 @@ def test_api_endpoint_cidrs_and_debug_tools() -> None:
 
 
 def test_standard_support_window_is_dated() -> None:
-    """The default version is in standard support today and leaves it on its dated end."""
+    """The default version is in standard support up to its dated end and not a day after
+    (dates pinned: the answer must not change with the day the suite runs)."""
     import datetime as dt
 
     end = versions.EKS_STANDARD_SUPPORT_END[versions.KUBERNETES_VERSION]
-    assert versions.standard_support_problem(versions.KUBERNETES_VERSION) is None
     assert versions.standard_support_problem(versions.KUBERNETES_VERSION, end) is None
     late = versions.standard_support_problem(
         versions.KUBERNETES_VERSION, end + dt.timedelta(days=1)
     )
     assert late is not None and late.startswith(f"{versions.KUBERNETES_VERSION} left EKS")
+
+
+def test_parsing_does_not_depend_on_the_date(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stack parsing gives the same answer on any day: before, a dated check made every stack
+    (and with it render, the local runner and every test) fail the day after the default
+    version's standard support ended. Here the clock is moved a year past every calendar
+    row, and a version already out of support parses; the policy pack refuses it at preview."""
+    import datetime as dt
+
+    class LateDate(dt.date):
+        @classmethod
+        def today(cls) -> dt.date:
+            return max(versions.EKS_STANDARD_SUPPORT_END.values()) + dt.timedelta(days=365)
+
+    monkeypatch.setattr(dt, "date", LateDate)
+    assert parse(BASE).kubernetes_version == versions.KUBERNETES_VERSION
+    assert parse(with_top(kubernetesVersion="1.33")).kubernetes_version == "1.33"

@@ -19,6 +19,7 @@ resources with exactly one thing broken and must fire, and only that rule may fi
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import subprocess
 from collections.abc import Callable
@@ -59,11 +60,15 @@ def as_policy_input(run: ProgramRun) -> Resources:
     ]
 
 
-def violations(resources: Resources, tmp_path: Path) -> list[dict[str, str]]:
+TODAY = "2026-11-30"
+"""The day the standard-support rule judges on (pinned: 1.35 in support, 1.33 out)."""
+
+
+def violations(resources: Resources, tmp_path: Path, today: str = TODAY) -> list[dict[str, str]]:
     path = tmp_path / "resources.json"
     path.write_text(json.dumps(resources, default=str))
     out = subprocess.run(
-        [str(_tools()), str(OFFLINE), str(path)],
+        [str(_tools()), str(OFFLINE), str(path), "--today", today],
         capture_output=True,
         text=True,
         check=True,
@@ -342,6 +347,18 @@ def test_each_rule_fires_on_its_broken_input_and_only_it(
     assert {v["policy"] for v in found} == {policy}, found
     assert {v["level"] for v in found} == {"mandatory"}, found
     assert all(v["urn"] for v in found)
+
+
+def test_standard_support_is_judged_on_the_preview_day(
+    resources: dict[str, Resources], tmp_path: Path
+) -> None:
+    """The default version passes on its last day of standard support and fails the day
+    after; only the rule sees the date (stack parsing is undated)."""
+    end = versions.EKS_STANDARD_SUPPORT_END[versions.KUBERNETES_VERSION]
+    stack = resources["p5-16"]
+    assert violations(stack, tmp_path, end.isoformat()) == []
+    late = violations(stack, tmp_path, (end + dt.timedelta(days=1)).isoformat())
+    assert {v["policy"] for v in late} == {"eks-standard-support"}, late
 
 
 def test_pulumi_eks_component_as_the_engine_shows_it_is_not_applicable(
