@@ -262,6 +262,27 @@ def node_role_storage_admin(resources: list[Any]) -> Iterable[tuple[str, str]]:
             yield res.urn, f"{arn} attached to a node role (give it to the CSI controller by IRSA)"
 
 
+def _full_access(arn: Any) -> bool:
+    """An AWS managed ``...FullAccess`` policy (``arn:<partition>:iam::aws:policy/...``)."""
+    return (
+        isinstance(arn, str)
+        and ":iam::aws:policy/" in arn
+        and arn.rsplit("/", 1)[-1].endswith("FullAccess")
+    )
+
+
+def attachment_full_access(props: Props) -> Iterable[str]:
+    arn = props.get("policyArn")
+    if _full_access(arn):
+        yield f"{arn} attached to a role (grant the few actions it needs instead)"
+
+
+def role_full_access(props: Props) -> Iterable[str]:
+    for arn in props.get("managedPolicyArns") or []:
+        if _full_access(arn):
+            yield f"the role carries {arn} (grant the few actions it needs instead)"
+
+
 def node_subnets_private(resources: list[Any]) -> Iterable[tuple[str, str]]:
     """Nodegroups launch only into subnets that do not map public IPs."""
     for res in resources:
@@ -381,6 +402,11 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
         "no-wildcard-iam-actions",
         "No IAM policy allows '*' or 'service:*' actions",
         {IAM_POLICY: iam_wildcards, ROLE_POLICY: iam_wildcards, ROLE: iam_wildcards},
+    ),
+    _resource_policy(
+        "no-full-access-managed-policies",
+        "No role (node, IRSA or other) carries an AWS managed *FullAccess policy",
+        {ATTACHMENT: attachment_full_access, ROLE: role_full_access},
     ),
     _resource_policy(
         "no-public-ip-on-node-interfaces",

@@ -315,7 +315,7 @@ def test_cluster_control_plane_and_addons(runs: dict[str, ProgramRun], stack: st
         if a.name.startswith("cluster-node-")
     }
     assert attached == set(NODE_POLICY_ARNS)
-    # Storage admin policies live on the CSI controllers' IRSA roles, never on the nodes.
+    # The EBS CSI policy lives on its controller's IRSA role, never on the nodes (FSx: none).
     assert (
         not {
             "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy",

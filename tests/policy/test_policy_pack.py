@@ -234,7 +234,22 @@ def fsx_admin_on_node_role(res: Resources) -> None:
         if r["type"] == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
         and r["name"].startswith("cluster-node-")
     )
+    attachment["props"]["policyArn"] = (
+        "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
+    )
+
+
+def full_access_on_irsa_role(res: Resources) -> None:
+    """The FSx CSI controller's former grant, on the EBS CSI driver's IRSA role."""
+    attachment = _one(
+        res, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "cluster-ebs-csi-policy"
+    )
     attachment["props"]["policyArn"] = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
+
+
+def full_access_in_managed_policy_arns(res: Resources) -> None:
+    role = _one(res, "aws:iam/role:Role", "cluster-ebs-csi-role")
+    role["props"]["managedPolicyArns"] = ["arn:aws:iam::aws:policy/AmazonS3FullAccess"]
 
 
 def public_node_subnet(res: Resources) -> None:
@@ -313,6 +328,8 @@ BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("imdsv2-hop-limit-1", "p5-16", imds_v1),
     ("no-wildcard-iam-actions", "p5-16", wildcard_action),
     ("no-storage-admin-on-node-roles", "p5-16", fsx_admin_on_node_role),
+    ("no-full-access-managed-policies", "p5-16", full_access_on_irsa_role),
+    ("no-full-access-managed-policies", "dev", full_access_in_managed_policy_arns),
     ("no-public-ips-on-nodes", "p5-16", public_node_subnet),
     ("no-public-ip-on-node-interfaces", "p5-16", public_ip_on_nic),
     ("efa-security-group-self-only", "p5-16", efa_sg_open_egress),
