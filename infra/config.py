@@ -348,6 +348,9 @@ TOP_LEVEL_KEYS = (
     "debugTools",
 )
 SECRET_KEYS = ("hfToken", "grafanaAdminPassword")
+"""Declared in Pulumi.yaml with ``default: ""`` and without ``secret: true`` (see the comment
+there); a non-empty value must be a secret, which this module checks."""
+_PLAINTEXT_SECRET = "is set in plaintext; remove it and run `pulumi config set --secret {key} ...`"
 STRUCTURED_KEYS = (
     "availabilityZones",
     "apiPublicAccessCidrs",
@@ -840,6 +843,10 @@ def parse(
             continue
         if key not in TOP_LEVEL_KEYS and key not in SECRET_KEYS:
             raise _fail(key, f"unknown key (known: {', '.join(TOP_LEVEL_KEYS + SECRET_KEYS)})")
+    for key in SECRET_KEYS:
+        # Values read from a stack file or plain config: a secret one never reaches ``raw``.
+        if raw.get(key) not in (None, ""):
+            raise _fail(key, _PLAINTEXT_SECRET.format(key=key))
     region = _opt_str(raw.get("aws:region"), "aws:region")
     cluster_name = _str(raw.get("clusterName", "eks-fsdp"), "clusterName")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}", cluster_name):
@@ -972,6 +979,9 @@ def from_pulumi() -> StackConfig:
     region = pulumi.Config("aws").get("region")
     if region is not None:
         raw["aws:region"] = region
+    for key in SECRET_KEYS:
+        if runtime_config.get_config(_k(key)) and not runtime_config.is_config_secret(_k(key)):
+            raise _fail(key, _PLAINTEXT_SECRET.format(key=key))
     secrets = Secrets(
         **{
             field_name: cfg.get_secret(key) if runtime_config.get_config(_k(key)) else None

@@ -415,21 +415,38 @@ def test_shipped_stack_files_parse() -> None:
 
 
 def test_pulumi_yaml_declares_every_key_with_a_description() -> None:
-    """Every plain key is declared. The optional secrets are not: a declared ``secret: true``
-    key with a ``default`` makes ``pulumi up`` fail on CLI >= 3.202 ("must be encrypted as it's
-    secret", pulumi/pulumi#21865) and a declared key without a default is required; they are
-    documented in a comment of Pulumi.yaml instead."""
+    """Every key is declared, the two secrets included. The CLI's rules (pulumi/pulumi
+    ``pkg/workspace/config.go``): a declared key without a default is required, and a
+    ``secret: true`` key is rejected when its value is plaintext, which a merged default is
+    (pulumi/pulumi#21865). So the optional secrets are declared with ``default: ""`` and
+    without ``secret: true``; the program refuses a plaintext value itself (next test)."""
     text = (config.REPO_ROOT / "Pulumi.yaml").read_text()
     project = yaml.safe_load(text)
     assert project["name"] == config.NAMESPACE
     declared = project["config"]
-    for key in config.TOP_LEVEL_KEYS:
+    for key in (*config.TOP_LEVEL_KEYS, *config.SECRET_KEYS):
         assert key in declared, key
         assert declared[key].get("description"), key
-    assert set(declared) == set(config.TOP_LEVEL_KEYS)
+    assert set(declared) == set(config.TOP_LEVEL_KEYS) | set(config.SECRET_KEYS)
     for key in config.SECRET_KEYS:
-        assert f"#   {key} " in text, key
+        assert declared[key] == {
+            "type": "string",
+            "default": "",
+            "description": declared[key]["description"],
+        }
     assert not [k for k, d in declared.items() if d.get("secret") and "default" in d]
+
+
+def test_a_secret_key_in_plaintext_is_refused() -> None:
+    """The check ``secret: true`` would make: a non-empty plaintext ``hfToken`` in a stack
+    file stops parsing with one line; the declared default "" is "not set"."""
+    assert parse(with_top(hfToken="")).kubernetes_version
+    with pytest.raises(ConfigError) as err:
+        parse(with_top(hfToken="hf_plain"))
+    assert str(err.value) == (
+        "eks-fsdp:hfToken: is set in plaintext; remove it and run"
+        " `pulumi config set --secret hfToken ...`"
+    )
 
 
 def test_pulumi_yaml_follows_the_engine_rules() -> None:
