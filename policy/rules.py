@@ -293,8 +293,13 @@ def node_subnets_private(resources: list[Any]) -> Iterable[tuple[str, str]]:
                 yield res.urn, f"subnet {subnet.name} maps public IPs on launch"
 
 
+_INLINE_OPENINGS = ("cidrBlocks", "ipv6CidrBlocks", "prefixListIds", "securityGroups")
+
+
 def efa_security_group_self_only(resources: list[Any]) -> Iterable[tuple[str, str]]:
-    """The security group of EFA interfaces admits and sends traffic only to its members."""
+    """The security group of EFA interfaces admits and sends traffic only to its members: its
+    standalone rules (``aws:vpc`` ingress/egress rules, ``aws:ec2/securityGroupRule``) and
+    the inline ``ingress``/``egress`` of the ``aws:ec2/securityGroup`` itself."""
     efa_groups: set[str] = set()
     for res in resources:
         if res.resource_type != LAUNCH_TEMPLATE:
@@ -305,14 +310,34 @@ def efa_security_group_self_only(resources: list[Any]) -> Iterable[tuple[str, st
                 d.urn for d in _deps(res, "networkInterfaces") if d.resource_type == SECURITY_GROUP
             }
     for res in resources:
-        if res.resource_type not in (INGRESS_RULE, EGRESS_RULE):
+        if res.resource_type == SECURITY_GROUP and res.urn in efa_groups:
+            # Inline rules (pulumi-aws ``SecurityGroupIngress``/``Egress``): ``self`` only.
+            for direction in ("ingress", "egress"):
+                for i, rule in enumerate(res.props.get(direction) or []):
+                    opens = [k for k in _INLINE_OPENINGS if rule.get(k)]
+                    if opens or not _truthy(rule.get("self")):
+                        yield (
+                            res.urn,
+                            f"EFA security group {res.name} {direction}[{i}] reaches beyond"
+                            " its members",
+                        )
+            continue
+        if res.resource_type not in (INGRESS_RULE, EGRESS_RULE, SG_RULE):
             continue
         owner = {d.urn for d in _deps(res, "securityGroupId")} & efa_groups
         if not owner:
             continue
-        peer = {d.urn for d in _deps(res, "referencedSecurityGroupId")}
-        opens = [k for k in ("cidrIpv4", "cidrIpv6", "prefixListId") if res.props.get(k)]
-        if opens or peer != owner:
+        if res.resource_type == SG_RULE:
+            peer = {d.urn for d in _deps(res, "sourceSecurityGroupId")}
+            opens = [
+                k for k in ("cidrBlocks", "ipv6CidrBlocks", "prefixListIds") if res.props.get(k)
+            ]
+            self_only = (_truthy(res.props.get("self")) and not peer) or peer == owner
+        else:
+            peer = {d.urn for d in _deps(res, "referencedSecurityGroupId")}
+            opens = [k for k in ("cidrIpv4", "cidrIpv6", "prefixListId") if res.props.get(k)]
+            self_only = peer == owner
+        if opens or not self_only:
             yield res.urn, f"EFA security group rule {res.name} reaches beyond its members"
 
 

@@ -270,6 +270,51 @@ def efa_sg_open_egress(res: Resources) -> None:
     rule["propertyDependencies"]["referencedSecurityGroupId"] = []
 
 
+def _efa_sg(res: Resources) -> dict[str, Any]:
+    urns = set(_lt(res)["propertyDependencies"]["networkInterfaces"])
+    (sg,) = [
+        r for r in res if r["urn"] in urns and r["type"] == "aws:ec2/securityGroup:SecurityGroup"
+    ]
+    return sg
+
+
+def efa_sg_inline_open_ingress(res: Resources) -> None:
+    _efa_sg(res)["props"]["ingress"] = [
+        {"fromPort": 0, "toPort": 0, "protocol": "-1", "cidrBlocks": ["10.0.0.0/8"]}
+    ]
+
+
+def efa_sg_inline_egress_to_other_group(res: Resources) -> None:
+    _efa_sg(res)["props"]["egress"] = [
+        {"fromPort": 0, "toPort": 0, "protocol": "-1", "securityGroups": ["sg-0other"]}
+    ]
+
+
+def efa_sg_rule_open(res: Resources) -> None:
+    """An ``aws:ec2/securityGroupRule`` on the EFA group admitting a CIDR."""
+    sg = _efa_sg(res)
+    res.append(
+        {
+            "type": "aws:ec2/securityGroupRule:SecurityGroupRule",
+            "name": "efa-extra",
+            "urn": sg["urn"]
+            .rsplit("::", 1)[0]
+            .replace(
+                "aws:ec2/securityGroup:SecurityGroup", "aws:ec2/securityGroupRule:SecurityGroupRule"
+            )
+            + "::efa-extra",
+            "props": {
+                "type": "ingress",
+                "fromPort": 0,
+                "toPort": 0,
+                "protocol": "-1",
+                "cidrBlocks": ["0.0.0.0/0"],
+            },
+            "propertyDependencies": {"securityGroupId": [sg["urn"]]},
+        }
+    )
+
+
 def unencrypted_root_volume(res: Resources) -> None:
     _lt(res)["props"]["blockDeviceMappings"][0]["ebs"]["encrypted"] = "false"
 
@@ -333,6 +378,9 @@ BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("no-public-ips-on-nodes", "p5-16", public_node_subnet),
     ("no-public-ip-on-node-interfaces", "p5-16", public_ip_on_nic),
     ("efa-security-group-self-only", "p5-16", efa_sg_open_egress),
+    ("efa-security-group-self-only", "p5-16", efa_sg_inline_open_ingress),
+    ("efa-security-group-self-only", "p4de-odcr", efa_sg_inline_egress_to_other_group),
+    ("efa-security-group-self-only", "p5-16", efa_sg_rule_open),
     ("encryption-at-rest", "p5-16", unencrypted_root_volume),
     ("encryption-at-rest", "p4de-odcr", persistent_fsx_without_kms),
     ("eks-secrets-kms", "p5-16", secrets_without_kms),
