@@ -5,14 +5,14 @@ Prints three figures:
 1. **Host syncs per non-logging step**: `Trainer.train_step` of a 2-process FSDP2 run (gloo,
    `tiny-llama-2l`) under `training.syncs.count_host_syncs` (every tensor -> Python conversion
    and `torch.cuda.synchronize`); each one would stall a GPU. Goal: 0.
-2. **Peak extra memory of the loss** for a tiny head with a 128k vocabulary (Llama 3's
+2. **Time split** of the 2-process step: forward, backward, optimizer (clip + AdamW), and the
+   share of those spent waiting in gloo collectives (FSDP's all-gathers / reduce-scatters, the
+   step's all-reduces), from `torch.profiler` events of the collectives.
+3. **Peak extra memory of the loss** for a tiny head with a 128k vocabulary (Llama 3's
    128,256), measured with `torch.profiler` memory events on CPU: the highest point of the
    allocations made by the loss's forward and backward, above what existed before (hidden
    states, head, logits), for the plain `F.cross_entropy(logits[:, :-1].float())` and for
    `training.loss`, with fp32 and bf16 logits. Goal: <= one fp32 logits-sized buffer.
-3. **Time split** of the 2-process step: forward, backward, optimizer (clip + AdamW), and the
-   share of those spent waiting in gloo collectives (FSDP's all-gathers / reduce-scatters, the
-   step's all-reduces), from `torch.profiler` events of the collectives.
 
     python benchmarks/step_anatomy.py [--tokens 1024] [--steps 6]
 
@@ -39,7 +39,7 @@ LLAMA3_VOCAB = 128_256
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. loss memory (in this process)
+# 3. loss memory (in this process)
 
 
 def profiled_peak(fn: Any) -> int:
@@ -120,7 +120,7 @@ def loss_memory(tokens: int, vocab: int, hidden: int = 64) -> list[dict[str, Any
 
 
 # ---------------------------------------------------------------------------------------------
-# 1 and 3. the 2-process step (runs under torchrun)
+# 1 and 2. the 2-process step (runs under torchrun)
 
 _COLLECTIVE_WORDS = ("allgather", "all_gather", "reduce_scatter", "allreduce", "all_reduce")
 
@@ -164,7 +164,7 @@ def worker(a: argparse.Namespace) -> None:
             per_step.append(seen.n)
             sites.update(seen.calls)
 
-        # 3. time split, phases timed the way train_step runs them
+        # 2. time split, phases timed the way train_step runs them
         phases = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
         model, opt = trainer.model, trainer.optimizer
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -266,7 +266,7 @@ def main() -> int:
     ph = r["phases_s"]
     total = sum(ph.values())
     print(
-        f"\n3. time split per step (2 x FSDP2 tiny-llama-2l, context {a.context}, batch 2 per "
+        f"\n2. time split per step (2 x FSDP2 tiny-llama-2l, context {a.context}, batch 2 per "
         f"rank, fp32, gloo): {1000 * total:.1f} ms"
     )
     for k, v in ph.items():
@@ -278,7 +278,7 @@ def main() -> int:
 
     rows = loss_memory(a.tokens, a.vocab)
     print(
-        f"\n2. peak extra memory of the loss, {a.tokens} tokens x vocab {a.vocab:,} "
+        f"\n3. peak extra memory of the loss, {a.tokens} tokens x vocab {a.vocab:,} "
         f"(one fp32 logits buffer = {rows[0]['fp32_logits_bytes'] / 2**20:,.0f} MiB; "
         f"training.loss chunks of {rows[0]['chunk_rows']} tokens)"
     )

@@ -28,14 +28,13 @@ import re
 from dataclasses import dataclass
 
 from infra.instances import lookup
+from planner.storage import GP3_BASELINE_BYTES_PER_S
+from planner.storage import from_stack_config as storage_from_stack
 
 CHECKPOINT_BYTES_PER_PARAM = 12
 """fp32 weights (4 bytes) + AdamW exp_avg and exp_avg_sq (8): a 7B model's checkpoint is ~81 GB."""
-FSX_MB_PER_S_PER_TIB = {"SCRATCH_2": 200}
-"""FSx for Lustre baseline throughput per TiB of storage (SCRATCH_2: 200 MB/s/TiB, bursts
-higher; PERSISTENT_2: the stack's perUnitStorageThroughput). AWS FSx for Lustre performance."""
-LOCAL_DISK_MB_PER_S = 125.0
-"""An emptyDir on the node's gp3 root volume: gp3's baseline 125 MB/s."""
+LOCAL_DISK_MB_PER_S = GP3_BASELINE_BYTES_PER_S / 1e6
+"""An emptyDir on the node's gp3 root volume: gp3's baseline 125 MiB/s (``planner.storage``)."""
 STEP_ALLOWANCE_S = 60
 """The optimizer step in flight when SIGTERM arrives finishes before the loop sees the flag."""
 WRITE_HEADROOM = 1.25
@@ -65,14 +64,16 @@ def model_params(model: str) -> int:
 
 
 def storage_mb_per_s(shared_storage: object | None) -> float:
-    """Write throughput of the checkpoint volume: the stack's FSx file system, or local disk."""
-    if shared_storage is None or not getattr(shared_storage, "is_fsx", False):
+    """Write throughput of the checkpoint volume: the stack's FSx file system, or local disk.
+
+    One model of storage for the whole project: ``planner.storage`` (FSx for Lustre writes are
+    bound by the file servers' disk write throughput, 100 MB/s/TiB on SCRATCH_2, and their
+    network throughput; AWS "Performance characteristics of SSD and HDD storage classes").
+    """
+    storage = storage_from_stack(shared_storage)
+    if storage.kind == "node-disk":
         return LOCAL_DISK_MB_PER_S
-    tib = shared_storage.storage_capacity_gib / 1024  # type: ignore[attr-defined]
-    per_tib = getattr(shared_storage, "per_unit_storage_throughput", None) or (
-        FSX_MB_PER_S_PER_TIB.get(shared_storage.deployment_type, 125)  # type: ignore[attr-defined]
-    )
-    return per_tib * tib
+    return storage.write_bytes_per_s(1) / 1e6
 
 
 @dataclass(frozen=True)
