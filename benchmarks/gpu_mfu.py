@@ -2,16 +2,17 @@
 
 What a user's job does, on one device: random init (no download), `training.parallelize` (FSDP2
 with bf16 compute and fp32 master weights and reduction, activation checkpointing per decoder
-layer: `--ac full|selective|none`), the chunked loss of `training.loss`, fused AdamW
-(`training.finetune.build_optimizer`), gradient clipping, sequence 4,096, batch 2 (2-4 is what
+layer: `--ac selective` by default, torchtitan's usual pairing with compile; `full`, `none`),
+the chunked loss of `training.loss`, fused AdamW (`training.finetune.build_optimizer`), the
+trainer's gradient clipping (`training.finetune.clip_grads`), sequence 4,096, batch 2 (2-4 is what
 fits next to fp32 master weights). Each variant (torch.compile per block off, then on) runs
 WARMUP steps, then STEPS timed steps with no host sync inside (the loss is read once at the
-end). Prints tokens/s, TFLOP/s, MFU against the device's dense bf16 peak (989 TFLOP/s for
-H100/H200; FLOPs per token = 6 N + 12 L d S as PaLM, recomputation not counted) and the peak
+end; on CUDA `torch.cuda.set_sync_debug_mode("error")` makes any sync in them an error).
+Prints tokens/s, TFLOP/s, MFU against the device's dense bf16 peak (989 TFLOP/s for H100/H200; FLOPs per token = 6 N + 12 L d S as PaLM, recomputation not counted) and the peak
 allocated and reserved memory.
 
     python benchmarks/gpu_mfu.py                       # CUDA: compile off and on, batch 2
-    python benchmarks/gpu_mfu.py --batch 4 --ac selective --compile on
+    python benchmarks/gpu_mfu.py --batch 4 --ac full --compile on
     python benchmarks/gpu_mfu.py --tiny                # a tiny shape on CPU: checks the script
 
 Memory on one GPU: 7B x (4 B fp32 param + 4 B grad + 8 B Adam) ~ 108 GB plus activations; it
@@ -57,7 +58,7 @@ def run_variant(a: argparse.Namespace, env: Any, compile_on: bool) -> dict[str, 
 
     from training.config import TrainConfig
     from training.dist import device_type
-    from training.finetune import build_optimizer, token_loss_sum
+    from training.finetune import build_optimizer, clip_grads, token_loss_sum
     from training.metrics import peak_flops
     from training.model import ModelSpec, build_empty, flops_per_token, restore_buffers
     from training.parallelize import ParallelDims, build_mesh, parallelize, resolve_precision
@@ -97,12 +98,11 @@ def run_variant(a: argparse.Namespace, env: Any, compile_on: bool) -> dict[str, 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, config.vocab_size, (a.batch, seq), generator=g).to(env.device)
     batch = {"input_ids": ids, "labels": ids}
-    params = [p for p in model.parameters()]
 
     def step() -> torch.Tensor:
         loss = token_loss_sum(model, batch) / ids.numel()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        clip_grads(model, cfg.gradient_clipping_threshold)  # the trainer's path
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()
@@ -116,8 +116,17 @@ def run_variant(a: argparse.Namespace, env: Any, compile_on: bool) -> dict[str, 
     warmup_s = time.perf_counter() - t_compile
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    losses = [step() for _ in range(a.steps)]
+    # On CUDA the timed steps run under torch's sync debug mode: a host sync in them (a scalar
+    # read, a data-dependent size, a device -> cpu copy) raises instead of skewing the figure.
+    debug = torch.cuda.get_sync_debug_mode() if cuda else 0
+    if cuda and a.sync_debug != "off":
+        torch.cuda.set_sync_debug_mode(a.sync_debug)
+    try:
+        t0 = time.perf_counter()
+        losses = [step() for _ in range(a.steps)]
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode(debug)
     sync()
     elapsed = time.perf_counter() - t0
     loss = float(torch.stack(losses)[-1])
@@ -157,9 +166,20 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=2, help="sequences per step (2-4)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation included)")
-    ap.add_argument("--ac", choices=("full", "selective", "none"), default="full")
+    ap.add_argument(
+        "--ac",
+        choices=("full", "selective", "none"),
+        default="selective",
+        help="activation checkpointing (torchtitan's usual: compile + op-level selective)",
+    )
     ap.add_argument("--compile", choices=("off", "on", "both"), default="both")
     ap.add_argument("--pure-bf16", action="store_true", help="bf16 params/grads/optimizer")
+    ap.add_argument(
+        "--sync-debug",
+        choices=("error", "warn", "off"),
+        default="error",
+        help="torch.cuda.set_sync_debug_mode for the timed steps (CUDA)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     a = ap.parse_args()
 

@@ -146,6 +146,7 @@ def worker(a: argparse.Namespace) -> None:
         "--save_model=False",
         "--progress=False",
         f"--log_every={10 * a.steps}",
+        "--checkpoint_every_s=3600",  # as every cluster job sets it: its vote must not sync
         f"--max_train_step={2 * a.steps + 2}",
         f"--output_dir={out / 'out'}",
         f"--dist_checkpoint_root_folder={out / 'ckpt'}",
@@ -160,7 +161,8 @@ def worker(a: argparse.Namespace) -> None:
         for _ in range(a.steps):
             mb = next(batches)
             with count_host_syncs() as seen:
-                trainer.train_step(mb)
+                out = trainer.train_step(mb)
+                trainer._checkpoint_due(out["checkpoint_due"])  # the loop's decision, too
             per_step.append(seen.n)
             sites.update(seen.calls)
 

@@ -248,7 +248,6 @@ class Trainer:
         self._rows: list[
             tuple[int, dict[str, Any]]
         ] = []  # logged steps whose figures wait on the device
-        self._stop_pending: tuple[Any, torch.Tensor] | None = None  # last step's stop vote
         self._first_step = self.state.step + 1
         self._last_save_t = time.monotonic()
         self._stall_to_log: float | None = None
@@ -282,7 +281,7 @@ class Trainer:
                         self._stop_on_signal()
                         return True
                     self.checkpointer.poll()
-                    if self._checkpoint_due():
+                    if self._checkpoint_due(out["checkpoint_due"]):
                         self.save()
                     if self._step_limit_reached():
                         break
@@ -304,17 +303,12 @@ class Trainer:
         finally:
             self.stop.uninstall()
 
-    def _checkpoint_due(self) -> bool:
-        """Step interval or time interval, the same answer on every rank."""
-        from training.dist import all_reduce_max
-
+    def _checkpoint_due(self, time_vote: bool) -> bool:
+        """Step interval, or the time interval as this step's vote decided it (`_vote`): the
+        same answer on every rank, without a collective of its own."""
         cfg = self.cfg
         due = bool(cfg.checkpoint_every) and self.state.step % cfg.checkpoint_every == 0
-        if cfg.checkpoint_every_s:  # clocks differ: any rank's vote counts, for all
-            mine = time.monotonic() - self._last_save_t >= cfg.checkpoint_every_s
-            (vote,) = all_reduce_max([float(due or mine)], self.env.device)
-            due = vote > 0
-        return due
+        return due or time_vote
 
     def _stop_on_signal(self) -> None:
         """SIGTERM seen by some rank: finish the write in flight, take an emergency checkpoint if
@@ -355,8 +349,8 @@ class Trainer:
         No host sync (CUDA): the global token counts come from the data order every rank holds
         (`DistributedBatches.step_token_counts`), loss and grad norm stay on the device
         ("loss", "grad_norm" are 0-d tensors; `_log` fetches them every --log_every steps), and
-        the stop flag is the previous step's asynchronous all-reduce (a SIGTERM is acted on
-        one step later). `benchmarks/step_anatomy.py` counts the syncs; a test requires 0.
+        the stop flag and the time-checkpoint flag are one CPU all-reduce once the step is
+        launched (`_vote`): a SIGTERM is acted on at the end of the step in flight when it came. `benchmarks/step_anatomy.py` counts the syncs; a test requires 0.
         """
         import torch
 
@@ -365,7 +359,6 @@ class Trainer:
 
         dev = self.env.device
         g_label, g_input = self.batches.step_token_counts()
-        stop = self._stop_vote()
         # FSDP averages gradients over ranks: scale so that the result is sum / global count.
         scale = self.env.world_size / max(g_label, 1)
         loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
@@ -380,56 +373,55 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         all_reduce_sum_tensor(loss_sum)  # on the device, no wait
+        stop, checkpoint_due = self._vote()  # a CPU collective: the GPU runs on meanwhile
         return {
             "loss": loss_sum / max(g_label, 1),
             "grad_norm": grad_norm,
             "tokens": g_input,
             "label_tokens": g_label,
             "stop": stop,
+            "checkpoint_due": checkpoint_due,
             "lr": self.optimizer.param_groups[0]["lr"],
         }
 
-    def _stop_vote(self) -> bool:
-        """Start this step's all-reduce of the SIGTERM flag; return the previous step's result.
+    def _vote(self) -> tuple[bool, bool]:
+        """This step's vote, decided for all ranks: (stop, checkpoint time due).
 
-        The flag is a CPU tensor (gloo, also under NCCL: the process group is
-        "cpu:gloo,cuda:nccl"), launched with async_op and read one step later, when it has long
-        arrived: the GPU never waits for it.
+        Every rank votes [SIGTERM seen, --checkpoint_every_s elapsed since the last save] and
+        the element-wise MAX decides for all (clocks differ: any rank's vote counts), so every
+        rank stops or checkpoints after the same step. The vote is a CPU tensor (gloo, also
+        under NCCL: the process group is "cpu:gloo,cuda:nccl") all-reduced once the step's
+        kernels are all launched: the wait is the CPU's alone (the ranks' launches meeting),
+        the GPU never waits for it and keeps running the queued step. A SIGTERM is therefore
+        acted on at the end of the step in flight when it came, the one-step allowance of the
+        preemption budget (workloads.specs.preemption.STEP_ALLOWANCE_S).
         """
         import torch
         import torch.distributed as dist
 
         from training.dist import host_only
 
-        if self.env.world_size == 1:
-            return self.stop.requested
-        flag = torch.tensor([float(self.stop.requested)], dtype=torch.float64)
-        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)
-        previous, self._stop_pending = self._stop_pending, (work, flag)
-        if previous is None:
-            return False
-        previous[0].wait()
-        host_only(previous[1])
-        return previous[1].tolist()[0] > 0
+        every_s = self.cfg.checkpoint_every_s
+        mine = [
+            float(self.stop.requested),
+            float(bool(every_s) and time.monotonic() - self._last_save_t >= every_s),
+        ]
+        if self.env.world_size > 1:
+            flags = torch.tensor(mine, dtype=torch.float64)
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+            mine = host_only(flags).tolist()
+        return mine[0] > 0, mine[1] > 0
 
     def _settle(self) -> None:
-        """Wait for the last stop vote and write the metric rows still held (end of training)."""
-        if self._stop_pending is not None:
-            self._stop_pending[0].wait()
-            self._stop_pending = None
+        """Write the metric rows still held (end of training or a stop)."""
         self._flush_rows()
 
     def _clip_grads(self) -> torch.Tensor:
         """The global gradient norm (a 0-d tensor on the device), clipping if asked."""
-        from torch.nn.utils import clip_grads_with_norm_, get_total_norm
-
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        norm = get_total_norm(grads, norm_type=2.0)
-        if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
-            norm = norm.full_tensor()
-        if self.cfg.gradient_clipping:
-            clip_grads_with_norm_(grads, self.cfg.gradient_clipping_threshold, norm)
-        return norm
+        cfg = self.cfg
+        return clip_grads(
+            self.model, cfg.gradient_clipping_threshold if cfg.gradient_clipping else None
+        )
 
     def validate(self, epoch: int = 0) -> float:
         """Mean token loss over the validation split (all ranks), as llama-recipes' eval loss."""
@@ -564,16 +556,32 @@ class Trainer:
 
         metrics.jsonl still gets every step; a GPU waits for the host only once per --log_every
         steps (and at the end of an epoch, a SIGTERM or the step limit).
+
+        Throughput is the interval's, as torchtitan's metrics do over the log interval: on a GPU
+        a quiet step's wall time is only its launches (the device runs behind), and the wait
+        for the device lands in this fetch. Each held row gets the interval's mean step time
+        (the steps' times plus the wait), tokens/s and MFU, and the wait counts as training
+        time (summary throughput, goodput).
         """
         import torch
 
         if not self._rows:
             return
+        t0 = time.perf_counter()
         values = torch.stack(
             [torch.stack([r["loss"], r["grad_norm"].to(r["loss"])]) for _, r in self._rows]
         ).tolist()
+        wait = time.perf_counter() - t0
+        self.train_time += wait
+        self.goodput.productive_s += wait
+        interval_s = sum(r["step_time_s"] for _, r in self._rows) + wait
+        tps = sum(r["tokens"] for _, r in self._rows) / interval_s if interval_s > 0 else 0.0
         for (step, row), (loss, grad_norm) in zip(self._rows, values, strict=True):
             row["loss"], row["grad_norm"] = loss, grad_norm
+            row["step_time_s"] = interval_s / len(self._rows)
+            row["tokens_per_s"] = tps
+            if "mfu" in row:
+                row["mfu"] = tps * self.flops_per_token / (self.peak_flops * self.env.world_size)
             self.metrics.log(row, step)
         self._rows = []
 
@@ -612,6 +620,24 @@ class Trainer:
         )
         if self.precision_note:
             print(self.precision_note, flush=True)
+
+
+def clip_grads(model: Any, max_norm: float | None) -> torch.Tensor:
+    """The global gradient norm of `model` (a 0-d tensor on the device, no host sync), and
+    the gradients scaled to `max_norm` when given: the trainer's clipping path.
+
+    The norm of FSDP2's DTensor gradients is a DTensor: `full_tensor()` all-reduces it once,
+    and the clip uses that norm (`clip_grads_with_norm_`) instead of computing it again.
+    """
+    from torch.nn.utils import clip_grads_with_norm_, get_total_norm
+
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = get_total_norm([p.grad for p in params], norm_type=2.0)
+    if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
+        norm = norm.full_tensor()
+    if max_norm is not None:  # takes the PARAMETERS (it reads .grad): gradients clip nothing
+        clip_grads_with_norm_(params, max_norm, norm)
+    return norm
 
 
 def build_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:

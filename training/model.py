@@ -101,12 +101,23 @@ def model_spec(
 
 
 def build_empty(spec: ModelSpec) -> nn.Module:
-    """The model with parameters on the meta device and real buffers (kept in spec.buffers)."""
+    """The model with parameters on the meta device and real buffers (kept in spec.buffers).
+
+    The model gets its own copy of the config with `use_cache=False`: transformers builds a KV
+    cache in train mode too whenever use_cache is on (the config default), which training
+    never reads and activation checkpointing's replay would fill twice; every caller (the
+    trainer, validation, the benchmarks, exports' logits) is then safe without passing
+    use_cache=False. `spec.config` (what the export writes) keeps the user's setting.
+    """
+    import copy
+
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
+    config = copy.deepcopy(spec.config)
+    config.use_cache = False
     with init_empty_weights(include_buffers=False):
-        model = AutoModelForCausalLM.from_config(spec.config, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     # init_empty_weights re-creates every registered parameter, which unties tied embeddings.
     model.tie_weights()
     use_maskless_causal_sdpa(model)
@@ -219,9 +230,13 @@ def use_maskless_causal_sdpa(model: nn.Module) -> bool:
     not saved in config.json, so exported models load anywhere. Returns True when switched.
     """
     config = model.config  # type: ignore[union-attr]
+    # Qwen2-style configs may keep a sliding_window value with use_sliding_window=False: off.
+    window = getattr(config, "sliding_window", None)
+    if getattr(config, "use_sliding_window", True) is False:
+        window = None
     if (
         getattr(config, "_attn_implementation", None) != "sdpa"
-        or getattr(config, "sliding_window", None)
+        or window
         or "sliding_attention" in (getattr(config, "layer_types", None) or ())
         or not getattr(config, "is_causal", True)
     ):
@@ -254,20 +269,37 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
     return set()
 
 
+_TORCH_CAPABILITIES: dict[torch.dtype, tuple[str, ...]] = {
+    # keys of torch.cpu.get_capabilities() (cpuinfo): x86, then aarch64 NEON and SVE
+    torch.bfloat16: ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16"),
+    torch.float16: ("avx512_fp16", "amx_fp16", "fp16_arith"),
+}
+
+
+def native_from(dtype: torch.dtype, capabilities: dict[str, Any], flags: set[str]) -> bool:
+    """Whether torch's CPU capabilities or the kernel's CPU flags name a native `dtype` unit."""
+    if any(capabilities.get(k) is True for k in _TORCH_CAPABILITIES.get(dtype, ())):
+        return True
+    return bool(flags & set(_NATIVE_FLAGS.get(dtype, ())))
+
+
 def native_low_precision(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether `device` computes in `dtype` (bf16 / fp16) natively, not by emulation through fp32.
 
-    CUDA: always True (nothing changes there). CPU: True when /proc/cpuinfo lists one of the
-    native instruction sets, or torch's own dispatch picked an AMX / AVX-512 BF16 kernel level
-    (`torch.backends.cpu.get_cpu_capability()`). An AVX2-only CPU emulates bf16 matmuls and runs a
-    step ~10x slower than in fp32. Without /proc/cpuinfo (macOS) the answer is False: fp32 is safe.
+    CUDA: always True (nothing changes there). CPU: True when torch's own CPU feature probe
+    (`torch.cpu.get_capabilities()`, cpuinfo: AVX-512 BF16 / FP16, AMX, aarch64 BF16 / FP16
+    arithmetic) or /proc/cpuinfo lists a native unit for `dtype`. (The dispatch level of
+    `torch.backends.cpu.get_cpu_capability()` cannot tell: it is only DEFAULT, VSX, Z VECTOR,
+    NO AVX, AVX2, AVX512 or SVE256.) An AVX2-only CPU emulates bf16 matmuls and runs a step ~10x
+    slower than in fp32. When neither source answers, the answer is False: fp32 is safe.
     """
     if device.type != "cpu":
         return True
-    capability = torch.backends.cpu.get_cpu_capability().upper()
-    if "AMX" in capability or (dtype == torch.bfloat16 and "BF16" in capability):
-        return True
-    return bool(cpu_flags() & set(_NATIVE_FLAGS.get(dtype, ())))
+    try:
+        capabilities = dict(torch.cpu.get_capabilities())
+    except (AttributeError, RuntimeError):  # a torch without the probe
+        capabilities = {}
+    return native_from(dtype, capabilities, cpu_flags())
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

@@ -301,6 +301,18 @@ def _sac_context() -> Any:
     return create_selective_checkpoint_contexts(policy)
 
 
+def uses_dropout(layer: nn.Module) -> bool:
+    """Whether `layer` draws random numbers in training: an `nn.Dropout` with p > 0, or a
+    dropout rate kept as a float attribute (HF attention modules' `attention_dropout`)."""
+    for m in layer.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
+            return True
+        for name, value in vars(m).items():
+            if "dropout" in name and isinstance(value, float) and value > 0:
+                return True
+    return False
+
+
 def _wrap_layer_forward(layer: nn.Module, ac: str, *, compile_layer: bool) -> None:
     """Replace `layer.forward` by its checkpointed and/or compiled version.
 
@@ -315,6 +327,9 @@ def _wrap_layer_forward(layer: nn.Module, ac: str, *, compile_layer: bool) -> No
         from torch.utils.checkpoint import checkpoint
 
         context: dict[str, Any] = {"context_fn": _sac_context} if ac == "selective" else {}
+        # Without dropout the replay draws no random numbers: no RNG state to stash and restore
+        # per layer (torchtitan's apply_ac: preserve_rng_state=False unless determinism asks).
+        context["preserve_rng_state"] = uses_dropout(layer)
 
         @functools.wraps(inner)
         def checkpointed(*args: Any, **kwargs: Any) -> Any:

@@ -240,6 +240,17 @@ def _override_flags(args: tuple[str, ...], overrides: Sequence[str]) -> tuple[st
     return tuple(a for a in args if name(a) not in replaced) + tuple(overrides)
 
 
+def _cpu_log_every(device: str, opts: LocalOptions) -> tuple[str, ...]:
+    """The runner's --set flags, with ``--log_every=1`` first on CPU unless one sets it: the
+    cluster job logs every ``pj.CLUSTER_LOG_EVERY`` steps (a GPU step then makes no host sync),
+    but on CPU that costs nothing, and the progress lines, fault triggers and recovery times
+    read each row of metrics.jsonl as it is written."""
+    overrides = tuple(opts.train_overrides)
+    if device != "cpu" or any(o.split("=", 1)[0] == "--log_every" for o in overrides):
+        return overrides
+    return ("--log_every=1", *overrides)
+
+
 def local_job_settings(opts: LocalOptions, shared: Path) -> tuple[JobSettings, str]:
     """The stack's job settings with the runner's overrides, and the device."""
     if opts.backend is not None and opts.backend not in RDZV_BACKENDS:
@@ -257,7 +268,7 @@ def local_job_settings(opts: LocalOptions, shared: Path) -> tuple[JobSettings, s
             workers=workers,
             min_workers=min_workers,
             rdzv_backend=opts.backend or job.rdzv_backend,
-            train_args=_override_flags(job.train_args, opts.train_overrides),
+            train_args=_override_flags(job.train_args, _cpu_log_every(w.device, opts)),
         )
         # The rendezvous id is the cluster job's: fixed before the local swaps (paths, ports).
         job = job.replace(

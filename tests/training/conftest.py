@@ -22,6 +22,8 @@ from tests.training.helpers import GLOBAL_BATCH, TINY, ckpt_dir, launch, merge, 
 
 STEPS = 6
 RESUME_AT = 3  # the reference run checkpoints every RESUME_AT steps
+CLIP = ("--gradient_clipping", "--gradient_clipping_threshold=0.05")
+"""Clipping that acts at every step of the tiny run (its grad norms are ~1.7-2.2)."""
 FILLER_SAMPLES = 11
 """Training rows of the filler dataset (12 rows, the last 10% is validation)."""
 
@@ -122,6 +124,7 @@ def world1(train_root: Path, hf_checkpoint: Path) -> tuple[Path, dict[str, Any]]
         _train(base, "resume_w1", 1, "--resume"),
         _train(base, "hf_tied", 1, f"--model_name={hf_checkpoint}"),
         _train(base, "ref_batch8", 1, "--batch_size_training=8"),  # for world 4 x 2 micro-batches
+        _train(base, "clipped", 1, *CLIP),
         _filler_job(base, 1),
     ]
     return base, launch(1, jobs, base)
@@ -161,6 +164,8 @@ def world2(
         _train(base, "bf16_mixed", 2, "--mixed_precision=True", "--force_bf16"),
         _train(base, "selective_ac", 2, "--ac_mode=selective"),
         _train(base, "compile", 2, "--compile"),
+        _train(base, "compile_selective_ac", 2, "--compile", "--ac_mode=selective"),
+        _train(base, "clipped", 2, *CLIP),
         {
             "kind": "host_syncs",
             "name": "syncs",
@@ -171,6 +176,8 @@ def world2(
                 "--log_every=3",
                 "--gradient_accumulation_steps=2",
                 "--batch_size_training=1",
+                # as every cluster job renders it: the time-checkpoint vote must not sync
+                "--checkpoint_every_s=3600",
             ),
         },
         _train(base, "hf_tied", 2, f"--model_name={hf_checkpoint}"),

@@ -12,7 +12,8 @@ Job kinds (dicts): {"kind": "train", "name", "argv"}; {"kind": "copy_checkpoint"
 step, then per-rank local bytes of parameters, gradients and optimizer state); {"kind":
 "export_logits", "name", "argv", "out"} (train + export, then the trained model's logits on a
 fixed batch saved to `out`); {"kind": "host_syncs", "name", "argv"} (train, counting host syncs
-per step with training.syncs).
+per step with training.syncs); {"kind": "sigterm_during", "name", "argv", "at"} (the last rank
+sends itself SIGTERM in the middle of step `at`; where every rank stopped).
 """
 
 from __future__ import annotations
@@ -239,6 +240,42 @@ def _host_syncs(argv: list[str]) -> dict[str, Any]:
         return {"per_step": per_step, "log_every": cfg.log_every}
 
 
+def _sigterm_during(argv: list[str], at: int) -> dict[str, Any]:
+    """Train as finetune.main does; the last rank sends itself a real SIGTERM in the middle of
+    step `at` (after its backward pass). Returns the step every rank stopped at."""
+    import os
+    import signal
+
+    from training.config import parse_args
+    from training.dist import distributed
+    from training.finetune import Trainer
+
+    cfg = parse_args(argv)
+    with distributed() as env:
+        trainer = Trainer(cfg, env)
+        clip = trainer._clip_grads
+
+        def signalled() -> Any:
+            if trainer.state.step + 1 == at and env.rank == env.world_size - 1:
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler fit() installed records it
+            return clip()
+
+        trainer._clip_grads = signalled  # type: ignore[method-assign]
+        preempted = trainer.fit()
+        trainer.finish(preempted)
+        return {"preempted": preempted, "stopped_at": trainer.state.step}
+
+
+def _dynamo_graphs() -> tuple[int, int]:
+    """(graphs compiled, graph breaks) of torch.compile in this process so far (dynamo's own
+    counters)."""
+    if "torch._dynamo" not in sys.modules:  # nothing compiled yet
+        return 0, 0
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"]), sum(counters["graph_break"].values())
+
+
 def _driver(jobs_file: str) -> None:
     import torch.distributed as dist
 
@@ -267,17 +304,30 @@ def _driver(jobs_file: str) -> None:
             if kind == "host_syncs":
                 results[name] = _host_syncs(job["argv"])
                 continue
+            if kind == "sigterm_during":
+                per_rank = [None] * env.world_size
+                dist.all_gather_object(per_rank, _sigterm_during(job["argv"], job["at"]))
+                results[name] = {"ranks": per_rank}
+                continue
             if kind == "export_logits":
                 _export_logits(job["argv"], job["out"])
                 results[name] = {"rc": 0}
                 continue
             gc.collect()  # the previous job's model and meshes go while the group is alive
             err = io.StringIO()
+            graphs = _dynamo_graphs()
             with contextlib.redirect_stderr(err):
                 rc = main(job["argv"])
             rcs: list[Any] = [None] * env.world_size
-            dist.all_gather_object(rcs, (rc, err.getvalue()))
-            results[name] = {"rc": [r for r, _ in rcs], "stderr": [e for _, e in rcs]}
+            after = _dynamo_graphs()
+            compiled = (after[0] - graphs[0], after[1] - graphs[1])
+            dist.all_gather_object(rcs, (rc, err.getvalue(), compiled))
+            results[name] = {
+                "rc": [r for r, _, _ in rcs],
+                "stderr": [e for _, e, _ in rcs],
+                # per rank: (graphs torch.compile made, graph breaks) during the job
+                "dynamo": [g for _, _, g in rcs],
+            }
         gc.collect()
         if env.is_main:
             out = Path(jobs_file).with_name("results.json")

@@ -1,14 +1,18 @@
 """A training step that does not log makes no host sync; a logging step makes one.
 
 If this fails, something in the step or the loop around it reads a tensor on the host again
-(`.item()`, `.tolist()`, `float()`, `int()`, `bool()`, `torch.cuda.synchronize`), which on a
+(`.item()`, `.tolist()`, `float()`, `int()`, `bool()`, `torch.cuda.synchronize`, or an op that
+waits for the data: a scalar read in C++, `nonzero`, a boolean mask, a device -> cpu copy), which on a
 GPU stalls the CPU until the device has caught up: a global label count all-reduced and read
-back, the loss or grad norm converted every step, a blocking stop-flag vote, or Hugging Face's
+back, the loss or grad norm converted every step, a blocking stop-flag or --checkpoint_every_s
+vote (every cluster job sets it), or Hugging Face's
 mask inspection (`find_packed_sequence_indices` / `_ignore_causal_mask_sdpa`) back in the
 forward. Counted on CPU with gloo, 2 processes, gradient accumulation 2, --log_every 3: the
 conversions are the same calls as on CUDA (training.syncs). Logging steps fetch the held
 figures in one copy. The token counts computed locally must equal what an all-reduce of each
-rank's micro-batches gives (filler rows included).
+rank's micro-batches gives (filler rows included). The rows of a log interval carry the
+interval's throughput (tokens over the steps' time plus the fetch's wait), not each quiet
+step's launch time.
 """
 
 from __future__ import annotations
@@ -39,6 +43,13 @@ def test_no_sync_on_steps_that_do_not_log(world2: tuple[Path, dict[str, Any]]) -
     rows = metrics(base, "syncs")
     assert [row["step"] for row in rows] == list(range(1, STEPS + 1))  # every step is logged
     assert all(isinstance(row["loss"], float) and row["loss"] > 0 for row in rows)
+    # Throughput over the log interval: a quiet step's own wall time on a GPU is only its
+    # launches, so each held row gets the interval's step time and tokens/s.
+    for interval in (rows[0:3], rows[3:6]):
+        assert len({(r["step_time_s"], r["tokens_per_s"]) for r in interval}) == 1, interval
+        tokens = sum(r["tokens"] for r in interval)
+        r = interval[0]
+        assert r["tokens_per_s"] * r["step_time_s"] * len(interval) == pytest.approx(tokens)
 
 
 def test_local_token_counts_equal_the_all_reduce() -> None:
@@ -73,3 +84,47 @@ def test_local_token_counts_equal_the_all_reduce() -> None:
         assert ranks[0].step_token_counts() == ranks[1].step_token_counts() == (labels, inputs)
         steps += 1
     assert steps == 2
+
+
+def test_counter_sees_every_kind_of_sync() -> None:
+    """training.syncs counts what torch.cuda.set_sync_debug_mode would flag on a GPU, not only
+    Python conversions: scalar reads from C++ (aten::_local_scalar_dense), ops whose output size
+    depends on the data, device -> cpu copies (a meta tensor stands in for a device: the copy
+    is counted before it fails), stream and event synchronize. Conversions count once, a
+    repeat_interleave with output_size and a host_only vote not at all."""
+    from training.dist import host_only
+    from training.syncs import count_host_syncs
+
+    x = torch.tensor([1.0, -2.0, 3.0])
+    with count_host_syncs() as seen:
+        x.sum().item()
+        x[x > 0]
+        torch.nonzero(x)
+        torch.masked_select(x, x > 0)
+        torch.unique(x)
+        torch.repeat_interleave(torch.tensor([1, 2]))
+        torch.repeat_interleave(torch.tensor([1, 2]), output_size=3)
+        host_only(torch.tensor([1.0, 0.0])).tolist()
+        torch.ops.aten._local_scalar_dense(x[0])
+        with pytest.raises((NotImplementedError, RuntimeError)):
+            torch.empty(2, device="meta").to("cpu")
+        with pytest.raises((NotImplementedError, RuntimeError)):
+            torch.empty(2).copy_(torch.empty(2, device="meta"))
+        for cls in (torch.cuda.Stream, torch.cuda.Event):
+            with pytest.raises((AttributeError, RuntimeError, TypeError)):
+                cls.synchronize(object())  # no CUDA here: counted, then the real call fails
+        x + 1
+    kinds = [c.split(" at ")[0] for c in seen.calls]
+    assert kinds == [
+        "item",
+        "aten::index (boolean mask)",
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::repeat_interleave",
+        "aten::_local_scalar_dense",
+        "aten::_to_copy (device -> cpu)",
+        "aten::copy_ (device -> cpu)",
+        "torch.cuda.Stream.synchronize",
+        "torch.cuda.Event.synchronize",
+    ], seen.calls

@@ -38,6 +38,7 @@ W2_FP32 = [
     "cpu_offload",
     "selective_ac",  # torchtitan's op-level SAC
     "compile",  # per-block torch.compile (with full AC)
+    "compile_selective_ac",  # torchtitan's usual pairing
 ]
 
 
@@ -150,3 +151,27 @@ def test_every_sample_once_per_epoch_matches_one_process(
     for rows in (ref, got):
         labels = [r["label_tokens"] for r in rows]
         assert sum(labels[:per_epoch]) == sum(labels[per_epoch:]) == want
+
+
+def test_gradient_clipping_acts_and_two_processes_match_one(
+    world1: tuple[Path, dict[str, Any]], world2: tuple[Path, dict[str, Any]]
+) -> None:
+    """--gradient_clipping with a threshold below every step's norm: FSDP2's DTensor gradients
+    are clipped as one process clips, and the run differs from the unclipped one (the clip
+    once got the gradients instead of the parameters and scaled nothing)."""
+    for world in (world1, world2):
+        _ok(world[1], "clipped")
+    ref, unclipped = metrics(world1[0], "clipped"), metrics(world1[0], "ref")
+    got = metrics(world2[0], "clipped")
+    assert max_diff(got, ref, "loss") < FP32_TOL
+    assert max_diff(got, ref, "grad_norm") < FP32_TOL
+    assert max_diff(ref, unclipped, "loss") > 5 * FP32_TOL  # measured 1.2e-3
+
+
+@pytest.mark.parametrize("name", ["compile", "compile_selective_ac"])
+def test_compile_really_compiles(world2: tuple[Path, dict[str, Any]], name: str) -> None:
+    """--compile parity means nothing if dynamo fell back to eager (a recompile limit, an
+    unsupported op): every rank compiled at least one graph, with no graph break."""
+    _ok(world2[1], name)
+    per_rank = world2[1][name]["dynamo"]
+    assert all(graphs >= 1 and breaks == 0 for graphs, breaks in per_rank), per_rank

@@ -153,3 +153,24 @@ def test_resumed_metrics_drop_steps_past_the_checkpoint(tmp_path: Path) -> None:
     assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3, 4, 5, 6]
     JsonlSink(path).close()  # a fresh (not resumed) run starts an empty file
     assert read_jsonl(path) == []
+
+
+def test_sigterm_during_a_step_stops_at_the_end_of_that_step(tmp_path: Path) -> None:
+    """The last of 2 ranks gets SIGTERM in the middle of step 3 (after its backward pass): both
+    ranks stop after step 3, not step 4 or 5. The preemption budget
+    (workloads.specs.preemption.STEP_ALLOWANCE_S) allows the one step in flight when the signal
+    comes; a vote started before the step and read a step later took two more. Runs with
+    --checkpoint_every_s too (one vote carries both flags), and the emergency checkpoint is the
+    stopped step."""
+    argv = merge(
+        TINY,
+        ["--enable_fsdp", "--batch_size_training=2", "--max_train_step=8"],
+        ["--checkpoint_every_s=3600"],
+        run_dirs(tmp_path, "late"),
+    )
+    jobs = [{"kind": "sigterm_during", "name": "late", "argv": argv, "at": 3}]
+    ranks = launch(2, jobs, tmp_path / "launch")["late"]["ranks"]
+    assert ranks == [{"preempted": True, "stopped_at": 3}] * 2
+    assert [r["step"] for r in metrics(tmp_path, "late")] == [1, 2, 3]
+    latest = latest_complete(ckpt_dir(tmp_path, "late"))
+    assert latest is not None and json.loads((latest / "meta.json").read_text())["step"] == 3

@@ -173,3 +173,139 @@ def test_activation_checkpointing_replays_without_the_kv_cache(ac_mode: str, pad
             for a, b in zip(plain.parameters(), wrapped.parameters(), strict=True)
         )
         assert worst < 1e-6, f"width {width}: AC gradients differ by {worst:.3g}"
+
+
+def test_clip_grads_is_clip_grad_norm() -> None:
+    """training.finetune.clip_grads (the trainer's path, also benchmarks/gpu_mfu.py's) returns
+    the norm before clipping and scales the gradients as torch.nn.utils.clip_grad_norm_."""
+    from training.finetune import clip_grads
+
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(3, 8)
+    for m in (a, b):
+        m(x).pow(2).sum().backward()
+    want = torch.nn.utils.clip_grad_norm_(list(b.parameters()), 0.5)
+    got = clip_grads(a, 0.5)
+    assert float(got) == pytest.approx(float(want), rel=1e-6) and float(want) > 0.5
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    before = [p.grad.clone() for p in a.parameters()]
+    assert float(clip_grads(a, None)) == pytest.approx(0.5, rel=1e-5)  # no clip: norm only
+    assert all(torch.equal(g, p.grad) for g, p in zip(before, a.parameters(), strict=True))
+
+
+@pytest.mark.slow
+def test_gpu_mfu_benchmark_runs_what_users_run(tmp_path: Path) -> None:
+    """benchmarks/gpu_mfu.py by default measures selective activation checkpointing (torchtitan's
+    usual pairing with compile) with fused AdamW; its tiny CPU shape trains to a finite loss."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "mfu.json"
+    repo = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "benchmarks/gpu_mfu.py", "--tiny", "--steps=1", "--warmup=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([*cmd, "--compile=off", f"--json={out}"], cwd=repo, env=env, check=True)
+    (row,) = json.loads(out.read_text())
+    assert row["ac"] == "selective" and row["optimizer"] == "fused AdamW"
+    assert 0 < row["final_loss"] < 20
+
+
+def test_native_precision_from_torch_capabilities_or_flags() -> None:
+    """torch.cpu.get_capabilities() (AVX-512 BF16, AMX, aarch64 bf16) or /proc/cpuinfo flags
+    decide; torch's dispatch level (AVX2, AVX512, ...) never names bf16, so it cannot."""
+    from training.model import native_from
+
+    bf16, fp16 = torch.bfloat16, torch.float16
+    assert native_from(bf16, {"avx512_bf16": True}, set())
+    assert native_from(bf16, {"amx_bf16": True}, set())
+    assert native_from(bf16, {"bf16": True}, set())  # aarch64
+    assert not native_from(bf16, {"avx2": True, "avx512_bf16": False, "amx_fp16": True}, set())
+    assert native_from(fp16, {"amx_fp16": True}, set())
+    assert native_from(bf16, {}, {"fpu", "avx512_bf16"})  # flags alone
+    assert not native_from(bf16, {}, {"avx2", "fma"})
+    caps = torch.cpu.get_capabilities()  # this machine: both sources agree with the answer
+    here = native_low_precision(torch.device("cpu"), bf16)
+    assert here == native_from(bf16, caps, cpu_flags())
+    if caps.get("avx512_bf16") or caps.get("amx_bf16"):
+        assert here
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_activation_checkpointing_stashes_the_rng_only_with_dropout(
+    dropout: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without dropout the recompute draws no random numbers, so checkpoint must not stash and
+    restore the RNG state for each layer (torchtitan passes preserve_rng_state=False); with
+    attention dropout it must, or the replay's masks differ. Counted through the real
+    torch.get_rng_state, which checkpoint calls for each layer when it preserves."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from training.model import decoder_layers
+    from training.parallelize import _wrap_layer_forward
+
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attention_dropout=dropout,
+    )
+    model = AutoModelForCausalLM.from_config(cfg).train()
+    for layer in decoder_layers(model):
+        _wrap_layer_forward(layer, "full", compile_layer=False)
+    calls = []
+    real = torch.get_rng_state
+    monkeypatch.setattr(torch, "get_rng_state", lambda: calls.append(1) or real())
+    model(input_ids=torch.randint(0, 64, (1, 8)), use_cache=False).logits.sum().backward()
+    # with dropout: a stash per layer in forward, and the replay's fork_rng in backward
+    assert len(calls) == (2 * cfg.num_hidden_layers if dropout else 0)
+
+
+def test_built_model_never_makes_a_kv_cache() -> None:
+    """build_empty gives the model its own config with use_cache=False, so a forward without
+    use_cache (validation, benchmarks, any caller) builds no KV cache, which AC's replay would
+    fill twice; the spec's config, which the export writes, keeps use_cache."""
+    from training.dist import distributed
+    from training.model import build_empty, full_state_dict, materialize, model_spec
+
+    spec = model_spec("tiny-llama-2l", 256, 64)
+    assert spec.config.use_cache
+    model = build_empty(spec)
+    assert model.config.use_cache is False and model.config is not spec.config
+    with distributed():  # a world of one: materialize broadcasts rank 0's weights
+        materialize(model, spec, torch.device("cpu"), full_state_dict(spec, 0))
+    out = model(input_ids=torch.randint(0, 256, (1, 16)))
+    assert out.past_key_values is None
+    assert spec.config.use_cache
+
+
+@pytest.mark.parametrize(("use_sliding_window", "maskless"), [(False, True), (True, False)])
+def test_qwen2_without_sliding_window_runs_maskless(
+    use_sliding_window: bool, maskless: bool
+) -> None:
+    """Qwen2 configs keep a sliding_window value next to use_sliding_window=False (as hub
+    config.json files have it): only the flag decides whether the window is used."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from training.model import use_maskless_causal_sdpa
+
+    cfg = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_implementation="sdpa",
+    )
+    model = AutoModelForCausalLM.from_config(cfg)
+    model.config.use_sliding_window = use_sliding_window
+    model.config.sliding_window = 4096
+    assert use_maskless_causal_sdpa(model) is maskless

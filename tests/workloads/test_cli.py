@@ -118,3 +118,27 @@ def test_local_bad_input_is_one_line_and_status_2(
     assert not (tmp_path / "out" / "logs").exists() or not any(
         (tmp_path / "out" / "logs").iterdir()
     )
+
+
+def test_local_cpu_run_logs_every_step_while_the_cluster_job_logs_every_ten(
+    tmp_path: Path,
+) -> None:
+    """The dev stack's job (device cpu): its cluster command fetches metrics every 10 steps
+    (pytorchjob.CLUSTER_LOG_EVERY, torchtitan's log_freq: a GPU step must not sync on the
+    host for metrics), while the local CPU runner keeps a row written per step (its progress
+    lines and fault timings read them), unless --set chooses."""
+    from workloads.specs import pytorchjob
+    from workloads.specs.stack import load
+
+    cluster = pytorchjob.train_command(load("dev").job)
+    assert [a for a in cluster if a.startswith("--log_every")] == ["--log_every=10"]
+    # the demo's tiny model trains without activation checkpointing (Pulumi.dev.yaml says why)
+    assert "--fsdp_activation_checkpointing=False" in cluster
+    opts = local.LocalOptions(stack="dev", out=tmp_path)
+    job, device = local.local_job_settings(opts, tmp_path / "shared")
+    assert device == "cpu"
+    cmd = pytorchjob.train_command(job)
+    assert [a for a in cmd if a.startswith("--log_every")] == ["--log_every=1"]
+    opts = local.LocalOptions(stack="dev", out=tmp_path, train_overrides=("--log_every=5",))
+    cmd = pytorchjob.train_command(local.local_job_settings(opts, tmp_path / "shared")[0])
+    assert [a for a in cmd if a.startswith("--log_every")] == ["--log_every=5"]

@@ -396,6 +396,8 @@ def test_pod_template_shm_checkpoints_scheduling(stack_objects: Any) -> None:
     cmd = _container(_job(objs))["command"]
     assert f"--checkpoint_every_s={b.checkpoint_every_s}" in cmd
     assert f"--checkpoint_write_estimate_s={b.write_s}" in cmd
+    # GPU jobs fetch metrics every 10 steps (torchtitan's log_freq), not every step
+    assert [a for a in cmd if a.startswith("--log_every")] == ["--log_every=10"]
     size = vols["dshm"]["emptyDir"]["sizeLimit"]
     assert size.endswith("Gi") and 1 <= int(size[:-2]) <= 64
     run_policy = _job(objs)["spec"]["runPolicy"]

@@ -189,13 +189,23 @@ def shm_size(s: JobSettings) -> str:
     return f"{max(1, min(64, lookup(s.instance_type).memory_gib // 10))}Gi"
 
 
+CLUSTER_LOG_EVERY = 10
+"""``--log_every`` of a cluster job (GPU nodes): a quiet step makes no host sync, and a logging
+step fetches the held loss / grad-norm figures in one copy, so metrics every step would stall
+each GPU step on the host. 10 is torchtitan's default (``torchtitan/config/job_config.py``,
+``Metrics.log_freq = 10``); metrics.jsonl still gets a row per step. The local runner on CPU
+sets it back to 1 (its progress lines and fault timings read every row as it is written)."""
+
+
 def _budget_flags(s: JobSettings) -> list[str]:
-    """Checkpoint cadence flags from the budget, unless the job's flags set them."""
+    """Checkpoint cadence flags from the budget and the metrics cadence, unless the job's flags
+    set them."""
     b = budget(s)
     given = {a.split("=", 1)[0] for a in s.train_args}
     flags = {
         "--checkpoint_every_s": str(b.checkpoint_every_s),
         "--checkpoint_write_estimate_s": str(b.write_s),
+        "--log_every": str(CLUSTER_LOG_EVERY),
     }
     return [f"{k}={v}" for k, v in flags.items() if k not in given]
 
