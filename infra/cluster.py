@@ -9,10 +9,11 @@ the VPC CNI's network-policy agent is on, so the NetworkPolicies the workloads d
 are enforced: the VPC CNI enforces them only with ``enableNetworkPolicy`` (EKS user guide,
 "Limit Pod traffic with Kubernetes network policies"; off by default).
 Everything that needs a node to become healthy is created here, after the system nodegroup:
-CoreDNS, the EBS CSI driver (with its IRSA role), optionally the FSx CSI driver (with its IRSA
-role, for ``sharedStorage.type: fsx``) and, optionally, CloudWatch Observability.
+CoreDNS, the EBS CSI driver (with its IRSA role), optionally the FSx CSI driver (for
+``sharedStorage.type: fsx``; no IAM role, see ``FSX_CSI_SERVICE_ACCOUNT``) and, optionally,
+CloudWatch Observability.
 The node IAM role (worker, CNI, ECR read-only, SSM, CloudWatch agent) is shared with the GPU
-nodegroups. It carries no EBS or FSx policy: the CSI controllers assume their own IRSA roles, so
+nodegroups. It carries no EBS or FSx policy: the EBS CSI controller assumes its own IRSA role, so
 a pod that reaches the node role (it cannot: IMDSv2 hop limit 1 on GPU nodes; AL2023 managed
 nodes default to 1 as well) could not delete volumes or file systems.
 
@@ -46,13 +47,20 @@ NODE_POLICY_ARNS: tuple[str, ...] = (
     "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy",
 )
 """Managed policies on the node role. The CloudWatch agent of the amazon-cloudwatch-observability
-add-on runs with host networking and uses the node role; the EBS/FSx CSI controllers use IRSA."""
+add-on runs with host networking and uses the node role; the EBS CSI controller uses IRSA."""
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 """Every EKS control-plane log type."""
 EBS_CSI_POLICY_ARN = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
 EBS_CSI_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:ebs-csi-controller-sa"
-FSX_CSI_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
 FSX_CSI_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:fsx-csi-controller-sa"
+"""The FSx CSI controller's service account, deliberately given no IAM role. The project
+provisions FSx statically (``workloads/specs/storage.py``: a PersistentVolume naming the file
+system, ``storageClassName: ""``, reclaim policy ``Retain``), so the controller is never asked
+to create, delete or resize a file system, the only calls that reach the FSx API
+(aws-fsx-csi-driver ``pkg/driver/controller.go``: ``CreateVolume``, ``DeleteVolume``,
+``ControllerExpandVolume``, ``ValidateVolumeCapabilities``); the node plugin mounts with the
+Lustre client and no IAM. The driver's ``docs/install.md`` asks for AmazonFSxFullAccess "to
+create/delete file systems", which this project never lets it do."""
 CLUSTER_ADMIN_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 SYSTEM_NODEGROUP_LABEL = {"eks-fsdp/nodegroup": "system"}
 SYSTEM_ROOT_VOLUME_GIB = 50
@@ -87,7 +95,8 @@ class ClusterArgs:
     cloudwatch_observability: bool = False
     """Install the amazon-cloudwatch-observability add-on."""
     fsx_csi_driver: bool = False
-    """Install the aws-fsx-csi-driver add-on (with its IRSA role) for FSx for Lustre volumes."""
+    """Install the aws-fsx-csi-driver add-on (no IAM role: static volumes only) for FSx for
+    Lustre volumes."""
     tags: dict[str, str] | None = None
     """Extra tags on every AWS resource."""
 
@@ -375,13 +384,16 @@ class Cluster(pulumi.ComponentResource):
         )
         self.fsx_csi_addon: aws.eks.Addon | None = None
         if args.fsx_csi_driver:
-            self.fsx_csi_addon = irsa_addon(
-                "fsx-csi",
-                "FSx CSI",
-                "aws-fsx-csi-driver",
-                versions.FSX_CSI_ADDON_VERSION,
-                FSX_CSI_SERVICE_ACCOUNT,
-                FSX_CSI_POLICY_ARN,
+            # No service-account role: static provisioning only (see FSX_CSI_SERVICE_ACCOUNT).
+            self.fsx_csi_addon = aws.eks.Addon(
+                f"{name}-fsx-csi",
+                cluster_name=self.cluster_name,
+                addon_name="aws-fsx-csi-driver",
+                addon_version=versions.FSX_CSI_ADDON_VERSION,
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                tags=tags,
+                opts=after_nodes,
             )
         if args.cloudwatch_observability:
             # The agent uses the node role (CloudWatchAgentServerPolicy is attached above).

@@ -278,7 +278,8 @@ class StackConfig:
     cluster_name: str = "eks-fsdp"
     """EKS cluster name."""
     kubernetes_version: str = versions.KUBERNETES_VERSION
-    """EKS control-plane version (in EKS standard support)."""
+    """EKS control-plane version (one of ``versions.EKS_STANDARD_SUPPORT_END``; whether it is
+    in standard support on the day is the policy pack's ``eks-standard-support`` rule)."""
     api_public_access_cidrs: tuple[str, ...] | None = None
     """CIDRs allowed to reach the public API endpoint; () = no public endpoint; None = not set
     (only a stack file read outside Pulumi may leave it out: ``from_pulumi`` requires it)."""
@@ -347,6 +348,9 @@ TOP_LEVEL_KEYS = (
     "debugTools",
 )
 SECRET_KEYS = ("hfToken", "grafanaAdminPassword")
+"""Declared in Pulumi.yaml with ``default: ""`` and without ``secret: true`` (see the comment
+there); a non-empty value must be a secret, which this module checks."""
+_PLAINTEXT_SECRET = "is set in plaintext; remove it and run `pulumi config set --secret {key} ...`"
 STRUCTURED_KEYS = (
     "availabilityZones",
     "apiPublicAccessCidrs",
@@ -839,6 +843,10 @@ def parse(
             continue
         if key not in TOP_LEVEL_KEYS and key not in SECRET_KEYS:
             raise _fail(key, f"unknown key (known: {', '.join(TOP_LEVEL_KEYS + SECRET_KEYS)})")
+    for key in SECRET_KEYS:
+        # Values read from a stack file or plain config: a secret one never reaches ``raw``.
+        if raw.get(key) not in (None, ""):
+            raise _fail(key, _PLAINTEXT_SECRET.format(key=key))
     region = _opt_str(raw.get("aws:region"), "aws:region")
     cluster_name = _str(raw.get("clusterName", "eks-fsdp"), "clusterName")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}", cluster_name):
@@ -846,9 +854,10 @@ def parse(
     k8s = _str(str(raw.get("kubernetesVersion", versions.KUBERNETES_VERSION)), "kubernetesVersion")
     if not _K8S_VERSION.match(k8s):
         raise _fail("kubernetesVersion", f"{k8s!r} is not shaped 1.NN (quote it in YAML: '1.30')")
-    support = versions.standard_support_problem(k8s)
-    if support is not None:
-        raise _fail("kubernetesVersion", support)
+    # Undated on purpose: the policy pack checks standard support at preview.
+    unknown = versions.unknown_version_problem(k8s)
+    if unknown is not None:
+        raise _fail("kubernetesVersion", unknown)
     api_cidrs = _parse_api_cidrs(raw.get("apiPublicAccessCidrs"))
     azs, vpc_cidr, svc, nat = _parse_network(raw, region)
     system = _parse_system(raw.get("systemNodeGroup", {}))
@@ -970,6 +979,9 @@ def from_pulumi() -> StackConfig:
     region = pulumi.Config("aws").get("region")
     if region is not None:
         raw["aws:region"] = region
+    for key in SECRET_KEYS:
+        if runtime_config.get_config(_k(key)) and not runtime_config.is_config_secret(_k(key)):
+            raise _fail(key, _PLAINTEXT_SECRET.format(key=key))
     secrets = Secrets(
         **{
             field_name: cfg.get_secret(key) if runtime_config.get_config(_k(key)) else None

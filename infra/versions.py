@@ -24,13 +24,26 @@ about 6x per cluster-hour). 1.35 was released on EKS on 2026-01-28. Add a row wh
 releases a version; a version without a row is refused."""
 
 
-def standard_support_problem(version: str, today: _dt.date | None = None) -> str | None:
+def unknown_version_problem(version: str) -> str | None:
+    """Why ``version`` is not one the project knows (None when it has a calendar row).
+
+    Deliberately undated: parsing a stack must give the same answer on any day (a dated check
+    here would fail every render, local run and test once the default version ages out). The
+    dated check, standard support on the day of the preview, is the policy pack's
+    ``eks-standard-support`` rule."""
+    if version in EKS_STANDARD_SUPPORT_END:
+        return None
+    known = ", ".join(EKS_STANDARD_SUPPORT_END)
+    return f"{version} has no known EKS standard-support window (known: {known})"
+
+
+def standard_support_problem(version: str, today: _dt.date) -> str | None:
     """Why ``version`` is not in EKS standard support on ``today`` (None when it is)."""
-    end = EKS_STANDARD_SUPPORT_END.get(version)
-    if end is None:
-        known = ", ".join(EKS_STANDARD_SUPPORT_END)
-        return f"{version} has no known EKS standard-support window (known: {known})"
-    if (today or _dt.date.today()) > end:
+    unknown = unknown_version_problem(version)
+    if unknown is not None:
+        return unknown
+    end = EKS_STANDARD_SUPPORT_END[version]
+    if today > end:
         return (
             f"{version} left EKS standard support on {end.isoformat()} (extended support costs"
             f" ~6x per cluster-hour); use {KUBERNETES_VERSION}"

@@ -20,8 +20,10 @@ last scrape of the job, refusing a window with too few steps or scrapes for a st
   stops it too), measures, and saves the result at once. Whatever happens (success, an error, an
   interrupt), ``Pulumi.<stack>.yaml`` is restored byte for byte and the stack is scaled back to
   its original size (the nodegroup's live scaling config as it was, then one more ``up``) (or destroyed, only with ``destroy=True``); each is
-  retried (cancelling a lock an interrupted ``up`` left), and the exact recovery commands are
-  printed if they still fail.
+  retried, and the exact recovery commands are printed before the clean-up starts (again if it
+  fails or is interrupted). Each ``up``/``destroy`` runs in a worker thread: on an interrupt the
+  ``pulumi`` child gets SIGINT and the clean-up waits until it has exited; a lock is cancelled
+  only when that interrupted update left it (never another holder's).
 - :func:`planner_prediction`: the capacity planner's prediction for the same node counts.
 - :func:`scaling_table` and :func:`plot_scaling`: efficiency vs one node, and the PNG chart.
 """
@@ -31,16 +33,19 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -64,8 +69,18 @@ FATAL_WAIT_REASONS = IMAGE_PULL_REASONS | {
     "CreateContainerError",
 }
 """Waiting reasons the sweep does not wait out: nothing changes without a fix."""
+NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
+"""Label EKS puts on a managed nodegroup's nodes (value: the nodegroup's name)."""
+UNSCHEDULABLE_S = 300.0
+"""How long a job's pod may stay unschedulable before the sweep stops: longer than the
+cluster needs to register freshly launched nodes and their device plugins."""
+NODES_TIMEOUT_S = 1800.0
+"""How long the sweep waits for the nodegroup's nodes to be Ready after scaling."""
 TOOLS = ("pulumi", "kubectl", "aws")
 """Command-line tools the cloud mode runs (the Automation API shells out to ``pulumi``)."""
+STEPS_BY_MODE = {"local": (30, 5), "cloud": (200, 20)}
+"""Default (steps, warm-up steps) per notebook mode: on the cluster 180 measured steps of ~1.5 s
+(the planner's p5 step time) span 270 s, 18 scrapes at 15 s; 30 steps could not reach 8."""
 CLEANUP_ATTEMPTS = 3
 """Tries of the scale-back ``up`` (or ``destroy``) before printing the recovery commands."""
 
@@ -412,6 +427,9 @@ class JobState:
     ``Pending`` before the operator has seen it."""
     reason: str = ""
     """Why, for a failure (the condition's message, a container's waiting reason)."""
+    unschedulable: str = ""
+    """A pod the scheduler cannot place (``PodScheduled=False``, reason ``Unschedulable``):
+    its name and the scheduler's message; empty when every pod is placed."""
 
     @property
     def fatal(self) -> bool:
@@ -423,6 +441,8 @@ class JobWatch(Protocol):
     """Reads a PyTorchJob's state (the cloud mode uses :class:`KubectlJobWatch`)."""
 
     def state(self, job: str) -> JobState: ...
+
+    def ready_nodes(self, nodegroup: str) -> int: ...
 
 
 def _write_kubeconfig(outputs: dict[str, Any], directory: Path) -> Path:
@@ -482,17 +502,39 @@ class KubectlJobWatch:
                     return JobState(
                         "Running", f"{waiting['reason']}: {name}: {waiting.get('message', '')}"
                     )
+        unschedulable = ""
+        for pod in pods.get("items", []):
+            for c in pod.get("status", {}).get("conditions", []):
+                if (c.get("type"), c.get("status"), c.get("reason")) == (
+                    "PodScheduled",
+                    "False",
+                    "Unschedulable",
+                ):
+                    unschedulable = f"{pod['metadata']['name']}: {c.get('message', '')}"
         try:
             obj = self._get("pytorchjob", job)
         except OSError:
-            return JobState("Pending")
+            return JobState("Pending", unschedulable=unschedulable)
         conditions = [
             c for c in obj.get("status", {}).get("conditions", []) if c.get("status") == "True"
         ]
         if not conditions:
-            return JobState("Pending")
+            return JobState("Pending", unschedulable=unschedulable)
         last = conditions[-1]
-        return JobState(last["type"], last.get("message", "") if last["type"] == "Failed" else "")
+        reason = last.get("message", "") if last["type"] == "Failed" else ""
+        return JobState(last["type"], reason, unschedulable)
+
+    def ready_nodes(self, nodegroup: str) -> int:
+        """Nodes of the EKS managed nodegroup (label ``eks.amazonaws.com/nodegroup``, set by
+        EKS on its nodes) whose ``Ready`` condition is True."""
+        nodes = self._get("nodes", "-l", f"{NODEGROUP_LABEL}={nodegroup}")
+        return sum(
+            any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in n.get("status", {}).get("conditions", [])
+            )
+            for n in nodes.get("items", [])
+        )
 
 
 @contextlib.contextmanager
@@ -557,10 +599,13 @@ def wait_for_job(
     timeout_s: float,
     poll_s: float,
     log: Callable[[str], None],
+    unschedulable_s: float = UNSCHEDULABLE_S,
 ) -> None:
     """Until ``job`` has logged ``last_step`` (or Succeeded): fail fast on a failed job, an
-    image that cannot be pulled, a crash loop, or a dead port-forward; stream the progress."""
+    image that cannot be pulled, a crash loop, a pod unschedulable for ``unschedulable_s``, or
+    a dead port-forward; stream the progress."""
     deadline = time.monotonic() + timeout_s
+    unschedulable_since: float | None = None
     seen: int | None = None
     phase = ""
     errors = 0
@@ -576,6 +621,15 @@ def wait_for_job(
             state = JobState(phase or "Pending")
         if state.fatal:
             raise SweepError(f"job {job}: {state.phase}: {state.reason}".rstrip(": "))
+        if state.unschedulable:
+            unschedulable_since = unschedulable_since or time.monotonic()
+            if time.monotonic() - unschedulable_since > unschedulable_s:
+                raise SweepError(
+                    f"job {job}: pod unschedulable for over {unschedulable_s:.0f} s: "
+                    f"{state.unschedulable}"
+                )
+        else:
+            unschedulable_since = None
         try:
             step = last_logged_step(pf.url, job)
         except (OSError, RuntimeError, urllib.error.URLError):
@@ -613,6 +667,7 @@ class StackFile:
             return False
         tmp = self.path.with_name(f".{self.path.name}.restore")
         tmp.write_bytes(self.original)
+        shutil.copymode(self.path, tmp)  # the file's mode as it is, not the umask's
         tmp.replace(self.path)
         return True
 
@@ -689,6 +744,52 @@ def scale_nodegroup(
     _aws(run, ["aws", "eks", "wait", "nodegroup-active", *group.args()], timeout=3600)
 
 
+def nodegroup_health(run: Callable[..., Any], group: Nodegroup) -> list[str]:
+    """The nodegroup's health issues (``describe-nodegroup``: ``nodegroup.health.issues``, for
+    example ``AsgInstanceLaunchFailures`` when EC2 has no capacity), as ``code: message``."""
+    got = _aws(run, ["aws", "eks", "describe-nodegroup", *group.args()])
+    issues = got.get("nodegroup", {}).get("health", {}).get("issues", [])
+    return [f"{i.get('code', '?')}: {i.get('message', '')}" for i in issues]
+
+
+def wait_for_nodes(
+    run: Callable[..., Any],
+    watch: JobWatch,
+    group: Nodegroup,
+    n: int,
+    *,
+    timeout_s: float,
+    poll_s: float,
+    log: Callable[[str], None],
+) -> None:
+    """Until ``n`` nodes of the nodegroup are Ready: the nodegroup turns ACTIVE whether or not
+    its instances launched (a capacity block or ODCR short of capacity), so stop on a health
+    issue at once, and when ``timeout_s`` passes with fewer nodes Ready."""
+    deadline = time.monotonic() + timeout_s
+    ready = -1
+    while True:
+        try:
+            now = watch.ready_nodes(group.name)
+        except (OSError, subprocess.TimeoutExpired, ValueError):  # an API server blip
+            now = ready
+        if now != ready:
+            log(f"  nodegroup {group.name}: {max(now, 0)}/{n} node(s) Ready")
+            ready = now
+        if ready >= n:
+            return
+        issues = nodegroup_health(run, group)
+        if issues:
+            raise SweepError(
+                f"nodegroup {group.name}: {max(ready, 0)}/{n} node(s) Ready, health issues: "
+                + "; ".join(issues)
+            )
+        if time.monotonic() > deadline:
+            raise SweepError(
+                f"nodegroup {group.name}: {max(ready, 0)}/{n} node(s) Ready after {timeout_s:.0f} s"
+            )
+        time.sleep(poll_s)
+
+
 @dataclass
 class Plan:
     """What the prerequisites found: the sweep's inputs."""
@@ -703,10 +804,15 @@ class Plan:
     usd_per_node_hour: float
     deployed: bool
     problems: list[str] = field(default_factory=list)
+    repository: str | None = None
+    """The stack's ECR repository (``TrainingImage``), None when the job names its image."""
+    region: str | None = None
+    """``aws:region`` of the stack."""
 
 
 def _stack_plan(stack: Any, stack_name: str, work_dir: Path) -> Plan:
     from infra.config import ConfigError, load_stack_file
+    from workloads.specs.image import repository_name
 
     path = work_dir / f"Pulumi.{stack_name}.yaml"
     problems: list[str] = []
@@ -750,6 +856,8 @@ def _stack_plan(stack: Any, stack_name: str, work_dir: Path) -> Plan:
         usd_per_node_hour=group.usd_per_hour,
         deployed=deployed,
         problems=problems,
+        repository=None if cfg.job.image else repository_name(PROJECT, stack_name),
+        region=cfg.region,
     )
 
 
@@ -760,14 +868,25 @@ def check_prerequisites(
     steps: int,
     warmup_steps: int,
     destroy: bool,
+    destroy_existing: bool = False,
+    step_time_s: Mapping[int, float] | None = None,
+    min_scrapes: int = 8,
+    scrape_interval_s: float | None = None,
+    image_tag: str | None = None,
     which: Callable[[str], str | None] = shutil.which,
     run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
 ) -> None:
-    """Everything the sweep needs, checked before the first ``up``: one line naming every gap."""
+    """Everything the sweep needs, checked before the first ``up``: one line naming every gap.
+
+    ``step_time_s`` ({nodes: seconds}, the planner's): the measured steps of each count must
+    span ``min_scrapes`` scrapes of the cluster's Prometheus (``scrape_interval_s``, default
+    the observability settings'). ``image_tag``: the content tag the program would push; when
+    the stack's repository does not hold it, ``pulumi up`` builds it with Docker Buildx."""
     problems = list(plan.problems)
     missing = [t for t in TOOLS if which(t) is None]
     if missing:
         problems.append(f"not on PATH: {', '.join(missing)}")
+    credentials = False
     if which("aws") is not None:
         out = run(
             ["aws", "sts", "get-caller-identity", "--output", "json"],
@@ -776,7 +895,8 @@ def check_prerequisites(
             timeout=60,
             check=False,
         )
-        if out.returncode != 0:
+        credentials = out.returncode == 0
+        if not credentials:
             problems.append(
                 "no AWS credentials (aws sts get-caller-identity: "
                 f"{(out.stderr or '').strip().splitlines()[-1:] or out.returncode})"
@@ -786,12 +906,107 @@ def check_prerequisites(
             "stack is not deployed: the sweep would create it and leave it running; deploy it "
             "first (pulumi up), or pass destroy=True to tear it down after the sweep"
         )
+    if plan.deployed and destroy and not destroy_existing:
+        problems.append(
+            "destroy=True on a stack that is already deployed (the sweep did not create it): "
+            "it would tear down its cluster, VPC and storage; pass destroy_existing=True too "
+            "to mean it, or leave destroy off to scale it back"
+        )
     if steps < warmup_steps + 10:
         problems.append(
             f"steps {steps}: need >= warmup_steps + 10 = {warmup_steps + 10} for a steady state"
         )
+    if step_time_s:
+        scrape = scrape_interval_s if scrape_interval_s is not None else _scrape_interval_s()
+        need = min_scrapes * scrape
+        short = {n: t for n, t in step_time_s.items() if (steps - warmup_steps) * t < need}
+        if short:
+            n, t = min(short.items(), key=lambda kv: kv[1])
+            problems.append(
+                f"steps {steps}: {steps - warmup_steps} measured steps x {t:.2f} s (the "
+                f"planner's step time at {n} node(s)) = {(steps - warmup_steps) * t:.0f} s, "
+                f"under {min_scrapes} scrapes x {scrape:.0f} s = {need:.0f} s; use steps >= "
+                f"{warmup_steps + math.ceil(need / t)}"
+            )
+    if (
+        plan.repository
+        and image_tag
+        and credentials
+        and not _image_in_ecr(run, plan.repository, plan.region, image_tag)
+    ):
+        buildx = (
+            run(
+                ["docker", "buildx", "version"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            if which("docker") is not None
+            else None
+        )
+        if buildx is None or buildx.returncode != 0:
+            why = "docker is not on PATH" if buildx is None else "docker buildx version failed"
+            problems.append(
+                f"{plan.repository}:{image_tag} is not in ECR, so pulumi up builds it, but "
+                f"{why} (install Docker with the Buildx plugin, or push the image first)"
+            )
     if problems:
         raise PrerequisiteError("; ".join(problems))
+
+
+def _scrape_interval_s() -> float:
+    """The cluster's Prometheus scrape interval (``ObservabilitySettings.scrape_interval``)."""
+    from workloads.specs.observability import ObservabilitySettings
+
+    value = ObservabilitySettings().scrape_interval
+    return float(value[:-1]) * {"s": 1, "m": 60, "h": 3600}[value[-1]]
+
+
+def _image_in_ecr(run: Callable[..., Any], repository: str, region: str | None, tag: str) -> bool:
+    """Whether ``repository:tag`` exists (``aws ecr describe-images``); a missing repository or
+    tag is False, any other failure stops the sweep."""
+    out = run(
+        [
+            "aws",
+            "ecr",
+            "describe-images",
+            "--repository-name",
+            repository,
+            *_region_args(region),
+            "--image-ids",
+            f"imageTag={tag}",
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if out.returncode == 0:
+        return True
+    if any(code in (out.stderr or "") for code in ("RepositoryNotFound", "ImageNotFound")):
+        return False
+    last = (out.stderr or "").strip().splitlines()[-1:] or [f"status {out.returncode}"]
+    raise PrerequisiteError(f"aws ecr describe-images {repository}: {last[0]}")
+
+
+def _content_tag(work: Path) -> str:
+    """The tag the program at ``work`` would push (``TrainingImage``: the content tag of the
+    build context, the repository root)."""
+    from workloads.specs.image import DOCKERFILE, content_tag
+
+    # A work dir holding only stack files (no build context) is the repository's own program.
+    return content_tag(work if (work / DOCKERFILE).is_file() else REPO_ROOT)
+
+
+def planner_step_times(nodes: Sequence[int], stack_name: str) -> dict[int, float]:
+    """{nodes: seconds per optimizer step}, the planner's prediction for the stack."""
+    return {
+        int(p["nodes"]): float(p["step_time_s"])
+        for p in planner_prediction(nodes, stack=stack_name)
+    }
 
 
 def estimated_cost_usd(
@@ -802,29 +1017,169 @@ def estimated_cost_usd(
     return sum(nodes) * usd_per_node_hour * minutes_per_count / 60
 
 
+def _region_args(region: str | None) -> list[str]:
+    return ["--region", region] if region else []
+
+
+def empty_repository_command(repository: str, region: str | None) -> str:
+    """The shell command that deletes every image of ``repository`` (a recovery step)."""
+    r = " ".join(_region_args(region))
+    r = f" {r}" if r else ""
+    return (
+        f"aws ecr list-images --repository-name {repository}{r} --query "
+        "'imageIds[].imageDigest' --output text | tr '\\t' '\\n' | sort -u | xargs -r -I{} "
+        f"aws ecr batch-delete-image --repository-name {repository}{r} --image-ids imageDigest={{}}"
+    )
+
+
+def empty_repository(
+    run: Callable[..., Any], repository: str, region: str | None, log: Callable[[str], None]
+) -> int:
+    """Delete every image of the stack's ECR repository (``list-images``, then
+    ``batch-delete-image`` by digest, 100 ids a call, the API's limit), so that ``destroy`` can
+    delete it: the repository has ``force_delete=False`` (``workloads/training_image.py``) and
+    ECR refuses to delete one holding images (``RepositoryNotEmptyException``). A missing
+    repository (``RepositoryNotFoundException``) holds nothing. Returns the digests deleted."""
+    base = ["aws", "ecr"]
+    where = ["--repository-name", repository, *_region_args(region)]
+    out = run(
+        [*base, "list-images", *where, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if out.returncode != 0:
+        if "RepositoryNotFoundException" in (out.stderr or ""):
+            return 0
+        last = (out.stderr or "").strip().splitlines()[-1:] or [f"status {out.returncode}"]
+        raise SweepError(f"aws ecr list-images: {last[0]}")
+    ids = json.loads(out.stdout or "{}").get("imageIds", [])
+    digests = sorted({i["imageDigest"] for i in ids})
+    for start in range(0, len(digests), 100):
+        chunk = digests[start : start + 100]
+        got = _aws(
+            run,
+            [*base, "batch-delete-image", *where, "--image-ids"]
+            + [f"imageDigest={d}" for d in chunk],
+        )
+        failures = [f for f in got.get("failures", []) if f.get("failureCode") != "ImageNotFound"]
+        if failures:
+            raise SweepError(f"aws ecr batch-delete-image {repository}: {failures[0]}")
+    log(f"  {repository}: {len(digests)} image(s) deleted")
+    return len(digests)
+
+
+def interrupt_pulumi_children() -> None:
+    """SIGINT to this process's ``pulumi`` children: the Automation API runs the CLI with
+    ``subprocess.Popen`` (``pulumi/automation/_cmd.py``) in its own session-less child that a
+    notebook kernel's interrupt never reaches. On SIGINT the CLI cancels the update gracefully
+    (finishes the resource operations in flight, saves the state, releases the lock)."""
+    out = subprocess.run(
+        ["pgrep", "-P", str(os.getpid()), "-x", "pulumi"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for pid in out.stdout.split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGINT)
+
+
+class PulumiOps:
+    """Runs each Automation API operation (``up``, ``destroy``) in a worker thread, so that a
+    KeyboardInterrupt reaches the sweep, not the thread that waits on the ``pulumi`` child.
+
+    On an interrupt the child is sent SIGINT (``interrupt``) and the operation is kept as the
+    lock's holder: :meth:`wait_for_holder` waits until it has exited; only then may a lock still
+    held be cancelled, and only the one that holder left (``stack.cancel()`` is "very
+    dangerous" per its docstring in ``pulumi/automation/_stack.py``)."""
+
+    def __init__(
+        self,
+        interrupt: Callable[[], None],
+        log: Callable[[str], None],
+        progress_s: float = 30.0,
+    ) -> None:
+        self.interrupt = interrupt
+        self.log = log
+        self.progress_s = progress_s
+        self.holder: threading.Event | None = None
+        """Set when the interrupted operation has returned (it holds the stack's lock until
+        then). An Event, not ``Thread.is_alive``: a ``join`` interrupted by KeyboardInterrupt
+        can leave a live thread reported as stopped (seen with CPython 3.11)."""
+        self.holder_exited = False
+        """The sweep's own interrupted operation has exited: a lock left now is its own."""
+
+    def run(self, action: Callable[[], Any], what: str) -> None:
+        error: list[BaseException] = []
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                action()
+            except BaseException as err:
+                error.append(err)
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name=f"pulumi {what}", daemon=True).start()
+        try:
+            while not done.wait(0.2):
+                pass
+        except KeyboardInterrupt:
+            self.holder = done
+            self.log(f"interrupted: SIGINT to the running pulumi {what} (it releases the lock)")
+            self.interrupt()
+            raise
+        if error:
+            raise error[0]
+
+    def wait_for_holder(self) -> None:
+        """Until the interrupted operation has exited (a second interrupt leaves it running)."""
+        if self.holder is None:
+            return
+        last = time.monotonic()
+        while not self.holder.wait(0.2):
+            if time.monotonic() - last >= self.progress_s:
+                self.log("  waiting for the interrupted pulumi operation to release the lock")
+                last = time.monotonic()
+        self.holder_exited = True
+
+
 def _cleanup(
     action: Callable[[], Any],
     stack: Any,
     what: str,
     recovery: list[str],
     log: Callable[[str], None],
+    ops: PulumiOps,
     attempts: int = CLEANUP_ATTEMPTS,
 ) -> None:
-    """Run ``action`` up to ``attempts`` times; a lock left by an interrupted operation is
-    cancelled before the next try. Prints ``recovery`` and raises when every try failed."""
+    """Run ``action`` up to ``attempts`` times, after the interrupted operation (if any) has
+    exited. A lock (``ConcurrentUpdateError``: ``[409] Conflict`` on Pulumi Cloud, "currently
+    locked by" on a self-managed backend) is cancelled only when the sweep's own interrupted
+    operation left it and has exited; another holder's lock is never cancelled. Prints
+    ``recovery`` and raises when every try failed."""
+    from pulumi.automation import ConcurrentUpdateError
+
+    ops.wait_for_holder()
     last: BaseException | None = None
     for attempt in range(1, attempts + 1):
         try:
-            action()
+            ops.run(action, what)
             return
         except Exception as err:
             last = err
             log(f"{what} failed (try {attempt}/{attempts}): {str(err).strip()[:500]}")
-            if "lock" in str(err).lower():
+            if isinstance(err, ConcurrentUpdateError):
+                if not ops.holder_exited:
+                    log("the stack is locked by an update the sweep did not start: not cancelled")
+                    break
                 with contextlib.suppress(Exception):
                     stack.cancel()
-                    log("cancelled the stack's lock")
-    log(f"{what} failed {attempts} times. GPU nodes may still be running. Run:")
+                    log("cancelled the lock the interrupted (and exited) update left")
+    log(f"{what} failed. GPU nodes may still be running. Run:")
     for cmd in recovery:
         log(f"    {cmd}")
     raise SweepError(f"{what} failed: {last}") from last
@@ -839,6 +1194,7 @@ def measure_cloud(
     warmup_steps: int = 20,
     min_scrapes: int = 8,
     destroy: bool = False,
+    destroy_existing: bool = False,
     results: str | Path | None = None,
     sweep_id: str | None = None,
     minutes_per_count: float = 30.0,
@@ -849,8 +1205,12 @@ def measure_cloud(
     which: Callable[[str], str | None] = shutil.which,
     run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
     wait_timeout_s: float = 3600,
+    nodes_timeout_s: float = NODES_TIMEOUT_S,
+    unschedulable_s: float = UNSCHEDULABLE_S,
     poll_s: float = 30,
     log: Callable[[str], None] = print,
+    interrupt: Callable[[], None] = interrupt_pulumi_children,
+    step_times: Callable[[Sequence[int], str], Mapping[int, float]] = planner_step_times,
 ) -> list[Measurement]:
     """For each node count: set the config, ``up``, watch the job, measure, save; then restore.
 
@@ -858,7 +1218,12 @@ def measure_cloud(
     stack's backend); ``prometheus(outputs, namespace)`` yields a :class:`PortForward` (default:
     kubectl port-forward to the in-cluster Prometheus); ``job_watch(outputs, namespace, tmpdir)``
     reads the job's state (default: kubectl). ``destroy`` tears the stack down afterwards
-    instead of scaling it back; only with it may the sweep create a stack that is not deployed.
+    instead of scaling it back (its ECR repository emptied first); only with it may the sweep
+    create a stack that is not deployed, and a stack that was deployed before the sweep is
+    destroyed only with ``destroy_existing`` as well.
+    ``step_times(nodes, stack_name)`` gives the planner's step time per count (the steps must
+    span ``min_scrapes`` scrapes). ``interrupt`` stops the running ``pulumi`` child on a KeyboardInterrupt (default: SIGINT
+    to it, :func:`interrupt_pulumi_children`); the clean-up waits for it to exit first.
     """
     from pulumi.automation import ConfigValue
 
@@ -880,6 +1245,10 @@ def measure_cloud(
         steps=steps,
         warmup_steps=warmup_steps,
         destroy=destroy,
+        destroy_existing=destroy_existing,
+        step_time_s=step_times(nodes, stack_name),
+        min_scrapes=min_scrapes,
+        image_tag=_content_tag(work) if plan.repository else None,
         which=which,
         run=run,
     )
@@ -904,11 +1273,16 @@ def measure_cloud(
         f"pulumi cancel --stack {stack_name} --yes  # only if the stack is locked",
         f"pulumi up --stack {stack_name} --yes",
     ]
-    recovery_destroy = [*recovery_up[:3], f"pulumi destroy --stack {stack_name} --yes"]
+    recovery_destroy = [
+        *recovery_up[:3],
+        *([empty_repository_command(plan.repository, plan.region)] if plan.repository else []),
+        f"pulumi destroy --stack {stack_name} --yes",
+    ]
     if group is not None and original is not None:
         recovery_up.insert(1, " ".join(group.scale_command(original)))
     stream = lambda line: log(line.rstrip("\n"))  # noqa: E731  (the CLI's output, as it comes)
     measured: list[Measurement] = []
+    ops = PulumiOps(interrupt, log)
 
     def put(path: str, value: Any) -> None:
         stack.set_config(f"{PROJECT}:{path}", ConfigValue(value=str(value)), path=True)
@@ -925,7 +1299,7 @@ def measure_cloud(
             put("job.minWorkers", n)
             put("job.maxTrainStep", steps)
             log(f"{n} node(s): pulumi up ({job})")
-            stack.up(on_output=stream)
+            ops.run(lambda: stack.up(on_output=stream), "up")
             outputs = {k: v.value for k, v in stack.outputs().items()}
             # The nodegroup leaves desiredSize to the operator after creation: scale it here.
             group = group or nodegroup_of(outputs, plan.group_index)
@@ -936,9 +1310,19 @@ def measure_cloud(
             )
             with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
                 watch = (job_watch or _kubectl_watch)(outputs, plan.namespace, Path(tmp))
+                wait_for_nodes(
+                    run, watch, group, n, timeout_s=nodes_timeout_s, poll_s=poll_s, log=log
+                )
                 with prometheus(outputs, plan.namespace) as pf:
                     wait_for_job(
-                        pf, watch, job, steps, timeout_s=wait_timeout_s, poll_s=poll_s, log=log
+                        pf,
+                        watch,
+                        job,
+                        steps,
+                        timeout_s=wait_timeout_s,
+                        poll_s=poll_s,
+                        log=log,
+                        unschedulable_s=unschedulable_s,
                     )
                     pf.check()
                     fig = steady_throughput(
@@ -956,22 +1340,47 @@ def measure_cloud(
                 f"{m.end_step}, {m.window_s:.0f} s, {m.scrapes} scrapes); saved to {results_path}"
             )
     finally:
-        restored = stack_file.restore()
-        log(f"{plan.stack_file.name}: " + ("restored" if restored else "unchanged"))
-        if destroy:
-            log(f"pulumi destroy ({stack_name})")
-            _cleanup(
-                lambda: stack.destroy(on_output=stream), stack, "destroy", recovery_destroy, log
-            )
-        else:
-            log(f"scale back ({stack_name}): the nodegroup to {original}, then pulumi up")
+        recovery = recovery_destroy if destroy else recovery_up
+        log(f"clean-up of {stack_name}; if it fails or is interrupted, run:")
+        for cmd in recovery:
+            log(f"    {cmd}")
+        try:
+            restored = stack_file.restore()
+            log(f"{plan.stack_file.name}: " + ("restored" if restored else "unchanged"))
+            if ops.holder is not None:
+                log(
+                    "waiting for the interrupted pulumi operation to exit (interrupt again to leave)"
+                )
+            if destroy:
+                log(f"pulumi destroy ({stack_name})")
 
-            def scale_back() -> None:
-                if group is not None and original is not None:
-                    scale_nodegroup(run, group, original, log)  # first: the restored maxSize
-                stack.up(on_output=stream)  # may be below the sweep's largest count
+                def tear_down() -> None:
+                    if plan.repository:  # ECR refuses to delete a repository with images
+                        empty_repository(run, plan.repository, plan.region, log)
+                    stack.destroy(on_output=stream)
 
-            _cleanup(scale_back, stack, "scale-back", recovery_up, log)
+                _cleanup(
+                    tear_down,
+                    stack,
+                    "destroy",
+                    recovery_destroy,
+                    log,
+                    ops,
+                )
+            else:
+                log(f"scale back ({stack_name}): the nodegroup to {original}, then pulumi up")
+
+                def scale_back() -> None:
+                    if group is not None and original is not None:
+                        scale_nodegroup(run, group, original, log)  # first: the restored maxSize
+                    stack.up(on_output=stream)  # may be below the sweep's largest count
+
+                _cleanup(scale_back, stack, "scale-back", recovery_up, log, ops)
+        except KeyboardInterrupt:
+            log(f"clean-up of {stack_name} interrupted. GPU nodes may still be running. Run:")
+            for cmd in recovery:
+                log(f"    {cmd}")
+            raise
     return measured
 
 

@@ -35,6 +35,11 @@ EGRESS_RULE = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
 SG_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 EKS_CLUSTER = "eks:index:Cluster"
+"""pulumi-eks's component. No rule reads it: pulumi-eks builds it as a Node.js
+``ComponentResource`` (``super(type, name, args, opts)`` in ``nodejs/eks/cluster/cluster.ts``),
+which registers its args only when remote or adopted (``remote || opts?.urn ? args : {}``), so
+the analyzer sees it with props ``{}``. The rules read what it creates: the
+``aws:eks/cluster:Cluster`` control plane and the ``vpc-cni``/``kube-proxy`` ``Addon``s."""
 AWS_EKS_CLUSTER = "aws:eks/cluster:Cluster"
 ADDON = "aws:eks/addon:Addon"
 ROLE = "aws:iam/role:Role"
@@ -68,6 +73,10 @@ EKS_STANDARD_SUPPORT_END: dict[str, dt.date] = {
 }
 """End of EKS standard support per minor version (EKS user guide, Kubernetes version
 lifecycle); equal to ``infra.versions.EKS_STANDARD_SUPPORT_END`` (a test checks)."""
+
+clock: Callable[[], dt.date] = dt.date.today
+"""The day standard support is judged on: the day of the preview under the engine; the offline
+harness sets it (``--today``) so the tests do not depend on the day they run."""
 
 Props = Mapping[str, Any]
 Check = Callable[[Props], Iterable[str]]
@@ -164,10 +173,13 @@ def lustre_encrypted(props: Props) -> Iterable[str]:
 
 
 def eks_secrets_kms(props: Props) -> Iterable[str]:
-    """Kubernetes Secrets envelope-encrypted with KMS."""
-    if props.get("encryptionConfigKeyArn") or _get(props, "encryptionConfig", "provider", "keyArn"):
+    """Kubernetes Secrets envelope-encrypted with KMS (``encryptionConfig`` of
+    ``aws:eks/cluster:Cluster``: ``provider.keyArn`` and ``resources: ["secrets"]``, which
+    pulumi-eks fills from its ``encryptionConfigKeyArn``)."""
+    config = props.get("encryptionConfig")
+    if _get(config, "provider", "keyArn") and "secrets" in (_get(config, "resources") or []):
         return
-    yield "Secrets are not envelope-encrypted (set encryptionConfigKeyArn to a KMS key)"
+    yield "Secrets are not envelope-encrypted (encryptionConfig with a KMS keyArn for 'secrets')"
 
 
 def control_plane_logging(props: Props) -> Iterable[str]:
@@ -178,21 +190,22 @@ def control_plane_logging(props: Props) -> Iterable[str]:
 
 
 def api_endpoint(props: Props) -> Iterable[str]:
-    """A public API endpoint admits named CIDRs only (its default is 0.0.0.0/0)."""
-    public = props.get("endpointPublicAccess")
-    if public is None:
-        public = _get(props, "vpcConfig", "endpointPublicAccess")
-    if public is False:
+    """A public API endpoint admits named CIDRs only. ``vpcConfig.endpointPublicAccess``
+    defaults to true and ``publicAccessCidrs`` to ``0.0.0.0/0`` (pulumi-aws 7 schema)."""
+    vpc = props.get("vpcConfig") or {}
+    if vpc.get("endpointPublicAccess") is False:
         return
-    cidrs = props.get("publicAccessCidrs") or _get(props, "vpcConfig", "publicAccessCidrs") or []
+    cidrs = vpc.get("publicAccessCidrs") or []
     if not cidrs:
-        yield "the public API endpoint is open to 0.0.0.0/0 (no publicAccessCidrs)"
+        yield "the public API endpoint is open to 0.0.0.0/0 (no vpcConfig.publicAccessCidrs)"
     for cidr in cidrs:
         if str(cidr).endswith("/0"):
             yield f"the public API endpoint admits {cidr}"
 
 
 def kubernetes_version(props: Props, today: dt.date | None = None) -> Iterable[str]:
+    """The control plane's version is in EKS standard support on ``today`` (the date of the
+    preview; injectable so tests pin it)."""
     version = props.get("version")
     if version is None:
         yield "no Kubernetes version pinned (EKS would pick its default)"
@@ -200,20 +213,8 @@ def kubernetes_version(props: Props, today: dt.date | None = None) -> Iterable[s
     end = EKS_STANDARD_SUPPORT_END.get(str(version))
     if end is None:
         yield f"Kubernetes {version} has no known EKS standard-support window"
-    elif (today or dt.date.today()) > end:
+    elif (today or clock()) > end:
         yield f"Kubernetes {version} left EKS standard support on {end.isoformat()}"
-
-
-def cluster_addons_pinned(props: Props) -> Iterable[str]:
-    """The add-ons pulumi-eks installs carry explicit versions."""
-    if not _get(props, "vpcCniOptions", "addonVersion"):
-        yield "vpc-cni add-on version not pinned (vpcCniOptions.addonVersion)"
-    kube_proxy = props.get("kubeProxyAddonOptions") or {}
-    if kube_proxy.get("enabled", True) and not kube_proxy.get("version"):
-        yield "kube-proxy add-on version not pinned (kubeProxyAddonOptions.version)"
-    coredns = props.get("corednsAddonOptions") or {}
-    if coredns.get("enabled", True) and not coredns.get("version"):
-        yield "CoreDNS add-on version not pinned (corednsAddonOptions.version)"
 
 
 def addon_pinned(props: Props) -> Iterable[str]:
@@ -261,6 +262,27 @@ def node_role_storage_admin(resources: list[Any]) -> Iterable[tuple[str, str]]:
             yield res.urn, f"{arn} attached to a node role (give it to the CSI controller by IRSA)"
 
 
+def _full_access(arn: Any) -> bool:
+    """An AWS managed ``...FullAccess`` policy (``arn:<partition>:iam::aws:policy/...``)."""
+    return (
+        isinstance(arn, str)
+        and ":iam::aws:policy/" in arn
+        and arn.rsplit("/", 1)[-1].endswith("FullAccess")
+    )
+
+
+def attachment_full_access(props: Props) -> Iterable[str]:
+    arn = props.get("policyArn")
+    if _full_access(arn):
+        yield f"{arn} attached to a role (grant the few actions it needs instead)"
+
+
+def role_full_access(props: Props) -> Iterable[str]:
+    for arn in props.get("managedPolicyArns") or []:
+        if _full_access(arn):
+            yield f"the role carries {arn} (grant the few actions it needs instead)"
+
+
 def node_subnets_private(resources: list[Any]) -> Iterable[tuple[str, str]]:
     """Nodegroups launch only into subnets that do not map public IPs."""
     for res in resources:
@@ -271,8 +293,13 @@ def node_subnets_private(resources: list[Any]) -> Iterable[tuple[str, str]]:
                 yield res.urn, f"subnet {subnet.name} maps public IPs on launch"
 
 
+_INLINE_OPENINGS = ("cidrBlocks", "ipv6CidrBlocks", "prefixListIds", "securityGroups")
+
+
 def efa_security_group_self_only(resources: list[Any]) -> Iterable[tuple[str, str]]:
-    """The security group of EFA interfaces admits and sends traffic only to its members."""
+    """The security group of EFA interfaces admits and sends traffic only to its members: its
+    standalone rules (``aws:vpc`` ingress/egress rules, ``aws:ec2/securityGroupRule``) and
+    the inline ``ingress``/``egress`` of the ``aws:ec2/securityGroup`` itself."""
     efa_groups: set[str] = set()
     for res in resources:
         if res.resource_type != LAUNCH_TEMPLATE:
@@ -283,31 +310,66 @@ def efa_security_group_self_only(resources: list[Any]) -> Iterable[tuple[str, st
                 d.urn for d in _deps(res, "networkInterfaces") if d.resource_type == SECURITY_GROUP
             }
     for res in resources:
-        if res.resource_type not in (INGRESS_RULE, EGRESS_RULE):
+        if res.resource_type == SECURITY_GROUP and res.urn in efa_groups:
+            # Inline rules (pulumi-aws ``SecurityGroupIngress``/``Egress``): ``self`` only.
+            for direction in ("ingress", "egress"):
+                for i, rule in enumerate(res.props.get(direction) or []):
+                    opens = [k for k in _INLINE_OPENINGS if rule.get(k)]
+                    if opens or not _truthy(rule.get("self")):
+                        yield (
+                            res.urn,
+                            f"EFA security group {res.name} {direction}[{i}] reaches beyond"
+                            " its members",
+                        )
+            continue
+        if res.resource_type not in (INGRESS_RULE, EGRESS_RULE, SG_RULE):
             continue
         owner = {d.urn for d in _deps(res, "securityGroupId")} & efa_groups
         if not owner:
             continue
-        peer = {d.urn for d in _deps(res, "referencedSecurityGroupId")}
-        opens = [k for k in ("cidrIpv4", "cidrIpv6", "prefixListId") if res.props.get(k)]
-        if opens or peer != owner:
+        if res.resource_type == SG_RULE:
+            peer = {d.urn for d in _deps(res, "sourceSecurityGroupId")}
+            opens = [
+                k for k in ("cidrBlocks", "ipv6CidrBlocks", "prefixListIds") if res.props.get(k)
+            ]
+            self_only = (_truthy(res.props.get("self")) and not peer) or peer == owner
+        else:
+            peer = {d.urn for d in _deps(res, "referencedSecurityGroupId")}
+            opens = [k for k in ("cidrIpv4", "cidrIpv6", "prefixListId") if res.props.get(k)]
+            self_only = peer == owner
+        if opens or not self_only:
             yield res.urn, f"EFA security group rule {res.name} reaches beyond its members"
 
 
+def _network_policy_flag(addon: Any) -> Any:
+    values = addon.props.get("configurationValues")
+    if isinstance(values, str):
+        try:
+            values = json.loads(values)
+        except json.JSONDecodeError:
+            return None
+    return _get(values, "enableNetworkPolicy")
+
+
 def network_policies_enforced(resources: list[Any]) -> Iterable[tuple[str, str]]:
-    """NetworkPolicies are deployed only where the VPC CNI enforces them."""
+    """NetworkPolicies are deployed only where the VPC CNI enforces them.
+
+    pulumi-eks creates the ``vpc-cni`` add-on as an ``aws:eks/addon:Addon`` whose
+    ``configurationValues`` JSON carries ``"enableNetworkPolicy": "true"`` when its
+    ``vpcCniOptions.enableNetworkPolicy`` is on (pulumi-eks ``nodejs/eks/addons/cni-addon.ts``,
+    ``mergeConfigurationValues``). Only add-ons present are judged."""
     if not any(r.resource_type == NETWORK_POLICY for r in resources):
         return
     for res in resources:
-        if res.resource_type == EKS_CLUSTER and not _truthy(
-            _get(res.props, "vpcCniOptions", "enableNetworkPolicy")
+        if (
+            res.resource_type == ADDON
+            and res.props.get("addonName") == "vpc-cni"
+            and not _truthy(_network_policy_flag(res))
         ):
             yield (
                 res.urn,
-                (
-                    "NetworkPolicies are deployed but the VPC CNI does not enforce them"
-                    " (vpcCniOptions.enableNetworkPolicy)"
-                ),
+                "NetworkPolicies are deployed but the VPC CNI does not enforce them"
+                " (vpc-cni configurationValues enableNetworkPolicy)",
             )
 
 
@@ -367,6 +429,11 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
         {IAM_POLICY: iam_wildcards, ROLE_POLICY: iam_wildcards, ROLE: iam_wildcards},
     ),
     _resource_policy(
+        "no-full-access-managed-policies",
+        "No role (node, IRSA or other) carries an AWS managed *FullAccess policy",
+        {ATTACHMENT: attachment_full_access, ROLE: role_full_access},
+    ),
+    _resource_policy(
         "no-public-ip-on-node-interfaces",
         "Node network interfaces take no public IP",
         {LAUNCH_TEMPLATE: launch_template_public_ip},
@@ -383,22 +450,22 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     _resource_policy(
         "eks-secrets-kms",
         "Kubernetes Secrets are envelope-encrypted with a KMS key",
-        {EKS_CLUSTER: eks_secrets_kms, AWS_EKS_CLUSTER: eks_secrets_kms},
+        {AWS_EKS_CLUSTER: eks_secrets_kms},
     ),
     _resource_policy(
         "eks-control-plane-logging",
         "Every EKS control-plane log type is on",
-        {EKS_CLUSTER: control_plane_logging, AWS_EKS_CLUSTER: control_plane_logging},
+        {AWS_EKS_CLUSTER: control_plane_logging},
     ),
     _resource_policy(
         "eks-api-endpoint-restricted",
         "The public API endpoint admits named CIDRs only",
-        {EKS_CLUSTER: api_endpoint, AWS_EKS_CLUSTER: api_endpoint},
+        {AWS_EKS_CLUSTER: api_endpoint},
     ),
     _resource_policy(
         "eks-standard-support",
         "The Kubernetes version is in EKS standard support",
-        {EKS_CLUSTER: kubernetes_version, AWS_EKS_CLUSTER: kubernetes_version},
+        {AWS_EKS_CLUSTER: kubernetes_version},
     ),
     _resource_policy(
         "pinned-versions",
@@ -407,7 +474,6 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
             HELM_RELEASE: chart_pinned,
             HELM_CHART_V4: chart_pinned,
             ADDON: addon_pinned,
-            EKS_CLUSTER: cluster_addons_pinned,
         },
     ),
     _resource_policy(

@@ -13,6 +13,9 @@
   ``<repo>:<tag>@<digest>`` as it is in the registry, and an IMMUTABLE push can never fail.
   Absent: build and push. The ``Image`` resource is ``retain_on_delete``, so dropping it from
   the program once the tag exists never touches the registry.
+- **Destroy**: the repository is ``force_delete=False`` and ECR refuses to delete one that holds
+  images, so a ``destroy`` empties it first (the scaling sweep does: ``notebooks/scaling.py``
+  ``empty_repository``).
 - **No build on preview** (``buildOnPreview: false``; the provider's default builds), and a
   BuildKit **registry cache** (``<repo>:buildcache``, mode max, image manifest as ECR needs).
 """
@@ -77,12 +80,25 @@ def lifecycle_policy(keep: int = KEEP_IMAGES, untagged_days: int = UNTAGGED_DAYS
     )
 
 
-def existing_digest(repository: str, tag: str) -> str | None:
-    """The digest of ``repository:tag`` in ECR, or None (no repository yet, no such tag)."""
+ABSENT_ERRORS = ("RepositoryNotFoundException", "ImageNotFoundException")
+"""ECR's error codes for "no such repository" and "no such tag" (``DescribeImages``, which the
+provider's ``aws_ecr_image`` data source calls): the only failures that mean "not pushed yet"."""
+
+
+def existing_digest(
+    repository: str, tag: str, opts: pulumi.InvokeOptions | None = None
+) -> str | None:
+    """The digest of ``repository:tag`` in ECR, or None (no repository yet, no such tag).
+
+    Any other failure (throttling, missing permissions, an unreachable endpoint) fails the
+    program: read as "absent", it would rebuild and push a tag that may exist, and an IMMUTABLE
+    repository refuses the push."""
     try:
-        found = aws.ecr.get_image(repository_name=repository, image_tag=tag)
-    except Exception:  # the invoke fails when the repository or the tag does not exist
-        return None
+        found = aws.ecr.get_image(repository_name=repository, image_tag=tag, opts=opts)
+    except Exception as err:  # a failed invoke raises a plain Exception with the provider's text
+        if any(code in str(err) for code in ABSENT_ERRORS):
+            return None
+        raise
     return found.image_digest or None
 
 
@@ -149,7 +165,11 @@ class TrainingImage(pulumi.ComponentResource):
         )
         self.repository_url = self.repository.repository_url
         tagged = self.repository_url.apply(lambda url: f"{url}:{self.tag}")
-        digest = existing_digest(args.repository_name, self.tag) if args.skip_existing else None
+        digest = (
+            existing_digest(args.repository_name, self.tag, pulumi.InvokeOptions(parent=self))
+            if args.skip_existing
+            else None
+        )
         self.image: docker_build.Image | None = None
         if digest is not None:
             pulumi.log.info(f"{args.repository_name}:{self.tag} is in ECR ({digest}): no build")

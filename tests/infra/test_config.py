@@ -137,11 +137,6 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         " a block is already co-located; set none",
     ),
     (
-        "kubernetes-version-out-of-standard-support",
-        with_top(kubernetesVersion="1.33"),
-        "eks-fsdp:kubernetesVersion: 1.33 left EKS standard support on 2026-07-29",
-    ),
-    (
         "kubernetes-version-unknown",
         with_top(kubernetesVersion="1.29"),
         "eks-fsdp:kubernetesVersion: 1.29 has no known EKS standard-support window",
@@ -420,21 +415,38 @@ def test_shipped_stack_files_parse() -> None:
 
 
 def test_pulumi_yaml_declares_every_key_with_a_description() -> None:
-    """Every plain key is declared. The optional secrets are not: a declared ``secret: true``
-    key with a ``default`` makes ``pulumi up`` fail on CLI >= 3.202 ("must be encrypted as it's
-    secret", pulumi/pulumi#21865) and a declared key without a default is required; they are
-    documented in a comment of Pulumi.yaml instead."""
+    """Every key is declared, the two secrets included. The CLI's rules (pulumi/pulumi
+    ``pkg/workspace/config.go``): a declared key without a default is required, and a
+    ``secret: true`` key is rejected when its value is plaintext, which a merged default is
+    (pulumi/pulumi#21865). So the optional secrets are declared with ``default: ""`` and
+    without ``secret: true``; the program refuses a plaintext value itself (next test)."""
     text = (config.REPO_ROOT / "Pulumi.yaml").read_text()
     project = yaml.safe_load(text)
     assert project["name"] == config.NAMESPACE
     declared = project["config"]
-    for key in config.TOP_LEVEL_KEYS:
+    for key in (*config.TOP_LEVEL_KEYS, *config.SECRET_KEYS):
         assert key in declared, key
         assert declared[key].get("description"), key
-    assert set(declared) == set(config.TOP_LEVEL_KEYS)
+    assert set(declared) == set(config.TOP_LEVEL_KEYS) | set(config.SECRET_KEYS)
     for key in config.SECRET_KEYS:
-        assert f"#   {key} " in text, key
+        assert declared[key] == {
+            "type": "string",
+            "default": "",
+            "description": declared[key]["description"],
+        }
     assert not [k for k, d in declared.items() if d.get("secret") and "default" in d]
+
+
+def test_a_secret_key_in_plaintext_is_refused() -> None:
+    """The check ``secret: true`` would make: a non-empty plaintext ``hfToken`` in a stack
+    file stops parsing with one line; the declared default "" is "not set"."""
+    assert parse(with_top(hfToken="")).kubernetes_version
+    with pytest.raises(ConfigError) as err:
+        parse(with_top(hfToken="hf_plain"))
+    assert str(err.value) == (
+        "eks-fsdp:hfToken: is set in plaintext; remove it and run"
+        " `pulumi config set --secret hfToken ...`"
+    )
 
 
 def test_pulumi_yaml_follows_the_engine_rules() -> None:
@@ -515,13 +527,30 @@ def test_api_endpoint_cidrs_and_debug_tools() -> None:
 
 
 def test_standard_support_window_is_dated() -> None:
-    """The default version is in standard support today and leaves it on its dated end."""
+    """The default version is in standard support up to its dated end and not a day after
+    (dates pinned: the answer must not change with the day the suite runs)."""
     import datetime as dt
 
     end = versions.EKS_STANDARD_SUPPORT_END[versions.KUBERNETES_VERSION]
-    assert versions.standard_support_problem(versions.KUBERNETES_VERSION) is None
     assert versions.standard_support_problem(versions.KUBERNETES_VERSION, end) is None
     late = versions.standard_support_problem(
         versions.KUBERNETES_VERSION, end + dt.timedelta(days=1)
     )
     assert late is not None and late.startswith(f"{versions.KUBERNETES_VERSION} left EKS")
+
+
+def test_parsing_does_not_depend_on_the_date(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stack parsing gives the same answer on any day: before, a dated check made every stack
+    (and with it render, the local runner and every test) fail the day after the default
+    version's standard support ended. Here the clock is moved a year past every calendar
+    row, and a version already out of support parses; the policy pack refuses it at preview."""
+    import datetime as dt
+
+    class LateDate(dt.date):
+        @classmethod
+        def today(cls) -> dt.date:
+            return max(versions.EKS_STANDARD_SUPPORT_END.values()) + dt.timedelta(days=365)
+
+    monkeypatch.setattr(dt, "date", LateDate)
+    assert parse(BASE).kubernetes_version == versions.KUBERNETES_VERSION
+    assert parse(with_top(kubernetesVersion="1.33")).kubernetes_version == "1.33"

@@ -315,7 +315,7 @@ def test_cluster_control_plane_and_addons(runs: dict[str, ProgramRun], stack: st
         if a.name.startswith("cluster-node-")
     }
     assert attached == set(NODE_POLICY_ARNS)
-    # Storage admin policies live on the CSI controllers' IRSA roles, never on the nodes.
+    # The EBS CSI policy lives on its controller's IRSA role, never on the nodes (FSx: none).
     assert (
         not {
             "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy",
@@ -457,3 +457,13 @@ def test_desired_size_is_left_to_the_operator_and_api_cidrs_are_required(tmp_pat
     program.write_text("from infra.config import from_pulumi\nfrom_pulumi()\n")
     with pytest.raises(ConfigError, match=r"^eks-fsdp:apiPublicAccessCidrs: is required"):
         run_program("dev", overrides={"apiPublicAccessCidrs": None}, program=program)
+
+
+def test_a_plaintext_secret_in_the_engine_config_stops_the_program() -> None:
+    """Under mocks (no engine here): ``hfToken`` set without ``--secret`` reaches the program
+    as a non-secret config value; ``from_pulumi`` refuses it with one line, the check the CLI
+    would make for a ``secret: true`` key (not declared so, see Pulumi.yaml). Set as a secret,
+    the same value passes."""
+    with pytest.raises(Exception, match="eks-fsdp:hfToken: is set in plaintext"):
+        run_program("dev", overrides={"hfToken": "hf_plain"})
+    assert run_program("dev", secrets={"hfToken": "hf_plain"}).resources

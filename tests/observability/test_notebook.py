@@ -81,3 +81,34 @@ def test_notebook_local_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert "nodes   tokens/s" in outputs.replace("  nodes", "nodes")
     assert "from Prometheus" in outputs
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("cloud", (200, 20)), ("local", (30, 5))])
+def test_mode_defaults_and_cloud_steps_span_enough_scrapes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str, expected: tuple[int, int]
+) -> None:
+    """The notebook's first two cells (parameters, then the mode's defaults) as the kernel runs
+    them; in cloud mode the default measured steps times the planner's p5 step time span at
+    least 8 scrapes of the cluster's Prometheus, which the old 30/5 did not."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(NOTEBOOK.parent))
+    monkeypatch.chdir(NOTEBOOK.parent)
+    import scaling
+
+    for var in ("SCALING_STEPS", "SCALING_WARMUP_STEPS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SCALING_MODE", mode)
+    monkeypatch.setenv("SCALING_OUT", str(tmp_path))
+    cells = [c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"]
+    ns: dict[str, object] = {}
+    for source in cells[:2]:
+        exec(compile(source, str(NOTEBOOK), "exec"), ns)
+    assert (ns["STEPS"], ns["WARMUP_STEPS"]) == expected
+    assert "scaling" in sys.modules
+    if mode == "cloud":
+        times = scaling.planner_step_times([1, 2, 4, 8], "p5-16")
+        need = 8 * scaling._scrape_interval_s()
+        assert need == 120
+        assert all((200 - 20) * t >= need for t in times.values()), times
+        assert all((30 - 5) * t < need for t in times.values()), times

@@ -9,6 +9,7 @@ the local form of the config: the same jobs and relabel rules with static target
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -78,6 +79,12 @@ def test_promtool_rule_unit_tests_pass(files) -> None:
         ("GpuXidError", "XID_ERRORS[15m]) > 0", "XID_ERRORS[15m]) >= 0"),
         # 79 (fallen off the bus) no longer counted as hardware
         ("GpuXidError", "DCGM_FI_DEV_XID_ERRORS == 79 or ", ""),
+        # 63 (a row remapped: benign for the preflight) alerted on again
+        (
+            "GpuXidError",
+            "DCGM_FI_DEV_XID_ERRORS == 48 or ",
+            "DCGM_FI_DEV_XID_ERRORS == 48 or DCGM_FI_DEV_XID_ERRORS == 63 or ",
+        ),
         ("GpuTemperatureHigh", "DCGM_FI_DEV_GPU_TEMP) > 85", "DCGM_FI_DEV_GPU_TEMP) > 95"),
         ("TrainingThroughputDropped", "< 0.5 *", "< 0.1 *"),
         ("TrainingStalled", "== 0 and", "== 1 and"),
@@ -166,3 +173,15 @@ def test_prometheus_drops_finished_pods(tmp_path: Path) -> None:
             time.sleep(0.5)
     assert active == {running.pod}
     assert dropped == {succeeded.pod, failed.pod}
+
+
+def test_the_xid_alert_and_the_preflight_share_one_list(files) -> None:
+    """The alert names exactly the XIDs that fail a node in the preflight (before, it also
+    alerted on 63, which the preflight treats as benign, and on 61, 62 and 140)."""
+    from training.preflight import FATAL_XIDS
+
+    rules = yaml.safe_load(files.rules.read_text())
+    (expr,) = [
+        r["expr"] for g in rules["groups"] for r in g["rules"] if r.get("alert") == "GpuXidError"
+    ]
+    assert set(map(int, re.findall(r"DCGM_FI_DEV_XID_ERRORS == (\d+)", expr))) == FATAL_XIDS

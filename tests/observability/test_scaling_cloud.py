@@ -8,12 +8,15 @@ up after an interrupt, or report a throughput that is not the steady-state rate 
 
 Mocked, and only these, because none exists here: the Pulumi engine and CLI behind the
 Automation API's ``Stack`` (:class:`FakeStack`: like the CLI it rewrites the stack file on
-``set_config``, reads it on ``up``, holds a lock during an update that an interrupt leaves
-behind until ``cancel``, and can fail ``up``/``destroy``), EKS with its training operator (each
+``set_config``, reads it on ``up``, holds a lock during an update, keeps it for seconds after
+an interrupt's SIGINT (or for good when killed), raises the Automation API's own
+``ConcurrentUpdateError`` on a locked stack, and can fail ``up``/``destroy``), EKS with its training operator (each
 ``up`` starts the job as a thread that logs steps at a fixed pace into a real ``PrometheusSink``)
 the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
-PyTorchJob and Pod objects shaped like the API's), and the ``aws`` CLI (:class:`FakeAws`:
-credentials, and the EKS nodegroup's scaling config, validated as the EKS API does). Real: Prometheus (Debian's 2.42 on loopback,
+PyTorchJob, Pod and Node objects shaped like the API's), and the ``aws``/``docker`` CLIs
+(:class:`FakeAws`: credentials, the EKS nodegroup's scaling config validated as the EKS API does
+and its health issues, ECR's images and tags with the API's error codes, ``docker buildx
+version``). Real: Prometheus (Debian's 2.42 on loopback,
 started at ``up`` as the cluster's scrapes from pod start, the cluster's scrape rules), the
 ``rate()`` queries, the port-forward stand-in (a real process, killed to simulate its death),
 the stack file on disk, the results file.
@@ -21,6 +24,7 @@ the stack file on disk, the results file.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import json
 import re
@@ -36,11 +40,14 @@ from typing import Any
 
 import pytest
 import yaml
+from pulumi import automation as auto
 from pulumi.automation import OutputValue
+from pulumi.automation._cmd import CommandResult
 
 from infra import config as infra_config
 from training.prometheus import PrometheusSink
 from workloads.local_prometheus import start_local_prometheus, worker_targets
+from workloads.specs.image import content_tag
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "notebooks"))
 import scaling
@@ -53,6 +60,8 @@ BASE_JOB = "llama2-7b-samsum-128gpu"
 STEP_S = 0.15
 """Seconds per training step of the fake job (paced, so its average rate is exact)."""
 STEPS, WARMUP = 40, 5
+REPOSITORY = "eks-fsdp-p5-16-training"
+"""The stack's ECR repository (``workloads.specs.image.repository_name``)."""
 
 
 def efficiency(n: int) -> float:
@@ -73,6 +82,7 @@ class RunningJob:
     phase: str = "Created"
     message: str = ""
     waiting: str = ""
+    unschedulable: bool = False
     thread: threading.Thread | None = None
 
 
@@ -85,8 +95,18 @@ class FakeCluster:
     """Node count -> step at which that job fails (the operator marks it Failed)."""
     image_pull: set[int] = field(default_factory=set)
     """Node counts whose image cannot be pulled (pods wait in ImagePullBackOff)."""
+    unschedulable: set[int] = field(default_factory=set)
+    """Node counts whose pods the scheduler cannot place (no EFA device advertised)."""
+    capacity: int | None = None
+    """Instances EC2 can launch for the nodegroup (None: as many as asked)."""
+    aws: Any = None
+    """The fake AWS whose nodegroup size decides how many nodes are Ready."""
     jobs: dict[str, RunningJob] = field(default_factory=dict)
     current: str = ""
+
+    def ready_nodes(self) -> int:
+        desired = self.aws.scaling["desiredSize"] if self.aws else 0
+        return desired if self.capacity is None else min(desired, self.capacity)
 
     def apply(self, job: str, workers: int, steps: int) -> None:
         if job in self.jobs or not job:
@@ -99,6 +119,9 @@ class FakeCluster:
         self.current = job
         if workers in self.image_pull:
             run.waiting = "ImagePullBackOff"
+            return
+        if workers in self.unschedulable:
+            run.unschedulable = True
             return
         # The pod starts and Prometheus discovers and scrapes it before the first step (on the
         # cluster, model loading takes far longer than a scrape interval).
@@ -122,11 +145,36 @@ class FakeCluster:
 
     def kube_get(self, kind: str, *args: str) -> dict[str, Any]:
         """``kubectl get ... -o json`` as the API server would answer it."""
+        if kind == "nodes":
+            assert args == ("-l", "eks.amazonaws.com/nodegroup=p5-block-ng"), args
+            ready = {"type": "Ready", "status": "True"}
+            return {
+                "items": [
+                    {"metadata": {"name": f"ip-10-0-0-{i}"}, "status": {"conditions": [ready]}}
+                    for i in range(self.ready_nodes())
+                ]
+            }
         if kind == "pods":
             job = args[1].split("=", 1)[1]
             run = self.jobs.get(job)
             if run is None:
                 return {"items": []}
+            if run.unschedulable:
+                cond = {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient vpc.amazonaws.com/efa.",
+                }
+                return {
+                    "items": [
+                        {
+                            "metadata": {"name": f"{job}-worker-{i}"},
+                            "status": {"phase": "Pending", "conditions": [cond]},
+                        }
+                        for i in range(run.workers)
+                    ]
+                }
             waiting = {"reason": run.waiting, "message": "Back-off pulling image"}
             state = {"waiting": waiting} if run.waiting else {"running": {}}
             pods = [
@@ -160,8 +208,11 @@ class FakeCluster:
             run.prometheus.stop()
 
 
-class Locked(Exception):
-    pass
+def locked(lock: Path) -> auto.ConcurrentUpdateError:
+    """The Automation API's own error for a locked stack (``pulumi/automation/errors.py``),
+    with the self-managed backend's message."""
+    text = f"error: the stack is currently locked by 1 lock(s): {lock}"
+    return auto.ConcurrentUpdateError(CommandResult("", text, 255))
 
 
 @dataclass
@@ -174,11 +225,24 @@ class FakeAws:
         default_factory=lambda: {"minSize": 0, "maxSize": 16, "desiredSize": 16}
     )
     credentials: bool = True
+    health_issues: list[dict[str, Any]] = field(default_factory=list)
+    """``nodegroup.health.issues`` of describe-nodegroup."""
+    ecr: dict[str, set[str]] = field(default_factory=lambda: {REPOSITORY: {"sha256:" + "a" * 64}})
+    """ECR: repository -> image digests (the stack's pushed training image)."""
+    tags: dict[str, set[str]] = field(default_factory=lambda: {REPOSITORY: {content_tag()}})
+    """ECR: repository -> tags (by default the image the program would build is pushed)."""
+    buildx: bool = True
+    """``docker buildx version`` works."""
 
     def __call__(self, cmd: list[str], **_kw: Any) -> subprocess.CompletedProcess[str]:
         def done(out: Any = None, rc: int = 0, err: str = "") -> subprocess.CompletedProcess[str]:
             return subprocess.CompletedProcess(cmd, rc, json.dumps(out or {}), err)
 
+        if cmd[0] == "docker":
+            assert cmd[1:] == ["buildx", "version"], cmd
+            if self.buildx:
+                return subprocess.CompletedProcess(cmd, 0, "github.com/docker/buildx v0.17.1", "")
+            return subprocess.CompletedProcess(cmd, 1, "", "docker: 'buildx' is not a command.")
         assert cmd[0] == "aws" and cmd[-2:] == ["--output", "json"], cmd
         if cmd[1:3] == ["sts", "get-caller-identity"]:
             return (
@@ -186,10 +250,19 @@ class FakeAws:
                 if self.credentials
                 else done(rc=255, err="An error occurred (ExpiredToken)")
             )
+        if cmd[1] == "ecr":
+            return self._ecr(cmd, done)
         assert cmd[1] == "eks" and cmd[cmd.index("--cluster-name") + 1] == "eks-fsdp-p5"
         assert cmd[cmd.index("--nodegroup-name") + 1] == "p5-block-ng"
         if cmd[2] == "describe-nodegroup":
-            return done({"nodegroup": {"scalingConfig": dict(self.scaling)}})
+            return done(
+                {
+                    "nodegroup": {
+                        "scalingConfig": dict(self.scaling),
+                        "health": {"issues": list(self.health_issues)},
+                    }
+                }
+            )
         if cmd[2] == "update-nodegroup-config":
             new = dict(kv.split("=") for kv in cmd[cmd.index("--scaling-config") + 1].split(","))
             new = {k: int(v) for k, v in new.items()}
@@ -200,6 +273,27 @@ class FakeAws:
             return done({"update": {"status": "InProgress"}})
         assert cmd[2:4] == ["wait", "nodegroup-active"], cmd
         return done()
+
+    def _ecr(self, cmd: list[str], done: Any) -> subprocess.CompletedProcess[str]:
+        """``list-images`` / ``batch-delete-image`` as the ECR API answers them."""
+        repo = cmd[cmd.index("--repository-name") + 1]
+        assert cmd[cmd.index("--region") + 1] == "us-east-2"
+        if repo not in self.ecr:
+            return done(rc=254, err=f"An error occurred (RepositoryNotFoundException): {repo}")
+        if cmd[2] == "describe-images":
+            tag = cmd[cmd.index("--image-ids") + 1].removeprefix("imageTag=")
+            if tag not in self.tags.get(repo, set()):
+                return done(rc=254, err=f"An error occurred (ImageNotFoundException): {tag}")
+            return done({"imageDetails": [{"imageTags": [tag]}]})
+        if cmd[2] == "list-images":
+            return done({"imageIds": [{"imageDigest": d} for d in sorted(self.ecr[repo])]})
+        assert cmd[2] == "batch-delete-image", cmd
+        ids = cmd[cmd.index("--image-ids") + 1 : cmd.index("--output")]
+        assert 0 < len(ids) <= 100
+        deleted = [i.removeprefix("imageDigest=") for i in ids]
+        self.ecr[repo] -= set(deleted)
+        self.calls.append(f"aws ecr delete {len(deleted)}")
+        return done({"imageIds": [{"imageDigest": d} for d in deleted], "failures": []})
 
 
 @dataclass
@@ -212,7 +306,17 @@ class FakeStack:
     fail_ups_from: int | None = None
     """Every ``up`` from this one (1-based) on fails (no capacity)."""
     interrupt_up: int | None = None
-    """Up number that is interrupted (KeyboardInterrupt) mid-update, leaving the lock."""
+    """Up number during which the user interrupts the sweep (KeyboardInterrupt in the main
+    thread) while the ``pulumi`` child holds the lock."""
+    holds_after_sigint_s: float = 3.0
+    """How long the interrupted child keeps the lock after its SIGINT (a graceful cancel)."""
+    killed: bool = False
+    """The interrupted child dies without releasing the lock (the self-managed backend's lock
+    file stays): only then, once it has exited, may the sweep cancel."""
+    sigint: threading.Event = field(default_factory=threading.Event)
+    updating: threading.Event = field(default_factory=threading.Event)
+    overlaps: list[str] = field(default_factory=list)
+    """Calls made while the interrupted update still ran (must stay empty)."""
     destroy_failures: int = 0
     results: Path | None = None
     calls: list[str] = field(default_factory=list)
@@ -222,6 +326,7 @@ class FakeStack:
 
     def __post_init__(self) -> None:
         self.aws = FakeAws(self.calls)
+        self.cluster.aws = self.aws
 
     @property
     def file(self) -> Path:
@@ -246,8 +351,10 @@ class FakeStack:
         self.file.write_text(yaml.safe_dump(data, sort_keys=False))  # the CLI reformats
 
     def _locked_op(self, name: str) -> None:
+        if self.updating.is_set():
+            self.overlaps.append(name)
         if self.lock.exists():
-            raise Locked(f"error: the stack is currently locked by 1 lock(s): {self.lock}")
+            raise locked(self.lock)
         self.lock.parent.mkdir(parents=True, exist_ok=True)
         self.lock.write_text(name)
 
@@ -266,7 +373,16 @@ class FakeStack:
         if on_output:
             on_output(f"Updating ({STACK}): {cfg.job.name}\n")
         if n_up == self.interrupt_up:
-            raise KeyboardInterrupt  # the CLI is killed mid-update: the lock stays
+            # Ctrl-C reaches the sweep, not the CLI: the update goes on holding the lock until
+            # the sweep's SIGINT, and a little longer while it cancels gracefully.
+            self.updating.set()
+            _thread.interrupt_main()
+            assert self.sigint.wait(timeout=60), "the sweep never stopped the pulumi child"
+            time.sleep(self.holds_after_sigint_s)
+            if not self.killed:
+                self.lock.unlink()
+            self.updating.clear()
+            raise auto.CommandError(CommandResult("", "error: update canceled", 255))
         self.cluster.apply(cfg.job.name, cfg.job.workers or 0, cfg.job.max_train_step or 0)
         self.deployed = True
         self.lock.unlink()
@@ -275,13 +391,25 @@ class FakeStack:
         self.calls.append("destroy")
         self._locked_op("destroy")
         self.lock.unlink()
+        if self.aws.ecr.get(REPOSITORY):  # aws.ecr.Repository(force_delete=False)
+            raise RuntimeError(
+                "error: deleting ECR Repository: RepositoryNotEmptyException: The repository "
+                f"with name '{REPOSITORY}' cannot be deleted because it still contains images"
+            )
         if self.destroy_failures > 0:
             self.destroy_failures -= 1
             raise RuntimeError("error: deleting VPC: DependencyViolation")
         self.deployed = False
 
+    def interrupt(self) -> None:
+        """SIGINT to the ``pulumi`` child (the sweep's ``interrupt``)."""
+        self.calls.append("sigint")
+        self.sigint.set()
+
     def cancel(self) -> None:
         self.calls.append("cancel")
+        if self.updating.is_set():
+            self.overlaps.append("cancel")
         self.lock.unlink(missing_ok=True)
 
     def outputs(self) -> dict[str, OutputValue]:
@@ -363,6 +491,7 @@ def sweep(
         "wait_timeout_s": 600,
         "poll_s": 0.3,
         "log": lines.append,
+        "interrupt": stack.interrupt,
         **kw,
     }
     return scaling.measure_cloud(nodes, **options)
@@ -460,34 +589,105 @@ def test_a_dead_port_forward_stops_the_sweep(work: Path, cluster: FakeCluster) -
     assert stack.calls[-2:] == ["aws scale 16", "up"]  # scaled back
 
 
-def test_an_interrupt_restores_the_file_cancels_the_lock_and_scales_back(
+def test_an_interrupt_waits_for_the_update_to_release_its_lock_then_scales_back(
     work: Path, cluster: FakeCluster, tmp_path: Path
 ) -> None:
+    """Ctrl-C during up #2: the ``pulumi`` child keeps the lock for seconds after its SIGINT.
+    The sweep must neither cancel nor start another up while it lives, and prints the recovery
+    commands before its clean-up."""
     raw, values = _original(work)
     stack = FakeStack(work, cluster, interrupt_up=2, results=tmp_path / "measured.json")
     lines: list[str] = []
     with pytest.raises(KeyboardInterrupt):
         sweep(stack, Forwards(cluster), [1, 2], lines)
+    assert stack.overlaps == []
+    assert "cancel" not in stack.calls
+    assert stack.pulumi_calls[-2:] == ["sigint", "up"] and not stack.lock.exists()
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
-    # up #3 met the lock the interrupted update left, the sweep cancelled it, up #4 scaled back
-    assert stack.pulumi_calls[-3:] == ["up", "cancel", "up"] and not stack.lock.exists()
     assert stack.aws.scaling["desiredSize"] == 16
     assert stack.ups[-1] == values
     assert [m["nodes"] for m in json.loads(stack.results.read_text())] == [1]
-    assert "cancelled the stack's lock" in lines
+    first_cmd = lines.index(f"    pulumi up --stack {STACK} --yes")
+    assert first_cmd < lines.index(
+        f"scale back ({STACK}): the nodegroup to "
+        "{'minSize': 0, 'maxSize': 16, 'desiredSize': 16}, then pulumi up"
+    )
 
 
-def test_destroy_only_on_request_retried_and_recovery_printed(
+def test_a_lock_left_by_the_interrupted_update_is_cancelled_only_after_it_exited(
+    work: Path, cluster: FakeCluster
+) -> None:
+    """The interrupted child dies without releasing the lock: once it has exited (never
+    before), the lock is its own, and cancelling it is safe."""
+    stack = FakeStack(work, cluster, interrupt_up=2, killed=True, holds_after_sigint_s=1.0)
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        sweep(stack, Forwards(cluster), [1, 2], lines)
+    assert stack.overlaps == []
+    # up #3 met the lock (ConcurrentUpdateError), the sweep cancelled it, up #4 scaled back
+    assert stack.pulumi_calls[-4:] == ["sigint", "up", "cancel", "up"]
+    assert not stack.lock.exists() and stack.aws.scaling["desiredSize"] == 16
+
+
+def test_a_lock_the_sweep_did_not_take_is_never_cancelled(work: Path, cluster: FakeCluster) -> None:
+    """Someone else's update holds the stack (Pulumi Cloud: "[409] Conflict"): no cancel, the
+    recovery commands instead."""
+    stack = FakeStack(work, cluster, results=None)
+    lines: list[str] = []
+    real_up = stack.up
+
+    def up_then_someone_locks(on_output: Any = None) -> None:
+        real_up(on_output)
+        stack.lock.parent.mkdir(parents=True, exist_ok=True)
+        stack.lock.write_text("a colleague's update")
+
+    stack.up = up_then_someone_locks  # type: ignore[method-assign]
+    with pytest.raises(scaling.SweepError, match=r"^scale-back failed"):
+        sweep(stack, Forwards(cluster), [1], lines)
+    assert "cancel" not in stack.calls and stack.calls.count("up") == 2
+    assert "the stack is locked by an update the sweep did not start: not cancelled" in lines
+
+
+def test_a_second_interrupt_prints_the_recovery_again_and_leaves(
+    work: Path, cluster: FakeCluster
+) -> None:
+    """Ctrl-C, then Ctrl-C again while the sweep waits for the update: the recovery commands
+    are printed again and the interrupt propagates; nothing is cancelled."""
+    stack = FakeStack(work, cluster, interrupt_up=2, holds_after_sigint_s=10.0)
+    lines: list[str] = []
+    waiting = "waiting for the interrupted pulumi operation to exit (interrupt again to leave)"
+
+    def press_again() -> None:
+        while waiting not in lines:
+            time.sleep(0.1)
+        _thread.interrupt_main()
+
+    second = threading.Thread(target=press_again, daemon=True)
+    second.start()
+    with pytest.raises(KeyboardInterrupt):
+        sweep(stack, Forwards(cluster), [1, 2], lines)
+    second.join()
+    assert "cancel" not in stack.calls and stack.pulumi_calls[-1] == "sigint"
+    assert lines.count(f"    pulumi up --stack {STACK} --yes") == 2
+    assert any(line.startswith(f"clean-up of {STACK} interrupted") for line in lines)
+
+
+def test_destroy_empties_the_repository_retries_and_prints_the_recovery(
     work: Path, cluster: FakeCluster, tmp_path: Path
 ) -> None:
+    """The stack's ECR repository holds the pushed image: destroy empties it first (ECR
+    refuses to delete a repository with images), retries, and prints the recovery."""
     raw, _ = _original(work)
-    stack = FakeStack(work, cluster, destroy_failures=2, results=tmp_path / "m.json")
-    sweep(stack, Forwards(cluster), [1], [], destroy=True)
+    stack = FakeStack(work, cluster, deployed=False, destroy_failures=2, results=tmp_path / "m")
+    lines: list[str] = []
+    sweep(stack, Forwards(cluster), [1], lines, destroy=True)
     assert stack.calls.count("destroy") == 3 and stack.calls.count("up") == 1
+    assert stack.calls.index("aws ecr delete 1") < stack.calls.index("destroy")
+    assert stack.aws.ecr[REPOSITORY] == set() and not stack.deployed
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
 
-    stack = FakeStack(work, cluster, destroy_failures=99, results=tmp_path / "m2.json")
-    lines: list[str] = []
+    stack = FakeStack(work, cluster, deployed=False, destroy_failures=99, results=tmp_path / "2")
+    lines = []
     with pytest.raises(scaling.SweepError, match=r"^destroy failed"):
         sweep(stack, Forwards(cluster), [1], lines, destroy=True, sweep_id="t3")
     assert stack.calls.count("destroy") == scaling.CLEANUP_ATTEMPTS
@@ -495,7 +695,42 @@ def test_destroy_only_on_request_retried_and_recovery_printed(
     assert backup.read_bytes() == raw
     assert f"    cd {work}" in lines
     assert f"    cp {backup} Pulumi.{STACK}.yaml" in lines
-    assert f"    pulumi destroy --stack {STACK} --yes" in lines
+    empty = f"    {scaling.empty_repository_command(REPOSITORY, 'us-east-2')}"
+    destroy = f"    pulumi destroy --stack {STACK} --yes"
+    assert empty in lines and lines.index(empty) < lines.index(destroy)
+
+
+def test_without_emptying_the_repository_destroy_never_succeeds(
+    work: Path, cluster: FakeCluster
+) -> None:
+    """What the fake ECR proves: a destroy that does not empty the repository fails every try
+    (``force_delete=False``)."""
+    stack = FakeStack(work, cluster, deployed=False)
+    with pytest.raises(scaling.SweepError, match=r"RepositoryNotEmptyException"):
+        sweep(stack, Forwards(cluster), [1], [], destroy=True, run=_no_ecr(stack.aws))
+    assert stack.calls.count("destroy") == scaling.CLEANUP_ATTEMPTS and stack.deployed
+
+
+def _no_ecr(aws: FakeAws) -> Any:
+    def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        if cmd[1] == "ecr":  # as if the sweep skipped it: pretend the repository is absent
+            return subprocess.CompletedProcess(cmd, 254, "", "RepositoryNotFoundException")
+        return aws(cmd, **kw)
+
+    return run
+
+
+def test_destroy_of_a_stack_the_sweep_did_not_create_needs_its_own_opt_in(
+    work: Path, cluster: FakeCluster
+) -> None:
+    """A deployed stack with destroy=True alone: refused before the first up; with
+    destroy_existing=True as well it is torn down."""
+    stack = FakeStack(work, cluster)
+    with pytest.raises(scaling.PrerequisiteError, match=r"pass destroy_existing=True too"):
+        sweep(stack, Forwards(cluster), [1], [], destroy=True)
+    assert "up" not in stack.calls and stack.deployed
+    sweep(stack, Forwards(cluster), [1], [], destroy=True, destroy_existing=True)
+    assert stack.calls.count("destroy") == 1 and not stack.deployed
 
 
 def test_a_failing_scale_back_prints_the_exact_recovery(
@@ -520,6 +755,9 @@ def test_a_failing_scale_back_prints_the_exact_recovery(
         ({"credentials": False}, "no AWS credentials"),
         ({"steps": 12}, "steps 12: need >= warmup_steps + 10"),
         ({"deployed": False}, "stack is not deployed"),
+        # 15 measured steps x the planner's ~1.49 s on p5 = 22 s < 3 scrapes x 15 s
+        ({"steps": 20}, "steps 20: 15 measured steps x 1.49 s (the planner's step time at 1"),
+        ({"buildx": False, "pushed": False}, "is not in ECR, so pulumi up builds it, but docker"),
     ],
 )
 def test_prerequisites_stop_before_the_first_up(
@@ -528,6 +766,9 @@ def test_prerequisites_stop_before_the_first_up(
     raw, _ = _original(work)
     stack = FakeStack(work, cluster, deployed=kw.pop("deployed", True))
     stack.aws.credentials = kw.pop("credentials", True)
+    stack.aws.buildx = kw.pop("buildx", True)
+    if not kw.pop("pushed", True):
+        stack.aws.tags = {}
     with pytest.raises(scaling.PrerequisiteError, match=re.escape(message)):
         sweep(stack, Forwards(cluster), [1], [], **kw)
     assert "up" not in stack.calls and not cluster.jobs
@@ -610,3 +851,85 @@ def test_job_watch_reads_conditions_and_container_reasons() -> None:
         state = answers([created], waiting=reason).state("j")
         assert state.fatal and state.reason.startswith(f"{reason}: j-worker-0")
     assert not answers([created], waiting="ContainerCreating").state("j").fatal
+
+
+def test_an_unpushed_image_needs_only_a_working_buildx(work: Path, cluster: FakeCluster) -> None:
+    """The tag is not in ECR (``pulumi up`` will build it): with ``docker buildx`` working the
+    prerequisites pass; ECR is asked for exactly the content tag the program would push."""
+    stack = FakeStack(work, cluster)
+    stack.aws.tags = {}
+    plan = scaling._stack_plan(stack, STACK, work)
+    asked: list[list[str]] = []
+
+    def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        asked.append(cmd)
+        return stack.aws(cmd, **kw)
+
+    scaling.check_prerequisites(
+        plan,
+        nodes=[1],
+        steps=200,
+        warmup_steps=20,
+        destroy=False,
+        step_time_s={1: 1.5},
+        image_tag=content_tag(),
+        which=lambda tool: f"/usr/bin/{tool}",
+        run=run,
+    )
+    describe = next(c for c in asked if c[1:3] == ["ecr", "describe-images"])
+    assert f"imageTag={content_tag()}" in describe and REPOSITORY in describe
+    assert ["docker", "buildx", "version"] in asked
+
+
+def test_nodes_short_of_capacity_stop_the_sweep_with_the_health_issue(
+    work: Path, cluster: FakeCluster
+) -> None:
+    """EC2 launches 1 of 2 instances: the nodegroup is ACTIVE, its health says why; the sweep
+    stops at once (not after the job's hour-long timeout) and scales back."""
+    cluster.capacity = 1
+    stack = FakeStack(work, cluster)
+    stack.aws.health_issues = [
+        {
+            "code": "AsgInstanceLaunchFailures",
+            "message": "Could not launch On-Demand Instances. InsufficientInstanceCapacity",
+        }
+    ]
+    with pytest.raises(
+        scaling.SweepError, match=r"1/2 node\(s\) Ready, health issues: AsgInstanceLaunchFailures"
+    ):
+        sweep(stack, Forwards(cluster), [2], [], wait_timeout_s=3600)
+    assert stack.calls[-2:] == ["aws scale 16", "up"]
+
+
+def test_nodes_that_never_become_ready_stop_the_sweep_at_the_deadline(
+    work: Path, cluster: FakeCluster
+) -> None:
+    cluster.capacity = 1
+    stack = FakeStack(work, cluster)
+    with pytest.raises(scaling.SweepError, match=r"1/2 node\(s\) Ready after 2 s"):
+        sweep(stack, Forwards(cluster), [2], [], nodes_timeout_s=2, wait_timeout_s=3600)
+    assert stack.calls[-2:] == ["aws scale 16", "up"]
+
+
+def test_a_pod_unschedulable_too_long_stops_the_sweep(work: Path, cluster: FakeCluster) -> None:
+    """Nodes Ready, but the scheduler cannot place the pods (no EFA device advertised): after
+    ``unschedulable_s`` the sweep stops with the scheduler's message."""
+    cluster.unschedulable = {1}
+    stack = FakeStack(work, cluster)
+    with pytest.raises(
+        scaling.SweepError,
+        match=r"pod unschedulable for over 1 s: .*-1n-t1-worker-0: 0/3 nodes .*vpc.amazonaws.com/efa",
+    ):
+        sweep(stack, Forwards(cluster), [1, 2], [], unschedulable_s=1, wait_timeout_s=3600)
+    assert stack.calls.count("up") == 2  # 1, then the scale-back; 2 never started
+
+
+def test_the_restored_stack_file_keeps_its_mode(tmp_path: Path) -> None:
+    """A stack file kept private (0640) is still 0640 after the restore, byte for byte."""
+    path = tmp_path / f"Pulumi.{STACK}.yaml"
+    path.write_bytes(b"config:\n  eks-fsdp:job:\n    name: a\n")
+    path.chmod(0o640)
+    kept = scaling.StackFile(path, tmp_path / "out")
+    path.write_bytes(b"config: {}\n")  # the CLI rewrites it
+    assert kept.restore()
+    assert path.read_bytes() == kept.original and (path.stat().st_mode & 0o777) == 0o640

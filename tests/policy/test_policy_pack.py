@@ -5,7 +5,9 @@ unit-test mocks (``tests/pulumi_mocks``); the resources it registers (inputs ove
 outputs, with the per-property dependencies the engine records) are written to JSON and handed
 to ``policy/offline.py``, which calls every ``ResourceValidationPolicy.validate`` and
 ``StackValidationPolicy.validate`` of the pack, the calls ``pulumi preview --policy-pack policy``
-makes. The pack runs in the tools virtualenv (``.venv-tools``, made by ``make setup``) because
+makes, on the inputs only and wrapped as pulumi-policy's analyzer wraps them (wire ``Struct``,
+``deserialize_properties``, ``unknown_checking_proxy``). Options, providers and config are
+empty defaults there; the engine protocol itself is exercised by the last test. The pack runs in the tools virtualenv (``.venv-tools``, made by ``make setup``) because
 pulumi-policy 1.21 pins protobuf 5 while the program's pulumi 3.272 runs on protobuf 6.
 
 If these fail, either a stack would violate a rule at ``pulumi preview --policy-pack policy``
@@ -17,6 +19,7 @@ resources with exactly one thing broken and must fire, and only that rule may fi
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import subprocess
 from collections.abc import Callable
@@ -43,24 +46,29 @@ def _tools() -> Path:
 
 
 def as_policy_input(run: ProgramRun) -> Resources:
-    """The resources as the engine hands them to a policy pack (props = outputs and inputs)."""
+    """The resources as the engine hands them to a policy pack: props are the inputs only
+    (``AnalyzeRequest.properties``; no provider outputs exist at preview)."""
     return [
         {
             "type": r.type,
             "name": r.name,
             "urn": r.urn,
-            "props": {**r.outputs, **r.inputs},
+            "props": dict(r.inputs),
             "propertyDependencies": {k: list(v) for k, v in r.property_dependencies.items()},
         }
         for r in run.resources
     ]
 
 
-def violations(resources: Resources, tmp_path: Path) -> list[dict[str, str]]:
+TODAY = "2026-11-30"
+"""The day the standard-support rule judges on (pinned: 1.35 in support, 1.33 out)."""
+
+
+def violations(resources: Resources, tmp_path: Path, today: str = TODAY) -> list[dict[str, str]]:
     path = tmp_path / "resources.json"
     path.write_text(json.dumps(resources, default=str))
     out = subprocess.run(
-        [str(_tools()), str(OFFLINE), str(path)],
+        [str(_tools()), str(OFFLINE), str(path), "--today", today],
         capture_output=True,
         text=True,
         check=True,
@@ -69,9 +77,92 @@ def violations(resources: Resources, tmp_path: Path) -> list[dict[str, str]]:
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
+def with_pulumi_eks_children(res: Resources) -> Resources:
+    """``res`` as the analyzer would see it under the real engine, as far as pulumi-eks goes.
+
+    The mocks register pulumi-eks's ``eks:index:Cluster`` with its args and never run the
+    component, so its children do not exist here. Under the engine the component shows props
+    ``{}`` and its children carry the settings. This adds the three children the rules read,
+    derived from the component's args by the mapping pulumi-eks v4 makes
+    (``nodejs/eks/cluster/cluster.ts``: ``aws.eks.Cluster`` with ``vpcConfig``,
+    ``encryptionConfig {provider: {keyArn}, resources: ["secrets"]}``, ``version``,
+    ``enabledClusterLogTypes``; the ``kube-proxy`` ``aws.eks.Addon``; ``addons/cni-addon.ts``:
+    the ``vpc-cni`` ``aws.eks.Addon`` whose ``configurationValues`` JSON holds
+    ``enableNetworkPolicy: "true"|"false"``), and empties the component's props. It is a
+    derivation, not an observation: the args themselves are checked in
+    ``tests/infra/test_program.py``."""
+    out = []
+    for r in res:
+        if r["type"] != "eks:index:Cluster":
+            out.append(r)
+            continue
+        args = r["props"]
+        out.append({**r, "props": {}})
+        prefix = "::".join(r["urn"].split("::")[:3])
+        name = r["name"]
+
+        def child(
+            type_: str, suffix: str, props: dict[str, Any], prefix: str = prefix, name: str = name
+        ) -> dict[str, Any]:
+            return {
+                "type": type_,
+                "name": f"{name}{suffix}",
+                "urn": f"{prefix}${type_}::{name}{suffix}",
+                "props": props,
+                "propertyDependencies": {},
+            }
+
+        public = args.get("endpointPublicAccess", True)
+        vpc_config: dict[str, Any] = {
+            "endpointPrivateAccess": args.get("endpointPrivateAccess"),
+            "endpointPublicAccess": public,
+        }
+        if args.get("publicAccessCidrs"):
+            vpc_config["publicAccessCidrs"] = args["publicAccessCidrs"]
+        control_plane: dict[str, Any] = {
+            "name": args.get("name"),
+            "version": args.get("version"),
+            "enabledClusterLogTypes": args.get("enabledClusterLogTypes"),
+            "vpcConfig": vpc_config,
+        }
+        if args.get("encryptionConfigKeyArn"):
+            control_plane["encryptionConfig"] = {
+                "provider": {"keyArn": args["encryptionConfigKeyArn"]},
+                "resources": ["secrets"],
+            }
+        out.append(child("aws:eks/cluster:Cluster", "-eksCluster", control_plane))
+        cni = args.get("vpcCniOptions") or {}
+        values: dict[str, Any] = {"env": {}}
+        if "enableNetworkPolicy" in cni:
+            values["enableNetworkPolicy"] = "true" if cni["enableNetworkPolicy"] else "false"
+        out.append(
+            child(
+                "aws:eks/addon:Addon",
+                "-vpc-cni",
+                {
+                    "addonName": "vpc-cni",
+                    "addonVersion": cni.get("addonVersion"),
+                    "configurationValues": json.dumps(values),
+                },
+            )
+        )
+        proxy = args.get("kubeProxyAddonOptions") or {}
+        out.append(
+            child(
+                "aws:eks/addon:Addon",
+                "-kube-proxy",
+                {"addonName": "kube-proxy", "addonVersion": proxy.get("version")},
+            )
+        )
+    return out
+
+
 @pytest.fixture(scope="module")
 def resources() -> dict[str, Resources]:
-    return {s: as_policy_input(run_program(s, secrets=SECRETS)) for s in STACKS}
+    return {
+        s: with_pulumi_eks_children(as_policy_input(run_program(s, secrets=SECRETS)))
+        for s in STACKS
+    }
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -82,7 +173,7 @@ def test_every_stack_passes_the_pack(
     kinds = {r["type"] for r in resources[stack]}
     assert {
         "aws:ec2/launchTemplate:LaunchTemplate",
-        "eks:index:Cluster",
+        "aws:eks/cluster:Cluster",
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
         "aws:eks/addon:Addon",
         "kubernetes:helm.sh/v3:Release",
@@ -108,7 +199,17 @@ def _lt(res: Resources) -> dict[str, Any]:
 
 
 def _eks(res: Resources) -> dict[str, Any]:
-    return _one(res, "eks:index:Cluster")
+    """The control plane pulumi-eks creates (derived, see ``with_pulumi_eks_children``)."""
+    return _one(res, "aws:eks/cluster:Cluster")
+
+
+def _vpc_cni(res: Resources) -> dict[str, Any]:
+    (addon,) = [
+        r
+        for r in res
+        if r["type"] == "aws:eks/addon:Addon" and r["props"].get("addonName") == "vpc-cni"
+    ]
+    return addon
 
 
 def hop_limit_2(res: Resources) -> None:
@@ -133,7 +234,22 @@ def fsx_admin_on_node_role(res: Resources) -> None:
         if r["type"] == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
         and r["name"].startswith("cluster-node-")
     )
+    attachment["props"]["policyArn"] = (
+        "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
+    )
+
+
+def full_access_on_irsa_role(res: Resources) -> None:
+    """The FSx CSI controller's former grant, on the EBS CSI driver's IRSA role."""
+    attachment = _one(
+        res, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "cluster-ebs-csi-policy"
+    )
     attachment["props"]["policyArn"] = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
+
+
+def full_access_in_managed_policy_arns(res: Resources) -> None:
+    role = _one(res, "aws:iam/role:Role", "cluster-ebs-csi-role")
+    role["props"]["managedPolicyArns"] = ["arn:aws:iam::aws:policy/AmazonS3FullAccess"]
 
 
 def public_node_subnet(res: Resources) -> None:
@@ -154,6 +270,51 @@ def efa_sg_open_egress(res: Resources) -> None:
     rule["propertyDependencies"]["referencedSecurityGroupId"] = []
 
 
+def _efa_sg(res: Resources) -> dict[str, Any]:
+    urns = set(_lt(res)["propertyDependencies"]["networkInterfaces"])
+    (sg,) = [
+        r for r in res if r["urn"] in urns and r["type"] == "aws:ec2/securityGroup:SecurityGroup"
+    ]
+    return sg
+
+
+def efa_sg_inline_open_ingress(res: Resources) -> None:
+    _efa_sg(res)["props"]["ingress"] = [
+        {"fromPort": 0, "toPort": 0, "protocol": "-1", "cidrBlocks": ["10.0.0.0/8"]}
+    ]
+
+
+def efa_sg_inline_egress_to_other_group(res: Resources) -> None:
+    _efa_sg(res)["props"]["egress"] = [
+        {"fromPort": 0, "toPort": 0, "protocol": "-1", "securityGroups": ["sg-0other"]}
+    ]
+
+
+def efa_sg_rule_open(res: Resources) -> None:
+    """An ``aws:ec2/securityGroupRule`` on the EFA group admitting a CIDR."""
+    sg = _efa_sg(res)
+    res.append(
+        {
+            "type": "aws:ec2/securityGroupRule:SecurityGroupRule",
+            "name": "efa-extra",
+            "urn": sg["urn"]
+            .rsplit("::", 1)[0]
+            .replace(
+                "aws:ec2/securityGroup:SecurityGroup", "aws:ec2/securityGroupRule:SecurityGroupRule"
+            )
+            + "::efa-extra",
+            "props": {
+                "type": "ingress",
+                "fromPort": 0,
+                "toPort": 0,
+                "protocol": "-1",
+                "cidrBlocks": ["0.0.0.0/0"],
+            },
+            "propertyDependencies": {"securityGroupId": [sg["urn"]]},
+        }
+    )
+
+
 def unencrypted_root_volume(res: Resources) -> None:
     _lt(res)["props"]["blockDeviceMappings"][0]["ebs"]["encrypted"] = "false"
 
@@ -165,7 +326,7 @@ def persistent_fsx_without_kms(res: Resources) -> None:
 
 
 def secrets_without_kms(res: Resources) -> None:
-    del _eks(res)["props"]["encryptionConfigKeyArn"]
+    del _eks(res)["props"]["encryptionConfig"]
 
 
 def partial_logging(res: Resources) -> None:
@@ -173,11 +334,15 @@ def partial_logging(res: Resources) -> None:
 
 
 def open_api_endpoint(res: Resources) -> None:
-    _eks(res)["props"]["publicAccessCidrs"] = ["0.0.0.0/0"]
+    _eks(res)["props"]["vpcConfig"] = {"endpointPublicAccess": True}
 
 
 def no_network_policy_enforcement(res: Resources) -> None:
-    _eks(res)["props"]["vpcCniOptions"]["enableNetworkPolicy"] = False
+    _vpc_cni(res)["props"]["configurationValues"] = json.dumps({"env": {}})
+
+
+def unpinned_vpc_cni(res: Resources) -> None:
+    _vpc_cni(res)["props"].pop("addonVersion")
 
 
 def unpinned_chart(res: Resources) -> None:
@@ -208,9 +373,14 @@ BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("imdsv2-hop-limit-1", "p5-16", imds_v1),
     ("no-wildcard-iam-actions", "p5-16", wildcard_action),
     ("no-storage-admin-on-node-roles", "p5-16", fsx_admin_on_node_role),
+    ("no-full-access-managed-policies", "p5-16", full_access_on_irsa_role),
+    ("no-full-access-managed-policies", "dev", full_access_in_managed_policy_arns),
     ("no-public-ips-on-nodes", "p5-16", public_node_subnet),
     ("no-public-ip-on-node-interfaces", "p5-16", public_ip_on_nic),
     ("efa-security-group-self-only", "p5-16", efa_sg_open_egress),
+    ("efa-security-group-self-only", "p5-16", efa_sg_inline_open_ingress),
+    ("efa-security-group-self-only", "p4de-odcr", efa_sg_inline_egress_to_other_group),
+    ("efa-security-group-self-only", "p5-16", efa_sg_rule_open),
     ("encryption-at-rest", "p5-16", unencrypted_root_volume),
     ("encryption-at-rest", "p4de-odcr", persistent_fsx_without_kms),
     ("eks-secrets-kms", "p5-16", secrets_without_kms),
@@ -219,6 +389,7 @@ BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("network-policy-enforced", "p5-16", no_network_policy_enforcement),
     ("pinned-versions", "p5-16", unpinned_chart),
     ("pinned-versions", "p4de-odcr", unpinned_addon),
+    ("pinned-versions", "dev", unpinned_vpc_cni),
     ("no-placement-group-with-capacity-block", "p5-16", placement_group_with_block),
     ("eks-standard-support", "p5-16", kubernetes_1_33),
 ]
@@ -239,7 +410,60 @@ def test_each_rule_fires_on_its_broken_input_and_only_it(
     found = violations(broken, tmp_path)
     assert found, f"{policy} did not fire on {breaks.__name__}"
     assert {v["policy"] for v in found} == {policy}, found
+    assert {v["level"] for v in found} == {"mandatory"}, found
     assert all(v["urn"] for v in found)
+
+
+def test_standard_support_is_judged_on_the_preview_day(
+    resources: dict[str, Resources], tmp_path: Path
+) -> None:
+    """The default version passes on its last day of standard support and fails the day
+    after; only the rule sees the date (stack parsing is undated)."""
+    end = versions.EKS_STANDARD_SUPPORT_END[versions.KUBERNETES_VERSION]
+    stack = resources["p5-16"]
+    assert violations(stack, tmp_path, end.isoformat()) == []
+    late = violations(stack, tmp_path, (end + dt.timedelta(days=1)).isoformat())
+    assert {v["policy"] for v in late} == {"eks-standard-support"}, late
+
+
+def test_pulumi_eks_component_as_the_engine_shows_it_is_not_applicable(
+    resources: dict[str, Resources], tmp_path: Path
+) -> None:
+    """Under the engine ``eks:index:Cluster`` arrives with props ``{}``; no rule may read it.
+    Before, six rules read its args and would have failed every real preview. The other
+    resources are the p5-16 stack's, with the component alone (its children removed)."""
+    alone = [
+        r
+        for r in copy.deepcopy(resources["p5-16"])
+        if r["type"] != "aws:eks/cluster:Cluster"
+        and not (r["type"] == "aws:eks/addon:Addon" and "eks:index:Cluster$" in r["urn"])
+    ]
+    assert _one(alone, "eks:index:Cluster")["props"] == {}
+    assert violations(alone, tmp_path) == []
+
+
+def test_props_arrive_as_the_analyzer_prepares_them(tmp_path: Path) -> None:
+    """An unknown input (a preview's ``04da6b54-...`` sentinel) makes the reading rule report at
+    advisory level instead of crashing or passing, as the analyzer servicer does; and an
+    integer hop limit passes after the wire turns it into a float."""
+    unknown = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # pulumi's UNKNOWN sentinel
+    base = {
+        "type": "aws:ec2/launchTemplate:LaunchTemplate",
+        "name": "lt",
+        "urn": "urn:pulumi:s::eks-fsdp::aws:ec2/launchTemplate:LaunchTemplate::lt",
+        "propertyDependencies": {},
+    }
+    known = {
+        **base,
+        "props": {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1}},
+    }
+    assert violations([known], tmp_path) == []
+    pending = {
+        **base,
+        "props": {"metadataOptions": {"httpTokens": unknown, "httpPutResponseHopLimit": 1}},
+    }
+    found = violations([pending], tmp_path)
+    assert [(v["policy"], v["level"]) for v in found] == [("imdsv2-hop-limit-1", "advisory")]
 
 
 def test_every_rule_has_a_broken_input_and_the_pack_shares_the_infra_facts() -> None:

@@ -269,3 +269,64 @@ def test_component_args_are_checked_before_any_child() -> None:
     with pytest.raises(ValueError, match=r"TrainingImageArgs\.repository_name"):
         TrainingImageArgs(repository_name="")
     assert EtcdSettings().host == "etcd.default.svc.cluster.local"
+
+
+def _ecr_lookup_fails(monkeypatch: pytest.MonkeyPatch, reason: str) -> list[Any]:
+    """``aws:ecr/getImage`` fails with ``reason`` (the provider's error text, as the engine
+    returns an invoke failure); returns the calls seen."""
+    seen: list[Any] = []
+    plain_call = pm.Mocks.call
+
+    def call(self: pm.Mocks, args: Any) -> tuple[dict[str, Any], list[Any]]:
+        if args.token == "aws:ecr/getImage:getImage":
+            seen.append(args)
+            return {}, [("", reason)]
+        return plain_call(self, args)
+
+    monkeypatch.setattr(pm, "_mock_outputs", _outputs)
+    monkeypatch.setattr(pm.Mocks, "call", call)
+    return seen
+
+
+def test_a_throttled_ecr_lookup_fails_the_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Throttling is not "the tag is absent": read as absent, the program would rebuild and
+    push a tag that may exist into an IMMUTABLE repository. It must stop the program."""
+    _ecr_lookup_fails(
+        monkeypatch,
+        "reading ECR Image: operation error ECR: DescribeImages, https response error "
+        "StatusCode: 400, ThrottlingException: Rate exceeded",
+    )
+    with pytest.raises(Exception, match=r"ThrottlingException"):
+        run_program("p5-16", secrets={"hfToken": TOKEN, "grafanaAdminPassword": "x"})
+
+
+@pytest.mark.parametrize("code", ["RepositoryNotFoundException", "ImageNotFoundException"])
+def test_a_missing_repository_or_tag_means_build(
+    monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    _ecr_lookup_fails(
+        monkeypatch, f"reading ECR Image: operation error ECR: DescribeImages, {code}: absent"
+    )
+    run = run_program("p5-16", secrets={"hfToken": TOKEN, "grafanaAdminPassword": "x"})
+    assert run.one("docker-build:index:Image").inputs["tags"] == [
+        f"{repo_url('p5-16')}:{content_tag()}"
+    ]
+
+
+def test_the_ecr_lookup_is_a_child_of_the_component(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """``InvokeOptions(parent=self)``: the lookup uses the AWS provider the component was
+    given (its region and account), not the default one."""
+    seen = _ecr_lookup_fails(monkeypatch, "ImageNotFoundException: absent")
+    program = tmp_path / "program.py"
+    program.write_text(
+        "import pulumi, pulumi_aws as aws\n"
+        "from workloads.training_image import TrainingImage, TrainingImageArgs\n"
+        "p = aws.Provider('other-region', region='eu-west-1')\n"
+        "TrainingImage('img', TrainingImageArgs(repository_name='r', tag='sha-1'),\n"
+        "              opts=pulumi.ResourceOptions(providers=[p]))\n"
+    )
+    run_program("p5-16", program=program, secrets={"hfToken": TOKEN})
+    assert len(seen) == 1
+    assert "aws::other-region" in seen[0].provider

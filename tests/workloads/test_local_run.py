@@ -147,15 +147,17 @@ def test_c10d_survives_losing_the_pod_that_hosts_its_store(
     """The GPU stacks' backend (ADR 5) against the loss of its rendezvous store, the c10d
     counterpart of `restart-etcd` (an etcd fault cannot touch c10d: no etcd is started). The
     store lives in worker 0's agent: draining that pod takes the store down, worker 1's agent
-    fails and its pod restarts (one restart, within the derived backoffLimit); the replacement
-    worker 0 hosts a fresh store and both resume from the emergency checkpoint. Needs
+    usually fails and its pod restarts (at most one restart, within the derived backoffLimit;
+    when the replacement's store is up before worker 1's agent next polls, the agent re-forms
+    without one: both were observed); the replacement worker 0 hosts a fresh store and both
+    resume from the emergency checkpoint. Needs
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (without it the re-formed group dials the dead
     store's port); the spec sets it for this backend."""
     result = _run(tmp_path, backend="c10d", fault=Fault("drain-node", 6), fault_pod=0)
     env = {e["name"]: e.get("value") for e in _pod_env(result)}
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     _every_step_once_with_the_uninterrupted_losses(result, baseline)
-    assert result.pods[0].replaced == 1 and result.pods[1].restarts >= 1
+    assert result.pods[0].replaced == 1 and result.pods[1].restarts <= 1
     assert result.steps_redone == 0
     print(f"c10d drain of worker 0: {result.new_step_s:.1f} s to the next new step, 0 redone")
 

@@ -143,12 +143,10 @@ def test_command_is_torchrun_module_without_nnodes(stack_objects: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("stack", "gpus", "efa", "fi"),
-    [("dev", 1, None, False), ("p4de-odcr", 8, 4, True), ("p5-16", 8, 32, False)],
+    ("stack", "gpus", "efa"),
+    [("dev", 1, None), ("p4de-odcr", 8, 4), ("p5-16", 8, 32)],
 )
-def test_devices_and_fi_env_per_instance_type(
-    stack: str, gpus: int, efa: int | None, fi: bool
-) -> None:
+def test_devices_and_fi_env_per_instance_type(stack: str, gpus: int, efa: int | None) -> None:
     w = stack_workloads(stack)
     job = pytorchjob.pytorchjob(w.job, w.etcd.host)
     res = _container(job)["resources"]
@@ -162,9 +160,9 @@ def test_devices_and_fi_env_per_instance_type(
     assert res["limits"].get("vpc.amazonaws.com/efa") == (str(efa) if efa else None)
     assert job["spec"]["nprocPerNode"] == str(gpus)
     env = _env(job)
-    assert ("FI_PROVIDER" in env) is fi and ("FI_EFA_USE_DEVICE_RDMA" in env) is fi
-    if fi:
-        assert env["FI_PROVIDER"]["value"] == "efa"
+    # Obsolete on every type, p4de included (aws-ofi-nccl doc/efa-env-var.md: FI_PROVIDER for
+    # plugin <= 1.5.0 only, FI_EFA_USE_DEVICE_RDMA "Do not set"; the plugin picks efa itself).
+    assert "FI_PROVIDER" not in env and "FI_EFA_USE_DEVICE_RDMA" not in env
     # On EFA types NCCL must use the OFI plugin or fail (no silent TCP fallback).
     assert env.get("NCCL_NET", {}).get("value") == ("OFI" if efa else None)
     assert env["NCCL_DEBUG"]["value"] == "INFO"

@@ -97,7 +97,7 @@ def test_torch_is_imported_and_its_cuda_asserted_at_build_time() -> None:
         for r in venv_runs
     )
     last_run = [i for i in s["runtime"] if i["instruction"] == "RUN"][-1]["value"]
-    assert "import sys, torch, training.config" in last_run
+    assert "import torch, training.config, training.finetune" in last_run
     assert "${TORCH_CUDA_VERSION}" in last_run
 
 
@@ -121,6 +121,117 @@ def test_efa_comes_from_the_installer_with_its_own_plugin_and_tuner() -> None:
     assert paths[:2] == ["/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "/opt/amazon/ofi-nccl/lib"]
     assert "/opt/amazon/efa/lib" in paths and not any("aws-ofi-nccl" in p for p in paths)
     assert "NCCL_NET_PLUGIN=ofi" in env and "NCCL_TUNER_PLUGIN=ofi" in env
+
+
+BASE_REQUIRE_CUDA = (
+    "cuda>=13.0 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 "
+    "brand=tesla,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536"
+)
+"""The head of ``NVIDIA_REQUIRE_CUDA`` in the nvidia/cuda 13.0 images' environment (``docker
+image inspect``; the full value goes on with the other brands, all ``driver>=535,driver<536``)."""
+
+
+def _admits(requirement: str, *, cuda: tuple[int, int], driver: int, brand: str) -> bool:
+    """NVIDIA_REQUIRE_* as the NVIDIA Container Toolkit documents it ("Specialized
+    Configurations with Docker"): space-separated constraints are ORed, comma-separated ANDed;
+    ``cuda`` is the CUDA version the driver supports, ``driver`` its major version."""
+    ops = {">=": tuple.__ge__, "<": tuple.__lt__, ">": tuple.__gt__, "<=": tuple.__le__}
+
+    def holds(constraint: str) -> bool:
+        key, op, value = re.fullmatch(r"(\w+)(>=|<=|<|>|=)(\S+)", constraint).groups()  # type: ignore[union-attr]
+        if key == "brand":
+            return value == brand
+        have = cuda if key == "cuda" else (driver,)
+        want = tuple(int(x) for x in value.split("."))
+        return ops[op](have, want) if op != "=" else have == want
+
+    return any(all(holds(c) for c in alt.split(",")) for alt in requirement.split())
+
+
+def test_the_container_refuses_a_driver_older_than_torchs_cuda() -> None:
+    """The base image lets a 535 Tesla driver (CUDA 12.2) start the container, where torch's
+    CUDA 13 init then fails; the image's own requirement lets only a CUDA >= 13.0 driver."""
+    env = DockerfileParser(path=str(DOCKERFILE)).envs  # the final (runtime) stage's environment
+    ours = env["NVIDIA_REQUIRE_CUDA"]
+    assert ours == f"cuda>={versions.TORCH_CUDA_VERSION}"
+    old = {"cuda": (12, 2), "driver": 535, "brand": "tesla"}
+    assert _admits(BASE_REQUIRE_CUDA, **old)  # type: ignore[arg-type]
+    assert not _admits(ours, **old)  # type: ignore[arg-type]
+    assert _admits(ours, cuda=(13, 0), driver=580, brand="tesla")
+    assert _admits(ours, cuda=(13, 1), driver=590, brand="nvidia")
+
+
+def test_the_plugin_and_tuner_resolve_and_load_with_the_final_library_path() -> None:
+    """The last RUN, after every ENV that sets LD_LIBRARY_PATH: ``ldd`` on each OFI library
+    fails on "not found", then each loads by its bare name (``ctypes.CDLL``, the way NCCL's
+    ``dlopen("libnccl-net-ofi.so")`` searches LD_LIBRARY_PATH), before torch is imported."""
+    runtime = stages()["runtime"]
+    runs = [i for i, ins in enumerate(runtime) if ins["instruction"] == "RUN"]
+    last = runtime[runs[-1]]["value"]
+    ld_envs = [
+        i
+        for i, ins in enumerate(runtime)
+        if ins["instruction"] == "ENV" and "LD_LIBRARY_PATH=" in ins["value"]
+    ]
+    assert ld_envs and ld_envs[-1] < runs[-1]
+    assert "for lib in libnccl-net-ofi.so libnccl-tuner-ofi.so; do" in last
+    loop = last.split("; do", 1)[1].split("done", 1)[0]
+    assert re.search(r'ldd "\$path"\) \|\| \{[^}]*exit 1', loop)
+    assert re.search(r'"\$deps" \| grep -F "not found"; then [^;]*; exit 1', loop)
+    python = last.split("python -c", 1)[1]
+    loads = re.search(r"ctypes\.CDLL\(n\) for n in \(([^)]*)\)", python)
+    assert loads is not None
+    assert [n.strip(" '") for n in loads[1].split(",")] == [
+        "libnccl-net-ofi.so",
+        "libnccl-tuner-ofi.so",
+    ]
+    assert python.index("ctypes.CDLL") < python.index("import torch")
+
+
+def test_the_plugin_check_runs_and_fails_on_an_unresolved_library(tmp_path: Path) -> None:
+    """The Dockerfile's own ldd loop, run by bash here against a stand-in plugin directory: two
+    self-contained libraries pass; a library whose NEEDED entries do not resolve (torch's
+    libshm.so away from its $ORIGIN) stops it with exit status 1, naming the library."""
+    import shutil
+    import subprocess
+
+    import torch
+
+    last = [i["value"] for i in stages()["runtime"] if i["instruction"] == "RUN"][-1]
+    loop = last.split(" && python -c", 1)[0].replace("/opt/amazon/ofi-nccl", str(tmp_path))
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    libz = next(
+        p
+        for p in map(Path, ("/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/libz.so.1"))
+        if p.exists()
+    )
+    for name in ("libnccl-net-ofi.so", "libnccl-tuner-ofi.so"):
+        shutil.copy(libz, lib / name)
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-o", "pipefail", "-c", loop], capture_output=True, text=True, check=False
+        )
+
+    assert run().returncode == 0
+    shutil.copy(Path(torch.__file__).parent / "lib" / "libshm.so", lib / "libnccl-net-ofi.so")
+    bad = run()
+    assert bad.returncode == 1 and "not found" in bad.stdout
+    assert f"{lib}/libnccl-net-ofi.so: the libraries above do not resolve" in bad.stderr
+
+
+def test_open_mpi_and_its_runtime_are_purged() -> None:
+    """The purge pattern, applied to the EFA installer's Debian packages, catches Open MPI
+    with PMIx and PRRTE and leaves libfabric, rdma-core and the plugin."""
+    efa_run = next(i["value"] for i in stages()["runtime"] if "efa_installer.sh" in i["value"])
+    pattern = re.search(r"grep -E '([^']+)' \| xargs -r apt-get purge -y", efa_run)
+    assert pattern is not None and pattern[1] == "^(openmpi|libpmix|prrte)"
+    purge = re.compile(pattern[1])
+    for pkg in ("openmpi40-aws", "openmpi50-aws", "libpmix-aws", "prrte-aws"):
+        assert purge.search(pkg), pkg
+    for pkg in ("libfabric-aws-bin", "libfabric1-aws", "rdma-core", "libnccl-ofi", "efa-config"):
+        assert not purge.search(pkg), pkg
 
 
 def test_runtime_stage_has_no_build_tools() -> None:
@@ -184,6 +295,57 @@ def test_go_file_mode_strings() -> None:
     assert img.go_file_mode(0o104755) == "urwxr-xr-x"
 
 
+def test_the_context_is_what_git_tracks_whatever_tools_left_behind(tmp_path: Path) -> None:
+    """A clean checkout of ``training/`` (``git ls-files``), then what tools leave there:
+    .pytest_cache, .mypy_cache, a .venv, an editor's dot-file, an egg-info, bytecode. The
+    context (hence the tag) holds only tracked files."""
+    import shutil
+    import subprocess
+
+    tracked = subprocess.run(
+        ["git", "ls-files", "training"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "training/finetune.py" in tracked
+    for rel in tracked:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, tmp_path / rel)
+    clean = {p.relative_to(tmp_path).as_posix() for p in img.context_files(tmp_path)}
+    assert clean <= set(tracked)
+    tag = img.content_tag(tmp_path)
+    stray = [
+        "training/.pytest_cache/v/cache/nodeids",
+        "training/.mypy_cache/3.11/training/config.data.json",
+        "training/.venv/bin/python",
+        "training/.config.py.swp",
+        "training/eks_fsdp_training.egg-info/PKG-INFO",
+        "training/__pycache__/config.cpython-311.pyc",
+        "training/assets/.DS_Store",
+    ]
+    for rel in stray:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("stray")
+    after = {p.relative_to(tmp_path).as_posix() for p in img.context_files(tmp_path)}
+    assert after == clean
+    assert img.content_tag(tmp_path) == tag
+
+
+def test_a_symlink_to_a_directory_is_skipped_like_the_provider(tmp_path: Path) -> None:
+    """pulumi-docker-build's ``hashFile`` (``provider/internal/context.go``) ignores a symlink
+    to a directory (reading it fails with EISDIR): the tag neither crashes nor changes."""
+    (tmp_path / "training/assets").mkdir(parents=True)
+    (tmp_path / "training/Dockerfile").write_text("FROM scratch\n")
+    (tmp_path / "training/Dockerfile.dockerignore").write_text("*\n!training/\n")
+    (tmp_path / "training/a.py").write_text("x = 1\n")
+    before = img.content_tag(tmp_path)
+    (tmp_path / "training/assets_link").symlink_to("assets", target_is_directory=True)
+    assert "training/assets_link" in {
+        p.relative_to(tmp_path).as_posix() for p in img.context_files(tmp_path)
+    }
+    assert img.content_tag(tmp_path) == before
+    (tmp_path / "training/a_link.py").symlink_to("a.py")  # a symlink to a file is hashed
+    assert img.content_tag(tmp_path) != before
+
+
 def test_ignore_rules_follow_moby() -> None:
     pats = img.ignore_patterns(ROOT / img.IGNORE_FILE)
     assert pats[0] == "*" and "!training" in pats
@@ -228,7 +390,6 @@ def test_chart_bump_keeps_the_tag_code_or_mode_or_pin_change_moves_it(
     base = img.content_tag(tree)
     assert base == img.content_tag(ROOT) and re.fullmatch(r"sha-[0-9a-f]{16}", base)
     context = img.context_hash(tree)
-
 
     versions_py = tree / "infra/versions.py"
     versions_py.write_text(

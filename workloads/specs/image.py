@@ -173,7 +173,13 @@ def context_hash(root: Path = REPO_ROOT) -> str:
     h = hashlib.sha256()
     h.update((root / DOCKERFILE).read_bytes())
     for path in context_files(root):
-        h.update(path.read_bytes())
+        try:
+            data = path.read_bytes()
+        except IsADirectoryError:
+            # A symlink to a directory: the provider's hashFile skips it (io.Copy fails with
+            # EISDIR: "Ignore symlinks to directories"), neither path nor mode is hashed.
+            continue
+        h.update(data)
         h.update(path.relative_to(root).as_posix().encode())
         h.update(go_file_mode(path.lstat().st_mode).encode())
     return h.hexdigest()

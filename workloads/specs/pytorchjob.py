@@ -244,9 +244,10 @@ def container_env(s: JobSettings) -> list[k8s.V1EnvVar]:
         # the group never re-forms after a worker is killed.
         env.append(k8s.V1EnvVar(name="TORCH_DISABLE_SHARE_RDZV_TCP_STORE", value="1"))
     instance = lookup(s.instance_type)
-    if instance.needs_fi_env:
-        env.append(k8s.V1EnvVar(name="FI_PROVIDER", value="efa"))
-        env.append(k8s.V1EnvVar(name="FI_EFA_USE_DEVICE_RDMA", value="1"))
+    # No FI_PROVIDER / FI_EFA_USE_DEVICE_RDMA, p4d/p4de included: aws-ofi-nccl's
+    # doc/efa-env-var.md gives FI_PROVIDER=efa for plugin <= 1.5.0 only and says of
+    # FI_EFA_USE_DEVICE_RDMA "Do not set" for libfabric >= 1.18 and plugin >= 1.7; the plugin
+    # selects the efa provider itself when FI_PROVIDER is unset (src/platform-aws.cpp).
     if instance.efa_supported:
         # NCCL_NET makes the network a hard requirement: if the image's OFI plugin (loaded
         # through NCCL_NET_PLUGIN=ofi, training/Dockerfile) fails to initialise, NCCL stops
