@@ -80,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # non-zero, so that torchrun restarts the group.
             traceback.print_exc(file=sys.__stderr__)  # not a redirected sys.stderr: we exit now
             sys.stdout.flush()
-            sys.__stderr__.flush()
+            if sys.__stderr__ is not None:
+                sys.__stderr__.flush()
             os._exit(FAILED_EXIT)
         # Free the sharded model, its meshes and the checkpoint state while the process group
         # is alive: collected after it is destroyed, they can abort the process at exit.
@@ -222,7 +223,9 @@ class Trainer:
             ledger = Goodput.resume(self.out_dir / GOODPUT_FILE, jsonl) if cfg.resume else None
             ledger = ledger or Goodput(started_at=time.time())
             ledger.save(self.out_dir / GOODPUT_FILE)
-        self.goodput: Goodput = broadcast_object(ledger)
+        goodput = broadcast_object(ledger)
+        assert goodput is not None  # rank 0 always builds one
+        self.goodput: Goodput = goodput
         if cfg.metrics_port:  # Prometheus exporter: local rank 0 of every node serves
             from training.prometheus import prometheus_sink_for_rank
 
@@ -580,7 +583,7 @@ class Trainer:
             row["loss"], row["grad_norm"] = loss, grad_norm
             row["step_time_s"] = interval_s / len(self._rows)
             row["tokens_per_s"] = tps
-            if "mfu" in row:
+            if "mfu" in row and self.peak_flops:
                 row["mfu"] = tps * self.flops_per_token / (self.peak_flops * self.env.world_size)
             self.metrics.log(row, step)
         self._rows = []

@@ -128,7 +128,7 @@ def _op_sync(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | 
 
 def _sync_functions() -> list[tuple[Any, str, str]]:
     """(owner, attribute, label) of the stream / device synchronize calls to patch."""
-    out = [(torch.cuda, "synchronize", "torch.cuda.synchronize")]
+    out: list[tuple[Any, str, str]] = [(torch.cuda, "synchronize", "torch.cuda.synchronize")]
     for cls, label in ((torch.cuda.Stream, "Stream"), (torch.cuda.Event, "Event")):
         out.append((cls, "synchronize", f"torch.cuda.{label}.synchronize"))
     return out
