@@ -84,6 +84,9 @@ def test_render_generation_changes_only_the_rendezvous(tmp_path: Path) -> None:
     [
         (["--stack", "nope"], "Pulumi.nope.yaml"),
         (["--stack", "dev", "--image", "repo/train:latest"], "job.image"),
+        # a GPU job refuses a registry-less image (it would be ImagePullBackOff on the nodes)
+        (["--stack", "p5-16"], "runs on GPU nodes and needs a registry image"),
+        (["--stack", "p4de-odcr", "--image", "eks-fsdp-training:sha-1"], "names no registry"),
     ],
 )
 def test_render_bad_input_is_one_line_and_status_2(

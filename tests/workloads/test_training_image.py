@@ -456,22 +456,6 @@ def test_lifecycle_policy_keeps_the_cache_and_the_newest_images() -> None:
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp-p5-16-training:sha-0123456789abcdef"
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--stack", "p5-16"], "runs on GPU nodes and needs a registry image"),
-        (["--stack", "p4de-odcr", "--image", "eks-fsdp-training:sha-1"], "names no registry"),
-    ],
-)
-def test_render_refuses_a_registry_less_image_for_a_gpu_job(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
-) -> None:
-    assert render.main([*argv, "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and message in err
-    assert not list(tmp_path.iterdir())
-
-
 def test_render_puts_the_registry_image_in_the_job_and_the_debug_tools(tmp_path: Path) -> None:
     import yaml
 
