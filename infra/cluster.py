@@ -330,16 +330,27 @@ class Cluster(pulumi.ComponentResource):
         self.system_node_group_name = system_ng.node_group_name
         after_nodes = pulumi.ResourceOptions(parent=self, depends_on=[system_ng])
 
-        coredns = aws.eks.Addon(
-            f"{name}-coredns",
-            cluster_name=self.cluster_name,
-            addon_name="coredns",
-            addon_version=versions.COREDNS_ADDON_VERSION,
-            resolve_conflicts_on_create="OVERWRITE",
-            resolve_conflicts_on_update="OVERWRITE",
-            tags=tags,
-            opts=after_nodes,
-        )
+        def addon(
+            suffix: str,
+            addon_name: str,
+            version: str | None,
+            opts: pulumi.ResourceOptions = after_nodes,
+            role_arn: pulumi.Input[str] | None = None,
+        ) -> aws.eks.Addon:
+            """A pinned EKS add-on after the system nodes (our settings win conflicts)."""
+            return aws.eks.Addon(
+                f"{name}-{suffix}",
+                cluster_name=self.cluster_name,
+                addon_name=addon_name,
+                addon_version=version,
+                service_account_role_arn=role_arn,
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                tags=tags,
+                opts=opts,
+            )
+
+        coredns = addon("coredns", "coredns", versions.COREDNS_ADDON_VERSION)
 
         def irsa_addon(
             suffix: str,
@@ -362,17 +373,8 @@ class Cluster(pulumi.ComponentResource):
             attach = aws.iam.RolePolicyAttachment(
                 f"{name}-{suffix}-policy", role=role.name, policy_arn=policy_arn, opts=child
             )
-            return aws.eks.Addon(
-                f"{name}-{suffix}",
-                cluster_name=self.cluster_name,
-                addon_name=addon_name,
-                addon_version=version,
-                service_account_role_arn=role.arn,
-                resolve_conflicts_on_create="OVERWRITE",
-                resolve_conflicts_on_update="OVERWRITE",
-                tags=tags,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[system_ng, attach]),
-            )
+            opts = pulumi.ResourceOptions(parent=self, depends_on=[system_ng, attach])
+            return addon(suffix, addon_name, version, opts, role.arn)
 
         irsa_addon(
             "ebs-csi",
@@ -385,27 +387,15 @@ class Cluster(pulumi.ComponentResource):
         self.fsx_csi_addon: aws.eks.Addon | None = None
         if args.fsx_csi_driver:
             # No service-account role: static provisioning only (see FSX_CSI_SERVICE_ACCOUNT).
-            self.fsx_csi_addon = aws.eks.Addon(
-                f"{name}-fsx-csi",
-                cluster_name=self.cluster_name,
-                addon_name="aws-fsx-csi-driver",
-                addon_version=versions.FSX_CSI_ADDON_VERSION,
-                resolve_conflicts_on_create="OVERWRITE",
-                resolve_conflicts_on_update="OVERWRITE",
-                tags=tags,
-                opts=after_nodes,
+            self.fsx_csi_addon = addon(
+                "fsx-csi", "aws-fsx-csi-driver", versions.FSX_CSI_ADDON_VERSION
             )
         if args.cloudwatch_observability:
             # The agent uses the node role (CloudWatchAgentServerPolicy is attached above).
-            aws.eks.Addon(
-                f"{name}-cloudwatch",
-                cluster_name=self.cluster_name,
-                addon_name="amazon-cloudwatch-observability",
-                addon_version=versions.CLOUDWATCH_OBSERVABILITY_ADDON_VERSION,
-                resolve_conflicts_on_create="OVERWRITE",
-                resolve_conflicts_on_update="OVERWRITE",
-                tags=tags,
-                opts=after_nodes,
+            addon(
+                "cloudwatch",
+                "amazon-cloudwatch-observability",
+                versions.CLOUDWATCH_OBSERVABILITY_ADDON_VERSION,
             )
 
         # Everything deployed through the provider waits for a node and cluster DNS.
