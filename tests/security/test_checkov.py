@@ -20,7 +20,8 @@ import yaml
 
 from workloads import scan
 
-pytestmark = pytest.mark.slow
+# one worker builds the module fixture once (make test runs pytest-xdist, --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("checkov")]
 
 
 @pytest.fixture(scope="module")

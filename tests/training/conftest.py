@@ -8,6 +8,9 @@ helpers.launch); tests only read the metrics and measurements those runs leave b
   world4: HYBRID_SHARD 2x2 and FULL_SHARD with 4 processes, state bytes.
 Both world1 and world2 also train two epochs of an 11-sample dataset (global batch 4 does not
 divide it): the last batch of each epoch is completed with masked filler rows.
+
+Every test that reads these runs is in one xdist group (``training-runs``), so a parallel
+``make test`` launches each of them once, on one worker.
 """
 
 from __future__ import annotations
@@ -19,6 +22,17 @@ from typing import Any
 import pytest
 
 from tests.training.helpers import GLOBAL_BATCH, TINY, ckpt_dir, launch, merge, run_dirs
+
+RUN_FIXTURES = frozenset({"train_root", "hf_checkpoint", "world1", "world2", "world4"})
+"""The session fixtures below; a test using any of them joins the ``training-runs`` group."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (--dist loadgroup)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("training-runs"))
+
 
 STEPS = 6
 RESUME_AT = 3  # the reference run checkpoints every RESUME_AT steps

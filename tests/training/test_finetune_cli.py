@@ -32,6 +32,9 @@ from tests.training.helpers import (
 )
 from training.parallelize import ParallelDims, ParallelError, parallelize
 
+# one worker builds the module fixture once (make test runs pytest-xdist, --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("finetune-cli")
+
 STEP_KEYS = {
     "step",
     "epoch",
