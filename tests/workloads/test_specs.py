@@ -127,11 +127,25 @@ def test_stack_training_flags_parse_with_the_training_cli(stack: str) -> None:
 # --- the PyTorchJob ---------------------------------------------------------------------------
 
 
-def test_command_is_torchrun_module_without_nnodes(stack_objects: Any) -> None:
+def test_command_is_the_launcher_without_nnodes(stack_objects: Any) -> None:
+    """torchrun via ``training.launch``; an etcd backend adds the one rendezvous flag, which
+    beats the operator's PET_RDZV_BACKEND (torch ``argparse_util.env``) while
+    ``elasticPolicy.rdzvBackend`` keeps the operator's name."""
     _, w, objs = stack_objects
     job = _job(objs)
     cmd = _container(job)["command"]
-    assert cmd[:3] == ["torchrun", "-m", "training.finetune"]
+    backend = job["spec"]["elasticPolicy"]["rdzvBackend"]
+    assert backend == w.job.rdzv_backend
+    flag = {"etcd": ["--rdzv-backend=etcd-ft"], "etcd-v2": ["--rdzv-backend=etcd-v2-ft"]}
+    assert cmd == [
+        "python",
+        "-m",
+        "training.launch",
+        *flag.get(backend, []),
+        "-m",
+        "training.finetune",
+        *pytorchjob.finetune_flags(cmd),
+    ]
     assert not any(a.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")) for a in cmd)
     assert "--enable_fsdp" in cmd
     # An emptyDir per pod cannot be resumed from; a shared claim (the fsx stacks) can.

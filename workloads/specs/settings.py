@@ -22,6 +22,12 @@ from workloads.specs.storage import CheckpointVolumeSettings
 
 RDZV_BACKENDS = ("etcd", "etcd-v2", "c10d")
 """Rendezvous backends the training operator and torchrun accept."""
+TOLERANT_RDZV_BACKENDS = {"etcd": "etcd-ft", "etcd-v2": "etcd-v2-ft"}
+"""The operator's etcd backend -> the handler the command selects instead (``--rdzv-backend``):
+the same rendezvous, surviving an etcd outage (``training.rendezvous``, docs/adr/0005). Equal to
+``training.rendezvous.TOLERANT_BACKENDS`` (a test checks; specs import no torch)."""
+LAUNCHER = ("python", "-m", "training.launch")
+"""torchrun with the project's rendezvous handlers registered (``training/launch.py``)."""
 ETCD_CLIENT_PORT = 2379
 C10D_PORT = 29400
 CHECKPOINT_MOUNT = "/checkpoints"
