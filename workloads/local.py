@@ -40,6 +40,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -380,6 +381,9 @@ class Runner:
         self._pod_args: tuple[dict[str, Any], str, list[str]] = ({}, "cpu", [])
         self._log_files: list[TextIO] = []
         self.prometheus: LocalPrometheusHook | None = None
+        self._etcd_fault: threading.Thread | None = None
+        """restart-etcd / lose-etcd run beside the monitor loop, which keeps reading the
+        metrics meanwhile (the outage must not stop the clock that measures it)."""
 
     # -- setup ------------------------------------------------------------------------------
     def _prepare_dirs(self, job: JobSettings) -> None:
@@ -430,10 +434,12 @@ class Runner:
 
     @staticmethod
     def pod_command(job_obj: dict[str, Any]) -> list[str]:
-        """The container command, with ``torchrun`` run by this interpreter."""
+        """The container command, with ``python`` (or ``torchrun``) run by this interpreter."""
         command = list(container(job_obj)["command"])
         if command[0] == "torchrun":
             command = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
+        elif command[0] == "python":
+            command = [sys.executable, *command[1:]]
         return command
 
     # -- run --------------------------------------------------------------------------------
@@ -740,29 +746,45 @@ class Runner:
         elif fault.kind in ("restart-etcd", "lose-etcd"):
             if self.etcd is None:
                 raise LocalRunError(f"--fault {fault.kind} needs the runner's own etcd")
-            if fault.kind == "lose-etcd":
-                t = time.monotonic()
-                self.etcd.stop()
-                import shutil
-
-                shutil.rmtree(self.etcd.data_dir, ignore_errors=True)
-                time.sleep(1.0)
-                self.etcd.start()
-                result.fault_note = (
-                    f"etcd stopped, its data dir deleted, started again empty "
-                    f"({time.monotonic() - t:.1f} s down)"
-                )
-            else:
-                down = self.etcd.restart()
-                result.fault_note = f"etcd stopped and started again ({down:.1f} s down)"
+            self._etcd_fault = threading.Thread(
+                target=self._bounce_etcd, args=(result, fault.kind == "lose-etcd"), daemon=True
+            )
+            self._etcd_fault.start()
+            result.fault_note = "etcd stopping"
         self.echo(f"fault {fault} at t={result.fault_time_s:.1f}s: {result.fault_note}")
         return True
+
+    def _bounce_etcd(self, result: RunResult, lose: bool) -> None:
+        """Stop etcd, delete its data dir when ``lose``, start it again on the same ports."""
+        import shutil
+
+        assert self.etcd is not None
+        t = time.monotonic()
+        self.etcd.stop()
+        if lose:
+            shutil.rmtree(self.etcd.data_dir, ignore_errors=True)
+        time.sleep(1.0)
+        try:
+            self.etcd.start()
+        except EtcdError as err:
+            result.fault_note = f"etcd did not come back: {err}"
+            self.echo(f"  {result.fault_note}")
+            return
+        down = time.monotonic() - t
+        result.fault_note = (
+            f"etcd stopped, its data dir deleted, started again empty ({down:.1f} s down)"
+            if lose
+            else f"etcd stopped and started again ({down:.1f} s down)"
+        )
+        self.echo(f"  {result.fault_note}")
 
     def cleanup(self) -> None:
         """Stop every pod (SIGTERM, a short wait, then SIGKILL to every process) and etcd."""
         try:
             self._stop_pods()
         finally:
+            if self._etcd_fault is not None:  # never stop etcd while the fault starts it
+                self._etcd_fault.join(timeout=60)
             for f in self._log_files:
                 f.close()
             self._log_files.clear()
