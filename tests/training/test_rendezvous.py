@@ -1,0 +1,233 @@
+"""The store-tolerant rendezvous handlers (``training.rendezvous``) against a real etcd 3.5.
+
+If these fail, an etcd pod rescheduled under a running job (seconds to a minute down, data kept
+or lost) ends the job again: torch's own handlers let the agent's monitor poll raise, the
+launcher closes the rendezvous, and restarted pods meet ``RendezvousClosedError``
+(docs/adr/0005-rendezvous-backend.md). Checked here on the handlers themselves, one agent per
+handler object, no torchrun: torch's ``etcd`` handler raises on the first poll of an outage while
+``etcd-ft`` answers 0 and closes nothing, then raises past ``store_outage_timeout``; ``etcd-v2-ft``
+waits an outage out; the run directory cannot expire under a running job (etcd 3.5 cannot
+refresh a directory's TTL); after a wiped data dir a new round is announced to the running
+agent and both join it. Nothing is mocked; waits are lower bounds, never asserted durations.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import etcd
+import pytest
+from torch.distributed.elastic.rendezvous import (
+    RendezvousConnectionError,
+    RendezvousParameters,
+    rendezvous_handler_registry,
+)
+from torch.distributed.elastic.rendezvous import etcd_rendezvous as torch_etcd
+
+from training import rendezvous as rz
+from workloads.localrun.etcd_server import LocalEtcd
+from workloads.specs.settings import TOLERANT_RDZV_BACKENDS
+
+BUDGET_S = 1.0
+"""store_outage_timeout of these tests (seconds)."""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEtcd]:
+    root = tmp_path_factory.mktemp("etcd")
+    with LocalEtcd(root / "data", root / "etcd.log") as server:
+        yield server
+
+
+@pytest.fixture
+def up(store: LocalEtcd) -> Iterator[LocalEtcd]:
+    """The module's etcd, started again if a test left it stopped."""
+    if not store.healthy():
+        store.start()
+    yield store
+    if not store.healthy():
+        store.start()
+
+
+def _params(endpoint: str, backend: str, nodes: int = 1, run_id: str = "") -> RendezvousParameters:
+    return RendezvousParameters(
+        backend=backend,
+        endpoint=endpoint,
+        run_id=run_id or uuid.uuid4().hex[:8],
+        min_nodes=nodes,
+        max_nodes=nodes,
+        local_addr="127.0.0.1",
+        timeout=60,
+        join_timeout=60,
+        last_call_timeout=1,
+        store_outage_timeout=BUDGET_S,
+    )
+
+
+def _handler(params: RendezvousParameters) -> rz.TolerantEtcdHandler:
+    rz.register()  # what `python -m training.launch` does before torchrun's main
+    handler = rendezvous_handler_registry.create_handler(params)
+    assert isinstance(handler, rz.TolerantEtcdHandler)
+    return handler
+
+
+def test_names_are_the_ones_the_spec_selects() -> None:
+    assert rz.TOLERANT_BACKENDS == TOLERANT_RDZV_BACKENDS
+    with pytest.raises(ValueError, match="store_outage_timeout='soon'"):
+        rz.outage_budget(
+            RendezvousParameters("etcd-ft", "h:1", "r", 1, 1, store_outage_timeout="soon")
+        )
+
+
+def test_etcd_ft_carries_on_through_an_outage_and_gives_up_past_the_budget(up: LocalEtcd) -> None:
+    params = _params(up.endpoint, rz.ETCD_FT)
+    ours = _handler(params)
+    info = ours.next_rendezvous()
+    assert (info.rank, info.world_size) == (0, 1)
+    stock = torch_etcd.create_rdzv_handler(params)  # torch's `etcd` on the same run
+    assert ours.num_nodes_waiting() == 0 == stock.num_nodes_waiting()
+
+    up.stop()
+    with pytest.raises(etcd.EtcdConnectionFailed):
+        stock.num_nodes_waiting()  # what kills torch's agent on its first poll
+    assert [ours.num_nodes_waiting() for _ in range(3)] == [0, 0, 0]
+    assert ours.outage.down and not ours.outage.gave_up
+    up.start()
+    time.sleep(rz.PROBE_INTERVAL_S)  # the next poll probes the store again
+    assert ours.num_nodes_waiting() == 0
+    assert not ours.outage.down and ours.outage.outages == 1
+    assert not ours.is_closed()
+
+    up.stop()
+    assert ours.num_nodes_waiting() == 0
+    time.sleep(BUDGET_S + rz.PROBE_INTERVAL_S)
+    with pytest.raises(RendezvousConnectionError, match="store_outage_timeout=1"):
+        ours.num_nodes_waiting()
+    assert ours.outage.gave_up
+    up.start()
+    assert ours.shutdown() is False  # the launcher's `finally`: nothing is closed
+    assert not ours.is_closed()
+    # The agent is gone (its keep-alive with it); its restarted pod joins the same rendezvous.
+    ours._impl._lease_this_rank_stop.set()
+    _, state = ours._impl.get_rdzv_state()
+    for key in state["keep_alives"]:
+        ours._impl.client.delete(key)
+    again = _handler(params)
+    assert again.next_rendezvous().world_size == 1
+    assert again.shutdown() is True and again.is_closed()  # a finished job still closes it
+
+
+def test_run_directory_cannot_expire_under_a_running_job(up: LocalEtcd) -> None:
+    """torch gives ``run_<id>`` a 7,200 s TTL and refreshes it in a thread, but etcd 3.5's v2
+    store refuses any TTL update of a directory: the refresh fails at once and the whole state
+    would vanish two hours into a run. etcd-ft creates the directory without a TTL."""
+    stock = torch_etcd.create_rdzv_handler(_params(up.endpoint, "etcd"))
+    path = stock._rdzv_impl.get_path("")
+    client = stock._rdzv_impl.client
+    assert 0 < client.read(path).ttl <= torch_etcd.CONST_RUNID_SUBROOT_TTL
+    for kwargs in ({}, {"dir": True}):
+        with pytest.raises(etcd.EtcdException, match="Not a file"):
+            client.refresh(path, ttl=torch_etcd.CONST_RUNID_SUBROOT_TTL, **kwargs)
+    ours = _handler(_params(up.endpoint, rz.ETCD_FT))
+    run_dir = client.read(ours._impl.get_path(""))
+    assert run_dir.dir and run_dir.ttl is None and run_dir.expiration is None
+
+
+def test_etcd_ft_after_a_wiped_store_announces_the_new_round_and_both_join(
+    up: LocalEtcd,
+) -> None:
+    params = _params(up.endpoint, rz.ETCD_FT, nodes=2)
+    a, b = _handler(params), _handler(params)
+    first = _join_together(a, b)
+    assert sorted(r.rank for r in first) == [0, 1]
+
+    up.stop()
+    shutil.rmtree(up.data_dir)
+    up.start()  # same member, empty store: the run's directory and counter are gone
+    assert a.num_nodes_waiting() == 0  # no state: nobody waiting, the workers run on
+
+    results: dict[str, object] = {}
+    joiner = threading.Thread(target=lambda: results.update(b=b.next_rendezvous()))
+    joiner.start()  # b's pod restarted: it rebuilds the layout and opens a new round
+    deadline = time.monotonic() + 60
+    while a.num_nodes_waiting() == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert a.num_nodes_waiting() == 1  # the running agent sees it and restarts its group
+    info_a = a.next_rendezvous()
+    joiner.join(timeout=60)
+    info_b = results["b"]
+    assert {info_a.rank, info_b.rank} == {0, 1}  # type: ignore[attr-defined]
+    assert info_a.world_size == info_b.world_size == 2  # type: ignore[attr-defined]
+    assert a.num_nodes_waiting() == 0
+
+
+def _join_together(*handlers: rz.TolerantEtcdHandler) -> list[object]:
+    out: list[object] = [None] * len(handlers)
+
+    def join(i: int) -> None:
+        out[i] = handlers[i].next_rendezvous()
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(len(handlers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert all(o is not None for o in out)
+    return out
+
+
+def test_etcd_v2_ft_waits_an_outage_out_and_gives_up_past_the_budget(
+    up: LocalEtcd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # as the spec sets it
+    rz.register()
+    handler = rendezvous_handler_registry.create_handler(_params(up.endpoint, rz.ETCD_V2_FT))
+    assert isinstance(handler, rz.TolerantDynamicHandler) and handler.outage is not None
+    assert handler.get_backend() == rz.ETCD_V2_FT
+    assert handler.next_rendezvous().world_size == 1
+
+    handler.outage.budget_s = 60.0  # first an outage shorter than the budget
+    up.stop()
+    restart = threading.Timer(1.5, up.start)
+    restart.start()
+    time.sleep(1.1)  # past the state holder's 1 s cache: the next poll reads the store
+    assert handler.num_nodes_waiting() == 0  # blocked while etcd was away, then answered
+    restart.join()
+    assert handler.outage.outages == 1 and not handler.outage.down
+
+    handler.outage.budget_s = BUDGET_S
+    up.stop()
+    time.sleep(1.1)
+    with pytest.raises(RendezvousConnectionError, match="store_outage_timeout=1"):
+        handler.num_nodes_waiting()
+    assert handler.shutdown() is False  # gave up: the rendezvous is left open
+    up.start()
+    assert not handler.is_closed()
+    assert handler.shutdown() is True and handler.is_closed()
+
+
+def test_keep_alive_key_survives_an_outage(up: LocalEtcd) -> None:
+    """torch's keep-alive thread dies on the first connection error and the member's key
+    expires 10 s later; etcd-ft's thread retries and keeps it."""
+    client = etcd.Client("127.0.0.1", up.client_port)
+    key = f"/test/keepalive-{uuid.uuid4().hex[:6]}"
+    client.set(key, "x", ttl=6)
+    stop = threading.Event()
+    worker = threading.Thread(target=rz._renew_key, args=(client, key, 6, stop), daemon=True)
+    worker.start()
+    up.stop()
+    time.sleep(1.0)
+    up.start()
+    before = client.read(key).modifiedIndex  # still there: renewed at most 3 s before the stop
+    deadline = time.monotonic() + 15
+    while client.read(key).modifiedIndex == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.read(key).modifiedIndex > before  # renewed after the outage
+    assert worker.is_alive()
+    stop.set()
+    worker.join(timeout=10)
+    assert not worker.is_alive()
