@@ -216,6 +216,22 @@ class TolerantEtcdRendezvous(EtcdRendezvous):
         self.ensure_layout()  # a connection error here is retried by rendezvous_barrier
         return super().init_phase()
 
+    def set_closed(self) -> None:
+        """Close the run, also when the store lost its state (torch's ``set_closed`` then fails
+        with ``EtcdKeyNotFound`` and a finished job would leave the id open)."""
+        try:
+            super().set_closed()
+        except etcd.EtcdKeyNotFound:
+            self.ensure_layout()
+            with contextlib.suppress(etcd.EtcdAlreadyExist):
+                self.client.write(
+                    key=self.get_path("/rdzv/active_version"),
+                    value=json.dumps({"status": "closed"}),
+                    prevExist=False,
+                )
+                return
+            super().set_closed()  # a round appeared meanwhile: close it
+
 
 def _renew_key(client: Any, path: str, ttl: int, stop: threading.Event) -> None:
     """Refresh a keep-alive key every ttl/2 until stopped or gone; a store outage is waited out

@@ -164,6 +164,11 @@ def test_etcd_ft_after_a_wiped_store_announces_the_new_round_and_both_join(
     assert info_a.world_size == info_b.world_size == 2  # type: ignore[attr-defined]
     assert a.num_nodes_waiting() == 0
 
+    up.stop()
+    shutil.rmtree(up.data_dir)
+    up.start()
+    assert a.shutdown() is True and a.is_closed()  # a finished job closes even a wiped run
+
 
 def _join_together(*handlers: rz.TolerantEtcdHandler) -> list[object]:
     out: list[object] = [None] * len(handlers)
