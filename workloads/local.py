@@ -12,8 +12,9 @@ Faults rehearse what happens on the cluster:
 ``kill-worker@K``      SIGKILL the training process of worker 1 at step K (torchrun restarts it),
 ``kill-node@K``        SIGKILL worker 1's whole pod (agent included) at step K, never replaced,
 ``kill-in-checkpoint@K`` freeze then kill worker 1 while checkpoint K is being written,
-``restart-etcd@K``     stop etcd at step K and start it again on the same data,
-``lose-etcd@K``        stop etcd at step K and start it again on an EMPTY data dir,
+``restart-etcd@K``     stop etcd at step K and start it again on the same data
+                       (``--etcd-down`` seconds later),
+``lose-etcd@K``        the same, on an EMPTY data dir,
 ``preempt-node@K``     SIGTERM to worker 1's pod (its torchrun agent, the container's PID 1), as
                        the kubelet does on a spot/capacity-block reclaim or a ``kubectl delete``;
                        SIGKILL after the pod's grace period; the operator's replacement pod
@@ -70,6 +71,8 @@ FAULT_POD = 1
 """Index of the worker pod faults hit by default (worker 0 hosts the c10d store)."""
 REPLACEMENT_DELAY_S = 10.0
 """preempt-node: seconds between the old pod's end and its replacement's start."""
+ETCD_DOWN_S = 1.0
+"""restart-etcd / lose-etcd: seconds between etcd's stop and its start."""
 STOP_WAIT_S = 4.0
 """Cleanup: seconds between SIGTERM to every pod and SIGKILL to whatever is left."""
 _RESUMED = re.compile(r"resumed from (\S+) at step (\d+)")
@@ -142,6 +145,8 @@ class LocalOptions:
     """Index of the pod the fault hits."""
     replacement_delay_s: float = REPLACEMENT_DELAY_S
     """preempt-node: seconds until the replacement pod starts after the old one is gone."""
+    etcd_down_s: float = ETCD_DOWN_S
+    """restart-etcd / lose-etcd: seconds etcd stays stopped (its start comes on top)."""
 
 
 @dataclass
@@ -763,7 +768,7 @@ class Runner:
         self.etcd.stop()
         if lose:
             shutil.rmtree(self.etcd.data_dir, ignore_errors=True)
-        time.sleep(1.0)
+        time.sleep(self.opts.etcd_down_s)
         try:
             self.etcd.start()
         except EtcdError as err:
@@ -904,6 +909,12 @@ def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
         default=REPLACEMENT_DELAY_S,
         help="preempt-node: seconds until the replacement pod starts (default 10)",
     )
+    parser.add_argument(
+        "--etcd-down",
+        type=float,
+        default=ETCD_DOWN_S,
+        help="restart-etcd/lose-etcd: seconds etcd stays stopped (default 1)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/local"), help="output folder")
     parser.add_argument(
         "--set",
@@ -930,6 +941,8 @@ def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
         raise LocalRunError(f"--fault-pod: {args.fault_pod} must be >= 0")
     if args.replacement_delay < 0:
         raise LocalRunError(f"--replacement-delay: {args.replacement_delay} must be >= 0")
+    if args.etcd_down < 0:
+        raise LocalRunError(f"--etcd-down: {args.etcd_down} must be >= 0")
     return LocalOptions(
         stack=args.stack,
         out=args.out,
@@ -944,6 +957,7 @@ def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
         prometheus=args.prometheus,
         fault_pod=args.fault_pod,
         replacement_delay_s=args.replacement_delay,
+        etcd_down_s=args.etcd_down,
     )
 
 
