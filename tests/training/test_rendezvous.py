@@ -30,7 +30,7 @@ from torch.distributed.elastic.rendezvous import etcd_rendezvous as torch_etcd
 
 from training import rendezvous as rz
 from workloads.localrun.etcd_server import LocalEtcd
-from workloads.specs.settings import TOLERANT_RDZV_BACKENDS
+from workloads.specs.settings import STORE_OUTAGE_TIMEOUT_S, TOLERANT_RDZV_BACKENDS
 
 BUDGET_S = 1.0
 """store_outage_timeout of these tests (seconds)."""
@@ -77,6 +77,7 @@ def _handler(params: RendezvousParameters) -> rz.TolerantEtcdHandler:
 
 def test_names_are_the_ones_the_spec_selects() -> None:
     assert rz.TOLERANT_BACKENDS == TOLERANT_RDZV_BACKENDS
+    assert rz.DEFAULT_STORE_OUTAGE_TIMEOUT_S == STORE_OUTAGE_TIMEOUT_S  # what the job renders
     with pytest.raises(ValueError, match="store_outage_timeout='soon'"):
         rz.outage_budget(
             RendezvousParameters("etcd-ft", "h:1", "r", 1, 1, store_outage_timeout="soon")

@@ -146,6 +146,9 @@ def test_command_is_the_launcher_without_nnodes(stack_objects: Any) -> None:
         "training.finetune",
         *pytorchjob.finetune_flags(cmd),
     ]
+    conf = {c["key"]: c["value"] for c in job["spec"]["elasticPolicy"]["rdzvConf"]}
+    budget = str(w.job.store_outage_timeout_s) if backend in flag else None
+    assert conf.get("store_outage_timeout") == budget  # the handlers' etcd outage budget
     assert not any(a.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")) for a in cmd)
     assert "--enable_fsdp" in cmd
     # An emptyDir per pod cannot be resumed from; a shared claim (the fsx stacks) can.
@@ -444,7 +447,7 @@ def test_operator_env_is_what_torchrun_reads() -> None:
         "PET_NNODES": "2:4",
         "PET_MAX_RESTARTS": "3",
         "PET_RDZV_ID": pytorchjob.rdzv_id(_settings(generation=3)),
-        "PET_RDZV_CONF": "last_call_timeout=5",
+        "PET_RDZV_CONF": "last_call_timeout=5,store_outage_timeout=300",
         "PET_NPROC_PER_NODE": "8",
     }
 

@@ -144,6 +144,15 @@ def rdzv_endpoint(s: JobSettings, etcd_host: str) -> tuple[str, int]:
     return host, port
 
 
+def rdzv_conf(s: JobSettings) -> list[tuple[str, str]]:
+    """rdzvConf (PET_RDZV_CONF): the job's options, plus the etcd outage budget on an etcd
+    backend (``store_outage_timeout``, ``training.rendezvous``; c10d has no such key)."""
+    conf = list(s.rdzv_conf)
+    if s.uses_etcd and all(k != "store_outage_timeout" for k, _ in conf):
+        conf.append(("store_outage_timeout", str(s.store_outage_timeout_s)))
+    return conf
+
+
 def rdzv_id(s: JobSettings) -> str:
     """``<name>-g<generation>-<8 hex>``: changes with the generation and with any setting."""
     if s.rdzv_id:
@@ -409,7 +418,7 @@ def pytorchjob_model(s: JobSettings, etcd_host: str) -> kf.KubeflowOrgV1PyTorchJ
         rdzv_host=host,
         rdzv_port=port,
         rdzv_id=rdzv_id(s),
-        rdzv_conf=[kf.KubeflowOrgV1RDZVConf(key=k, value=v) for k, v in s.rdzv_conf] or None,
+        rdzv_conf=[kf.KubeflowOrgV1RDZVConf(key=k, value=v) for k, v in rdzv_conf(s)] or None,
         min_replicas=s.min_workers,
         max_replicas=s.workers,
         max_restarts=s.max_restarts,
