@@ -128,7 +128,10 @@ class StoreOutage:
         self.since: float | None = None
         """Clock time of the first failure of the current outage; None while the store answers."""
         self.gave_up = False
-        """The budget ran out (stays set until the store answers again)."""
+        """The budget ran out once: the agent is on its way out, and its shutdown must not close
+        the rendezvous even if the store answers meanwhile (sticky)."""
+        self._exhausted = False
+        """The current outage outlasted the budget: fail at once until the store answers."""
         self.outages = 0
         """Outages seen and survived or not (for logs and tests)."""
 
@@ -145,7 +148,7 @@ class StoreOutage:
                     self.where,
                     self._clock() - self.since,
                 )
-            self.since, self.gave_up = None, False
+            self.since, self._exhausted = None, False
 
     def failed(self, err: BaseException) -> None:
         """The store did not answer: return while within the budget, else raise
@@ -165,8 +168,8 @@ class StoreOutage:
                     OUTAGE_KEY,
                 )
             down_s = now - self.since
-            if self.gave_up or down_s > self.budget_s:
-                self.gave_up = True
+            if self._exhausted or down_s > self.budget_s:
+                self.gave_up = self._exhausted = True
                 raise RendezvousConnectionError(
                     f"rendezvous store {self.where} unreachable for {down_s:.0f} s, longer than "
                     f"{OUTAGE_KEY}={self.budget_s:.0f} s"

@@ -210,10 +210,10 @@ def test_etcd_v2_ft_waits_an_outage_out_and_gives_up_past_the_budget(
     time.sleep(1.1)
     with pytest.raises(RendezvousConnectionError, match="store_outage_timeout=1"):
         handler.num_nodes_waiting()
-    assert handler.shutdown() is False  # gave up: the rendezvous is left open
     up.start()
+    assert not handler.is_closed()  # the store answers again (a heartbeat may do the same)
+    assert handler.shutdown() is False  # still: an agent that gave up never closes the run
     assert not handler.is_closed()
-    assert handler.shutdown() is True and handler.is_closed()
 
 
 def test_keep_alive_key_survives_an_outage(up: LocalEtcd) -> None:
