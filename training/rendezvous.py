@@ -27,7 +27,8 @@ What these handlers do differently, within an outage budget (``rdzv_conf``
   answers again. A wiped store reads as no state, which the dynamic rendezvous already handles.
 - Both: an agent that gave up on its store does not close the rendezvous on its way out (the
   launcher's ``shutdown()``), so the pod restarted by ``restartPolicy: OnFailure`` can rejoin
-  the same rendezvous once etcd is back, instead of meeting ``RendezvousClosedError``.
+  the same rendezvous once etcd is back, instead of meeting ``RendezvousClosedError``; and an
+  agent started while etcd is away waits for it (same budget) instead of failing at once.
 
 torch refuses to register a second creator under ``etcd`` (``RendezvousHandlerRegistry.register``),
 hence the new names; ``training.launch`` registers them and runs torchrun.
@@ -307,20 +308,38 @@ class TolerantEtcdHandler(EtcdRendezvousHandler):
         return bool(super().shutdown())
 
 
+def _reach_store(outage: StoreOutage, connect: Callable[[], T]) -> T:
+    """``connect()``, retried every second while the store is unreachable, within the budget: a
+    pod restarted during an outage waits for etcd instead of crash-looping through
+    ``backoffLimit`` (python-etcd's client asks the server for its members when it is built,
+    and fails with a plain ``EtcdException`` when nobody answers)."""
+    while True:
+        try:
+            result = connect()
+        except (etcd.EtcdException, RendezvousConnectionError, *STORE_ERRORS) as err:
+            outage.failed(err)
+            time.sleep(PROBE_INTERVAL_S)
+            continue
+        outage.ok()
+        return result
+
+
 def create_etcd_ft_handler(params: RendezvousParameters) -> RendezvousHandler:
     """``etcd-ft``: the parameters of torch's ``etcd`` backend plus ``store_outage_timeout``."""
-    budget = outage_budget(params)
-    client = _create_etcd_client(params)
-    rdzv = TolerantEtcdRendezvous(
-        client=client,
-        prefix=params.get("etcd_prefix", "/torchelastic/p2p"),
-        run_id=params.run_id,
-        num_min_workers=params.min_nodes,
-        num_max_workers=params.max_nodes,
-        timeout=params.get_as_int("timeout", _DEFAULT_TIMEOUT),
-        last_call_timeout=params.get_as_int("last_call_timeout", _DEFAULT_LAST_CALL_TIMEOUT),
-    )
-    return TolerantEtcdHandler(rdzv, params.local_addr, StoreOutage(budget, params.endpoint))
+    outage = StoreOutage(outage_budget(params), params.endpoint)
+
+    def connect() -> TolerantEtcdRendezvous:
+        return TolerantEtcdRendezvous(
+            client=_create_etcd_client(params),
+            prefix=params.get("etcd_prefix", "/torchelastic/p2p"),
+            run_id=params.run_id,
+            num_min_workers=params.min_nodes,
+            num_max_workers=params.max_nodes,
+            timeout=params.get_as_int("timeout", _DEFAULT_TIMEOUT),
+            last_call_timeout=params.get_as_int("last_call_timeout", _DEFAULT_LAST_CALL_TIMEOUT),
+        )
+
+    return TolerantEtcdHandler(_reach_store(outage, connect), params.local_addr, outage)
 
 
 # -- etcd-v2-ft: the dynamic rendezvous on etcd ---------------------------------------------------
@@ -387,9 +406,9 @@ def _seconds(params: RendezvousParameters, key: str) -> timedelta | None:
 def create_etcd_v2_ft_handler(params: RendezvousParameters) -> RendezvousHandler:
     """``etcd-v2-ft``: torch's ``etcd-v2`` (``registry._create_etcd_v2_handler`` and
     ``dynamic_rendezvous.create_handler``, same keys and defaults) on a tolerant backend."""
-    budget = outage_budget(params)
-    inner, store = create_etcd_v2_backend(params)
-    backend = TolerantBackend(inner, ETCD_V2_FT, StoreOutage(budget, params.endpoint))
+    outage = StoreOutage(outage_budget(params), params.endpoint)
+    inner, store = _reach_store(outage, lambda: create_etcd_v2_backend(params))
+    backend = TolerantBackend(inner, ETCD_V2_FT, outage)
     return _dynamic_handler(store, backend, params)
 
 

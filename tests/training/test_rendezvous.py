@@ -23,6 +23,7 @@ import etcd
 import pytest
 from torch.distributed.elastic.rendezvous import (
     RendezvousConnectionError,
+    RendezvousInfo,
     RendezvousParameters,
     rendezvous_handler_registry,
 )
@@ -127,6 +128,7 @@ def test_run_directory_cannot_expire_under_a_running_job(up: LocalEtcd) -> None:
     store refuses any TTL update of a directory: the refresh fails at once and the whole state
     would vanish two hours into a run. etcd-ft creates the directory without a TTL."""
     stock = torch_etcd.create_rdzv_handler(_params(up.endpoint, "etcd"))
+    assert isinstance(stock, torch_etcd.EtcdRendezvousHandler)
     path = stock._rdzv_impl.get_path("")
     client = stock._rdzv_impl.client
     assert 0 < client.read(path).ttl <= torch_etcd.CONST_RUNID_SUBROOT_TTL
@@ -144,6 +146,7 @@ def test_etcd_ft_after_a_wiped_store_announces_the_new_round_and_both_join(
     params = _params(up.endpoint, rz.ETCD_FT, nodes=2)
     a, b = _handler(params), _handler(params)
     first = _join_together(a, b)
+    assert len(first) == 2
     assert sorted(r.rank for r in first) == [0, 1]
 
     up.stop()
@@ -151,7 +154,7 @@ def test_etcd_ft_after_a_wiped_store_announces_the_new_round_and_both_join(
     up.start()  # same member, empty store: the run's directory and counter are gone
     assert a.num_nodes_waiting() == 0  # no state: nobody waiting, the workers run on
 
-    results: dict[str, object] = {}
+    results: dict[str, RendezvousInfo] = {}
     joiner = threading.Thread(target=lambda: results.update(b=b.next_rendezvous()))
     joiner.start()  # b's pod restarted: it rebuilds the layout and opens a new round
     deadline = time.monotonic() + 60
@@ -161,8 +164,8 @@ def test_etcd_ft_after_a_wiped_store_announces_the_new_round_and_both_join(
     info_a = a.next_rendezvous()
     joiner.join(timeout=60)
     info_b = results["b"]
-    assert {info_a.rank, info_b.rank} == {0, 1}  # type: ignore[attr-defined]
-    assert info_a.world_size == info_b.world_size == 2  # type: ignore[attr-defined]
+    assert {info_a.rank, info_b.rank} == {0, 1}
+    assert info_a.world_size == info_b.world_size == 2
     assert a.num_nodes_waiting() == 0
 
     up.stop()
@@ -171,8 +174,8 @@ def test_etcd_ft_after_a_wiped_store_announces_the_new_round_and_both_join(
     assert a.shutdown() is True and a.is_closed()  # a finished job closes even a wiped run
 
 
-def _join_together(*handlers: rz.TolerantEtcdHandler) -> list[object]:
-    out: list[object] = [None] * len(handlers)
+def _join_together(*handlers: rz.TolerantEtcdHandler) -> list[RendezvousInfo]:
+    out: list[RendezvousInfo | None] = [None] * len(handlers)
 
     def join(i: int) -> None:
         out[i] = handlers[i].next_rendezvous()
@@ -182,8 +185,7 @@ def _join_together(*handlers: rz.TolerantEtcdHandler) -> list[object]:
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert all(o is not None for o in out)
-    return out
+    return [o for o in out if o is not None]
 
 
 def test_etcd_v2_ft_waits_an_outage_out_and_gives_up_past_the_budget(
@@ -214,6 +216,25 @@ def test_etcd_v2_ft_waits_an_outage_out_and_gives_up_past_the_budget(
     assert not handler.is_closed()  # the store answers again (a heartbeat may do the same)
     assert handler.shutdown() is False  # still: an agent that gave up never closes the run
     assert not handler.is_closed()
+
+
+@pytest.mark.parametrize("backend", [rz.ETCD_FT, rz.ETCD_V2_FT])
+def test_an_agent_started_during_an_outage_waits_for_the_store(up: LocalEtcd, backend: str) -> None:
+    """A pod restarted while etcd is away: torch's handlers fail at construction (python-etcd
+    asks the server for its members), the pod crash-loops through backoffLimit; ours wait."""
+    params = _params(up.endpoint, backend)
+    params.config["store_outage_timeout"] = "60"
+    up.stop()
+    with pytest.raises(etcd.EtcdException):
+        torch_etcd.create_rdzv_handler(params)
+    restart = threading.Timer(1.5, up.start)
+    restart.start()
+    handler = rendezvous_handler_registry.create_handler(params)  # waits for the start
+    restart.join()
+    assert handler.get_backend() == backend
+    assert isinstance(handler, rz.TolerantEtcdHandler | rz.TolerantDynamicHandler)
+    outage = handler.outage
+    assert outage is not None and outage.outages == 1 and not outage.down
 
 
 def test_keep_alive_key_survives_an_outage(up: LocalEtcd) -> None:
