@@ -33,6 +33,8 @@ from training import rendezvous as rz
 from workloads.localrun.etcd_server import LocalEtcd
 from workloads.specs.settings import STORE_OUTAGE_TIMEOUT_S, TOLERANT_RDZV_BACKENDS
 
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
 BUDGET_S = 1.0
 """store_outage_timeout of these tests (seconds)."""
 
