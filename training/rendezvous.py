@@ -24,7 +24,13 @@ What these handlers do differently, within an outage budget (``rdzv_conf``
 - ``etcd-v2-ft`` (torch's dynamic rendezvous on ``EtcdRendezvousBackend``): the backend retries
   ``RendezvousConnectionError`` every second within the budget, for every caller (the monitor
   loop, the keep-alive heartbeats, joins, the close); past it, it raises at once until etcd
-  answers again. A wiped store reads as no state, which the dynamic rendezvous already handles.
+  answers again. The monitor loop therefore blocks while etcd is away: the agent notices a
+  worker's exit (failure or success) only once etcd answers or the budget runs out. For one
+  heartbeat window (``keep_alive_interval x keep_alive_max_attempt``) after etcd answers again
+  no node is taken for dead (``TolerantStateHolder``: torch would drop every member after an
+  outage longer than that window), and an agent whose own membership lapsed anyway reports a
+  change, so it rejoins instead of training on beside a new world. A wiped store reads as no
+  state, which the dynamic rendezvous already handles.
 - Both: an agent that gave up on its store does not close the rendezvous on its way out (the
   launcher's ``shutdown()``), so the pod restarted by ``restartPolicy: OnFailure`` can rejoin
   the same rendezvous once etcd is back, instead of meeting ``RendezvousClosedError``; and an
@@ -32,6 +38,13 @@ What these handlers do differently, within an outage budget (``rdzv_conf``
 
 torch refuses to register a second creator under ``etcd`` (``RendezvousHandlerRegistry.register``),
 hence the new names; ``training.launch`` registers them and runs torchrun.
+
+Built on torch 2.13 internals, by name: ``EtcdRendezvous`` (``create_path_if_not_exists``,
+``setup_lease_renewal``, ``init_phase``, ``set_closed``, ``get_path``, ``client``, ``_prefix``,
+``_run_id``), ``_create_etcd_client``, ``DynamicRendezvousHandler`` (its constructor,
+``_node_desc_generator``, ``_this_node``, ``_state_holder``, ``_stop_heartbeats``) and
+``_BackendRendezvousStateHolder._sanitize``; a torch upgrade must rerun
+``tests/training/test_rendezvous.py``.
 """
 
 from __future__ import annotations
@@ -57,8 +70,10 @@ from torch.distributed.elastic.rendezvous import (
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
     DynamicRendezvousHandler,
     RendezvousBackend,
+    RendezvousSettings,
     RendezvousTimeout,
     Token,
+    _BackendRendezvousStateHolder,
 )
 from torch.distributed.elastic.rendezvous.etcd_rendezvous import (
     _DEFAULT_LAST_CALL_TIMEOUT,
@@ -135,6 +150,8 @@ class StoreOutage:
         """The current outage outlasted the budget: fail at once until the store answers."""
         self.outages = 0
         """Outages seen and survived or not (for logs and tests)."""
+        self.back_at: float | None = None
+        """Clock time the store answered again after the last outage; None before any."""
 
     @property
     def down(self) -> bool:
@@ -149,7 +166,15 @@ class StoreOutage:
                     self.where,
                     self._clock() - self.since,
                 )
+                self.back_at = self._clock()
             self.since, self._exhausted = None, False
+
+    def within(self, window_s: float) -> bool:
+        """The store is away, or answered again less than ``window_s`` seconds ago."""
+        with self._lock:
+            if self.since is not None:
+                return True
+            return self.back_at is not None and self._clock() - self.back_at < window_s
 
     def failed(self, err: BaseException) -> None:
         """The store did not answer: return while within the budget, else raise
@@ -380,10 +405,55 @@ class TolerantBackend(RendezvousBackend):
             return result
 
 
+class TolerantStateHolder(_BackendRendezvousStateHolder):
+    """torch's state holder that does not take the heartbeats an outage held back for deaths.
+
+    torch drops every node whose last heartbeat is older than ``keep_alive_interval x
+    keep_alive_max_attempt`` (15 s by default) at each read of the state (``_sanitize``). Nobody
+    can write a heartbeat while etcd is away, so after a longer outage the first read dropped
+    *every* participant, this node included: its heartbeats stopped (``_should_keep_alive``
+    finds no entry), and the next node to join saw an empty round and formed a world of its
+    own beside the running one. Within that window after the store answers again, nobody is
+    dropped: each live agent's heartbeat (every ``keep_alive_interval``) lands in it; a node
+    that really died goes at the first read after it.
+    """
+
+    def __init__(self, backend: TolerantBackend, settings: RendezvousSettings) -> None:
+        super().__init__(backend, settings)
+        self.outage = backend.outage
+        self.window_s = (
+            settings.keep_alive_interval * settings.keep_alive_max_attempt
+        ).total_seconds()
+
+    def _sanitize(self) -> None:
+        if self.outage.within(self.window_s):
+            self._dead_nodes = []
+            return
+        super()._sanitize()
+
+
 class TolerantDynamicHandler(DynamicRendezvousHandler):
-    """The dynamic handler that does not close its rendezvous after giving up on the store."""
+    """The dynamic handler that does not close its rendezvous after giving up on the store, and
+    restarts its group when its own membership lapsed."""
 
     outage: StoreOutage | None = None
+
+    def num_nodes_waiting(self) -> int:
+        """torch's count of nodes waiting, or at least 1 when this node is no longer a
+        participant of the round it runs in (its heartbeats lapsed past the outage window, or
+        a node that took them for dead rewrote the round): the agent then restarts its workers
+        and rejoins instead of training on in a world the rendezvous no longer knows, next to
+        a new one."""
+        waiting = super().num_nodes_waiting()
+        if self._this_node in self._state_holder.state.participants:
+            return waiting
+        log.warning(
+            "node %s is no longer a participant of rendezvous %s (its heartbeats lapsed): "
+            "restarting the worker group to rejoin",
+            self._this_node,
+            self.get_run_id(),
+        )
+        return max(waiting, 1)
 
     def shutdown(self) -> bool:
         if self.outage is not None and self.outage.gave_up:
@@ -415,22 +485,25 @@ def create_etcd_v2_ft_handler(params: RendezvousParameters) -> RendezvousHandler
 def _dynamic_handler(
     store: Store, backend: TolerantBackend, params: RendezvousParameters
 ) -> TolerantDynamicHandler:
+    """torch's ``DynamicRendezvousHandler.from_backend``, with ``TolerantStateHolder`` in place
+    of ``_BackendRendezvousStateHolder`` (same settings and defaults)."""
     timeout = RendezvousTimeout(
         _seconds(params, "join_timeout"),
         _seconds(params, "last_call_timeout"),
         _seconds(params, "close_timeout"),
         _seconds(params, "heartbeat_timeout"),
     )
-    handler = TolerantDynamicHandler.from_backend(
+    settings = RendezvousSettings(
         params.run_id,
-        store,
-        backend,
         params.min_nodes,
         params.max_nodes,
-        params.local_addr,
         timeout,
-        keep_alive_interval=params.get_as_int("keep_alive_interval", 5) or 5,
+        keep_alive_interval=timedelta(seconds=params.get_as_int("keep_alive_interval", 5) or 5),
         keep_alive_max_attempt=params.get_as_int("keep_alive_max_attempt", 3) or 3,
+    )
+    node = TolerantDynamicHandler._node_desc_generator.generate(params.local_addr)
+    handler = TolerantDynamicHandler(
+        node, settings, backend.name, store, TolerantStateHolder(backend, settings)
     )
     handler.outage = backend.outage
     return handler

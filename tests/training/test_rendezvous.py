@@ -23,6 +23,7 @@ import etcd
 import pytest
 from torch.distributed.elastic.rendezvous import (
     RendezvousConnectionError,
+    RendezvousHandler,
     RendezvousInfo,
     RendezvousParameters,
     rendezvous_handler_registry,
@@ -176,7 +177,7 @@ def test_etcd_ft_after_a_wiped_store_announces_the_new_round_and_both_join(
     assert a.shutdown() is True and a.is_closed()  # a finished job closes even a wiped run
 
 
-def _join_together(*handlers: rz.TolerantEtcdHandler) -> list[RendezvousInfo]:
+def _join_together(*handlers: RendezvousHandler) -> list[RendezvousInfo]:
     out: list[RendezvousInfo | None] = [None] * len(handlers)
 
     def join(i: int) -> None:
@@ -218,6 +219,54 @@ def test_etcd_v2_ft_waits_an_outage_out_and_gives_up_past_the_budget(
     assert not handler.is_closed()  # the store answers again (a heartbeat may do the same)
     assert handler.shutdown() is False  # still: an agent that gave up never closes the run
     assert not handler.is_closed()
+
+
+def test_etcd_v2_ft_members_outlive_an_outage_longer_than_the_heartbeat_window(
+    up: LocalEtcd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch drops every node whose heartbeat is older than keep_alive_interval x
+    keep_alive_max_attempt (4 s here, 15 s by default) at each read of the state; nobody can
+    heartbeat while etcd is away, so after a longer outage the running agents dropped
+    themselves, stopped heartbeating and never noticed: a node arriving next formed a world of
+    size 1 beside the running one of size 2. Here the two members stay members, the newcomer
+    waits and is announced (num_nodes_waiting 1), and all three form one world of 3; a member
+    whose own heartbeats do lapse reports a change, so its agent rejoins."""
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # as the spec sets it
+    rz.register()
+    params = _params(up.endpoint, rz.ETCD_V2_FT)
+    params.min_nodes, params.max_nodes = 1, 3
+    params.config.update(keep_alive_interval=1, keep_alive_max_attempt=4, store_outage_timeout=60)
+    window_s = 4.0
+    a, b = (rendezvous_handler_registry.create_handler(params) for _ in range(2))
+    assert isinstance(a, rz.TolerantDynamicHandler) and isinstance(b, rz.TolerantDynamicHandler)
+    assert sorted(i.world_size for i in _join_together(a, b)) == [2, 2]
+
+    up.stop()
+    time.sleep(window_s + 2)  # every heartbeat in the store is now older than the window
+    up.start()
+    assert a.num_nodes_waiting() == 0 == b.num_nodes_waiting()  # nobody dropped
+    time.sleep(window_s)  # past the window: the heartbeats sent since keep both
+    assert a.num_nodes_waiting() == 0 == b.num_nodes_waiting()
+
+    c = rendezvous_handler_registry.create_handler(params)
+    results: dict[str, RendezvousInfo] = {}
+    joiner = threading.Thread(target=lambda: results.update(c=c.next_rendezvous()))
+    joiner.start()
+    deadline = time.monotonic() + 60
+    while a.num_nodes_waiting() == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert a.num_nodes_waiting() == 1 and "c" not in results  # c waits for the running pair
+    infos = _join_together(a, b)  # what both agents do on seeing it: restart and rejoin
+    joiner.join(timeout=60)
+    assert sorted(i.world_size for i in [*infos, results["c"]]) == [3, 3, 3]
+    assert sorted(i.rank for i in [*infos, results["c"]]) == [0, 1, 2]
+
+    a._stop_heartbeats()  # a's heartbeats lapse with the store up (a stalled agent)
+    time.sleep(window_s + 1.5)
+    assert a.num_nodes_waiting() >= 1  # torch's handler answered 0 and trained on
+    assert b.num_nodes_waiting() == 0
+    for handler in (a, b, c):
+        handler.shutdown()
 
 
 @pytest.mark.parametrize("backend", [rz.ETCD_FT, rz.ETCD_V2_FT])
