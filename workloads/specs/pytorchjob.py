@@ -148,7 +148,7 @@ def rdzv_conf(s: JobSettings) -> list[tuple[str, str]]:
     """rdzvConf (PET_RDZV_CONF): the job's options, plus the etcd outage budget on an etcd
     backend (``store_outage_timeout``, ``training.rendezvous``; c10d has no such key)."""
     conf = list(s.rdzv_conf)
-    if s.uses_etcd and all(k != "store_outage_timeout" for k, _ in conf):
+    if s.uses_etcd:
         conf.append(("store_outage_timeout", str(s.store_outage_timeout_s)))
     return conf
 

@@ -106,7 +106,8 @@ class JobSettings:
     rdzv_port: int = 0
     """Rendezvous port; 0 = 2379 (etcd*) or 29400 (c10d)."""
     rdzv_conf: tuple[tuple[str, str], ...] = (("last_call_timeout", "5"),)
-    """Extra rendezvous options (PET_RDZV_CONF); last_call_timeout=5 re-forms faster."""
+    """Extra rendezvous options (PET_RDZV_CONF); last_call_timeout=5 re-forms faster. Not
+    ``store_outage_timeout``: that one is ``store_outage_timeout_s``."""
     store_outage_timeout_s: int = STORE_OUTAGE_TIMEOUT_S
     """etcd backends: seconds etcd may be unreachable before the agents give up (rendered as
     ``store_outage_timeout`` in rdzvConf, read by ``training.rendezvous``)."""
@@ -185,6 +186,16 @@ class JobSettings:
             raise ValueError(
                 f"job.store_outage_timeout_s: {self.store_outage_timeout_s} must be >= 1"
             )
+        for key, value in self.rdzv_conf:
+            # The operator joins the entries as k=v,k=v (PET_RDZV_CONF, training-operator v1.9
+            # elastic.go generateEnvRDZVConf); torchrun splits on "," then on the first "="
+            # (torch/distributed/elastic/rendezvous/utils.py, _parse_rendezvous_config).
+            if not key or any(c in key for c in ",= ") or "," in value:
+                raise ValueError(f"job.rdzv_conf: {key}={value!r} cannot be passed as k=v,k=v")
+            if key == "store_outage_timeout":
+                raise ValueError(
+                    "job.rdzv_conf: store_outage_timeout is set by job.store_outage_timeout_s"
+                )
         if self.nproc_per_node is not None and self.nproc_per_node < 1:
             raise ValueError(f"job.nproc_per_node: {self.nproc_per_node} must be >= 1")
         for arg in self.train_args:
