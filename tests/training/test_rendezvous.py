@@ -8,7 +8,9 @@ handler object, no torchrun: torch's ``etcd`` handler raises on the first poll o
 ``etcd-ft`` answers 0 and closes nothing, then raises past ``store_outage_timeout``; ``etcd-v2-ft``
 waits an outage out; the run directory cannot expire under a running job (etcd 3.5 cannot
 refresh a directory's TTL); after a wiped data dir a new round is announced to the running
-agent and both join it. Nothing is mocked; waits are lower bounds, never asserted durations.
+agent and both join it; etcd-v2-ft members outlive an outage longer than torch's heartbeat
+window (else a second world forms beside the running one); a bad budget stops the launcher in
+one line. Nothing is mocked; waits are lower bounds, never asserted durations.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from torch.distributed.elastic.rendezvous import (
 )
 from torch.distributed.elastic.rendezvous import etcd_rendezvous as torch_etcd
 
+from training import launch
 from training import rendezvous as rz
 from workloads.localrun.etcd_server import LocalEtcd
 from workloads.specs.settings import STORE_OUTAGE_TIMEOUT_S, TOLERANT_RDZV_BACKENDS
@@ -86,6 +89,21 @@ def test_names_are_the_ones_the_spec_selects() -> None:
         rz.outage_budget(
             RendezvousParameters("etcd-ft", "h:1", "r", 1, 1, store_outage_timeout="soon")
         )
+
+
+def test_launcher_refuses_a_bad_budget_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad budget in PET_RDZV_CONF (where the operator puts rdzvConf) stops the launcher with
+    one line and status 2 before any rendezvous; torchrun alone printed the handler's traceback."""
+    monkeypatch.setenv("PET_RDZV_CONF", "last_call_timeout=5,store_outage_timeout=soon")
+    argv = ["--rdzv-backend=etcd-ft", "--rdzv-endpoint=127.0.0.1:1", "-m", "training.finetune"]
+    with pytest.raises(SystemExit) as stop:
+        launch.main(argv)
+    assert stop.value.code == launch.BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "store_outage_timeout='soon'" in err
+    assert launch.check_rdzv_conf(["--rdzv-backend=c10d", "-m", "x"]) is None  # not ours
 
 
 def test_etcd_ft_carries_on_through_an_outage_and_gives_up_past_the_budget(up: LocalEtcd) -> None:
