@@ -12,8 +12,8 @@ Invariants the builder keeps (and the tests assert):
   is absent (``torch/distributed/argparse_util.py``, ``env``), so the flag selects the handler
   that survives an etcd restart (docs/adr/0005-rendezvous-backend.md);
 - ``rdzvId`` is unique per job generation: ``<name>-g<generation>-<hash of the settings>``, so
-  a resubmitted job never meets the closed rendezvous of its predecessor (closed ids stay closed
-  for 7200 s in etcd);
+  a resubmitted job never meets the closed rendezvous of its predecessor (a closed id stays
+  closed: for good on ``etcd-ft``, whose run directory has no TTL; two hours on ``etcd-v2-ft``);
 - GPUs and EFA devices come from the instance catalog, FI_* only where the type needs them,
   NCCL_NET=OFI on every EFA type (a broken OFI plugin fails the job instead of falling back);
 - the Hugging Face token reaches the pod only through a ``secretKeyRef``, required (not
