@@ -221,11 +221,17 @@ def test_etcd_v2_ft_waits_an_outage_out_and_gives_up_past_the_budget(
 
     handler.outage.budget_s = 60.0  # first an outage shorter than the budget
     up.stop()
-    restart = threading.Timer(1.5, up.start)
-    restart.start()
     time.sleep(1.1)  # past the state holder's 1 s cache: the next poll reads the store
-    assert handler.num_nodes_waiting() == 0  # blocked while etcd was away, then answered
-    restart.join()
+    answers: list[int] = []
+    poll = threading.Thread(target=lambda: answers.append(handler.num_nodes_waiting()))
+    poll.start()
+    deadline = time.monotonic() + 30
+    while not handler.outage.down and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert handler.outage.down and poll.is_alive()  # the poll waits while etcd is away
+    up.start()
+    poll.join(timeout=60)
+    assert answers == [0]  # then answers "no change"; torch's handler raised at once
     assert handler.outage.outages == 1 and not handler.outage.down
 
     handler.outage.budget_s = BUDGET_S
