@@ -31,10 +31,12 @@ What these handlers do differently, within an outage budget (``rdzv_conf``
   outage longer than that window), and an agent whose own membership lapsed anyway reports a
   change, so it rejoins instead of training on beside a new world. A wiped store reads as no
   state, which the dynamic rendezvous already handles.
-- Both: an agent that gave up on its store does not close the rendezvous on its way out (the
-  launcher's ``shutdown()``), so the pod restarted by ``restartPolicy: OnFailure`` can rejoin
-  the same rendezvous once etcd is back, instead of meeting ``RendezvousClosedError``; and an
-  agent started while etcd is away waits for it (same budget) instead of failing at once.
+- Both: an agent that gave up on its store, or dies of a store error outside these paths (the
+  rank keys written on the rendezvous ``EtcdStore`` right after a round), does not close the
+  rendezvous on its way out (the launcher's ``shutdown()``), so the pod restarted by
+  ``restartPolicy: OnFailure`` can rejoin the same rendezvous once etcd is back, instead of
+  meeting ``RendezvousClosedError``; and an agent started while etcd is away waits for it
+  (same budget) instead of failing at once.
 
 torch refuses to register a second creator under ``etcd`` (``RendezvousHandlerRegistry.register``),
 hence the new names; ``training.launch`` registers them and runs torchrun.
@@ -53,6 +55,7 @@ import contextlib
 import json
 import logging
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -322,15 +325,39 @@ class TolerantEtcdHandler(EtcdRendezvousHandler):
         return 0
 
     def shutdown(self) -> bool:
-        if self.outage.gave_up:
-            log.warning(
-                "not closing rendezvous %s: its store was unreachable past %s (a restarted pod "
-                "rejoins it)",
-                self.get_run_id(),
-                OUTAGE_KEY,
-            )
+        if _keep_open(self.get_run_id(), self.outage):
             return False
         return bool(super().shutdown())
+
+
+def _store_failure() -> BaseException | None:
+    """The store error behind the exception being raised right now, if any. The launcher calls
+    ``shutdown()`` from a ``finally`` (torch ``launcher/api.py``, ``launch_agent``), so an agent
+    dying of an etcd error outside the tolerant paths (the rank assignment and bootstrap keys on
+    the rendezvous ``EtcdStore`` right after a round, for instance) shows up here."""
+    err = sys.exc_info()[1]
+    for _ in range(8):  # the cause chain, bounded
+        if err is None:
+            return None
+        if isinstance(err, (*STORE_ERRORS, etcd.EtcdException, RendezvousConnectionError)):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _keep_open(run_id: str, outage: StoreOutage | None) -> bool:
+    """Whether ``shutdown()`` must leave the rendezvous open: the agent gave up on its store, or
+    is dying of a store error. Closing would turn every restarted pod away
+    (``RendezvousClosedError``) once etcd answers; left open, they rejoin."""
+    failure = _store_failure()
+    if outage is not None and outage.gave_up:
+        reason = f"its store was unreachable past {OUTAGE_KEY}"
+    elif failure is not None:
+        reason = f"the agent is failing on its store ({type(failure).__name__}: {failure})"
+    else:
+        return False
+    log.warning("not closing rendezvous %s: %s; a restarted pod rejoins it", run_id, reason)
+    return True
 
 
 def _reach_store(outage: StoreOutage, connect: Callable[[], T]) -> T:
@@ -456,14 +483,8 @@ class TolerantDynamicHandler(DynamicRendezvousHandler):
         return max(waiting, 1)
 
     def shutdown(self) -> bool:
-        if self.outage is not None and self.outage.gave_up:
+        if _keep_open(self.get_run_id(), self.outage):
             self._stop_heartbeats()
-            log.warning(
-                "not closing rendezvous %s: its store was unreachable past %s (a restarted pod "
-                "rejoins it)",
-                self.get_run_id(),
-                OUTAGE_KEY,
-            )
             return False
         return super().shutdown()
 

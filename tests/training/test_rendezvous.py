@@ -294,6 +294,34 @@ def test_etcd_v2_ft_members_outlive_an_outage_longer_than_the_heartbeat_window(
 
 
 @pytest.mark.parametrize("backend", [rz.ETCD_FT, rz.ETCD_V2_FT])
+def test_an_agent_dying_of_a_store_error_leaves_the_rendezvous_open(
+    up: LocalEtcd, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after a round the agent writes and reads its rank keys on the rendezvous EtcdStore
+    (``_assign_worker_ranks``), outside any tolerant path: an outage there raises out of
+    ``agent.run()`` and the launcher's ``finally`` calls ``shutdown()``, which closed the run
+    once etcd answered (etcd-v2-ft's close even waited for it). The restarted pod then met
+    ``RendezvousClosedError``. Here the run stays open, and a shutdown without an error still
+    closes it."""
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # as the spec sets it
+    rz.register()
+    params = _params(up.endpoint, backend)
+    params.config["store_outage_timeout"] = "60"
+    handler = rendezvous_handler_registry.create_handler(params)
+    store = handler.next_rendezvous().store
+    up.stop()
+    closed = None
+    with pytest.raises(etcd.EtcdException):
+        try:  # launch_agent's shape: the agent's exception, shutdown() in the finally
+            store.set("rank_info", "x")
+        finally:
+            up.start()  # etcd answers again by the time the launcher shuts down
+            closed = handler.shutdown()
+    assert closed is False and not handler.is_closed()  # the restarted pod can rejoin
+    assert handler.shutdown() is True and handler.is_closed()  # no error: a finished job
+
+
+@pytest.mark.parametrize("backend", [rz.ETCD_FT, rz.ETCD_V2_FT])
 def test_an_agent_started_during_an_outage_waits_for_the_store(up: LocalEtcd, backend: str) -> None:
     """A pod restarted while etcd is away: torch's handlers fail at construction (python-etcd
     asks the server for its members), the pod crash-loops through backoffLimit; ours wait."""
