@@ -345,14 +345,15 @@ def test_keep_alive_key_survives_an_outage(up: LocalEtcd) -> None:
     expires 10 s later; etcd-ft's thread retries and keeps it."""
     client = etcd.Client("127.0.0.1", up.client_port)
     key = f"/test/keepalive-{uuid.uuid4().hex[:6]}"
-    client.set(key, "x", ttl=6)
+    ttl = torch_etcd.CONST_WORKER_KEEPALIVE_TTL  # 10 s: room for a slow etcd start
+    client.set(key, "x", ttl=ttl)
     stop = threading.Event()
-    worker = threading.Thread(target=rz._renew_key, args=(client, key, 6, stop), daemon=True)
+    worker = threading.Thread(target=rz._renew_key, args=(client, key, ttl, stop), daemon=True)
     worker.start()
     up.stop()
     time.sleep(1.0)
     up.start()
-    before = client.read(key).modifiedIndex  # still there: renewed at most 3 s before the stop
+    before = client.read(key).modifiedIndex  # still there: renewed at most 5 s before the stop
     deadline = time.monotonic() + 15
     while client.read(key).modifiedIndex == before and time.monotonic() < deadline:
         time.sleep(0.2)
