@@ -389,6 +389,8 @@ class Runner:
         self._etcd_fault: threading.Thread | None = None
         """restart-etcd / lose-etcd run beside the monitor loop, which keeps reading the
         metrics meanwhile (the outage must not stop the clock that measures it)."""
+        self._stopping = threading.Event()
+        """Set by ``cleanup``: an etcd fault still waiting out ``--etcd-down`` starts nothing."""
 
     # -- setup ------------------------------------------------------------------------------
     def _prepare_dirs(self, job: JobSettings) -> None:
@@ -768,7 +770,9 @@ class Runner:
         self.etcd.stop()
         if lose:
             shutil.rmtree(self.etcd.data_dir, ignore_errors=True)
-        time.sleep(self.opts.etcd_down_s)
+        if self._stopping.wait(self.opts.etcd_down_s):
+            result.fault_note = "etcd stopped; the run ended before its start"
+            return
         try:
             self.etcd.start()
         except EtcdError as err:
@@ -788,8 +792,9 @@ class Runner:
         try:
             self._stop_pods()
         finally:
+            self._stopping.set()  # an etcd fault in its --etcd-down wait starts nothing
             if self._etcd_fault is not None:  # never stop etcd while the fault starts it
-                self._etcd_fault.join(timeout=60)
+                self._etcd_fault.join(timeout=30)  # LocalEtcd.start waits 20 s at most
             for f in self._log_files:
                 f.close()
             self._log_files.clear()
