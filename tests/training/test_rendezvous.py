@@ -251,14 +251,16 @@ def test_etcd_v2_ft_members_outlive_an_outage_longer_than_the_heartbeat_window(
     """torch drops every node whose heartbeat is older than keep_alive_interval x
     keep_alive_max_attempt (4 s here, 15 s by default) at each read of the state; nobody can
     heartbeat while etcd is away, so after a longer outage the running agents dropped
-    themselves, stopped heartbeating and never noticed: a node arriving next formed a world of
-    size 1 beside the running one of size 2. Here the two members stay members, the newcomer
-    waits and is announced (num_nodes_waiting 1), and all three form one world of 3; a member
-    whose own heartbeats do lapse reports a change, so its agent rejoins."""
+    themselves, stopped heartbeating and never noticed a node arriving next (with min_nodes 1
+    it formed a world of size 1 beside the running one of size 2, measured). Here the two
+    members stay members, the newcomer waits and is announced (num_nodes_waiting 1), and all
+    three form one world of 3; a member whose own heartbeats do lapse reports a change, so its
+    agent rejoins. min_nodes 2 keeps the first round from completing with one node on a slow
+    machine."""
     monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # as the spec sets it
     rz.register()
     params = _params(up.endpoint, rz.ETCD_V2_FT)
-    params.min_nodes, params.max_nodes = 1, 3
+    params.min_nodes, params.max_nodes = 2, 3
     params.config.update(keep_alive_interval=1, keep_alive_max_attempt=4, store_outage_timeout=60)
     window_s = 4.0
     a, b = (rendezvous_handler_registry.create_handler(params) for _ in range(2))
