@@ -1,16 +1,11 @@
 """Run-wide sharing of expensive fixtures across pytest-xdist workers (``make test``).
 
-``make test`` runs the suite on two workers (``pytest -n 2 --dist loadgroup``): most slow tests
-wait (on Prometheus scrapes, etcd, paced fake jobs, restarts) as much as they compute, so two
-workers keep both cores busy. Two rules keep that correct and cheap:
-
-- **An expensive fixture is computed once for the whole run**, not once per worker:
-  :func:`once` computes it under a file lock in the directory all workers share and hands the
-  others its pickled result (the pattern of pytest-xdist's documentation, "Making
-  session-scoped fixtures execute only once").
-- **Tests that share a module- or session-scoped fixture which cannot be shared through a file**
-  carry ``pytest.mark.xdist_group``: ``--dist loadgroup`` sends a group to one worker (the
-  training runs of ``tests/training/conftest.py``, and modules with a module fixture).
+``make test`` runs the suite on two pytest-xdist workers (see ``tests/conftest.py``). A
+session fixture that is expensive to build (a multi-process training launch, a local run, a
+checkov scan) would otherwise run once per worker: :func:`once` builds it under a file lock in
+the folder all workers share and hands the others its pickled result (the pattern of
+pytest-xdist's documentation, "Making session-scoped fixtures execute only once"). Without
+xdist it is a plain cache in the run's base temp folder.
 
 If this file breaks, a parallel run computes the shared runs twice (slower, still correct) or a
 test reads another worker's half-written result (a failure naming the fixture).

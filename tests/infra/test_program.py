@@ -26,9 +26,6 @@ from infra.cluster import NODE_POLICY_ARNS
 from infra.config import ConfigError, load_stack_file
 from tests.pulumi_mocks import ProgramRun, RecordedResource, run_program
 
-# one worker builds the module fixture once (make test runs pytest-xdist, --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("infra-program")
-
 STACKS = ("dev", "p4de-odcr", "p5-16")
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 NG = "aws:eks/nodeGroup:NodeGroup"

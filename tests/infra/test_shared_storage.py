@@ -26,9 +26,6 @@ from infra.config import load_stack_file
 from infra.shared_storage import LUSTRE_PORTS, SharedStorageArgs
 from tests.pulumi_mocks import ProgramRun, RecordedResource, run_program, stack_config
 
-# one worker builds the module fixture once (make test runs pytest-xdist, --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("shared-storage")
-
 FSX_STACKS = ("p4de-odcr", "p5-16")
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 ADDON = "aws:eks/addon:Addon"

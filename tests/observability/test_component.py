@@ -22,9 +22,6 @@ from tests.pulumi_mocks import run_program
 from workloads.observability import OUTPUT_KEY, TYPE_TOKEN, ObservabilityArgs
 from workloads.specs import observability as spec
 
-# one worker builds the module fixture once (make test runs pytest-xdist, --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("observability-component")
-
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
 PROGRAM = textwrap.dedent(

@@ -488,9 +488,6 @@ import grpc
 from google.protobuf import empty_pb2, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
-# one worker builds the module fixture once (make test runs pytest-xdist, --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("policy-pack")
-
 pack = subprocess.Popen([sys.executable, "policy"], stdout=subprocess.PIPE, text=True)
 try:
     port = int(pack.stdout.readline().strip())  # the engine reads the port the same way

@@ -28,9 +28,6 @@ from workloads.specs.image import CACHE_TAG, content_tag, repository_name
 from workloads.specs.settings import EtcdSettings, JobSettings, from_stack
 from workloads.training_operator import MANIFEST_DIR
 
-# one worker builds the module fixture once (make test runs pytest-xdist, --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("workload-components")
-
 TOKEN = "hf_mock_secret_token_0123456789"
 REGISTRY = f"{pm.ACCOUNT}.dkr.ecr.us-west-2.amazonaws.com"
 DIGEST = "sha256:" + "ab" * 32
