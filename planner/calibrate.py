@@ -6,12 +6,14 @@
 
 Two steps, both against the catalog's data-sheet figures of the instance type:
 
-1. **The hardware, from the preflight** (``training.preflight``'s JSON): the network and
-   NVLink efficiencies are the measured busbw at the largest size over the catalog's GB/s (the
-   same ratio ``planner.timing.ring_link`` multiplies by); the per-hop latencies are what the
-   smallest size's time leaves after its bandwidth term, per ring step; the GEMM efficiency
-   starts as measured matmul TFLOP/s over the peak, attention keeps its default ratio to GEMM,
-   and the HBM efficiency is the measured copy bandwidth over the generation's HBM figure.
+1. **The hardware, from the preflight** (``training.preflight``'s JSON): every collective
+   (all-gather, reduce-scatter, all-reduce) on every link is fitted to the ring model over all
+   its sizes (``_alpha_beta``); the network and NVLink efficiencies are the all-gather's busbw
+   over the catalog's GB/s (the ratio ``planner.timing.ring_link`` multiplies by), with its
+   per-hop latency, and the other two ops are kept as ratios to it (gloo's reduce-scatter is
+   an all-reduce in disguise); the GEMM efficiency starts as measured matmul TFLOP/s over the
+   peak, attention keeps its default ratio to GEMM, and the HBM efficiency is the measured
+   copy bandwidth over the generation's HBM figure.
 2. **The software, from the run** (``metrics.jsonl``): the median step of the run (the first
    step, with its one-off costs, left out) is split into what the planner predicts for
    communication (with step 1's figures) and compute; every compute efficiency is scaled by
