@@ -199,8 +199,9 @@ def collective_time(op: str, nbytes: float, ranks: int, link: Link) -> float:
 def scalar_all_reduce_time(ranks: int, link: Link) -> float:
     """Seconds of an all-reduce of a few bytes: latency only, down and up a tree.
 
-    NCCL picks its tree algorithm for small all-reduces (2 log2 n hops rather than a ring's
-    2(n-1)); at 2 ranks both are 2 hops, which is what gloo's ring does there.
+    Across nodes NCCL's tuner picks its tree algorithm for small all-reduces (about 2 log2 n
+    hops rather than a ring's 2(n-1)); at 2 ranks both are 2 hops, which is what gloo's ring
+    does there.
     """
     if ranks <= 1:
         return 0.0
