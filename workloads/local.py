@@ -12,8 +12,9 @@ Faults rehearse what happens on the cluster:
 ``kill-worker@K``      SIGKILL the training process of worker 1 at step K (torchrun restarts it),
 ``kill-node@K``        SIGKILL worker 1's whole pod (agent included) at step K, never replaced,
 ``kill-in-checkpoint@K`` freeze then kill worker 1 while checkpoint K is being written,
-``restart-etcd@K``     stop etcd at step K and start it again on the same data,
-``lose-etcd@K``        stop etcd at step K and start it again on an EMPTY data dir,
+``restart-etcd@K``     stop etcd at step K and start it again on the same data
+                       (``--etcd-down`` seconds later),
+``lose-etcd@K``        the same, on an EMPTY data dir,
 ``preempt-node@K``     SIGTERM to worker 1's pod (its torchrun agent, the container's PID 1), as
                        the kubelet does on a spot/capacity-block reclaim or a ``kubectl delete``;
                        SIGKILL after the pod's grace period; the operator's replacement pod
@@ -40,6 +41,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +71,8 @@ FAULT_POD = 1
 """Index of the worker pod faults hit by default (worker 0 hosts the c10d store)."""
 REPLACEMENT_DELAY_S = 10.0
 """preempt-node: seconds between the old pod's end and its replacement's start."""
+ETCD_DOWN_S = 1.0
+"""restart-etcd / lose-etcd: seconds between etcd's stop and its start."""
 STOP_WAIT_S = 4.0
 """Cleanup: seconds between SIGTERM to every pod and SIGKILL to whatever is left."""
 _RESUMED = re.compile(r"resumed from (\S+) at step (\d+)")
@@ -141,6 +145,8 @@ class LocalOptions:
     """Index of the pod the fault hits."""
     replacement_delay_s: float = REPLACEMENT_DELAY_S
     """preempt-node: seconds until the replacement pod starts after the old one is gone."""
+    etcd_down_s: float = ETCD_DOWN_S
+    """restart-etcd / lose-etcd: seconds etcd stays stopped (its start comes on top)."""
 
 
 @dataclass
@@ -380,6 +386,11 @@ class Runner:
         self._pod_args: tuple[dict[str, Any], str, list[str]] = ({}, "cpu", [])
         self._log_files: list[TextIO] = []
         self.prometheus: LocalPrometheusHook | None = None
+        self._etcd_fault: threading.Thread | None = None
+        """restart-etcd / lose-etcd run beside the monitor loop, which keeps reading the
+        metrics meanwhile (the outage must not stop the clock that measures it)."""
+        self._stopping = threading.Event()
+        """Set by ``cleanup``: an etcd fault still waiting out ``--etcd-down`` starts nothing."""
 
     # -- setup ------------------------------------------------------------------------------
     def _prepare_dirs(self, job: JobSettings) -> None:
@@ -430,10 +441,12 @@ class Runner:
 
     @staticmethod
     def pod_command(job_obj: dict[str, Any]) -> list[str]:
-        """The container command, with ``torchrun`` run by this interpreter."""
+        """The container command, with ``python`` (or ``torchrun``) run by this interpreter."""
         command = list(container(job_obj)["command"])
         if command[0] == "torchrun":
             command = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
+        elif command[0] == "python":
+            command = [sys.executable, *command[1:]]
         return command
 
     # -- run --------------------------------------------------------------------------------
@@ -740,29 +753,48 @@ class Runner:
         elif fault.kind in ("restart-etcd", "lose-etcd"):
             if self.etcd is None:
                 raise LocalRunError(f"--fault {fault.kind} needs the runner's own etcd")
-            if fault.kind == "lose-etcd":
-                t = time.monotonic()
-                self.etcd.stop()
-                import shutil
-
-                shutil.rmtree(self.etcd.data_dir, ignore_errors=True)
-                time.sleep(1.0)
-                self.etcd.start()
-                result.fault_note = (
-                    f"etcd stopped, its data dir deleted, started again empty "
-                    f"({time.monotonic() - t:.1f} s down)"
-                )
-            else:
-                down = self.etcd.restart()
-                result.fault_note = f"etcd stopped and started again ({down:.1f} s down)"
+            self._etcd_fault = threading.Thread(
+                target=self._bounce_etcd, args=(result, fault.kind == "lose-etcd"), daemon=True
+            )
+            self._etcd_fault.start()
+            result.fault_note = "etcd stopping"
         self.echo(f"fault {fault} at t={result.fault_time_s:.1f}s: {result.fault_note}")
         return True
+
+    def _bounce_etcd(self, result: RunResult, lose: bool) -> None:
+        """Stop etcd, delete its data dir when ``lose``, start it again on the same ports."""
+        import shutil
+
+        assert self.etcd is not None
+        t = time.monotonic()
+        self.etcd.stop()
+        if lose:
+            shutil.rmtree(self.etcd.data_dir, ignore_errors=True)
+        if self._stopping.wait(self.opts.etcd_down_s):
+            result.fault_note = "etcd stopped; the run ended before its start"
+            return
+        try:
+            self.etcd.start()
+        except EtcdError as err:
+            result.fault_note = f"etcd did not come back: {err}"
+            self.echo(f"  {result.fault_note}")
+            return
+        down = time.monotonic() - t
+        result.fault_note = (
+            f"etcd stopped, its data dir deleted, started again empty ({down:.1f} s down)"
+            if lose
+            else f"etcd stopped and started again ({down:.1f} s down)"
+        )
+        self.echo(f"  {result.fault_note}")
 
     def cleanup(self) -> None:
         """Stop every pod (SIGTERM, a short wait, then SIGKILL to every process) and etcd."""
         try:
             self._stop_pods()
         finally:
+            self._stopping.set()  # an etcd fault in its --etcd-down wait starts nothing
+            if self._etcd_fault is not None:  # never stop etcd while the fault starts it
+                self._etcd_fault.join(timeout=30)  # LocalEtcd.start waits 20 s at most
             for f in self._log_files:
                 f.close()
             self._log_files.clear()
@@ -882,6 +914,12 @@ def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
         default=REPLACEMENT_DELAY_S,
         help="preempt-node: seconds until the replacement pod starts (default 10)",
     )
+    parser.add_argument(
+        "--etcd-down",
+        type=float,
+        default=ETCD_DOWN_S,
+        help="restart-etcd/lose-etcd: seconds etcd stays stopped (default 1)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/local"), help="output folder")
     parser.add_argument(
         "--set",
@@ -908,6 +946,8 @@ def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
         raise LocalRunError(f"--fault-pod: {args.fault_pod} must be >= 0")
     if args.replacement_delay < 0:
         raise LocalRunError(f"--replacement-delay: {args.replacement_delay} must be >= 0")
+    if args.etcd_down < 0:
+        raise LocalRunError(f"--etcd-down: {args.etcd_down} must be >= 0")
     return LocalOptions(
         stack=args.stack,
         out=args.out,
@@ -922,6 +962,7 @@ def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
         prometheus=args.prometheus,
         fault_pod=args.fault_pod,
         replacement_delay_s=args.replacement_delay,
+        etcd_down_s=args.etcd_down,
     )
 
 

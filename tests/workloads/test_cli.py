@@ -109,6 +109,7 @@ def test_render_bad_input_is_one_line_and_status_2(
         (["--backend", "zookeeper"], "--backend"),
         (["--workers", "1", "--fault", "kill-node@3"], "--workers >= 2"),
         (["--workers", "0"], "--workers"),
+        (["--etcd-down", "-1"], "--etcd-down"),
         (["--etcd-endpoint", "nowhere"], "--etcd-endpoint"),
     ],
 )

@@ -53,7 +53,7 @@ def test_rendered_thresholds_are_the_catalog_expectations(stack: str) -> None:
     assert (expect.intra_busbw, expect.inter_busbw) == (want["intra_busbw"], want["inter_busbw"])
     assert expect.tflops == want["tflops"] and expect.mem_gbps == want["mem_gbps"]
     # the training CLI accepts the command as rendered
-    cfg_train = parse_args(flags[3:])
+    cfg_train = parse_args(pytorchjob.finetune_flags(flags))
     assert cfg_train.preflight and cfg_train.preflight_expect == arg.split("=", 1)[1]
 
 

@@ -127,11 +127,28 @@ def test_stack_training_flags_parse_with_the_training_cli(stack: str) -> None:
 # --- the PyTorchJob ---------------------------------------------------------------------------
 
 
-def test_command_is_torchrun_module_without_nnodes(stack_objects: Any) -> None:
+def test_command_is_the_launcher_without_nnodes(stack_objects: Any) -> None:
+    """torchrun via ``training.launch``; an etcd backend adds the one rendezvous flag, which
+    beats the operator's PET_RDZV_BACKEND (torch ``argparse_util.env``) while
+    ``elasticPolicy.rdzvBackend`` keeps the operator's name."""
     _, w, objs = stack_objects
     job = _job(objs)
     cmd = _container(job)["command"]
-    assert cmd[:3] == ["torchrun", "-m", "training.finetune"]
+    backend = job["spec"]["elasticPolicy"]["rdzvBackend"]
+    assert backend == w.job.rdzv_backend
+    flag = {"etcd": ["--rdzv-backend=etcd-ft"], "etcd-v2": ["--rdzv-backend=etcd-v2-ft"]}
+    assert cmd == [
+        "python",
+        "-m",
+        "training.launch",
+        *flag.get(backend, []),
+        "-m",
+        "training.finetune",
+        *pytorchjob.finetune_flags(cmd),
+    ]
+    conf = {c["key"]: c["value"] for c in job["spec"]["elasticPolicy"]["rdzvConf"]}
+    budget = str(w.job.store_outage_timeout_s) if backend in flag else None
+    assert conf.get("store_outage_timeout") == budget  # the handlers' etcd outage budget
     assert not any(a.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")) for a in cmd)
     assert "--enable_fsdp" in cmd
     # An emptyDir per pod cannot be resumed from; a shared claim (the fsx stacks) can.
@@ -430,7 +447,7 @@ def test_operator_env_is_what_torchrun_reads() -> None:
         "PET_NNODES": "2:4",
         "PET_MAX_RESTARTS": "3",
         "PET_RDZV_ID": pytorchjob.rdzv_id(_settings(generation=3)),
-        "PET_RDZV_CONF": "last_call_timeout=5",
+        "PET_RDZV_CONF": "last_call_timeout=5,store_outage_timeout=300",
         "PET_NPROC_PER_NODE": "8",
     }
 
@@ -571,6 +588,9 @@ def test_debug_daemonsets_tolerate_gpus_and_see_host_processes(stack_objects: An
         ({"rdzv_backend": "zookeeper"}, "job.rdzv_backend"),
         ({"instance_type": "p9.huge"}, "job.instance_type"),
         ({"generation": 0}, "job.generation"),
+        ({"store_outage_timeout_s": 0}, "job.store_outage_timeout_s"),
+        ({"rdzv_conf": (("store_outage_timeout", "60"),)}, "job.rdzv_conf"),
+        ({"rdzv_conf": (("timeout", "1,2"),)}, "job.rdzv_conf"),
         ({"train_args": ("model=x",)}, "job.extra_args"),
         ({"metrics_port": 70000}, "job.metrics_port"),
     ],

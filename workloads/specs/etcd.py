@@ -7,11 +7,12 @@ The pod is confined: it runs as nobody (65534, which also owns the data volume t
 ``fsGroup``), read-only root file system, no capabilities, no privilege escalation,
 RuntimeDefault seccomp and no service-account token (etcd calls no Kubernetes API).
 
-An etcd restart fails a job on the ``etcd``/``etcd-v2`` backends (measured with the local
-runner, docs/adr/0005-rendezvous-backend.md), so while a job uses it the pod is protected from
-voluntary disruption: a PodDisruptionBudget with ``minAvailable: 1`` makes ``kubectl drain``
-and managed node-group upgrades wait instead of evicting it, and a PriorityClass above the
-default keeps the scheduler from preempting it for other pods.
+The job's rendezvous handlers (``etcd-ft``/``etcd-v2-ft``, docs/adr/0005-rendezvous-backend.md)
+carry a running job through an etcd outage up to their ``store_outage_timeout`` (300 s); longer
+ones cost every pod a restart. So while a job uses it the pod is still protected from voluntary
+disruption: a PodDisruptionBudget with ``minAvailable: 1`` makes ``kubectl drain`` and managed
+node-group upgrades wait instead of evicting it, and a PriorityClass above the default keeps the
+scheduler from preempting it for other pods.
 """
 
 from __future__ import annotations

@@ -1,12 +1,19 @@
 """The PyTorchJob (``kubeflow.org/v1``), built with the kubeflow-training SDK's typed models.
 
 Invariants the builder keeps (and the tests assert):
-- the command is ``torchrun -m training.finetune <flags>`` with **no** ``--nnodes`` or
-  ``--nproc_per_node``: the operator injects PET_NNODES=min:max and PET_NPROC_PER_NODE, and an
-  explicit flag would silently override the elastic range;
+- the command is ``python -m training.launch [--rdzv-backend=etcd-ft|etcd-v2-ft] -m
+  training.finetune <flags>`` (torchrun with the project's store-tolerant rendezvous handlers,
+  ``training/launch.py``) with **no** ``--nnodes`` or ``--nproc_per_node``: the operator injects
+  PET_NNODES=min:max and PET_NPROC_PER_NODE, and an explicit flag would silently override the
+  elastic range. ``--rdzv-backend`` is the one explicit rendezvous flag: ``elasticPolicy.rdzvBackend``
+  stays the operator's ``etcd``/``etcd-v2`` (training-operator v1.9 ``ElasticPolicy.RDZVBackend``
+  is a plain string the operator copies into PET_RDZV_BACKEND, ``pkg/controller.v1/pytorch/
+  elastic.go``, ``generateEnvBackend``), and torchrun reads PET_RDZV_BACKEND only when the flag
+  is absent (``torch/distributed/argparse_util.py``, ``env``), so the flag selects the handler
+  that survives an etcd restart (docs/adr/0005-rendezvous-backend.md);
 - ``rdzvId`` is unique per job generation: ``<name>-g<generation>-<hash of the settings>``, so
-  a resubmitted job never meets the closed rendezvous of its predecessor (closed ids stay closed
-  for 7200 s in etcd);
+  a resubmitted job never meets the closed rendezvous of its predecessor (a closed id stays
+  closed: for good on ``etcd-ft``, whose run directory has no TTL; two hours on ``etcd-v2-ft``);
 - GPUs and EFA devices come from the instance catalog, FI_* only where the type needs them,
   NCCL_NET=OFI on every EFA type (a broken OFI plugin fails the job instead of falling back);
 - the Hugging Face token reaches the pod only through a ``secretKeyRef``, required (not
@@ -46,7 +53,14 @@ from infra.instances import lookup
 from workloads.specs.common import K8sObject, labels, stable_hash, tolerations
 from workloads.specs.preemption import PreemptionBudget, backoff_limit, preemption_budget
 from workloads.specs.prometheus_files import training_pod_annotations
-from workloads.specs.settings import C10D_PORT, ETCD_CLIENT_PORT, HF_TOKEN_KEY, JobSettings
+from workloads.specs.settings import (
+    C10D_PORT,
+    ETCD_CLIENT_PORT,
+    HF_TOKEN_KEY,
+    LAUNCHER,
+    TOLERANT_RDZV_BACKENDS,
+    JobSettings,
+)
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
@@ -130,6 +144,15 @@ def rdzv_endpoint(s: JobSettings, etcd_host: str) -> tuple[str, int]:
     return host, port
 
 
+def rdzv_conf(s: JobSettings) -> list[tuple[str, str]]:
+    """rdzvConf (PET_RDZV_CONF): the job's options, plus the etcd outage budget on an etcd
+    backend (``store_outage_timeout``, ``training.rendezvous``; c10d has no such key)."""
+    conf = list(s.rdzv_conf)
+    if s.uses_etcd:
+        conf.append(("store_outage_timeout", str(s.store_outage_timeout_s)))
+    return conf
+
+
 def rdzv_id(s: JobSettings) -> str:
     """``<name>-g<generation>-<8 hex>``: changes with the generation and with any setting."""
     if s.rdzv_id:
@@ -211,9 +234,12 @@ def _budget_flags(s: JobSettings) -> list[str]:
 
 
 def train_command(s: JobSettings) -> list[str]:
-    """The container command: torchrun (configured by PET_* env) running the fine-tune."""
+    """The container command: torchrun (configured by PET_* env, with the store-tolerant
+    handler for an etcd backend) running the fine-tune."""
+    tolerant = TOLERANT_RDZV_BACKENDS.get(s.rdzv_backend)
     return [
-        "torchrun",
+        *LAUNCHER,
+        *([f"--rdzv-backend={tolerant}"] if tolerant else []),
         "-m",
         "training.finetune",
         *s.train_args,
@@ -226,6 +252,12 @@ def train_command(s: JobSettings) -> list[str]:
         *(["--preflight"] if s.preflight_expect is not None else []),
         *([f"--preflight_expect={s.preflight_expect}"] if s.preflight_expect else []),
     ]
+
+
+def finetune_flags(command: list[str]) -> list[str]:
+    """The ``training.finetune`` flags of a container command (what follows ``-m
+    training.finetune``)."""
+    return command[command.index("training.finetune") + 1 :]
 
 
 def container_env(s: JobSettings) -> list[k8s.V1EnvVar]:
@@ -386,7 +418,7 @@ def pytorchjob_model(s: JobSettings, etcd_host: str) -> kf.KubeflowOrgV1PyTorchJ
         rdzv_host=host,
         rdzv_port=port,
         rdzv_id=rdzv_id(s),
-        rdzv_conf=[kf.KubeflowOrgV1RDZVConf(key=k, value=v) for k, v in s.rdzv_conf] or None,
+        rdzv_conf=[kf.KubeflowOrgV1RDZVConf(key=k, value=v) for k, v in rdzv_conf(s)] or None,
         min_replicas=s.min_workers,
         max_replicas=s.workers,
         max_restarts=s.max_restarts,

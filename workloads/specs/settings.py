@@ -22,6 +22,14 @@ from workloads.specs.storage import CheckpointVolumeSettings
 
 RDZV_BACKENDS = ("etcd", "etcd-v2", "c10d")
 """Rendezvous backends the training operator and torchrun accept."""
+TOLERANT_RDZV_BACKENDS = {"etcd": "etcd-ft", "etcd-v2": "etcd-v2-ft"}
+"""The operator's etcd backend -> the handler the command selects instead (``--rdzv-backend``):
+the same rendezvous, surviving an etcd outage (``training.rendezvous``, docs/adr/0005). Equal to
+``training.rendezvous.TOLERANT_BACKENDS`` (a test checks; specs import no torch)."""
+STORE_OUTAGE_TIMEOUT_S = 300
+"""Default etcd outage budget (``training.rendezvous.DEFAULT_STORE_OUTAGE_TIMEOUT_S``)."""
+LAUNCHER = ("python", "-m", "training.launch")
+"""torchrun with the project's rendezvous handlers registered (``training/launch.py``)."""
 ETCD_CLIENT_PORT = 2379
 C10D_PORT = 29400
 CHECKPOINT_MOUNT = "/checkpoints"
@@ -98,7 +106,11 @@ class JobSettings:
     rdzv_port: int = 0
     """Rendezvous port; 0 = 2379 (etcd*) or 29400 (c10d)."""
     rdzv_conf: tuple[tuple[str, str], ...] = (("last_call_timeout", "5"),)
-    """Extra rendezvous options (PET_RDZV_CONF); last_call_timeout=5 re-forms faster."""
+    """Extra rendezvous options (PET_RDZV_CONF); last_call_timeout=5 re-forms faster. Not
+    ``store_outage_timeout``: that one is ``store_outage_timeout_s``."""
+    store_outage_timeout_s: int = STORE_OUTAGE_TIMEOUT_S
+    """etcd backends: seconds etcd may be unreachable before the agents give up (rendered as
+    ``store_outage_timeout`` in rdzvConf, read by ``training.rendezvous``)."""
     generation: int = 1
     """Submission counter; bump it to resubmit an unchanged job (fresh rendezvous id)."""
     train_args: tuple[str, ...] = ()
@@ -170,6 +182,20 @@ class JobSettings:
             )
         if self.generation < 1:
             raise ValueError(f"job.generation: {self.generation} must be >= 1")
+        if self.store_outage_timeout_s < 1:
+            raise ValueError(
+                f"job.store_outage_timeout_s: {self.store_outage_timeout_s} must be >= 1"
+            )
+        for key, value in self.rdzv_conf:
+            # The operator joins the entries as k=v,k=v (PET_RDZV_CONF, training-operator v1.9
+            # elastic.go generateEnvRDZVConf); torchrun splits on "," then on the first "="
+            # (torch/distributed/elastic/rendezvous/utils.py, _parse_rendezvous_config).
+            if not key or any(c in key for c in ",= ") or "," in value:
+                raise ValueError(f"job.rdzv_conf: {key}={value!r} cannot be passed as k=v,k=v")
+            if key == "store_outage_timeout":
+                raise ValueError(
+                    "job.rdzv_conf: store_outage_timeout is set by job.store_outage_timeout_s"
+                )
         if self.nproc_per_node is not None and self.nproc_per_node < 1:
             raise ValueError(f"job.nproc_per_node: {self.nproc_per_node} must be >= 1")
         for arg in self.train_args:

@@ -43,7 +43,7 @@ def check_train_flags(w: Workloads) -> None:
     """
     from training.config import ConfigError, parse_args
 
-    flags = pytorchjob.train_command(w.job)[3:]
+    flags = pytorchjob.finetune_flags(pytorchjob.train_command(w.job))
     try:
         parse_args(flags)
     except ConfigError as err:
