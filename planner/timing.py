@@ -6,7 +6,8 @@ comm    = ring collectives: bytes x (n-1)/n / bus bandwidth + (n-1) x hop latenc
           op's own figures (all-gather, reduce-scatter, all-reduce), over the FSDP2 units the
           training package builds (``fsdp_units``) plus the step's few scalar all-reduces
 exposed = on a GPU: comm that does not fit under the compute of the unit it is prefetched for
-          (per layer, forward and backward separately) + the unoverlappable edge units' traffic
+          (per layer, forward and backward separately) + the edge units' forward gathers and
+          reduce-scatters (the embedding's backward gather is prefetched under layer 0)
           + the SM share NCCL steals from overlapped compute; on a CPU (gloo) all of it, since
           every collective blocks the thread that computes.
 """
@@ -218,7 +219,8 @@ class Unit:
     """All-gathers per micro-batch: 2 when resharded after forward (backward gathers it
     again), 1 when kept."""
     edge: bool
-    """Embedding / head: nothing to hide its traffic behind (exposed on a GPU too)."""
+    """Embedding / head: its forward gather and reduce-scatter have nothing to hide behind
+    (exposed on a GPU too); the embedding's backward gather is prefetched under layer 0."""
 
 
 def fsdp_units(shape: ModelShape, reshard_after_forward: bool) -> list[Unit]:
@@ -306,8 +308,18 @@ def comm_time(
         )
         totals[shard_link.name] += ag + ag_bwd + rs
         totals[replica_link.name] += ar
-        if u.edge or not gen.overlaps_comm:  # nothing to hide behind, or a blocking backend
+        if not gen.overlaps_comm:  # a blocking backend: every collective waits
             exposed += ag + ag_bwd + rs + ar
+            continue
+        if u.edge:
+            # The first all-gather of forward and the last reduce-scatter of backward have
+            # nothing beside them (kept exposed for [norm, lm_head] too, as for the old root
+            # unit). The embedding's backward all-gather, though, is prefetched by layer 0's
+            # backward (training.parallelize._set_prefetch; FSDPParamGroup.pre_backward
+            # unshards on the all-gather stream), so it hides under one layer's backward.
+            hidden = min(ag_bwd, bwd_layer)
+            exposed += ag + rs + ar + ag_bwd - hidden
+            overlapped += hidden
             continue
         fwd_excess = max(0.0, ag - fwd_layer)
         bwd_excess = max(0.0, ag_bwd + rs + ar - bwd_layer)

@@ -236,3 +236,14 @@ def test_accumulation_all_reduces_across_replicas_on_the_last_micro_batch_only()
     quiet_s = comp.total_s + quiet.exposed_s + quiet.interference_s
     assert four.step_time_s == pytest.approx(one.step_time_s + 3 * quiet_s)
     assert four.step_time_s < 4 * one.step_time_s
+
+
+def test_backward_gathers_hide_under_compute_on_a_gpu() -> None:
+    """FULL_SHARD's extra backward all-gathers (every layer's and the embedding's, the latter
+    prefetched by layer 0's backward: training.parallelize._set_prefetch) run beside compute
+    on CUDA streams: when a layer's backward outlasts them, FULL_SHARD exposes exactly what
+    SHARD_GRAD_OP does, while moving more bytes."""
+    full = predict(_inp(), 2)
+    sgo = predict(_inp(strategy="SHARD_GRAD_OP"), 2)
+    assert full.comm.total_s > sgo.comm.total_s
+    assert full.comm.exposed_s == pytest.approx(sgo.comm.exposed_s, rel=1e-9)
