@@ -163,6 +163,10 @@ class Assumptions:
     """Scalar all-reduces over the world per optimizer step (training.finetune.Trainer.train_step):
     the global gradient norm (clip_grads, DTensor.full_tensor), the loss sum and the
     stop/checkpoint vote. Latency only; they matter on gloo, where each blocks the step."""
+    host_step_all_reduces: int = 1
+    """Of those, the ones on CPU tensors over gloo even in a CUDA job (the vote,
+    ``Trainer._vote``): the CPU waits while the GPU runs the queued step on, so a GPU's step
+    does not wait for them (nor do they cross NVLink or EFA); on a CPU they block like the rest."""
 
     # -- epoch --------------------------------------------------------------------------------
     loop_start_s: float = 0.3

@@ -326,10 +326,12 @@ def comm_time(
         exposed += fwd_excess + bwd_excess
         overlapped += (ag - fwd_excess) + (ag_bwd + rs + ar - bwd_excess)
     # The step's scalar all-reduces over the world (training.finetune.Trainer.train_step): the
-    # global gradient norm, the loss sum and the stop/checkpoint vote; latency only.
+    # global gradient norm, the loss sum and the stop/checkpoint vote; latency only. On a GPU
+    # the vote is a CPU collective the device does not wait for (host_step_all_reduces).
     # Once per step: counted with the synced (last) micro-batch.
     if replica_sync:
-        scalars = a.step_all_reduces * scalar_all_reduce_time(lay.world, world_link)
+        device_scalars = a.step_all_reduces - (a.host_step_all_reduces if gen.overlaps_comm else 0)
+        scalars = device_scalars * scalar_all_reduce_time(lay.world, world_link)
         totals[world_link.name] += scalars
         exposed += scalars
     interference = overlapped * gen.nccl_sm_fraction
