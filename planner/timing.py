@@ -223,7 +223,9 @@ class Unit:
     (exposed on a GPU too); the embedding's backward gather is prefetched under layer 0."""
 
 
-def fsdp_units(shape: ModelShape, reshard_after_forward: bool) -> list[Unit]:
+def fsdp_units(
+    shape: ModelShape, reshard_after_forward: bool, *, replicated: bool = False
+) -> list[Unit]:
     """The units ``training.parallelize.parallelize`` builds, in forward order.
 
     ``fully_shard`` on the token embedding and on every decoder layer (resharded after forward
@@ -231,6 +233,8 @@ def fsdp_units(shape: ModelShape, reshard_after_forward: bool) -> list[Unit]:
     ``[norm, lm_head]`` and the root, both kept after forward (backward needs them first).
     The root holds no parameters of its own then (no collectives). With tied embeddings the
     embedding and head are one parameter and stay in the root, with the final norm.
+    ``replicated`` (NO_SHARD): ``replicate`` goes on each layer and the root only, so the root
+    keeps embedding, norm and lm_head.
     """
     again = 2 if reshard_after_forward else 1
     h, v = shape.hidden_size, shape.vocab_size
@@ -238,6 +242,11 @@ def fsdp_units(shape: ModelShape, reshard_after_forward: bool) -> list[Unit]:
         Unit(name=f"layer {i}", params=shape.layer_params, gathers=again, edge=False)
         for i in range(shape.num_layers)
     ]
+    if replicated:
+        root = Unit(
+            name="root (embedding, norm, lm_head)", params=shape.root_params, gathers=1, edge=True
+        )
+        return [*layers, root]
     if shape.tie_word_embeddings:
         root = Unit(name="root (embedding, norm)", params=shape.root_params, gathers=1, edge=True)
         return [*layers, root]
@@ -285,7 +294,7 @@ def comm_time(
     replica_link = ring_link(lay.replicas, replica_per_node, it, a)
     world_link = ring_link(lay.world, min(lay.world, gpn), it, a)
 
-    units = fsdp_units(shape, lay.reshard_after_forward)
+    units = fsdp_units(shape, lay.reshard_after_forward, replicated=lay.strategy == "NO_SHARD")
     layers = sum(1 for u in units if not u.edge)
     per_layer_compute = comp.total_s - comp.optimizer_s
     fwd_share = 1.0 / (3.0 + ac)

@@ -247,3 +247,17 @@ def test_backward_gathers_hide_under_compute_on_a_gpu() -> None:
     sgo = predict(_inp(strategy="SHARD_GRAD_OP"), 2)
     assert full.comm.total_s > sgo.comm.total_s
     assert full.comm.exposed_s == pytest.approx(sgo.comm.exposed_s, rel=1e-9)
+
+
+def test_no_shard_all_reduces_each_layer_and_the_root() -> None:
+    """NO_SHARD: training.parallelize puts ``replicate`` on each layer and the root (embedding,
+    norm and lm_head together): one all-reduce of each unit's gradient per synced step, no
+    all-gather or reduce-scatter, plus the two device scalar all-reduces."""
+    pr = predict(_inp(strategy="NO_SHARD"), 2)
+    link = ring_link(16, 8, P5, DEFAULT)
+    s = _inp().shape
+    units = [*[s.layer_params] * s.num_layers, s.root_params]
+    expected = sum(ring_time(n * 4, 16, link, factor=2.0) for n in units)
+    expected += 2 * scalar_all_reduce_time(16, link)
+    assert pr.comm.network_s == pytest.approx(expected, rel=1e-9)
+    assert pr.comm.nvlink_s == 0
