@@ -151,7 +151,8 @@ class Assumptions:
     """Reduce-scatter busbw / all-gather busbw on the same link. NCCL runs both as one ring pass
     over the same bytes (nccl-tests' busbw of the two agree): 1. gloo's reduce_scatter_tensor is
     a clone of the input plus an all-reduce of the whole tensor (ProcessGroupGloo.cpp
-    ``reduce_scatter_tensor_coalesced``): about half; ``planner calibrate`` fits it."""
+    ``reduce_scatter_tensor_coalesced``, pytorch/pytorch#118911: ``allreduce(inp).chunk(n)[rank]``,
+    twice a real reduce-scatter's traffic): about half; ``planner calibrate`` fits it."""
     reduce_scatter_latency_ratio: float = 1.0
     """Reduce-scatter per-hop latency / all-gather's (NCCL 1; fitted for gloo)."""
     all_reduce_bus_ratio: float = 1.0
