@@ -151,7 +151,8 @@ class Assumptions:
     """Reduce-scatter busbw / all-gather busbw on the same link. NCCL runs both as one ring pass
     over the same bytes (nccl-tests' busbw of the two agree): 1. gloo's reduce_scatter_tensor is
     a clone of the input plus an all-reduce of the whole tensor (ProcessGroupGloo.cpp
-    ``reduce_scatter_tensor_coalesced``): about half; ``planner calibrate`` fits it."""
+    ``reduce_scatter_tensor_coalesced``, pytorch/pytorch#118911: ``allreduce(inp).chunk(n)[rank]``,
+    twice a real reduce-scatter's traffic): about half; ``planner calibrate`` fits it."""
     reduce_scatter_latency_ratio: float = 1.0
     """Reduce-scatter per-hop latency / all-gather's (NCCL 1; fitted for gloo)."""
     all_reduce_bus_ratio: float = 1.0
@@ -163,6 +164,10 @@ class Assumptions:
     """Scalar all-reduces over the world per optimizer step (training.finetune.Trainer.train_step):
     the global gradient norm (clip_grads, DTensor.full_tensor), the loss sum and the
     stop/checkpoint vote. Latency only; they matter on gloo, where each blocks the step."""
+    host_step_all_reduces: int = 1
+    """Of those, the ones on CPU tensors over gloo even in a CUDA job (the vote,
+    ``Trainer._vote``): the CPU waits while the GPU runs the queued step on, so a GPU's step
+    does not wait for them (nor do they cross NVLink or EFA); on a CPU they block like the rest."""
 
     # -- epoch --------------------------------------------------------------------------------
     loop_start_s: float = 0.3

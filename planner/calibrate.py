@@ -104,14 +104,24 @@ def _alpha_beta(rows: list[dict[str, Any]]) -> tuple[float, float]:
     smallest sizes decide the latency, the largest the bandwidth, and one noisy point moves
     the fit less than a line through two points). A fit that is not physical (noise that
     makes larger sizes no slower) falls back to the largest size's busbw and zero latency; a
-    negative latency is refitted through zero.
+    negative latency is refitted through zero. A row without a positive time and size, or a
+    single size (nothing to split latency from bandwidth), is a ``CalibrationError``.
     """
-    op, n = rows[0]["op"], rows[0]["ranks"]
+    op, n, link = rows[0]["op"], rows[0]["ranks"], rows[0]["link"]
+    what = f"--preflight: {op} on {link}"
+    for r in rows:
+        if not r["bytes"] > 0 or not r["time_us"] > 0:
+            raise CalibrationError(
+                f"{what}: {r['time_us']} us for {r['bytes']} bytes is not a measurement"
+            )
     hops, frac = _ring_terms(op, n)
-    pts = [(frac * r["bytes"], r["time_us"] * 1e-6) for r in rows if r["time_us"] > 0]
+    pts = [(frac * r["bytes"], r["time_us"] * 1e-6) for r in rows]
     hi = max(rows, key=lambda r: r["bytes"])
     if len({x for x, _t in pts}) < 2:
-        return hi["busbw_gbps"], 0.0
+        raise CalibrationError(
+            f"{what}: one size only ({hi['bytes']} bytes); the ring fit of bandwidth and "
+            "latency needs two or more (training.preflight --sizes)"
+        )
     w = [1.0 / t**2 for _x, t in pts]
     sw = sum(w)
     mx = sum(wi * x for wi, (x, _t) in zip(w, pts, strict=True)) / sw

@@ -6,7 +6,8 @@ comm    = ring collectives: bytes x (n-1)/n / bus bandwidth + (n-1) x hop latenc
           op's own figures (all-gather, reduce-scatter, all-reduce), over the FSDP2 units the
           training package builds (``fsdp_units``) plus the step's few scalar all-reduces
 exposed = on a GPU: comm that does not fit under the compute of the unit it is prefetched for
-          (per layer, forward and backward separately) + the unoverlappable edge units' traffic
+          (per layer, forward and backward separately) + the edge units' forward gathers and
+          reduce-scatters (the embedding's backward gather is prefetched under layer 0)
           + the SM share NCCL steals from overlapped compute; on a CPU (gloo) all of it, since
           every collective blocks the thread that computes.
 """
@@ -218,10 +219,13 @@ class Unit:
     """All-gathers per micro-batch: 2 when resharded after forward (backward gathers it
     again), 1 when kept."""
     edge: bool
-    """Embedding / head: nothing to hide its traffic behind (exposed on a GPU too)."""
+    """Embedding / head: its forward gather and reduce-scatter have nothing to hide behind
+    (exposed on a GPU too); the embedding's backward gather is prefetched under layer 0."""
 
 
-def fsdp_units(shape: ModelShape, reshard_after_forward: bool) -> list[Unit]:
+def fsdp_units(
+    shape: ModelShape, reshard_after_forward: bool, *, replicated: bool = False
+) -> list[Unit]:
     """The units ``training.parallelize.parallelize`` builds, in forward order.
 
     ``fully_shard`` on the token embedding and on every decoder layer (resharded after forward
@@ -229,6 +233,8 @@ def fsdp_units(shape: ModelShape, reshard_after_forward: bool) -> list[Unit]:
     ``[norm, lm_head]`` and the root, both kept after forward (backward needs them first).
     The root holds no parameters of its own then (no collectives). With tied embeddings the
     embedding and head are one parameter and stay in the root, with the final norm.
+    ``replicated`` (NO_SHARD): ``replicate`` goes on each layer and the root only, so the root
+    keeps embedding, norm and lm_head.
     """
     again = 2 if reshard_after_forward else 1
     h, v = shape.hidden_size, shape.vocab_size
@@ -236,6 +242,11 @@ def fsdp_units(shape: ModelShape, reshard_after_forward: bool) -> list[Unit]:
         Unit(name=f"layer {i}", params=shape.layer_params, gathers=again, edge=False)
         for i in range(shape.num_layers)
     ]
+    if replicated:
+        root = Unit(
+            name="root (embedding, norm, lm_head)", params=shape.root_params, gathers=1, edge=True
+        )
+        return [*layers, root]
     if shape.tie_word_embeddings:
         root = Unit(name="root (embedding, norm)", params=shape.root_params, gathers=1, edge=True)
         return [*layers, root]
@@ -283,7 +294,7 @@ def comm_time(
     replica_link = ring_link(lay.replicas, replica_per_node, it, a)
     world_link = ring_link(lay.world, min(lay.world, gpn), it, a)
 
-    units = fsdp_units(shape, lay.reshard_after_forward)
+    units = fsdp_units(shape, lay.reshard_after_forward, replicated=lay.strategy == "NO_SHARD")
     layers = sum(1 for u in units if not u.edge)
     per_layer_compute = comp.total_s - comp.optimizer_s
     fwd_share = 1.0 / (3.0 + ac)
@@ -306,18 +317,30 @@ def comm_time(
         )
         totals[shard_link.name] += ag + ag_bwd + rs
         totals[replica_link.name] += ar
-        if u.edge or not gen.overlaps_comm:  # nothing to hide behind, or a blocking backend
+        if not gen.overlaps_comm:  # a blocking backend: every collective waits
             exposed += ag + ag_bwd + rs + ar
+            continue
+        if u.edge:
+            # The first all-gather of forward and the last reduce-scatter of backward have
+            # nothing beside them (kept exposed for [norm, lm_head] too, as for the old root
+            # unit). The embedding's backward all-gather, though, is prefetched by layer 0's
+            # backward (training.parallelize._set_prefetch; FSDPParamGroup.pre_backward
+            # unshards on the all-gather stream), so it hides under one layer's backward.
+            hidden = min(ag_bwd, bwd_layer)
+            exposed += ag + rs + ar + ag_bwd - hidden
+            overlapped += hidden
             continue
         fwd_excess = max(0.0, ag - fwd_layer)
         bwd_excess = max(0.0, ag_bwd + rs + ar - bwd_layer)
         exposed += fwd_excess + bwd_excess
         overlapped += (ag - fwd_excess) + (ag_bwd + rs + ar - bwd_excess)
     # The step's scalar all-reduces over the world (training.finetune.Trainer.train_step): the
-    # global gradient norm, the loss sum and the stop/checkpoint vote; latency only.
+    # global gradient norm, the loss sum and the stop/checkpoint vote; latency only. On a GPU
+    # the vote is a CPU collective the device does not wait for (host_step_all_reduces).
     # Once per step: counted with the synced (last) micro-batch.
     if replica_sync:
-        scalars = a.step_all_reduces * scalar_all_reduce_time(lay.world, world_link)
+        device_scalars = a.step_all_reduces - (a.host_step_all_reduces if gen.overlaps_comm else 0)
+        scalars = device_scalars * scalar_all_reduce_time(lay.world, world_link)
         totals[world_link.name] += scalars
         exposed += scalars
     interference = overlapped * gen.nccl_sm_fraction

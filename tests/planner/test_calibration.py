@@ -157,6 +157,26 @@ def test_each_collective_is_fitted_over_all_its_sizes() -> None:
     assert overrides["reduce_scatter_bus_ratio"] == pytest.approx(0.5, rel=1e-9)
 
 
+def test_degenerate_preflights_stop_with_one_line_or_fit_through_zero() -> None:
+    """A zero time or a single size cannot be split into bandwidth and latency: one line that
+    names the op and link. Sizes whose line would cross zero below the origin (a negative
+    latency) are fitted through zero instead: latency 0, busbw from all sizes."""
+    zero = _preflight(0.03, 4.0, 1.2, 2e-4)
+    zero["collectives"][0]["time_us"] = 0.0
+    with pytest.raises(CalibrationError, match=r"^--preflight: all_gather on a <-> b: 0.0 us"):
+        preflight_figures([zero])
+    with pytest.raises(CalibrationError, match=r"one size only \(4194304 bytes\); the ring fit"):
+        preflight_figures([_preflight(0.03, 4.0, 1.2, 2e-4, sizes=(2**22,))])
+    below = _preflight(0.03, 4.0, 1.2, -1e-5, sizes=(2**20, 2**22))
+    pf = preflight_figures([below])
+    assert pf["inter_hop_latency_s"] == 0.0
+    # t = x / bus with relative residuals: min sum (1 - b_i / bus)^2 over the sizes' measured
+    # busbw b_i gives bus = sum b^2 / sum b, between the two sizes' figures
+    bus = [r["busbw_gbps"] for r in below["collectives"] if r["op"] == "all_gather"]
+    assert pf["inter_busbw_gbps"] == pytest.approx(sum(b * b for b in bus) / sum(bus), rel=1e-9)
+    assert min(bus) < pf["inter_busbw_gbps"] < max(bus)
+
+
 def test_bad_calibration_inputs_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(CalibrationError, match=r"cannot read metrics\.jsonl"):
         run_figures(tmp_path / "missing")

@@ -64,7 +64,7 @@ def test_one_node_talks_over_nvlink_more_nodes_over_efa() -> None:
     assert two.comm.nvlink_s == 0 and two.comm.network_s > one.comm.nvlink_s
     hsdp = predict(_inp(strategy="HYBRID_SHARD"), 2)
     # the same shard traffic on NVLink; the step's scalar all-reduces span both nodes now
-    scalars = 3 * scalar_all_reduce_time(8, ring_link(8, 8, P5, DEFAULT))
+    scalars = 2 * scalar_all_reduce_time(8, ring_link(8, 8, P5, DEFAULT))
     assert hsdp.comm.nvlink_s == pytest.approx(one.comm.nvlink_s - scalars, rel=1e-6)
     assert hsdp.comm.network_s > 0  # the replica all-reduce
 
@@ -72,7 +72,7 @@ def test_one_node_talks_over_nvlink_more_nodes_over_efa() -> None:
 def test_full_shard_traffic_is_two_gathers_and_a_reduce_scatter() -> None:
     """The units training.parallelize builds: the embedding and every layer gathered in forward
     and again in backward, [norm, lm_head] once (kept), a reduce-scatter each; plus the
-    step's three scalar all-reduces (grad norm, loss, vote)."""
+    step's scalar all-reduces on the device (grad norm, loss; the vote is a CPU one)."""
     inp = _inp()
     pr = predict(inp, 2)
     link = ring_link(16, 8, P5, DEFAULT)
@@ -82,7 +82,7 @@ def test_full_shard_traffic_is_two_gathers_and_a_reduce_scatter() -> None:
     reduced = [embed, *[s.layer_params] * s.num_layers, head]
     expected = sum(ring_time(n * 2, 16, link) for n in gathered)
     expected += sum(ring_time(n * 4, 16, link) for n in reduced)
-    expected += 3 * 2 * 4 * link.hop_latency_s  # tree: 2 log2(16) hops
+    expected += 2 * 2 * 4 * link.hop_latency_s  # grad norm, loss (the vote is on the CPU)
     assert scalar_all_reduce_time(2, link) == pytest.approx(ring_time(0, 2, link, factor=2.0))
     assert pr.comm.network_s == pytest.approx(expected, rel=1e-9)
     assert [u.gathers for u in fsdp_units(s, True)] == [2] * (s.num_layers + 1) + [1]
@@ -236,3 +236,28 @@ def test_accumulation_all_reduces_across_replicas_on_the_last_micro_batch_only()
     quiet_s = comp.total_s + quiet.exposed_s + quiet.interference_s
     assert four.step_time_s == pytest.approx(one.step_time_s + 3 * quiet_s)
     assert four.step_time_s < 4 * one.step_time_s
+
+
+def test_backward_gathers_hide_under_compute_on_a_gpu() -> None:
+    """FULL_SHARD's extra backward all-gathers (every layer's and the embedding's, the latter
+    prefetched by layer 0's backward: training.parallelize._set_prefetch) run beside compute
+    on CUDA streams: when a layer's backward outlasts them, FULL_SHARD exposes exactly what
+    SHARD_GRAD_OP does, while moving more bytes."""
+    full = predict(_inp(), 2)
+    sgo = predict(_inp(strategy="SHARD_GRAD_OP"), 2)
+    assert full.comm.total_s > sgo.comm.total_s
+    assert full.comm.exposed_s == pytest.approx(sgo.comm.exposed_s, rel=1e-9)
+
+
+def test_no_shard_all_reduces_each_layer_and_the_root() -> None:
+    """NO_SHARD: training.parallelize puts ``replicate`` on each layer and the root (embedding,
+    norm and lm_head together): one all-reduce of each unit's gradient per synced step, no
+    all-gather or reduce-scatter, plus the two device scalar all-reduces."""
+    pr = predict(_inp(strategy="NO_SHARD"), 2)
+    link = ring_link(16, 8, P5, DEFAULT)
+    s = _inp().shape
+    units = [*[s.layer_params] * s.num_layers, s.root_params]
+    expected = sum(ring_time(n * 4, 16, link, factor=2.0) for n in units)
+    expected += 2 * scalar_all_reduce_time(16, link)
+    assert pr.comm.network_s == pytest.approx(expected, rel=1e-9)
+    assert pr.comm.nvlink_s == 0
