@@ -27,6 +27,8 @@ class GpuGeneration:
     """Fraction of peak FlashAttention-2 (PyTorch SDPA flash backend) reaches, forward+backward."""
     nccl_sm_fraction: float
     """Share of the SMs NCCL kernels occupy while a collective overlaps compute (channels / SMs)."""
+    overlaps_comm: bool = True
+    """Whether FSDP's collectives run beside compute (CUDA streams) or block it (CPU, gloo)."""
 
 
 GENERATIONS: dict[str, GpuGeneration] = {
@@ -84,14 +86,20 @@ GENERATIONS: dict[str, GpuGeneration] = {
         ),
         # One training process on a CPU core (``planner.catalog.LOCAL_CPU``): nominal 10 GB/s of
         # memory bandwidth per process; efficiencies are placeholders until ``planner
-        # calibrate`` fits them from a preflight and a run. gloo runs its collectives on the
-        # same cores as compute, so overlapped communication costs its full time (fraction 1).
+        # calibrate`` fits them from a preflight and a run. Nothing overlaps: FSDP2 calls its
+        # all-gathers with async_op=False and its reduce-scatters synchronously
+        # (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py ``unshard``,
+        # _fsdp_collectives.py ``foreach_reduce``), which on CUDA only orders them on their own
+        # streams but on CPU makes gloo block the computing thread until the collective is done
+        # (profiled: every FSDP all-gather and reduce-scatter of a 2-process run is a wait on
+        # the main thread). So no SM share either.
         GpuGeneration(
             name="CPU",
             hbm_gbytes_per_s=10.0,
             gemm_efficiency=0.5,
             attention_efficiency=0.25,
-            nccl_sm_fraction=1.0,
+            nccl_sm_fraction=0.0,
+            overlaps_comm=False,
         ),
     )
 }
@@ -139,6 +147,27 @@ class Assumptions:
     """Latency of one ring step between GPUs of a node."""
     inter_hop_latency_s: float = 12e-6
     """Latency of one ring step that crosses the network (EFA)."""
+    reduce_scatter_bus_ratio: float = 1.0
+    """Reduce-scatter busbw / all-gather busbw on the same link. NCCL runs both as one ring pass
+    over the same bytes (nccl-tests' busbw of the two agree): 1. gloo's reduce_scatter_tensor is
+    a clone of the input plus an all-reduce of the whole tensor (ProcessGroupGloo.cpp
+    ``reduce_scatter_tensor_coalesced``, pytorch/pytorch#118911: ``allreduce(inp).chunk(n)[rank]``,
+    twice a real reduce-scatter's traffic): about half; ``planner calibrate`` fits it."""
+    reduce_scatter_latency_ratio: float = 1.0
+    """Reduce-scatter per-hop latency / all-gather's (NCCL 1; fitted for gloo)."""
+    all_reduce_bus_ratio: float = 1.0
+    """All-reduce busbw / all-gather busbw (nccl-tests' busbw: a ring all-reduce is a
+    reduce-scatter then an all-gather, 2(n-1)/n of the bytes: 1 for NCCL; fitted for gloo)."""
+    all_reduce_latency_ratio: float = 1.0
+    """All-reduce per-hop latency / all-gather's (the ring's 2(n-1) hops are counted apart)."""
+    step_all_reduces: int = 3
+    """Scalar all-reduces over the world per optimizer step (training.finetune.Trainer.train_step):
+    the global gradient norm (clip_grads, DTensor.full_tensor), the loss sum and the
+    stop/checkpoint vote. Latency only; they matter on gloo, where each blocks the step."""
+    host_step_all_reduces: int = 1
+    """Of those, the ones on CPU tensors over gloo even in a CUDA job (the vote,
+    ``Trainer._vote``): the CPU waits while the GPU runs the queued step on, so a GPU's step
+    does not wait for them (nor do they cross NVLink or EFA); on a CPU they block like the rest."""
 
     # -- epoch --------------------------------------------------------------------------------
     loop_start_s: float = 0.3

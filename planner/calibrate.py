@@ -6,12 +6,14 @@
 
 Two steps, both against the catalog's data-sheet figures of the instance type:
 
-1. **The hardware, from the preflight** (``training.preflight``'s JSON): the network and
-   NVLink efficiencies are the measured busbw at the largest size over the catalog's GB/s (the
-   same ratio ``planner.timing.ring_link`` multiplies by); the per-hop latencies are what the
-   smallest size's time leaves after its bandwidth term, per ring step; the GEMM efficiency
-   starts as measured matmul TFLOP/s over the peak, attention keeps its default ratio to GEMM,
-   and the HBM efficiency is the measured copy bandwidth over the generation's HBM figure.
+1. **The hardware, from the preflight** (``training.preflight``'s JSON): every collective
+   (all-gather, reduce-scatter, all-reduce) on every link is fitted to the ring model over all
+   its sizes (``_alpha_beta``); the network and NVLink efficiencies are the all-gather's busbw
+   over the catalog's GB/s (the ratio ``planner.timing.ring_link`` multiplies by), with its
+   per-hop latency, and the other two ops are kept as ratios to it (gloo's reduce-scatter is
+   an all-reduce in disguise); the GEMM efficiency starts as measured matmul TFLOP/s over the
+   peak, attention keeps its default ratio to GEMM, and the HBM efficiency is the measured
+   copy bandwidth over the generation's HBM figure.
 2. **The software, from the run** (``metrics.jsonl``): the median step of the run (the first
    step, with its one-off costs, left out) is split into what the planner predicts for
    communication (with step 1's figures) and compute; every compute efficiency is scaled by
@@ -61,7 +63,9 @@ class Calibration:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Calibration:
-        return cls(**{**data, "gpu": GpuGeneration(**data["gpu"])})
+        # Fields a file from an older planner lacks come from the generation's row.
+        gpu = {**asdict(generation(data["gpu"]["name"])), **data["gpu"]}
+        return cls(**{**data, "gpu": GpuGeneration(**gpu)})
 
 
 def load(path: Path) -> Calibration:
@@ -85,32 +89,67 @@ def apply(inp: PlanInput, cal: Calibration) -> PlanInput:
 # inputs
 
 
-def _alpha_beta(rows: list[dict[str, Any]]) -> tuple[float, float]:
-    """(bus GB/s, seconds per ring step) of one (link, op) from its smallest and largest size.
+def _ring_terms(op: str, n: int) -> tuple[float, float]:
+    """(hops, byte fraction) of a ring ``op`` on ``n`` ranks: t = hops x latency + fraction x S
+    / busbw (nccl-tests' busbw; an all-reduce is two passes: ``planner.timing.collective_time``)."""
+    passes = 2.0 if op == "all_reduce" else 1.0
+    return passes * (n - 1), passes * (n - 1) / n
 
-    The ring model the planner uses, t = (n-1) x latency + S (n-1)/n / bus, solved through the
-    two points; noise that makes the larger size no slower falls back to the largest size's
-    busbw and zero latency.
+
+def _alpha_beta(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """(bus GB/s, seconds per ring hop) of one (link, op), fitted to every size it measured.
+
+    The ring model the planner uses, ``t = hops x latency + fraction x S / bus``, by least
+    squares on relative residuals (each size counts the same, whatever its time: the
+    smallest sizes decide the latency, the largest the bandwidth, and one noisy point moves
+    the fit less than a line through two points). A fit that is not physical (noise that
+    makes larger sizes no slower) falls back to the largest size's busbw and zero latency; a
+    negative latency is refitted through zero. A row without a positive time and size, or a
+    single size (nothing to split latency from bandwidth), is a ``CalibrationError``.
     """
-    lo = min(rows, key=lambda r: r["bytes"])
+    op, n, link = rows[0]["op"], rows[0]["ranks"], rows[0]["link"]
+    what = f"--preflight: {op} on {link}"
+    for r in rows:
+        if not r["bytes"] > 0 or not r["time_us"] > 0:
+            raise CalibrationError(
+                f"{what}: {r['time_us']} us for {r['bytes']} bytes is not a measurement"
+            )
+    hops, frac = _ring_terms(op, n)
+    pts = [(frac * r["bytes"], r["time_us"] * 1e-6) for r in rows]
     hi = max(rows, key=lambda r: r["bytes"])
-    n = hi["ranks"]
-    frac = (n - 1) / n
-    dt = (hi["time_us"] - lo["time_us"]) * 1e-6
-    if hi["bytes"] == lo["bytes"] or dt <= 0:
+    if len({x for x, _t in pts}) < 2:
+        raise CalibrationError(
+            f"{what}: one size only ({hi['bytes']} bytes); the ring fit of bandwidth and "
+            "latency needs two or more (training.preflight --sizes)"
+        )
+    w = [1.0 / t**2 for _x, t in pts]
+    sw = sum(w)
+    mx = sum(wi * x for wi, (x, _t) in zip(w, pts, strict=True)) / sw
+    mt = sum(wi * t for wi, (_x, t) in zip(w, pts, strict=True)) / sw
+    sxx = sum(wi * (x - mx) ** 2 for wi, (x, _t) in zip(w, pts, strict=True))
+    sxt = sum(wi * (x - mx) * (t - mt) for wi, (x, t) in zip(w, pts, strict=True))
+    slope = sxt / sxx if sxx > 0 else 0.0
+    if slope <= 0:
         return hi["busbw_gbps"], 0.0
-    bus = (hi["bytes"] - lo["bytes"]) * frac / dt
-    latency = max(0.0, lo["time_us"] * 1e-6 - lo["bytes"] * frac / bus) / max(1, n - 1)
-    return bus / 1e9, latency
+    intercept = mt - slope * mx
+    if intercept < 0:  # through zero: t = slope x
+        slope = sum(wi * x * t for wi, (x, t) in zip(w, pts, strict=True)) / sum(
+            wi * x * x for wi, (x, _t) in zip(w, pts, strict=True)
+        )
+        intercept = 0.0
+    return 1.0 / slope / 1e9, intercept / hops
 
 
 def preflight_figures(reports: list[dict[str, Any]]) -> dict[str, float]:
     """Worst device figures and link figures over one or more preflight reports.
 
-    Links: all-gather and reduce-scatter (what FSDP runs), each (link, op) fitted to the ring
-    model through its smallest and largest size (``_alpha_beta``); the slowest bus bandwidth
-    and the median per-step latency. ``world`` rows stand in for ``inter`` when there are no
-    pair rows.
+    Links: every op FSDP and the step run (all-gather, reduce-scatter, all-reduce), each
+    (link, op) fitted to the ring model over all its sizes (``_alpha_beta``); per op the
+    slowest bus bandwidth and the median per-hop latency. The all-gather's figures are the
+    link's (``<scope>_busbw_gbps``, ``<scope>_hop_latency_s``); reduce-scatter and all-reduce
+    are kept as ratios to them (``<scope>_<op>_bus_ratio``, ``<scope>_<op>_latency_ratio``):
+    NCCL gives about 1, gloo's reduce-scatter (a clone plus a whole all-reduce) about 1/2.
+    ``world`` rows stand in for ``inter`` when there are no pair rows.
     """
     out: dict[str, float] = {}
     devices = [d for r in reports for d in r["devices"]]
@@ -124,13 +163,25 @@ def preflight_figures(reports: list[dict[str, Any]]) -> dict[str, float]:
         groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in reports:
             for c in r["collectives"]:
-                if c["scope"] == scope and c["op"] in ("all_gather", "reduce_scatter"):
+                if c["scope"] == scope:
                     groups.setdefault((c["link"], c["op"]), []).append(c)
-        if not groups:
+        per_op: dict[str, tuple[float, float]] = {}
+        for op in ("all_gather", "reduce_scatter", "all_reduce"):
+            fits = [_alpha_beta(rows) for (_link, o), rows in groups.items() if o == op]
+            if fits:
+                per_op[op] = (
+                    min(bus for bus, _lat in fits),
+                    statistics.median(lat for _bus, lat in fits),
+                )
+        if "all_gather" not in per_op:
             continue
-        fits = [_alpha_beta(rows) for rows in groups.values()]
-        out[f"{key}_busbw_gbps"] = min(bus for bus, _lat in fits)
-        out[f"{key}_hop_latency_s"] = statistics.median(lat for _bus, lat in fits)
+        bus, lat = per_op["all_gather"]
+        out[f"{key}_busbw_gbps"] = bus
+        out[f"{key}_hop_latency_s"] = lat
+        for op in ("reduce_scatter", "all_reduce"):
+            if op in per_op:
+                out[f"{key}_{op}_bus_ratio"] = per_op[op][0] / bus
+                out[f"{key}_{op}_latency_ratio"] = per_op[op][1] / lat if lat > 0 else 1.0
     return out
 
 
@@ -194,6 +245,13 @@ def _hardware(inp: PlanInput, pf: dict[str, float]) -> tuple[GpuGeneration, dict
     if "inter_busbw_gbps" in pf:
         overrides["network_efficiency"] = pf["inter_busbw_gbps"] / it.inter_node_gbytes_per_s
         overrides["inter_hop_latency_s"] = pf["inter_hop_latency_s"]
+    # One set of op ratios for both links: the network's when measured (it sets the pace
+    # across nodes), else the node's.
+    scope = "inter" if "inter_busbw_gbps" in pf else "intra"
+    for op in ("reduce_scatter", "all_reduce"):
+        for what in ("bus", "latency"):
+            if f"{scope}_{op}_{what}_ratio" in pf:
+                overrides[f"{op}_{what}_ratio"] = pf[f"{scope}_{op}_{what}_ratio"]
     return gpu, overrides
 
 

@@ -163,7 +163,7 @@ class MemoryBreakdown:
     gathered_unit: int
     """One unsharded copy of the largest FSDP unit, in the compute dtype."""
     gathered_unit_name: str
-    """``decoder layer`` or ``root (embedding + lm_head)``."""
+    """``decoder layer``, ``embedding``, ``norm, lm_head`` or ``root (embedding, norm, lm_head)``."""
     gathered_peak: int
     """Transient unsharded parameters and gradients at the peak."""
     overhead: int
@@ -227,18 +227,29 @@ def memory(
         int(tokens * (shape.num_layers * act.layer_input + act.per_layer + act.head)) + loss_tmp
     )
 
-    unit_params = max(shape.layer_params, shape.root_params)
-    unit_name = (
-        "decoder layer" if shape.layer_params >= shape.root_params else "root (embedding + lm_head)"
+    # The units training.parallelize builds: NO_SHARD replicates each layer and the root (which
+    # keeps embedding, norm and lm_head); the sharded strategies shard the embedding and
+    # [norm, lm_head] apart (a tied embedding/head stays in the root with the norm).
+    if lay.strategy == "NO_SHARD" or shape.tie_word_embeddings:
+        kept_name = "root (embedding, norm, lm_head)"
+        edges = {kept_name: shape.root_params}
+    else:
+        embed = shape.vocab_size * shape.hidden_size
+        kept_name = "norm, lm_head"
+        edges = {"embedding": embed, kept_name: shape.root_params - embed}
+    unit_name, unit_params = max(
+        [("decoder layer", shape.layer_params), *edges.items()], key=lambda u: u[1]
     )
     gathered_unit = unit_params * p.compute
     # Unsharded gradient of the unit being reduced, plus its reduce-dtype copy when it differs.
     grad_unit = unit_params * (p.compute + (p.reduce if p.reduce != p.compute else 0))
     if lay.reshard_after_forward:
-        # The root (embedding, norm, lm_head) is not resharded after forward (backward needs it
-        # first), so it stays gathered all step; decoder layers are gathered two at a time.
+        # [norm, lm_head] (or the root that holds a tied head) is not resharded after forward
+        # (backward needs it first): it is gathered at the peak, between forward and backward;
+        # the embedding is resharded after its forward like the layers, which are gathered
+        # two at a time (the running one and the prefetched next).
         gathered_peak = (
-            shape.root_params * p.compute
+            edges[kept_name] * p.compute
             + a.prefetch_units * shape.layer_params * p.compute
             + grad_unit
         )

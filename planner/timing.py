@@ -2,14 +2,19 @@
 
 compute = GEMM FLOPs / (peak x gemm_efficiency) + attention FLOPs / (peak x attention_efficiency)
           + elementwise HBM bytes / (HBM bandwidth x hbm_efficiency) + optimizer bytes / HBM
-comm    = ring collectives: bytes x (n-1)/n / bus bandwidth + (n-1) x hop latency
-exposed = comm that does not fit under the compute of the unit it is prefetched for
-          (per layer, forward and backward separately) + the unoverlappable first all-gather
-          and last reduce-scatter + the SM share NCCL steals from overlapped compute.
+comm    = ring collectives: bytes x (n-1)/n / bus bandwidth + (n-1) x hop latency, with each
+          op's own figures (all-gather, reduce-scatter, all-reduce), over the FSDP2 units the
+          training package builds (``fsdp_units``) plus the step's few scalar all-reduces
+exposed = on a GPU: comm that does not fit under the compute of the unit it is prefetched for
+          (per layer, forward and backward separately) + the edge units' forward gathers and
+          reduce-scatters (the embedding's backward gather is prefetched under layer 0)
+          + the SM share NCCL steals from overlapped compute; on a CPU (gloo) all of it, since
+          every collective blocks the thread that computes.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from infra.instances import InstanceType
@@ -106,14 +111,34 @@ def compute_time(
     )
 
 
+OPS = ("all_gather", "reduce_scatter", "all_reduce")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Link:
-    """Bus bandwidth and per-hop latency of the ring a collective runs on."""
+    """Bus bandwidth and per-hop latency of the ring a collective runs on (its all-gather
+    figures; ``for_op`` gives another op's)."""
 
     name: str
     """``nvlink`` or ``network``."""
     bus_bytes_per_s: float
     hop_latency_s: float
+    ratios: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
+    """(reduce-scatter bus, reduce-scatter latency, all-reduce bus, all-reduce latency) relative
+    to the all-gather's (``Assumptions.reduce_scatter_bus_ratio`` ...)."""
+
+    def for_op(self, op: str) -> Link:
+        """The link with ``op``'s bus bandwidth (nccl-tests' busbw) and per-hop latency."""
+        if op == "all_gather":
+            return self
+        if op not in OPS:
+            raise ValueError(f"op {op!r}: one of {', '.join(OPS)}")
+        bus, lat = self.ratios[:2] if op == "reduce_scatter" else self.ratios[2:]
+        return Link(
+            name=self.name,
+            bus_bytes_per_s=self.bus_bytes_per_s * bus,
+            hop_latency_s=self.hop_latency_s * lat,
+        )
 
 
 def ring_link(group: int, ranks_per_node: int, it: InstanceType, a: Assumptions) -> Link:
@@ -123,31 +148,111 @@ def ring_link(group: int, ranks_per_node: int, it: InstanceType, a: Assumptions)
     so its bus bandwidth is the node's network bandwidth, shared by the
     ``gpus / ranks_per_node`` rings that run at the same time (one per shard position).
     """
+    ratios = (
+        a.reduce_scatter_bus_ratio,
+        a.reduce_scatter_latency_ratio,
+        a.all_reduce_bus_ratio,
+        a.all_reduce_latency_ratio,
+    )
     if group <= ranks_per_node:
         return Link(
             name="nvlink",
             bus_bytes_per_s=it.nvlink_gbytes_per_s * 1e9 * a.nvlink_efficiency,
             hop_latency_s=a.intra_hop_latency_s,
+            ratios=ratios,
         )
     concurrent = max(1, it.gpus // ranks_per_node)
     bus = min(
         it.nvlink_gbytes_per_s * a.nvlink_efficiency,
         it.inter_node_gbytes_per_s * a.network_efficiency / concurrent,
     )
-    return Link(name="network", bus_bytes_per_s=bus * 1e9, hop_latency_s=a.inter_hop_latency_s)
+    return Link(
+        name="network",
+        bus_bytes_per_s=bus * 1e9,
+        hop_latency_s=a.inter_hop_latency_s,
+        ratios=ratios,
+    )
 
 
 def ring_time(nbytes: float, ranks: int, link: Link, factor: float = 1.0) -> float:
-    """Seconds of a ring collective moving ``nbytes`` (full tensor size).
+    """Seconds of a ring collective moving ``nbytes`` (full tensor size) on ``link`` as given.
 
     all-gather / reduce-scatter: factor 1, (n-1)/n of the bytes cross each link;
-    all-reduce: factor 2 (reduce-scatter then all-gather).
+    all-reduce: factor 2 (reduce-scatter then all-gather). ``collective_time`` picks the op's
+    own figures.
     """
     if ranks <= 1:
         return 0.0
     return factor * (
         nbytes * (ranks - 1) / ranks / link.bus_bytes_per_s + (ranks - 1) * link.hop_latency_s
     )
+
+
+def collective_time(op: str, nbytes: float, ranks: int, link: Link) -> float:
+    """Seconds of one ``op`` (``OPS``) of ``nbytes`` (full tensor) with the op's own figures.
+
+    The bus bandwidth is nccl-tests' busbw of that op, so an all-reduce moves twice the bytes
+    and hops of an all-gather (factor 2), as ``training.preflight`` reports it.
+    """
+    return ring_time(nbytes, ranks, link.for_op(op), 2.0 if op == "all_reduce" else 1.0)
+
+
+def scalar_all_reduce_time(ranks: int, link: Link) -> float:
+    """Seconds of an all-reduce of a few bytes: latency only, down and up a tree.
+
+    Across nodes NCCL's tuner picks its tree algorithm for small all-reduces (about 2 log2 n
+    hops rather than a ring's 2(n-1)); at 2 ranks both are 2 hops, which is what gloo's ring
+    does there.
+    """
+    if ranks <= 1:
+        return 0.0
+    return 2.0 * math.ceil(math.log2(ranks)) * link.for_op("all_reduce").hop_latency_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unit:
+    """One FSDP2 unit of the training package and how often a step gathers it."""
+
+    name: str
+    params: int
+    gathers: int
+    """All-gathers per micro-batch: 2 when resharded after forward (backward gathers it
+    again), 1 when kept."""
+    edge: bool
+    """Embedding / head: its forward gather and reduce-scatter have nothing to hide behind
+    (exposed on a GPU too); the embedding's backward gather is prefetched under layer 0."""
+
+
+def fsdp_units(
+    shape: ModelShape, reshard_after_forward: bool, *, replicated: bool = False
+) -> list[Unit]:
+    """The units ``training.parallelize.parallelize`` builds, in forward order.
+
+    ``fully_shard`` on the token embedding and on every decoder layer (resharded after forward
+    under FULL_SHARD / HYBRID_SHARD, so backward all-gathers them again), then on
+    ``[norm, lm_head]`` and the root, both kept after forward (backward needs them first).
+    The root holds no parameters of its own then (no collectives). With tied embeddings the
+    embedding and head are one parameter and stay in the root, with the final norm.
+    ``replicated`` (NO_SHARD): ``replicate`` goes on each layer and the root only, so the root
+    keeps embedding, norm and lm_head.
+    """
+    again = 2 if reshard_after_forward else 1
+    h, v = shape.hidden_size, shape.vocab_size
+    layers = [
+        Unit(name=f"layer {i}", params=shape.layer_params, gathers=again, edge=False)
+        for i in range(shape.num_layers)
+    ]
+    if replicated:
+        root = Unit(
+            name="root (embedding, norm, lm_head)", params=shape.root_params, gathers=1, edge=True
+        )
+        return [*layers, root]
+    if shape.tie_word_embeddings:
+        root = Unit(name="root (embedding, norm)", params=shape.root_params, gathers=1, edge=True)
+        return [*layers, root]
+    embed = Unit(name="embedding", params=v * h, gathers=again, edge=True)
+    head = Unit(name="norm, lm_head", params=shape.root_params - v * h, gathers=1, edge=True)
+    return [embed, *layers, head]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,35 +292,57 @@ def comm_time(
     # HSDP / NO_SHARD replicas: one rank per shard group in each node joins each all-reduce.
     replica_per_node = max(1, gpn // lay.shard) if lay.shard < gpn else 1
     replica_link = ring_link(lay.replicas, replica_per_node, it, a)
+    world_link = ring_link(lay.world, min(lay.world, gpn), it, a)
 
-    units = [shape.layer_params] * shape.num_layers + [shape.root_params]
+    units = fsdp_units(shape, lay.reshard_after_forward, replicated=lay.strategy == "NO_SHARD")
+    layers = sum(1 for u in units if not u.edge)
     per_layer_compute = comp.total_s - comp.optimizer_s
     fwd_share = 1.0 / (3.0 + ac)
-    fwd_layer = per_layer_compute * fwd_share / shape.num_layers
-    bwd_layer = per_layer_compute * (1.0 - fwd_share) / shape.num_layers
+    fwd_layer = per_layer_compute * fwd_share / max(1, layers)
+    bwd_layer = per_layer_compute * (1.0 - fwd_share) / max(1, layers)
 
     totals = {"nvlink": 0.0, "network": 0.0}
     exposed = 0.0
     overlapped = 0.0
-    for k, n in enumerate(units):
-        ag = ring_time(n * p.compute, lay.shard, shard_link)
-        is_root = k == len(units) - 1  # the root is never resharded after forward
-        ag_bwd = ag if lay.reshard_after_forward and not is_root else 0.0
-        rs = ring_time(n * p.reduce, lay.shard, shard_link)
+    for u in units:
+        ag = collective_time("all_gather", u.params * p.compute, lay.shard, shard_link)
+        ag_bwd = ag if u.gathers == 2 else 0.0
+        rs = collective_time("reduce_scatter", u.params * p.reduce, lay.shard, shard_link)
         ar = (
-            ring_time(n * p.reduce / lay.shard, lay.replicas, replica_link, factor=2.0)
+            collective_time(
+                "all_reduce", u.params * p.reduce / lay.shard, lay.replicas, replica_link
+            )
             if replica_sync
             else 0.0
         )
         totals[shard_link.name] += ag + ag_bwd + rs
         totals[replica_link.name] += ar
-        if is_root:  # gathered before the first layer, reduced after the last: exposed
-            exposed += ag + rs + ar
+        if not gen.overlaps_comm:  # a blocking backend: every collective waits
+            exposed += ag + ag_bwd + rs + ar
+            continue
+        if u.edge:
+            # The first all-gather of forward and the last reduce-scatter of backward have
+            # nothing beside them (kept exposed for [norm, lm_head] too, as for the old root
+            # unit). The embedding's backward all-gather, though, is prefetched by layer 0's
+            # backward (training.parallelize._set_prefetch; FSDPParamGroup.pre_backward
+            # unshards on the all-gather stream), so it hides under one layer's backward.
+            hidden = min(ag_bwd, bwd_layer)
+            exposed += ag + rs + ar + ag_bwd - hidden
+            overlapped += hidden
             continue
         fwd_excess = max(0.0, ag - fwd_layer)
         bwd_excess = max(0.0, ag_bwd + rs + ar - bwd_layer)
         exposed += fwd_excess + bwd_excess
         overlapped += (ag - fwd_excess) + (ag_bwd + rs + ar - bwd_excess)
+    # The step's scalar all-reduces over the world (training.finetune.Trainer.train_step): the
+    # global gradient norm, the loss sum and the stop/checkpoint vote; latency only. On a GPU
+    # the vote is a CPU collective the device does not wait for (host_step_all_reduces).
+    # Once per step: counted with the synced (last) micro-batch.
+    if replica_sync:
+        device_scalars = a.step_all_reduces - (a.host_step_all_reduces if gen.overlaps_comm else 0)
+        scalars = device_scalars * scalar_all_reduce_time(lay.world, world_link)
+        totals[world_link.name] += scalars
+        exposed += scalars
     interference = overlapped * gen.nccl_sm_fraction
     return CommTime(
         nvlink_s=totals["nvlink"],

@@ -110,7 +110,9 @@ def test_gathered_unit_is_the_largest_fsdp_unit() -> None:
         ac=1.0,
         a=DEFAULT,
     )
-    assert l3.gathered_unit_name.startswith("root")  # 2 x 128256 x 4096 > one layer
+    # [norm, lm_head]: 128256 x 4096 + 4096 > one layer (218 M) and > the embedding
+    assert l3.gathered_unit_name == "norm, lm_head"
+    assert l3.gathered_unit == (128256 * 4096 + 4096) * 2
 
 
 def test_rank_shards_sum_to_the_model_and_rank0_is_largest() -> None:
@@ -139,3 +141,13 @@ def test_overhead_counts_context_nccl_and_fragmentation() -> None:
     assert m.overhead == DEFAULT.cuda_context_bytes + DEFAULT.nccl_buffer_bytes + int(
         DEFAULT.fragmentation * dynamic
     )
+
+
+def test_only_the_head_unit_stays_gathered_between_forward_and_backward() -> None:
+    """training.parallelize reshards the embedding after forward like every layer and keeps
+    [norm, lm_head] (reshard_after_forward=False): the peak holds the head, two layers and the
+    largest unit's gradient (bf16 + its fp32 reduce copy), not the embedding."""
+    s = BUILTIN["llama3-8b"]
+    m = memory(s, layout("FULL_SHARD", 8, 8), MIXED, batch=1, seq=8192, ac=1.0, a=DEFAULT)
+    head = 128256 * 4096 + 4096
+    assert m.gathered_peak == head * 2 + 2 * s.layer_params * 2 + head * (2 + 4)

@@ -16,12 +16,20 @@ import pytest
 
 from infra.instances import lookup
 from planner.assumptions import DEFAULT
+from planner.catalog import LOCAL_CPU
 from planner.epoch import steps_per_epoch
 from planner.memory import PRECISIONS
 from planner.predict import PlanInput, plan, predict
 from planner.published import POINTS, seed_efficiency, seed_input
 from planner.shapes import BUILTIN
-from planner.timing import Link, ring_link, ring_time
+from planner.timing import (
+    Link,
+    collective_time,
+    fsdp_units,
+    ring_link,
+    ring_time,
+    scalar_all_reduce_time,
+)
 
 P5 = lookup("p5.48xlarge")
 P4DE = lookup("p4de.24xlarge")
@@ -55,21 +63,55 @@ def test_one_node_talks_over_nvlink_more_nodes_over_efa() -> None:
     assert one.comm.network_s == 0 and one.comm.nvlink_s > 0
     assert two.comm.nvlink_s == 0 and two.comm.network_s > one.comm.nvlink_s
     hsdp = predict(_inp(strategy="HYBRID_SHARD"), 2)
-    assert hsdp.comm.nvlink_s == pytest.approx(one.comm.nvlink_s, rel=1e-6)
+    # the same shard traffic on NVLink; the step's scalar all-reduces span both nodes now
+    scalars = 2 * scalar_all_reduce_time(8, ring_link(8, 8, P5, DEFAULT))
+    assert hsdp.comm.nvlink_s == pytest.approx(one.comm.nvlink_s - scalars, rel=1e-6)
     assert hsdp.comm.network_s > 0  # the replica all-reduce
 
 
 def test_full_shard_traffic_is_two_gathers_and_a_reduce_scatter() -> None:
+    """The units training.parallelize builds: the embedding and every layer gathered in forward
+    and again in backward, [norm, lm_head] once (kept), a reduce-scatter each; plus the
+    step's scalar all-reduces on the device (grad norm, loss; the vote is a CPU one)."""
     inp = _inp()
     pr = predict(inp, 2)
     link = ring_link(16, 8, P5, DEFAULT)
     s = inp.shape
-    per_unit = [s.layer_params] * s.num_layers + [s.root_params]
-    expected = sum(2 * ring_time(n * 2, 16, link) + ring_time(n * 4, 16, link) for n in per_unit)
-    expected -= ring_time(s.root_params * 2, 16, link)  # the root stays gathered: one all-gather
+    embed, head = s.vocab_size * s.hidden_size, s.root_params - s.vocab_size * s.hidden_size
+    gathered = [embed, embed, *[s.layer_params] * (2 * s.num_layers), head]
+    reduced = [embed, *[s.layer_params] * s.num_layers, head]
+    expected = sum(ring_time(n * 2, 16, link) for n in gathered)
+    expected += sum(ring_time(n * 4, 16, link) for n in reduced)
+    expected += 2 * 2 * 4 * link.hop_latency_s  # grad norm, loss (the vote is on the CPU)
+    assert scalar_all_reduce_time(2, link) == pytest.approx(ring_time(0, 2, link, factor=2.0))
     assert pr.comm.network_s == pytest.approx(expected, rel=1e-9)
+    assert [u.gathers for u in fsdp_units(s, True)] == [2] * (s.num_layers + 1) + [1]
     sgo = predict(_inp(strategy="SHARD_GRAD_OP"), 2)
     assert sgo.comm.network_s < pr.comm.network_s  # no backward all-gather
+    tied = fsdp_units(replace(s, tie_word_embeddings=True), True)
+    assert [u.name for u in tied][-1] == "root (embedding, norm)" and tied[-1].gathers == 1
+
+
+def test_each_op_runs_at_its_own_measured_figures() -> None:
+    """gloo's reduce-scatter is an all-reduce in disguise (about half the busbw of its
+    all-gather): the fitted ratios scale that op only; all-reduce counts two ring passes."""
+    link = Link(
+        name="network", bus_bytes_per_s=1e9, hop_latency_s=1e-4, ratios=(0.5, 2.0, 1.0, 1.0)
+    )
+    assert collective_time("all_gather", 4e6, 2, link) == pytest.approx(2e6 / 1e9 + 1e-4)
+    assert collective_time("reduce_scatter", 4e6, 2, link) == pytest.approx(2e6 / 0.5e9 + 2e-4)
+    assert collective_time("all_reduce", 4e6, 2, link) == pytest.approx(2 * (2e6 / 1e9 + 1e-4))
+    with pytest.raises(ValueError, match="one of all_gather"):
+        link.for_op("broadcast")
+
+
+def test_a_blocking_backend_exposes_every_collective() -> None:
+    """On CPU (gloo) FSDP2's collectives block the computing thread: exposed = all of them,
+    and no SM share is charged; on a GPU most of a layer's traffic hides under compute."""
+    cpu = predict(_inp(shape=BUILTIN["llama2-7b"], instance=LOCAL_CPU, batch=1, seq=512), 2)
+    assert cpu.comm.exposed_s == pytest.approx(cpu.comm.total_s) and cpu.comm.interference_s == 0
+    gpu = predict(_inp(), 2)
+    assert gpu.comm.exposed_s < 0.5 * gpu.comm.total_s
 
 
 def test_step_time_adds_up_and_mfu_is_below_the_gemm_fraction() -> None:
@@ -194,3 +236,28 @@ def test_accumulation_all_reduces_across_replicas_on_the_last_micro_batch_only()
     quiet_s = comp.total_s + quiet.exposed_s + quiet.interference_s
     assert four.step_time_s == pytest.approx(one.step_time_s + 3 * quiet_s)
     assert four.step_time_s < 4 * one.step_time_s
+
+
+def test_backward_gathers_hide_under_compute_on_a_gpu() -> None:
+    """FULL_SHARD's extra backward all-gathers (every layer's and the embedding's, the latter
+    prefetched by layer 0's backward: training.parallelize._set_prefetch) run beside compute
+    on CUDA streams: when a layer's backward outlasts them, FULL_SHARD exposes exactly what
+    SHARD_GRAD_OP does, while moving more bytes."""
+    full = predict(_inp(), 2)
+    sgo = predict(_inp(strategy="SHARD_GRAD_OP"), 2)
+    assert full.comm.total_s > sgo.comm.total_s
+    assert full.comm.exposed_s == pytest.approx(sgo.comm.exposed_s, rel=1e-9)
+
+
+def test_no_shard_all_reduces_each_layer_and_the_root() -> None:
+    """NO_SHARD: training.parallelize puts ``replicate`` on each layer and the root (embedding,
+    norm and lm_head together): one all-reduce of each unit's gradient per synced step, no
+    all-gather or reduce-scatter, plus the two device scalar all-reduces."""
+    pr = predict(_inp(strategy="NO_SHARD"), 2)
+    link = ring_link(16, 8, P5, DEFAULT)
+    s = _inp().shape
+    units = [*[s.layer_params] * s.num_layers, s.root_params]
+    expected = sum(ring_time(n * 4, 16, link, factor=2.0) for n in units)
+    expected += 2 * scalar_all_reduce_time(16, link)
+    assert pr.comm.network_s == pytest.approx(expected, rel=1e-9)
+    assert pr.comm.nvlink_s == 0
