@@ -52,10 +52,11 @@ preflight: setup ## the dev job run locally (2 pods) with --preflight: collectiv
 
 test: setup ## the whole suite (slow multi-process tests included), on TEST_WORKERS pytest-xdist workers
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not alone"
+	$(PY) -m pytest -m alone
 
 test-fast: setup ## the suite without tests marked slow
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not slow"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not slow and not alone"
 
 lint: setup ## ruff + mypy
 	$(PY) -m ruff check .
