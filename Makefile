@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOOLS := .venv-tools
 TOOLS_STAMP := $(TOOLS)/.installed
+DEPLOY := .venv-deploy
+DEPLOY_STAMP := $(DEPLOY)/.installed
+TEST_WORKERS ?= 2
 export OMP_NUM_THREADS ?= 1
 
 .DEFAULT_GOAL := help
@@ -30,7 +33,14 @@ $(TOOLS_STAMP): requirements-tools.txt
 	$(TOOLS)/bin/python -m pip install --quiet -r requirements-tools.txt
 	@touch $(TOOLS_STAMP)
 
-setup: $(STAMP) $(TOOLS_STAMP) ## create/refresh .venv, .venv-tools and system packages (idempotent)
+# What a deploy machine installs for `python -m workloads.render` / `pulumi up`: requirements.txt
+# alone (no torch); a test renders from it and compares with the full environment's output.
+$(DEPLOY_STAMP): requirements.txt
+	@rm -rf $(DEPLOY) && $(PYTHON) -m venv $(DEPLOY)
+	$(DEPLOY)/bin/python -m pip install --quiet --disable-pip-version-check --prefer-binary --no-compile -r requirements.txt
+	@touch $(DEPLOY_STAMP)
+
+setup: $(STAMP) $(TOOLS_STAMP) $(DEPLOY_STAMP) ## create/refresh .venv, .venv-tools, .venv-deploy and system packages (idempotent)
 
 demo: setup ## the main job: the dev stack's PyTorchJob run locally on a real etcd
 	$(PY) -m workloads.local --stack dev
@@ -40,12 +50,13 @@ preflight: setup ## the dev job run locally (2 pods) with --preflight: collectiv
 		--set=--preflight --set=--max_train_step=2 --set=--run_validation=false --set=--save_model=false
 	@cat runs/preflight/shared/*/output/preflight.json | $(PY) -c "import json,sys; print(json.dumps(json.load(sys.stdin)['summary'], indent=2))"
 
-test: setup ## the whole suite (slow multi-process tests included)
+test: setup ## the whole suite (slow multi-process tests included), on TEST_WORKERS pytest-xdist workers
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not alone"
+	$(PY) -m pytest -m alone
 
 test-fast: setup ## the suite without tests marked slow
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not slow and not alone"
 
 lint: setup ## ruff + mypy
 	$(PY) -m ruff check .
@@ -65,4 +76,4 @@ scan: setup ## checkov on every stack's Kubernetes objects (passed/failed/suppre
 	$(PY) -m workloads.scan
 
 clean: ## remove the venvs and outputs
-	rm -rf $(VENV) $(TOOLS) out runs .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(TOOLS) $(DEPLOY) out runs .pytest_cache .ruff_cache .mypy_cache

@@ -57,7 +57,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
 STACK = "p5-16"
 BASE_JOB = "llama2-7b-samsum-128gpu"
-STEP_S = 0.15
+STEP_S = 0.05
 """Seconds per training step of the fake job (paced, so its average rate is exact)."""
 STEPS, WARMUP = 40, 5
 REPOSITORY = "eks-fsdp-p5-16-training"
@@ -139,7 +139,7 @@ class FakeCluster:
                 return
             time.sleep(max(0.0, t0 + step * STEP_S - time.monotonic()))
             run.sink.log({"tokens": tokens_per_step(run.workers), "loss": 1.0}, step)
-        time.sleep(2.5)  # a final save: scraped, no tokens
+        time.sleep(0.75)  # a final save: scraped (3 scrapes at 250 ms), no tokens
         run.phase = "Succeeded"
         run.sink.close()  # the pod ends: its target goes away
 

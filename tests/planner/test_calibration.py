@@ -274,6 +274,7 @@ than a 1-process job when others take its cores (measured +70% to +115% at load 
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # make test runs it after the parallel suite: the timings need the machine
 def test_calibrated_on_one_cpu_worker_predicts_two_within_25_percent(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,15 +18,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.shared import once
 from workloads import scan
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, scan.ScanResult]:
-    root = tmp_path_factory.mktemp("scan")
-    return {s: scan.scan(s, root / s) for s in scan.STACKS}
+    """checkov on every stack, once per test run (shared by the xdist workers)."""
+    return once(
+        tmp_path_factory, "checkov", lambda root: {s: scan.scan(s, root / s) for s in scan.STACKS}
+    )
 
 
 @pytest.mark.parametrize("stack", scan.STACKS)

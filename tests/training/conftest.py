@@ -8,6 +8,10 @@ helpers.launch); tests only read the metrics and measurements those runs leave b
   world4: HYBRID_SHARD 2x2 and FULL_SHARD with 4 processes, state bytes.
 Both world1 and world2 also train two epochs of an 11-sample dataset (global batch 4 does not
 divide it): the last batch of each epoch is completed with masked filler rows.
+
+Under pytest-xdist (``make test``) each launch runs once per test run: the first worker that
+needs it runs it under a file lock in the run's shared folder, the others read its result
+(``tests/shared.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.shared import once, shared_dir
 from tests.training.helpers import GLOBAL_BATCH, TINY, ckpt_dir, launch, merge, run_dirs
 
 STEPS = 6
@@ -80,12 +85,16 @@ def _copy(base: Path, src: str, dst: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def train_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("training")
+    return shared_dir(tmp_path_factory, "training")
 
 
 @pytest.fixture(scope="session")
-def hf_checkpoint(train_root: Path) -> Path:
+def hf_checkpoint(tmp_path_factory: pytest.TempPathFactory, train_root: Path) -> Path:
     """A local Hugging Face checkpoint with tied input/output embeddings (like Llama 3.2 1B)."""
+    return once(tmp_path_factory, "hf-checkpoint", lambda _d: _hf_checkpoint(train_root))
+
+
+def _hf_checkpoint(train_root: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -110,7 +119,13 @@ def hf_checkpoint(train_root: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def world1(train_root: Path, hf_checkpoint: Path) -> tuple[Path, dict[str, Any]]:
+def world1(
+    tmp_path_factory: pytest.TempPathFactory, train_root: Path, hf_checkpoint: Path
+) -> tuple[Path, dict[str, Any]]:
+    return once(tmp_path_factory, "world1", lambda _d: _world1(train_root, hf_checkpoint))
+
+
+def _world1(train_root: Path, hf_checkpoint: Path) -> tuple[Path, dict[str, Any]]:
     base = train_root / "w1"
     # A checkpoint interrupted mid-write, and one renamed but never marked complete: both ignored.
     partial = ckpt_dir(base, "resume_w1")
@@ -132,6 +147,15 @@ def world1(train_root: Path, hf_checkpoint: Path) -> tuple[Path, dict[str, Any]]
 
 @pytest.fixture(scope="session")
 def world2(
+    tmp_path_factory: pytest.TempPathFactory,
+    train_root: Path,
+    world1: tuple[Path, dict[str, Any]],
+    hf_checkpoint: Path,
+) -> tuple[Path, dict[str, Any]]:
+    return once(tmp_path_factory, "world2", lambda _d: _world2(train_root, world1, hf_checkpoint))
+
+
+def _world2(
     train_root: Path, world1: tuple[Path, dict[str, Any]], hf_checkpoint: Path
 ) -> tuple[Path, dict[str, Any]]:
     base = train_root / "w2"
@@ -201,7 +225,13 @@ def world2(
 
 
 @pytest.fixture(scope="session")
-def world4(train_root: Path) -> tuple[Path, dict[str, Any]]:
+def world4(
+    tmp_path_factory: pytest.TempPathFactory, train_root: Path
+) -> tuple[Path, dict[str, Any]]:
+    return once(tmp_path_factory, "world4", lambda _d: _world4(train_root))
+
+
+def _world4(train_root: Path) -> tuple[Path, dict[str, Any]]:
     base = train_root / "w4"
     hsdp = ["--hsdp", "--sharding_group_size=2", "--replica_group_size=2"]
     jobs = [

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.shared import once
 from tests.training.helpers import (
     PYTHON,
     REPO,
@@ -82,10 +83,14 @@ BAD_AT_WORLD_2: dict[str, tuple[list[str], str]] = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """One 2-process launch: a complete run with every output, then each bad input."""
-    base = tmp_path_factory.mktemp("cli")
+    """One 2-process launch: a complete run with every output, then each bad input (once per
+    test run, shared by the pytest-xdist workers: ``tests/shared.py``)."""
+    return once(tmp_path_factory, "finetune-cli", _campaign)
+
+
+def _campaign(base: Path) -> tuple[Path, dict[str, Any]]:
     bad = base / "bad.jsonl"
     bad.write_text('{"dialogue": "A: hi", "summary": "greeting"}\n{"dialogue": "B: yo"}\n')
     full = merge(

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.shared import once
 from workloads.local import Fault, LocalOptions, Runner, RunResult, read_metrics, summary
 from workloads.localrun.etcd_server import LocalEtcd
 
@@ -66,16 +66,11 @@ def _max_diff(a: dict[int, float], b: dict[int, float]) -> float:
     return max(abs(a[k] - b[k]) for k in a)
 
 
-@pytest.fixture(scope="module")
-def shared_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEtcd]:
-    root = tmp_path_factory.mktemp("etcd")
-    with LocalEtcd(root / "data", root / "etcd.log") as etcd:
-        yield etcd
-
-
-@pytest.fixture(scope="module")
-def baseline(shared_etcd: LocalEtcd, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
-    return _run(tmp_path_factory.mktemp("baseline"), shared_etcd, generation=1)
+@pytest.fixture(scope="session")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    """The uninterrupted run every fault run is compared with, run once per test run (by the
+    first pytest-xdist worker that needs it; ``tests/shared.py``)."""
+    return once(tmp_path_factory, "local-run-baseline", lambda d: _run(d / "run", generation=1))
 
 
 def test_two_workers_join_through_etcd_and_train(baseline: RunResult) -> None:
@@ -99,18 +94,24 @@ def test_two_workers_join_through_etcd_and_train(baseline: RunResult) -> None:
 
 
 def test_resubmitting_the_same_job_uses_a_fresh_rendezvous(
-    baseline: RunResult, shared_etcd: LocalEtcd, tmp_path_factory: pytest.TempPathFactory
+    baseline: RunResult, tmp_path: Path
 ) -> None:
-    assert baseline.succeeded
+    """A finished job's rendezvous stays closed in etcd; the same job submitted again (next
+    ``job.generation``) gets a fresh rendezvous id on the same etcd and trains the
+    uninterrupted run's losses, while a reuse of the first id meets the closed rendezvous."""
     t0 = time.monotonic()
-    again = _run(tmp_path_factory.mktemp("resubmit"), shared_etcd, generation=2)
-    assert again.rdzv_id != baseline.rdzv_id
+    with LocalEtcd(tmp_path / "etcd" / "data", tmp_path / "etcd" / "etcd.log") as etcd:
+        short = (*(f for f in TINY if not f.startswith("--max_train_step")), "--max_train_step=2")
+        first = _run(tmp_path / "g1", etcd, generation=1, train_overrides=short)
+        assert first.succeeded, summary(first)
+        again = _run(tmp_path / "g2", etcd, generation=2)
+        # The control: the first generation again on the same etcd meets its closed rendezvous.
+        reused = _run(tmp_path / "reused", etcd, generation=1, train_overrides=short)
+    assert first.rdzv_id != again.rdzv_id
     assert again.job["metadata"]["name"] == baseline.job["metadata"]["name"]
     assert again.succeeded and not again.rendezvous_closed, summary(again)
     assert _max_diff(again.losses, baseline.losses) <= LOSS_TOL
-    # The control: the same generation on the same etcd meets the closed rendezvous.
-    reused = _run(tmp_path_factory.mktemp("reused"), shared_etcd, generation=1)
-    assert reused.rdzv_id == baseline.rdzv_id
+    assert reused.rdzv_id == first.rdzv_id
     assert reused.rendezvous_closed and not reused.succeeded and not reused.metrics
     print(f"resubmission and control took {time.monotonic() - t0:.1f} s")
 

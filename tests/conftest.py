@@ -1,0 +1,73 @@
+"""How ``make test`` spreads the suite over pytest-xdist workers (``-n 2 --dist loadscope``).
+
+Most slow tests wait (on Prometheus scrapes, etcd, restarts, paced fake jobs) as much as they
+compute, so two workers keep both cores busy. The rules, all in this file and
+``tests/shared.py``:
+
+- **Scopes:** a module is one unit of work (its module fixtures are built once), except the
+  modules in :data:`PER_TEST`, whose tests are independent, long runs: each is a unit of its own,
+  so they spread over the workers.
+- **Longest first:** units start in the order of :data:`LONG_FIRST` (measured: the local runs
+  and the notebook take 30-80 s each), then collection order, so no long unit is left for the
+  end while the other worker idles.
+- **Expensive shared fixtures** (the training launches, the local-run baseline, checkov, the
+  CLI campaign) are computed once per test run by ``tests.shared.once``, whichever worker asks
+  first; the others read its result.
+
+If this file breaks, the suite still passes but takes longer (units unbalanced), or, without
+``once``, runs the shared launches once per worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+PER_TEST = (
+    "tests/workloads/test_local_run.py",
+    "tests/observability/test_scaling_cloud.py",
+)
+"""Modules whose tests share no module fixture and each last tens of seconds."""
+
+LONG_FIRST = (
+    "tests/workloads/test_local_run.py",
+    "tests/observability/test_notebook.py",
+    "tests/training/test_parity.py",
+    "tests/observability/test_local_run_prometheus.py",
+    "tests/planner/test_calibration.py",
+    "tests/training/test_resume.py",
+    "tests/training/test_finetune_cli.py",
+    "tests/planner/test_memory_vs_cpu.py",
+    "tests/observability/test_scaling_cloud.py",
+    "tests/training/test_rendezvous.py",
+    "tests/training/test_preflight.py",
+)
+"""Modules by measured length, longest first (seconds per unit on a 2-core machine)."""
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Stable sort: the LONG_FIRST modules first, in that order; a module's tests stay together
+    and in their order."""
+    rank = {m: i for i, m in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope`` with this suite's scopes: a module, or a test of a PER_TEST module;
+    units handed out in collection order (longest first), not by test count."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if _module(nodeid) in PER_TEST else _module(nodeid)
+
+    config.option.loadscopereorder = False
+    return SuiteScheduling(config, log)
