@@ -58,6 +58,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: plain pytest runs without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadscope`` with this suite's scopes: a module, or a test of a PER_TEST module;
     units handed out in collection order (longest first), not by test count."""
