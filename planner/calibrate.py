@@ -319,18 +319,29 @@ def calibrate(
 
 
 def with_preflight(cal: Calibration, inp: PlanInput, reports: list[dict[str, Any]]) -> Calibration:
-    """The calibration with the links a newer preflight measured.
+    """The calibration on the nodes a newer preflight measured.
 
-    A job's own preflight runs on the nodes it got, before step 1: their NVLink and network
-    figures (bus bandwidth and per-hop latency) replace the calibration's. The compute
-    efficiencies stay the fitted ones: a device far below them fails the preflight instead,
-    and one snapshot of a matmul is a noisier estimate than a run's median step. Links the
-    new preflight did not measure (a single node has no network) keep the calibration's.
+    A job's own preflight runs on the nodes it got, before step 1, every rank measuring at
+    once. Its NVLink and network figures (bus bandwidth and per-hop latency) replace the
+    calibration's. Its device figures scale the fitted compute: GEMM and attention by its
+    slowest matmul over the calibration preflight's, the memory-bound part by its copy
+    bandwidth likewise. What the run taught about the software (``compute_scale``) carries
+    over, and devices that give less while their neighbours work (cores sharing caches and
+    memory bandwidth, GPUs sharing a power budget) slow the prediction as they slow the job.
+    Links the new preflight did not measure (a single node has no network) keep the
+    calibration's.
     """
     pf = preflight_figures(reports)
     _gpu, fresh = _hardware(replace(inp, gpu=None), pf)
-    links = {k: v for k, v in fresh.items() if k != "hbm_efficiency"}
-    return replace(cal, overrides={**cal.overrides, **links}, preflight={**cal.preflight, **pf})
+    overrides = {**cal.overrides, **{k: v for k, v in fresh.items() if k != "hbm_efficiency"}}
+    mm = pf["matmul_tflops"] / cal.preflight["matmul_tflops"]
+    overrides["hbm_efficiency"] *= pf["memory_gbps"] / cal.preflight["memory_gbps"]
+    gpu = replace(
+        cal.gpu,
+        gemm_efficiency=cal.gpu.gemm_efficiency * mm,
+        attention_efficiency=cal.gpu.attention_efficiency * mm,
+    )
+    return replace(cal, gpu=gpu, overrides=overrides, preflight={**cal.preflight, **pf})
 
 
 def before_after(

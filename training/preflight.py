@@ -39,6 +39,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -378,16 +379,33 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed(fn: Callable[[], object], device: torch.device, warmup: int, iters: int) -> float:
-    """Mean seconds of ``fn`` over ``iters`` calls after ``warmup`` calls."""
+def _timed(
+    fn: Callable[[], object], device: torch.device, warmup: int, iters: int, min_s: float = 0.0
+) -> float:
+    """Seconds per call of ``fn`` after ``warmup`` calls: the mean of ``iters`` calls, or with
+    ``min_s`` the median over rounds of ``iters`` calls (one sync per round), at least five
+    rounds and ``min_s`` seconds in all, so that a moment of other work on the device (a
+    neighbour's thread, a descheduled vCPU) does not become the figure."""
     for _ in range(warmup):
         fn()
     _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    _sync(device)
-    return (time.perf_counter() - t0) / iters
+    rounds: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        _sync(device)
+        rounds.append((time.perf_counter() - t0) / iters)
+        if min_s <= 0.0 or (len(rounds) >= 5 and time.perf_counter() - start >= min_s):
+            return statistics.median(rounds)
+
+
+DEVICE_MIN_S = 0.5
+"""Least time each device figure (matmul, copy) is measured for. Every rank measures at once,
+right after a barrier, so the figure is what a device gives while its neighbours work too
+(cores sharing caches and memory bandwidth, GPUs sharing a power budget); the planner scales
+a calibrated compute by it (``planner.calibrate.with_preflight``)."""
 
 
 def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, iters: int) -> float:
@@ -397,7 +415,7 @@ def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, iters: int) 
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
-    seconds = _timed(lambda: torch.mm(a, b, out=out), device, 2, iters)
+    seconds = _timed(lambda: torch.mm(a, b, out=out), device, 2, iters, DEVICE_MIN_S)
     return 2.0 * n**3 / seconds / 1e12
 
 
@@ -407,7 +425,7 @@ def memory_gbps(device: torch.device, nbytes: int, iters: int) -> float:
 
     src = torch.empty(nbytes // 4, device=device, dtype=torch.float32).fill_(1.0)
     dst = torch.empty_like(src)
-    seconds = _timed(lambda: dst.copy_(src), device, 2, iters)
+    seconds = _timed(lambda: dst.copy_(src), device, 2, iters, DEVICE_MIN_S)
     return 2.0 * src.numel() * 4 / seconds / 1e9
 
 
@@ -564,6 +582,7 @@ def measure(opts: Options, device: torch.device) -> dict[str, Any]:
 
     cuda = device.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
+    dist.barrier()  # every device measured at once (``DEVICE_MIN_S``)
     tflops = matmul_tflops(
         device, dtype, opts.matmul_n or (8192 if cuda else 512), max(3, opts.iters)
     )
