@@ -1,8 +1,7 @@
 """How ``make test`` spreads the suite over pytest-xdist workers (``-n 2 --dist loadscope``).
 
 Most slow tests wait (on Prometheus scrapes, etcd, restarts, paced fake jobs) as much as they
-compute, so two workers keep both cores busy. The rules, all in this file and
-``tests/shared.py``:
+compute. The rules, all in this file and ``tests/shared.py``:
 
 - **Scopes:** a module is one unit of work (its module fixtures are built once), except the
   modules in :data:`PER_TEST`, whose tests are independent, long runs: each is a unit of its own,
@@ -10,6 +9,9 @@ compute, so two workers keep both cores busy. The rules, all in this file and
 - **Longest first:** units start in the order of :data:`LONG_FIRST` (measured: the local runs
   and the notebook take 30-80 s each), then collection order, so no long unit is left for the
   end while the other worker idles.
+- **A lane for waiting:** with three or more workers, the last runs only the :data:`WAITING`
+  modules, which sleep far more than they compute; the others run the computing units, so
+  two computing tests share the two cores and none waits behind a sleeping one.
 - **Expensive shared fixtures** (the training launches, the local-run baseline, checkov, the
   CLI campaign) are computed once per test run by ``tests.shared.once``, whichever worker asks
   first; the others read its result.
@@ -46,6 +48,18 @@ LONG_FIRST = (
 """Modules by measured length, longest first (seconds per unit on a 2-core machine)."""
 
 
+WAITING = (
+    "tests/observability/test_scaling_cloud.py",
+    "tests/training/test_rendezvous.py",
+    "tests/observability/test_local_prometheus.py",
+    "tests/observability/test_prometheus_files.py",
+)
+"""Modules that mostly wait (paced fake jobs, Prometheus scrapes, etcd outages and heartbeat
+windows): measured, test_scaling_cloud.py takes 208 s of wall time for 20 s of CPU. With three
+or more workers the last one is their lane: it runs only these, the others run everything else
+first, so the waiting never holds a core."""
+
+
 def _module(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
@@ -69,6 +83,28 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class SuiteScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return nodeid if _module(nodeid) in PER_TEST else _module(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            """The lane (the last of three or more workers) takes waiting units only; the
+            others take the first computing unit, and waiting ones once none is left."""
+            lane = len(self.nodes) >= 3 and node is self.nodes[-1]
+            waiting = [s for s in self.workqueue if _module(s) in WAITING]
+            if lane:
+                if not waiting:
+                    return  # idle until the run ends: a third computing worker would slow all
+                scope = waiting[0]
+            else:
+                computing = [s for s in self.workqueue if _module(s) not in WAITING]
+                scope = (computing or waiting)[0]
+            self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+        def _reschedule(self, node: Any) -> None:
+            if self.workqueue and not node.shutting_down:
+                lane = len(self.nodes) >= 3 and node is self.nodes[-1]
+                if lane and not any(_module(s) in WAITING for s in self.workqueue):
+                    return  # nothing for the lane now; the session ends it with the others
+            super()._reschedule(node)
 
     config.option.loadscopereorder = False
     return SuiteScheduling(config, log)
