@@ -332,6 +332,12 @@ def with_preflight(cal: Calibration, inp: PlanInput, reports: list[dict[str, Any
     calibration's.
     """
     pf = preflight_figures(reports)
+    missing = [k for k in ("matmul_tflops", "memory_gbps") if k not in cal.preflight]
+    if missing:
+        raise CalibrationError(
+            f"--calibration: no {' or '.join(missing)} of its own preflight to compare the "
+            "new one with: calibrate again (python -m planner calibrate)"
+        )
     _gpu, fresh = _hardware(replace(inp, gpu=None), pf)
     overrides = {**cal.overrides, **{k: v for k, v in fresh.items() if k != "hbm_efficiency"}}
     mm = pf["matmul_tflops"] / cal.preflight["matmul_tflops"]

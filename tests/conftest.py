@@ -1,4 +1,4 @@
-"""How ``make test`` spreads the suite over pytest-xdist workers (``-n 2 --dist loadscope``).
+"""How ``make test`` spreads the suite over pytest-xdist workers (``-n 3 --dist loadscope``).
 
 Most slow tests wait (on Prometheus scrapes, etcd, restarts, paced fake jobs) as much as they
 compute. The rules, all in this file and ``tests/shared.py``:
@@ -91,7 +91,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             waiting = [s for s in self.workqueue if _module(s) in WAITING]
             if lane:
                 if not waiting:
-                    return  # idle until the run ends: a third computing worker would slow all
+                    return  # ``_reschedule`` shuts it down: a third computing worker slows all
                 scope = waiting[0]
             else:
                 computing = [s for s in self.workqueue if _module(s) not in WAITING]
@@ -103,7 +103,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             if self.workqueue and not node.shutting_down:
                 lane = len(self.nodes) >= 3 and node is self.nodes[-1]
                 if lane and not any(_module(s) in WAITING for s in self.workqueue):
-                    return  # nothing for the lane now; the session ends it with the others
+                    # Nothing left for the lane: it finishes what it holds (a worker keeps its
+                    # last test until more work or a shutdown comes) and leaves.
+                    node.shutdown()
+                    return
             super()._reschedule(node)
 
     config.option.loadscopereorder = False

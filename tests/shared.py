@@ -1,6 +1,6 @@
 """Run-wide sharing of expensive fixtures across pytest-xdist workers (``make test``).
 
-``make test`` runs the suite on two pytest-xdist workers (see ``tests/conftest.py``). A
+``make test`` runs the suite on three pytest-xdist workers (see ``tests/conftest.py``). A
 session fixture that is expensive to build (a multi-process training launch, a local run, a
 checkov scan) would otherwise run once per worker: :func:`once` builds it under a file lock in
 the folder all workers share and hands the others its pickled result (the pattern of

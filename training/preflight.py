@@ -586,6 +586,7 @@ def measure(opts: Options, device: torch.device) -> dict[str, Any]:
     tflops = matmul_tflops(
         device, dtype, opts.matmul_n or (8192 if cuda else 512), max(3, opts.iters)
     )
+    dist.barrier()  # the copy, too, while every neighbour copies
     mem = memory_gbps(device, opts.mem_bytes or (2**30 if cuda else 64 * 2**20), max(3, opts.iters))
     local = {
         "rank": rank,

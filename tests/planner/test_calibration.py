@@ -134,6 +134,11 @@ def test_a_run_that_follows_known_efficiencies_is_fitted_back_to_them(tmp_path: 
     half = with_preflight(cal, base, [_preflight(matmul / 2, memory / 2, 0.05, 3e-4)])
     one = predict(apply(base, cal), 1).compute.total_s
     assert predict(apply(base, half), 1).compute.total_s == pytest.approx(2 * one, rel=1e-9)
+    # the same preflight again changes nothing (the calibration now holds its figures)
+    again = with_preflight(half, base, [_preflight(matmul / 2, memory / 2, 0.05, 3e-4)])
+    assert (again.gpu, again.overrides) == (half.gpu, half.overrides)
+    with pytest.raises(CalibrationError, match=r"^--calibration: no matmul_tflops or memory_gbps"):
+        with_preflight(replace(cal, preflight={}), base, [_preflight(matmul, memory, 0.05, 3e-4)])
     two = run_figures(tmp_path / "w2")["tokens_per_s"]
     rows = before_after(base, cal, [1, 2], [_preflight(matmul, memory, 0.05, 3e-4)])
     assert rows[1]["after"] == pytest.approx(two, rel=1e-6)
@@ -309,7 +314,9 @@ def test_calibrated_on_one_cpu_worker_predicts_two_within_25_percent(
     (the embedding and the layers gathered twice, ``[norm, lm_head]`` once), gloo's
     reduce-scatter at its own measured figures, and the step's scalar all-reduces.
     """
-    order = [("w1a", 1), ("w2a", 2), ("w2b", 2), ("w1b", 1)]  # ABBA: a drift cancels out
+    # 1, 2, 2, 1: whichever way the speed drifts, each side's faster run is the one nearer
+    # the other side's (each chosen by its own tokens/s only)
+    order = [("w1a", 1), ("w2a", 2), ("w2b", 2), ("w1b", 1)]
     elsewhere = max(_run_alone(tmp_path / name, workers) for name, workers in order)
     runs = {name: run_figures(tmp_path / name, "min") for name, _ in order}
     assert {r["steps"] for r in runs.values()} == {STEPS - 1}, runs  # the first step left out
