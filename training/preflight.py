@@ -14,7 +14,8 @@ What it measures (every rank, NCCL on CUDA, gloo on CPU):
   all-reduce and ``algbw x (n-1)/n`` for all-gather and reduce-scatter. t is the slowest rank's
   mean over the timed iterations;
 - dense matmul TFLOP/s (2 n^3 per product; bf16 on CUDA, fp32 on CPU) and memory bandwidth
-  (a device-to-device copy moves 2 x its bytes) of each rank's device;
+  (a device-to-device copy moves 2 x its bytes) of each rank's device, every rank at once
+  after a barrier, the median of rounds of ``--iters`` calls over at least ``DEVICE_MIN_S``;
 - the network NCCL picked on every rank (``Using network OFI`` / ``Libfabric`` / ``AWS
   Libfabric`` vs ``Socket``) and, under OFI, the libfabric provider (``efa``), read from NCCL's
   INFO log when the job writes one (``NCCL_DEBUG_FILE``) or from ``NCCL_NET``, which NCCL
@@ -810,7 +811,12 @@ def _parse(argv: Sequence[str] | None) -> Any:
     p.add_argument(
         "--sizes", default="", help="collective sizes, e.g. 1M,16M,256M (default by device)"
     )
-    p.add_argument("--iters", type=int, default=5, help="timed iterations per measurement")
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=5,
+        help="timed iterations per measurement (per round for the device figures)",
+    )
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations first")
     p.add_argument(
         "--matmul_n", type=int, default=0, help="matmul size (default 8192 GPU / 512 CPU)"
