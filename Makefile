@@ -53,7 +53,7 @@ preflight: setup ## the dev job run locally (2 pods) with --preflight: collectiv
 test: setup ## the whole suite (slow multi-process tests included), on TEST_WORKERS pytest-xdist workers
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not alone"
-	$(PY) -m pytest -m alone
+	$(PY) -m pytest -m alone $$(grep -rl --include='test_*.py' 'mark\.alone' tests)  # collect only their modules: 8 s less
 
 test-fast: setup ## the suite without tests marked slow
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not slow and not alone"
