@@ -183,6 +183,9 @@ class RunResult:
     fault_note: str = ""
     fault_checkpoint_complete: bool | None = None
     """kill-in-checkpoint: whether checkpoint K was complete when the worker was frozen."""
+    checkpoints_at_fault: list[int] = field(default_factory=list)
+    """Steps whose checkpoint was complete (its ``COMPLETE`` marker written) when the fault
+    fired: a resume must start from the newest of them or a later one that was finishing."""
     recovery_s: float | None = None
     """Seconds from the fault to the next optimizer step logged after it."""
     new_step_s: float | None = None
@@ -708,6 +711,10 @@ class Runner:
         pod_index = self._fault_index
         proc, pod = self.procs[pod_index], result.pods[pod_index]
         result.fault_time_s = time.monotonic() - t0
+        result.checkpoints_at_fault = sorted(
+            int(marker.parent.name.removeprefix("step-"))
+            for marker in result.checkpoint_root.glob("step-*/COMPLETE")
+        )
         if fault.kind in ("kill-worker", "kill-in-checkpoint"):
             workers = list(known_pids) or _children(proc.pid)
             if fault.kind == "kill-in-checkpoint":

@@ -124,7 +124,12 @@ def test_killed_worker_resumes_from_the_last_checkpoint_with_identical_losses(
     assert result.fault_time_s is not None and result.recovery_s is not None
     assert result.resumed_from_steps, "no worker resumed from a checkpoint"
     resumed = max(result.resumed_from_steps)
-    assert resumed % CKPT_EVERY == 0 and 8 <= resumed < STEPS
+    # The newest checkpoint complete at the kill, or one finishing right then: with async
+    # saves the write of step 8 overlaps steps 9-10 and may still be under way at the kill
+    # (seen under load: resumed from 4 with 8 unfinished).
+    newest = max(result.checkpoints_at_fault)
+    assert resumed % CKPT_EVERY == 0 and newest <= resumed <= 10, (resumed, newest)
+    assert newest >= 4, result.checkpoints_at_fault
     # What the runner saw: steps 1..k of the killed attempt (k >= the checkpoint it resumed
     # from; how far past it the kill lands depends on the machine's speed), then the resumed
     # attempt's steps resumed+1..STEPS. Steps in (resumed, k] ran twice.
