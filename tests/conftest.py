@@ -84,10 +84,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return nodeid if _module(nodeid) in PER_TEST else _module(nodeid)
 
+        def _is_lane(self, node: Any) -> bool:
+            return len(self.nodes) >= 3 and node is self.nodes[-1]
+
         def _assign_work_unit(self, node: Any) -> None:
             """The lane (the last of three or more workers) takes waiting units only; the
             others take the first computing unit, and waiting ones once none is left."""
-            lane = len(self.nodes) >= 3 and node is self.nodes[-1]
+            lane = self._is_lane(node)
             waiting = [s for s in self.workqueue if _module(s) in WAITING]
             if lane:
                 if not waiting:
@@ -100,13 +103,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             super()._assign_work_unit(node)
 
         def _reschedule(self, node: Any) -> None:
-            if self.workqueue and not node.shutting_down:
-                lane = len(self.nodes) >= 3 and node is self.nodes[-1]
-                if lane and not any(_module(s) in WAITING for s in self.workqueue):
-                    # Nothing left for the lane: it finishes what it holds (a worker keeps its
-                    # last test until more work or a shutdown comes) and leaves.
-                    node.shutdown()
-                    return
+            idle_lane = self._is_lane(node) and not any(
+                _module(s) in WAITING for s in self.workqueue
+            )
+            if self.workqueue and not node.shutting_down and idle_lane:
+                # Nothing left for the lane: it finishes what it holds (a worker keeps its last
+                # test until more work or a shutdown comes) and leaves.
+                node.shutdown()
+                return
             super()._reschedule(node)
 
     config.option.loadscopereorder = False

@@ -303,8 +303,8 @@ def test_calibrated_on_one_cpu_worker_predicts_two_within_25_percent(
     processes on two cores), in the order 1, 2, 2, 1, 1, 2 workers, each side's fastest run kept:
     this machine's speed drifts by 15-30% over tens of seconds (measured: a 1-worker run's
     fastest step from 1,433 to 2,106 tokens/s between runs on an idle machine), and one run
-    per side compared two different machines. The calibration sees only the 1-worker run and its preflight
-    (plus the 2-worker job's own preflight, taken before its first step: its links, and its
+    per side compared two different machines. The calibration sees only the 1-worker run and
+    its preflight (plus the 2-worker job's own preflight, taken before its first step: its links, and its
     devices measured with both ranks at once, which scale the fitted compute).
 
     Both sides use the fastest step after the first (``--step-stat min``): on a machine shared
