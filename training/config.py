@@ -153,6 +153,8 @@ class TrainConfig:
     """Timeout of every collective after the first step: a dead or hung peer fails within it."""
     log_every: int = 1
     """Optimizer steps between progress-bar / stdout updates (metrics.jsonl gets every step)."""
+    gc_freq: int = 50
+    """Steps between Python garbage collections (automatic GC is off while training, as torchtitan)."""
     metrics_port: int = 0
     """Port of the Prometheus exporter; 0 = off."""
     progress: bool = True
@@ -243,6 +245,7 @@ def _validate(c: TrainConfig) -> None:
     at_least("checkpoint_write_estimate_s", 0)
     positive("collective_timeout_s")
     at_least("log_every", 1)
+    at_least("gc_freq", 1)
     positive("lr")
     positive("gradient_clipping_threshold")
     if not (math.isfinite(c.weight_decay) and c.weight_decay >= 0):

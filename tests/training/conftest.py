@@ -202,6 +202,7 @@ def _world2(
                 "--batch_size_training=1",
                 # as every cluster job renders it: the time-checkpoint vote must not sync
                 "--checkpoint_every_s=3600",
+                "--gc_freq=2",  # Python's GC at steps 2, 4, 6 only (test_host_syncs)
             ),
         },
         _train(base, "hf_tied", 2, f"--model_name={hf_checkpoint}"),

@@ -226,18 +226,30 @@ def _host_syncs(argv: list[str]) -> dict[str, Any]:
     with distributed() as env:
         trainer = Trainer(cfg, env)
         per_step: dict[int, list[str]] = {}
+        collections: list[int] = []  # generations Python's GC collected during this step
+        gc_per_step: dict[int, list[int]] = {}
         log = trainer._log
 
         def marked(out: dict[str, Any]) -> None:
             log(out)
             per_step[trainer.state.step] = list(seen.calls)
             seen.calls.clear()
+            gc_per_step[trainer.state.step] = list(collections)
+            collections.clear()
+
+        def on_gc(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                collections.append(info["generation"])
 
         trainer._log = marked  # type: ignore[method-assign]
-        with count_host_syncs() as seen:
-            trainer.fit()
+        gc.callbacks.append(on_gc)
+        try:
+            with count_host_syncs() as seen:
+                trainer.fit()
+        finally:
+            gc.callbacks.remove(on_gc)
         trainer.finish(False)
-        return {"per_step": per_step, "log_every": cfg.log_every}
+        return {"per_step": per_step, "log_every": cfg.log_every, "gc_per_step": gc_per_step}
 
 
 def _sigterm_during(argv: list[str], at: int) -> dict[str, Any]:
