@@ -36,7 +36,6 @@ LONG_FIRST = (
     "tests/workloads/test_local_run.py",
     "tests/observability/test_notebook.py",
     "tests/training/test_parity.py",
-    "tests/observability/test_local_run_prometheus.py",
     "tests/planner/test_calibration.py",
     "tests/training/test_resume.py",
     "tests/training/test_finetune_cli.py",
