@@ -227,6 +227,23 @@ class RunResult:
         )
 
 
+_PUBLISHED = re.compile(r"step-(\d{6,})(?:\.old)?")
+"""A published checkpoint folder, as ``training.checkpoint`` names them (``step-N.old`` is a
+re-saved step's previous copy, still loadable); a write in flight is ``step-N.tmp`` and holds
+its ``COMPLETE`` marker just before the rename publishes it."""
+
+
+def complete_checkpoint_steps(root: Path) -> list[int]:
+    """Steps of the published checkpoints under ``root`` whose ``COMPLETE`` marker exists."""
+    return sorted(
+        {
+            int(m.group(1))
+            for marker in root.glob("step-*/COMPLETE")
+            if (m := _PUBLISHED.fullmatch(marker.parent.name))
+        }
+    )
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Parsed lines of a metrics.jsonl (a partial last line is skipped)."""
     if not path.is_file():
@@ -711,10 +728,7 @@ class Runner:
         pod_index = self._fault_index
         proc, pod = self.procs[pod_index], result.pods[pod_index]
         result.fault_time_s = time.monotonic() - t0
-        result.checkpoints_at_fault = sorted(
-            int(marker.parent.name.removeprefix("step-"))
-            for marker in result.checkpoint_root.glob("step-*/COMPLETE")
-        )
+        result.checkpoints_at_fault = complete_checkpoint_steps(result.checkpoint_root)
         if fault.kind in ("kill-worker", "kill-in-checkpoint"):
             workers = list(known_pids) or _children(proc.pid)
             if fault.kind == "kill-in-checkpoint":
