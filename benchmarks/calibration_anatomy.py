@@ -93,20 +93,21 @@ def worker(a: argparse.Namespace) -> None:
             preflight.Options(sizes=preflight.default_sizes(False)), torch.device("cpu")
         )
         trainer = Trainer(parse_args(argv), env)
-        batches = iter(trainer.batches)
-        for _ in range(2):
-            trainer.train_step(next(batches))
-        steps = []
-        for _ in range(a.steps):
-            mb = next(batches)
-            t0 = time.perf_counter()
-            trainer.train_step(mb)
-            steps.append(time.perf_counter() - t0)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with trainer.gc.paused():  # as in Trainer.fit: no automatic GC in the steps
+            batches = iter(trainer.batches)
+            for _ in range(2):
+                trainer.train_step(next(batches))
+            steps = []
             for _ in range(a.steps):
                 mb = next(batches)
-                with record_function("anatomy::step"):
-                    trainer.train_step(mb)
+                t0 = time.perf_counter()
+                trainer.train_step(mb)
+                steps.append(time.perf_counter() - t0)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(a.steps):
+                    mb = next(batches)
+                    with record_function("anatomy::step"):
+                        trainer.train_step(mb)
         # per profiled step: seconds in each term (the profiler's clock, microseconds)
         events = prof.events()
         marks = sorted(

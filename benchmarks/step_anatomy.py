@@ -153,37 +153,38 @@ def worker(a: argparse.Namespace) -> None:
     ]
     with distributed() as env:
         trainer = Trainer(parse_args(argv), env)
-        batches = iter(trainer.batches)
-        trainer.train_step(next(batches))  # warm-up (first all-gathers, allocator)
+        with trainer.gc.paused():  # as in Trainer.fit: no automatic GC in the steps
+            batches = iter(trainer.batches)
+            trainer.train_step(next(batches))  # warm-up (first all-gathers, allocator)
 
-        # 1. host syncs of steps that do not log
-        per_step, sites = [], set()
-        for _ in range(a.steps):
-            mb = next(batches)
-            with count_host_syncs() as seen:
-                figures = trainer.train_step(mb)
-                trainer._checkpoint_due(figures["checkpoint_due"])  # the loop's decision, too
-            per_step.append(seen.n)
-            sites.update(seen.calls)
-
-        # 2. time split, phases timed the way train_step runs them
-        phases = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
-        model, opt = trainer.model, trainer.optimizer
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            # 1. host syncs of steps that do not log
+            per_step, sites = [], set()
             for _ in range(a.steps):
-                (one,) = next(batches)
-                t0 = time.perf_counter()
-                loss = token_loss_sum(model, one)
-                t1 = time.perf_counter()
-                (loss / 1000.0).backward()
-                t2 = time.perf_counter()
-                trainer._clip_grads()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                t3 = time.perf_counter()
-                phases["forward"] += t1 - t0
-                phases["backward"] += t2 - t1
-                phases["optimizer"] += t3 - t2
+                mb = next(batches)
+                with count_host_syncs() as seen:
+                    figures = trainer.train_step(mb)
+                    trainer._checkpoint_due(figures["checkpoint_due"])  # the loop's decision, too
+                per_step.append(seen.n)
+                sites.update(seen.calls)
+
+            # 2. time split, phases timed the way train_step runs them
+            phases = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+            model, opt = trainer.model, trainer.optimizer
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(a.steps):
+                    (one,) = next(batches)
+                    t0 = time.perf_counter()
+                    loss = token_loss_sum(model, one)
+                    t1 = time.perf_counter()
+                    (loss / 1000.0).backward()
+                    t2 = time.perf_counter()
+                    trainer._clip_grads()
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                    t3 = time.perf_counter()
+                    phases["forward"] += t1 - t0
+                    phases["backward"] += t2 - t1
+                    phases["optimizer"] += t3 - t2
         comm_us = sum(
             e.self_cpu_time_total
             for e in prof.key_averages()

@@ -142,8 +142,6 @@ class Trainer:
         self.tokenizer = load_tokenizer(cfg.model_name)
         dtype = torch.bfloat16 if cfg.pure_bf16 else torch.float32
         self.spec = model_spec(cfg.model_name, len(self.tokenizer), cfg.context_length, dtype)
-        # the libraries are imported: freeze their objects, before any training state exists
-        self.gc = GarbageCollection(cfg.gc_freq)
 
         # data
         pad_id = self.tokenizer.pad_token_id
@@ -209,6 +207,7 @@ class Trainer:
                 self.resumed_from = latest
                 self._saved_at = (self.state.step, self.state.epoch)
         self.stop = checkpoint.StopSignal()
+        self.gc = GarbageCollection(cfg.gc_freq)
 
         # metrics
         self.out_dir = Path(cfg.output_dir)
@@ -274,11 +273,11 @@ class Trainer:
                     t_last = time.perf_counter()
                     for micro_batches in self.batches:
                         out = self.train_step(micro_batches)
+                        self.gc.step(st.step + 1)  # part of the step's measured time
                         now = time.perf_counter()
                         out["step_time_s"] = now - t_last
                         st.step += 1
                         st.tokens_seen += out["tokens"]
-                        self.gc.step(st.step)
                         losses.append(out["loss"])
                         if st.step == self._first_step:  # loading and warm-up are behind us
                             set_collective_timeout(cfg.collective_timeout_s)

@@ -4,7 +4,8 @@ If these fail: a re-saved step opens a moment with no complete newest checkpoint
 resumes from an older one, or from scratch), stale `*.tmp` folders of killed writes pile up on
 the shared file system, an asynchronous save no longer produces a loadable checkpoint, SIGTERM
 is no longer recorded with its time (so the emergency checkpoint cannot be budgeted against
-torchrun's SIGKILL), or restarts and redone steps are no longer counted across restarts.
+torchrun's SIGKILL), or restarts and redone steps are no longer counted across restarts, or the local runner's
+record of the checkpoints complete at a fault disagrees with what a resume loads.
 Single process, real DCP on a temporary folder; nothing is mocked.
 """
 
@@ -142,3 +143,28 @@ def test_goodput_ledger_counts_restarts_and_redone_steps(tmp_path: Path) -> None
     assert again.started_at == first.started_at
     assert 0.09 < again.ratio() < 0.11  # 10 s of steps in ~100 s
     assert Goodput.resume(tmp_path / "none.json", resumed) is None  # a first start
+
+
+def test_the_local_runner_counts_as_complete_what_a_resume_can_load(tmp_path: Path) -> None:
+    """``workloads.local`` records the checkpoints complete when a fault fires without
+    importing torch, by folder names: a write in flight (``step-N.tmp``) holds its COMPLETE
+    marker just before its rename and is not complete yet (a kill-worker run once failed
+    reading it as a step); a re-saved step's previous copy (``step-N.old``) still loads; a
+    folder without the marker never does. The same folders as the loader's own list."""
+    from training.checkpoint import MARKER, _complete
+    from workloads.local import complete_checkpoint_steps
+
+    for name, marked in [
+        ("step-000004", True),
+        ("step-000008.tmp", True),
+        ("step-000012", False),
+        ("step-000016.old", True),
+        ("step-000020", True),
+        ("step-000020.old", True),
+    ]:
+        (tmp_path / name).mkdir()
+        if marked:
+            (tmp_path / name / MARKER).write_text("done\n")
+    assert complete_checkpoint_steps(tmp_path) == [4, 16, 20]
+    assert complete_checkpoint_steps(tmp_path) == sorted({s for s, _, _ in _complete(tmp_path)})
+    assert complete_checkpoint_steps(tmp_path / "absent") == []

@@ -54,39 +54,16 @@ def test_no_sync_on_steps_that_do_not_log(world2: tuple[Path, dict[str, Any]]) -
 
 
 def test_python_gc_runs_only_every_gc_freq_steps(world2: tuple[Path, dict[str, Any]]) -> None:
-    """--gc_freq=2: automatic collection is off while training, so Python's collector runs at
-    steps 2, 4 and 6 only, once, on the young generations (torchtitan's GarbageCollection):
-    no rank stops mid-step for a full collection its peers then wait for."""
+    """--gc_freq=2: automatic collection is off while training, so on every rank Python's
+    collector runs at steps 2, 4 and 6 only, once, on the young generations (torchtitan's
+    GarbageCollection): no rank stops mid-step for a full collection its peers then wait for.
+    Recorded per step by ``gc.callbacks`` (it also sees any collection torch would make)."""
     _, results = world2
-    per_step = {int(k): v for k, v in results["syncs"]["gc_per_step"].items()}
-    assert per_step == {1: [], 2: [1], 3: [], 4: [1], 5: [], 6: [1]}, per_step
-
-
-def test_the_collector_freezes_what_exists_and_pauses_only_inside() -> None:
-    """What exists when the policy is built (the imported libraries) moves to the permanent
-    generation; automatic collection is off inside ``paused`` and as it was after."""
-    import gc
-
-    from training.gc_policy import GarbageCollection
-
-    gc.unfreeze()
-    try:
-        before = gc.get_freeze_count()
-        policy = GarbageCollection(3)
-        assert gc.get_freeze_count() > before + 10_000  # torch alone tracks far more
-        assert gc.isenabled()
-        with policy.paused():
-            assert not gc.isenabled()
-            policy.step(1)
-            policy.step(2)
-            assert policy.seconds == 0.0
-            policy.step(3)
-            assert policy.seconds > 0.0
-        assert gc.isenabled()
-    finally:
-        gc.unfreeze()
-    with pytest.raises(ValueError, match="gc_freq: 0 must be at least 1"):
-        GarbageCollection(0)
+    per_rank = results["syncs"]["gc_per_step"]
+    assert len(per_rank) == 2
+    for rank, steps in enumerate(per_rank):
+        per_step = {int(k): v for k, v in steps.items()}
+        assert per_step == {1: [], 2: [1], 3: [], 4: [1], 5: [], 6: [1]}, (rank, per_step)
 
 
 def test_local_token_counts_equal_the_all_reduce() -> None:

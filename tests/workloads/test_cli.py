@@ -146,24 +146,3 @@ def test_local_cpu_run_logs_every_step_while_the_cluster_job_logs_every_ten(
     opts = local.LocalOptions(stack="dev", out=tmp_path, train_overrides=("--log_every=5",))
     cmd = pytorchjob.train_command(local.local_job_settings(opts, tmp_path / "shared")[0])
     assert [a for a in cmd if a.startswith("--log_every")] == ["--log_every=5"]
-
-
-def test_only_published_checkpoints_count_as_complete_at_a_fault(tmp_path: Path) -> None:
-    """What a fault records as complete follows ``training.checkpoint``'s publication: a
-    write in flight (``step-N.tmp``) holds its COMPLETE marker just before its rename and is
-    not complete yet (a kill-worker run once failed reading it as a step); a re-saved step's
-    previous copy (``step-N.old``) still is; a folder without the marker never is."""
-    from training.checkpoint import MARKER, latest_complete
-
-    for name, marked in [
-        ("step-000004", True),
-        ("step-000008.tmp", True),
-        ("step-000012", False),
-        ("step-000016.old", True),
-    ]:
-        (tmp_path / name).mkdir()
-        if marked:
-            (tmp_path / name / MARKER).write_text("done\n")
-    assert local.complete_checkpoint_steps(tmp_path) == [4, 16]
-    assert latest_complete(tmp_path) == tmp_path / "step-000016.old"  # the loader agrees
-    assert local.complete_checkpoint_steps(tmp_path / "absent") == []

@@ -99,12 +99,14 @@ def test_two_workers_join_through_etcd_and_train(baseline: RunResult) -> None:
 def test_resubmitting_the_same_job_uses_a_fresh_rendezvous(
     baseline: RunResult, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """A finished job's rendezvous stays closed in etcd; the same job submitted again (next
+    """A finished job's rendezvous stays closed in etcd (until its run directory's TTL,
+    7,200 s in torch's legacy handler, runs out); the same job submitted again (next
     ``job.generation``) gets a fresh rendezvous id on the same etcd and trains the
     uninterrupted run's losses, while a reuse of the first id meets the closed rendezvous.
 
     The first generation is the baseline run: its etcd's data (a copy) is started again, as the
     stack's etcd outlives the jobs it serves."""
+    assert baseline.succeeded, summary(baseline)
     t0 = time.monotonic()
     data = tmp_path / "etcd" / "data"
     shutil.copytree(shared_dir(tmp_path_factory, BASELINE) / "run" / "etcd-data", data)
@@ -230,8 +232,10 @@ def test_preempted_pod_is_replaced_and_the_job_ends_succeeded(
     emergency checkpoint (it fits the dev stack's 71 s shutdown timeout) and exits 143: the
     other agent restarts its group instead of reporting success, waits for the replacement
     pod (minReplicas 2, here a second later) and both resume from the emergency checkpoint:
-    nothing is redone. A drain, the same SIGTERM with the replacement at once, is the c10d
-    test's fault."""
+    nothing is redone. A drain is the same SIGTERM with the replacement at once; the
+    replacement's delay counts from the old pod's end, and its agent takes seconds to start,
+    so with either delay the survivor is already waiting in the next round when it joins (the
+    c10d test drains pod 0)."""
     result = _run(tmp_path, fault=Fault("preempt-node", 6), replacement_delay_s=1.0)
     _every_step_once_with_the_uninterrupted_losses(result, baseline)
     assert result.pods[1].replaced == 1 and result.pods[0].replaced == 0
