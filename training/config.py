@@ -159,6 +159,8 @@ class TrainConfig:
     """Port of the Prometheus exporter; 0 = off."""
     progress: bool = True
     """Show a tqdm progress bar on rank 0."""
+    plot_metrics: bool = True
+    """Draw metrics.png (loss and throughput per step) at the end, on rank 0 (~1 s of matplotlib)."""
     force_bf16: bool = False
     """Keep bf16 mixed precision on a CPU without native bf16 (else fp32 there, ~10x faster)."""
     compile: bool = False

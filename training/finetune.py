@@ -515,7 +515,7 @@ class Trainer:
         }
         write_summary(self.out_dir / "summary.json", summary)
         jsonl = self.out_dir / "metrics.jsonl"
-        if jsonl.is_file():
+        if self.cfg.plot_metrics and jsonl.is_file():
             plot_metrics(jsonl, self.out_dir / "metrics.png")
         print(_format_summary(summary, exported, self.ckpt_root), flush=True)
 

@@ -216,6 +216,7 @@ def _start(out: Path, workers: int, steps: int) -> list[subprocess.Popen[str]]:
         "--run_validation=False",
         "--save_model=False",
         "--progress=False",
+        "--plot_metrics=False",
         f"--max_train_step={steps}",
         "--enable_fsdp",  # as the local runner runs every job, a world of one included
         "--preflight",

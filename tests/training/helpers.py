@@ -44,6 +44,7 @@ TINY = [
     "--run_validation=False",
     "--save_model=False",
     "--progress=False",
+    "--plot_metrics=False",  # ~1 s of matplotlib per run; the full CLI run draws it
 ]
 GLOBAL_BATCH = 4
 

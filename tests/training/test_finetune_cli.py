@@ -103,6 +103,7 @@ def _campaign(base: Path) -> tuple[Path, dict[str, Any]]:
             "--max_eval_step=2",
             "--save_model=True",
             "--checkpoint_every=2",
+            "--plot_metrics=True",
         ],
     )
     jobs: list[dict[str, Any]] = [{"kind": "train", "name": "full", "argv": full}]

@@ -53,6 +53,8 @@ def test_reference_learns(world1: tuple[Path, dict[str, Any]]) -> None:
     assert [r["step"] for r in ref] == list(range(1, STEPS + 1))
     assert ref[-1]["loss"] < ref[0]["loss"] - 0.05  # lr 1e-3: the loss visibly falls
     assert all(r["world_size"] == 1 and r["tokens"] == 4 * 64 for r in ref)
+    assert (base / "ref" / "out" / "summary.json").is_file()
+    assert not (base / "ref" / "out" / "metrics.png").exists()  # --plot_metrics=False
 
 
 @pytest.mark.parametrize("name", W2_FP32)

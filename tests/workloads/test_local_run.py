@@ -40,6 +40,7 @@ TINY = (
     "--mixed_precision=False",  # fp32: exact parity, and bf16 is ~10x slower on most CPUs
     "--run_validation=False",
     "--save_model=False",  # no test reads the Hugging Face export: a few seconds per run
+    "--plot_metrics=False",  # nor the plot: ~1 s of matplotlib per run
     f"--max_train_step={STEPS}",
     f"--checkpoint_every={CKPT_EVERY}",
 )
