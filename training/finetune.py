@@ -261,54 +261,58 @@ class Trainer:
     # ------------------------------------------------------------------------------------------
     def fit(self) -> bool:
         """Train until num_epochs / max_train_step; returns True when stopped by SIGTERM."""
+        self.stop.install()
+        try:
+            with self.gc.paused():  # no automatic collection mid-step: no rank straggles
+                return self._train()
+        finally:
+            self.stop.uninstall()
+
+    def _train(self) -> bool:
+        """The loop of `fit`: epochs, steps, validation and checkpoints."""
         from training.dist import set_collective_timeout
 
         cfg, st = self.cfg, self.state
-        self.stop.install()
-        with self.gc.paused():  # no automatic collection mid-step: no rank straggles
-            try:
-                while st.epoch < cfg.num_epochs and not self._step_limit_reached():
-                    self.batches.set_epoch(st.epoch)
-                    t_epoch, losses = time.perf_counter(), []
-                    t_last = time.perf_counter()
-                    for micro_batches in self.batches:
-                        out = self.train_step(micro_batches)
-                        self.gc.step(st.step + 1)  # part of the step's measured time
-                        now = time.perf_counter()
-                        out["step_time_s"] = now - t_last
-                        st.step += 1
-                        st.tokens_seen += out["tokens"]
-                        losses.append(out["loss"])
-                        if st.step == self._first_step:  # loading and warm-up are behind us
-                            set_collective_timeout(cfg.collective_timeout_s)
-                        self._log(out)
-                        if out["stop"]:
-                            self._settle()
-                            self._end_epoch_stats(losses, t_epoch)
-                            self._stop_on_signal()
-                            return True
-                        self.checkpointer.poll()
-                        if self._checkpoint_due(out["checkpoint_due"]):
-                            self.save()
-                        if self._step_limit_reached():
-                            break
-                        t_last = time.perf_counter()
-                    trained, epoch_done = st.epoch, self.batches.remaining_steps() == 0
+        while st.epoch < cfg.num_epochs and not self._step_limit_reached():
+            self.batches.set_epoch(st.epoch)
+            t_epoch, losses = time.perf_counter(), []
+            t_last = time.perf_counter()
+            for micro_batches in self.batches:
+                out = self.train_step(micro_batches)
+                self.gc.step(st.step + 1)  # part of the step's measured time
+                now = time.perf_counter()
+                out["step_time_s"] = now - t_last
+                st.step += 1
+                st.tokens_seen += out["tokens"]
+                losses.append(out["loss"])
+                if st.step == self._first_step:  # loading and warm-up are behind us
+                    set_collective_timeout(cfg.collective_timeout_s)
+                self._log(out)
+                if out["stop"]:
+                    self._settle()
                     self._end_epoch_stats(losses, t_epoch)
-                    if epoch_done:
-                        st.epoch += 1
-                        self.scheduler.step()
-                    if cfg.run_validation:
-                        self.history["eval_loss"].append(self.validate(trained))
+                    self._stop_on_signal()
+                    return True
+                self.checkpointer.poll()
+                if self._checkpoint_due(out["checkpoint_due"]):
                     self.save()
-                self._settle()
-                t0 = time.monotonic()
-                self.checkpointer.wait()  # the last checkpoint is on disk before the exit
-                if self.history["ckpt_stall"]:
-                    self.history["ckpt_stall"][-1] += time.monotonic() - t0
-                return False
-            finally:
-                self.stop.uninstall()
+                if self._step_limit_reached():
+                    break
+                t_last = time.perf_counter()
+            trained, epoch_done = st.epoch, self.batches.remaining_steps() == 0
+            self._end_epoch_stats(losses, t_epoch)
+            if epoch_done:
+                st.epoch += 1
+                self.scheduler.step()
+            if cfg.run_validation:
+                self.history["eval_loss"].append(self.validate(trained))
+            self.save()
+        self._settle()
+        t0 = time.monotonic()
+        self.checkpointer.wait()  # the last checkpoint is on disk before the exit
+        if self.history["ckpt_stall"]:
+            self.history["ckpt_stall"][-1] += time.monotonic() - t0
+        return False
 
     def _checkpoint_due(self, time_vote: bool) -> bool:
         """Step interval, or the time interval as this step's vote decided it (`_vote`): the
