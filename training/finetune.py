@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from training import gc_policy
 from training.config import ConfigError, TrainConfig, parse_args
-from training.gc_policy import GarbageCollection
 
 if TYPE_CHECKING:
     import torch
@@ -46,8 +46,11 @@ FAILED_EXIT = 1
 """Exit status after an unexpected error (a collective timeout on a dead peer, say)."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse flags, train, return the exit status (2 for bad input)."""
+def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -> int:
+    """Parse flags, train, return the exit status (2 for bad input). ``freeze_libraries``: the
+    program's entry point (``python -m training.finetune``, what torchrun starts) moves the
+    imported libraries to Python's permanent generation before the run creates anything
+    (``training.gc_policy.freeze_libraries``); a caller's own heap is left alone."""
     try:
         cfg = parse_args(argv)
     except ConfigError as e:
@@ -57,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.dist import distributed
     from training.model import ModelError
     from training.parallelize import ParallelError
+
+    if freeze_libraries:
+        gc_policy.freeze_libraries()
 
     with distributed() as env:
         if cfg.preflight:  # every (re)start checks the nodes it got, before step 1
@@ -207,7 +213,7 @@ class Trainer:
                 self.resumed_from = latest
                 self._saved_at = (self.state.step, self.state.epoch)
         self.stop = checkpoint.StopSignal()
-        self.gc = GarbageCollection(cfg.gc_freq)
+        self.gc = gc_policy.GarbageCollection(cfg.gc_freq)
 
         # metrics
         self.out_dir = Path(cfg.output_dir)
@@ -719,4 +725,4 @@ def _format_summary(s: dict[str, Any], exported: Path | None, ckpt_root: Path) -
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(freeze_libraries=True))

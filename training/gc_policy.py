@@ -10,6 +10,17 @@ steps). Here automatic collection is off for the whole of ``Trainer.fit`` (steps
 checkpoints) and on outside it, so that setup and the end of the run collect as usual and
 ``finetune.main``'s final collection frees the model with the process group still alive.
 
+At a program's start, :func:`freeze_libraries` moves what the imports created (~350k objects of
+torch and transformers) to the permanent generation (``gc.freeze``), where no collection looks
+again, as vLLM (``freeze_gc_heap``) and SGLang (``freeze_gc``) do after start-up: the
+collection that frees the model at the end of ``finetune.main``, and the interpreter's own
+collections at exit (``Py_FinalizeEx``), then scan only what the run created. Measured on a
+2-core CPU: 1.0-1.3 s less per worker process (a 2-step tiny run from 6.4 s to 5.2 s), 0.4 s
+per ``training.launch`` agent. Only the program entry points freeze (``python -m
+training.finetune`` / ``training.launch``), before any object of the run exists: a frozen
+object is never collected, so a Trainer frozen in a reference cycle would never be freed, and
+a caller importing ``finetune.main`` keeps its own heap as it was.
+
 Not covered: ``torch.compile`` runs ``gc.collect(1)`` after compiling each frame
 (``torch._dynamo.config.run_gc_after_compile``), on each rank as it compiles, during the first
 steps of a ``--compile`` run.
@@ -19,7 +30,27 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+import importlib
+from collections.abc import Iterable, Iterator
+
+LIBRARIES = (
+    "transformers.models.llama.modeling_llama",  # the model, and torch._dynamo with it
+    "transformers.models.auto.tokenization_auto",  # AutoTokenizer, the tokenizers library
+    "training.checkpoint",  # torch.distributed.checkpoint, DTensor
+    "training.parallelize",  # FSDP2
+)
+"""What a training process imports before its first step."""
+
+
+def freeze_libraries(modules: Iterable[str] = LIBRARIES) -> int:
+    """Import ``modules``, collect all garbage, then freeze every object alive (``gc.freeze``);
+    return how many objects are frozen. For a process's start only, before any object of the
+    run exists (nothing frozen is ever collected: see the module's docstring)."""
+    for module in modules:
+        importlib.import_module(module)
+    gc.collect()  # ~0.2 s: no garbage of the imports is kept for ever
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 class GarbageCollection:

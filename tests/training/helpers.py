@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
 import io
 import json
 import os
@@ -290,33 +289,17 @@ def _dynamo_graphs() -> tuple[int, int]:
     return int(counters["stats"]["unique_graphs"]), sum(counters["graph_break"].values())
 
 
-def _freeze_the_libraries() -> None:
-    """Import what every job uses, then move it to Python's permanent generation.
-
-    The driver runs dozens of jobs in one process and collects all garbage between them
-    (with the process group alive, as ``finetune.main`` does): each full collection then scans
-    only what the jobs created, not the ~350k objects of torch and transformers. Done once,
-    before any job exists and after a full collection, so nothing a job creates and no garbage
-    is ever frozen (``gc.freeze``: frozen objects are never collected).
-    """
-    for module in (
-        "transformers.models.llama.modeling_llama",  # and torch._dynamo with it
-        "training.checkpoint",  # torch.distributed.checkpoint, DTensor
-        "training.parallelize",  # FSDP2
-    ):
-        importlib.import_module(module)
-
-    gc.collect()
-    gc.freeze()
-
-
 def _driver(jobs_file: str) -> None:
     import torch.distributed as dist
 
     from training.dist import distributed
     from training.finetune import main
+    from training.gc_policy import freeze_libraries
 
-    _freeze_the_libraries()
+    # Dozens of jobs in one process, each ending with a full collection (with the process group
+    # alive, as ``finetune.main`` does): frozen, torch's and transformers' ~350k objects are
+    # scanned by none of them. Done once, before any job exists, as the program does.
+    freeze_libraries()
     jobs = json.loads(Path(jobs_file).read_text(encoding="utf-8"))
     results: dict[str, Any] = {}
     with distributed() as env:

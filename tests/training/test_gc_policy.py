@@ -3,14 +3,20 @@
 If this fails, the loop would leave Python's automatic collection off after training (a
 library call that changes process-wide state), turn it on for a caller that had it off, or
 collect at other steps than every ``--gc_freq``: ranks would stop for collections at their own
-moments again. The loop's use of it is checked per rank in ``test_host_syncs.py``.
+moments again. The loop's use of it is checked per rank in ``test_host_syncs.py``. The last test
+runs the program's start-up freeze for real: if it fails, either the libraries are no longer
+frozen (each worker's end costs a second more) or a run's model is frozen and never freed.
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +87,57 @@ def test_pausing_restores_the_state_it_found_also_on_errors() -> None:
 def test_gc_freq_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="gc_freq: 0 must be at least 1"):
         GarbageCollection(0)
+
+
+_FREEZE_PROBE = """
+import gc, json, sys, weakref
+import training.finetune as ft
+
+argv, out = json.loads(sys.argv[1]), sys.argv[2]
+models, freeze_in_trainer = [], [True]
+build = ft.Trainer.__init__
+
+def spy(self, cfg, env):
+    build(self, cfg, env)
+    models.append(weakref.ref(self.model))
+    if freeze_in_trainer[0]:
+        gc.freeze()  # the control: frozen with the run's objects alive
+
+ft.Trainer.__init__ = spy
+report = {"control_rc": ft.main([*argv, f"--output_dir={out}/control"])}
+report["control_model_kept"] = models[-1]() is not None
+gc.unfreeze()
+gc.collect()
+report["control_model_kept_after_unfreeze"] = models[-1]() is not None
+freeze_in_trainer[0] = False
+report["rc"] = ft.main([*argv, f"--output_dir={out}/program"], freeze_libraries=True)
+report["frozen"] = gc.get_freeze_count()
+report["model_kept"] = models[-1]() is not None
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.slow
+def test_the_program_freezes_the_libraries_and_never_the_run(tmp_path: Path) -> None:
+    """``python -m training.finetune`` freezes what its imports created (torch, transformers)
+    before the Trainer exists: the model is still freed by ``main``'s final collection. The
+    control in the same process freezes inside the Trainer instead, and its model outlives
+    ``main`` (it sits in reference cycles: FSDP's hooks, the optimizer, the meshes) until
+    unfrozen: what freezing the run would leak on every call."""
+    from tests.training.helpers import TINY, child_env
+
+    argv = [*TINY, "--max_train_step=2", f"--dist_checkpoint_root_folder={tmp_path}/ckpt"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _FREEZE_PROBE, json.dumps(argv), str(tmp_path)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(report)
+    assert report["control_rc"] == 0 and report["rc"] == 0, report
+    assert report["control_model_kept"] and not report["control_model_kept_after_unfreeze"]
+    assert not report["model_kept"], report
+    assert report["frozen"] > 100_000, report  # torch's and transformers' objects
