@@ -10,7 +10,7 @@ compute. The rules, all in this file and ``tests/shared.py``:
   and the notebook take 30-80 s each), then collection order, so no long unit is left for the
   end while the other worker idles.
 - **A lane for waiting:** with three or more workers, the last runs only the :data:`WAITING`
-  modules, which sleep far more than they compute; the others run the computing units, so
+  units (modules or single tests), which sleep far more than they compute; the others run the computing units, so
   two computing tests share the two cores and none waits behind a sleeping one.
 - **Expensive shared fixtures** (the training launches, the local-run baseline, checkov, the
   CLI campaign) are computed once per test run by ``tests.shared.once``, whichever worker asks
@@ -50,19 +50,26 @@ LONG_FIRST = (
 
 
 WAITING = (
+    "tests/workloads/test_local_run.py::test_hung_worker_times_out_and_the_group_restarts",
     "tests/observability/test_scaling_cloud.py",
     "tests/training/test_rendezvous.py",
     "tests/observability/test_local_prometheus.py",
     "tests/observability/test_prometheus_files.py",
 )
-"""Modules that mostly wait (paced fake jobs, Prometheus scrapes, etcd outages and heartbeat
-windows): measured, test_scaling_cloud.py takes 208 s of wall time for 20 s of CPU. With three
-or more workers the last one is their lane: it runs only these, the others run everything else
-first, so the waiting never holds a core."""
+"""Units that mostly wait (paced fake jobs, Prometheus scrapes, etcd outages and heartbeat
+windows, torchrun's fixed 30 s before it SIGKILLs a hung worker): measured,
+test_scaling_cloud.py takes 208 s of wall time for 20 s of CPU, the hung-worker run 76 s for
+37 s. Modules, or single tests of a PER_TEST module. With three or more workers the last one is
+their lane: it runs only these, the others run everything else first, so the waiting never
+holds a core."""
 
 
 def _module(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
+
+
+def _waits(scope: str) -> bool:
+    return scope in WAITING or _module(scope) in WAITING
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope
@@ -92,21 +99,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             """The lane (the last of three or more workers) takes waiting units only; the
             others take the first computing unit, and waiting ones once none is left."""
             lane = self._is_lane(node)
-            waiting = [s for s in self.workqueue if _module(s) in WAITING]
+            waiting = [s for s in self.workqueue if _waits(s)]
             if lane:
                 if not waiting:
                     return  # ``_reschedule`` shuts it down: a third computing worker slows all
                 scope = waiting[0]
             else:
-                computing = [s for s in self.workqueue if _module(s) not in WAITING]
+                computing = [s for s in self.workqueue if not _waits(s)]
                 scope = (computing or waiting)[0]
             self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)
 
         def _reschedule(self, node: Any) -> None:
-            idle_lane = self._is_lane(node) and not any(
-                _module(s) in WAITING for s in self.workqueue
-            )
+            idle_lane = self._is_lane(node) and not any(_waits(s) for s in self.workqueue)
             if self.workqueue and not node.shutting_down and idle_lane:
                 # Nothing left for the lane: it finishes what it holds (a worker keeps its last
                 # test until more work or a shutdown comes) and leaves.

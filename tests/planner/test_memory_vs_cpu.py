@@ -40,6 +40,9 @@ def _worker(rank: int, size: int, port: int, out_dir: str, cfg: dict[str, object
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
+    from training.gc_policy import freeze_libraries
+
+    freeze_libraries()  # as the training program starts: ~1 s less at each process's exit
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=size)
     for world in WORLDS:

@@ -8,9 +8,9 @@ node lost for good (the survivor must finish), a pod preempted or drained (SIGTE
 rank must stop with an emergency checkpoint and exit NON-zero, so that the survivors restart
 instead of ending the job as Succeeded, and the replacement joins), a hung rank (the collective
 timeout must turn it into a restart within seconds), a job resubmitted under the same name (it
-must not meet the closed rendezvous of the previous run), a crash while a checkpoint is written
-(the previous checkpoint must load), an etcd restart under the running job (the etcd-ft
-handler must carry the agents through it: no restart, nothing redone; docs/adr/0005), and on
+must not meet the closed rendezvous of the previous run) and the etcd restarted under it (the
+etcd-ft handler must carry the agents through it: no restart, nothing redone; docs/adr/0005),
+a crash while a checkpoint is written (the previous checkpoint must load), and on
 c10d, the GPU stacks' backend, the loss of the pod hosting the store (the job must go on). Every fault test asserts the final
 history holds every step exactly once with the uninterrupted run's losses. Runs are shared
 between assertions to keep the suite within minutes; the runner itself stops within 10 s of a
@@ -97,32 +97,55 @@ def test_two_workers_join_through_etcd_and_train(baseline: RunResult) -> None:
     )
 
 
-def test_resubmitting_the_same_job_uses_a_fresh_rendezvous(
+def test_resubmitted_job_gets_a_fresh_rendezvous_and_survives_an_etcd_restart(
     baseline: RunResult, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """A finished job's rendezvous stays closed in etcd (until its run directory's TTL,
-    7,200 s in torch's legacy handler, runs out); the same job submitted again (next
-    ``job.generation``) gets a fresh rendezvous id on the same etcd and trains the
-    uninterrupted run's losses, while a reuse of the first id meets the closed rendezvous.
+    """The stack's etcd outlives the jobs it serves, and is rescheduled under them.
 
-    The first generation is the baseline run: its etcd's data (a copy) is started again, as the
-    stack's etcd outlives the jobs it serves."""
+    Resubmission: a finished job's rendezvous stays closed in etcd (until its run directory's
+    TTL, 7,200 s in torch's legacy handler, runs out); the same job submitted again (next
+    ``job.generation``) gets a fresh rendezvous id on the same etcd and trains the
+    uninterrupted run's losses, while a reuse of the first id meets the closed rendezvous. The
+    first generation is the baseline run: its etcd's data (a copy) is started again.
+
+    etcd restart: the second generation's etcd is stopped for seconds and started again on its
+    data at step 6 (an etcd pod rescheduled under the job). The command runs torchrun through
+    ``training.launch`` with ``--rdzv-backend=etcd-ft``: both agents poll the rendezvous during
+    the outage, answer "no change" instead of dying (torch's own ``etcd`` handler raised on the
+    first poll, the launcher closed the rendezvous and the job FAILED: docs/adr/0005), and the
+    workers, which never talk to etcd, train on: no restart, nothing redone. The first
+    generation's closed rendezvous is still there after the restart (the control run meets it).
+    The lost-data-dir case is covered on the handler itself (tests/training/test_rendezvous.py).
+    """
     assert baseline.succeeded, summary(baseline)
     t0 = time.monotonic()
     data = tmp_path / "etcd" / "data"
     shutil.copytree(shared_dir(tmp_path_factory, BASELINE) / "run" / "etcd-data", data)
     with LocalEtcd(data, tmp_path / "etcd" / "etcd.log") as etcd:
-        again = _run(tmp_path / "g2", etcd, generation=2)
+        again = _run(tmp_path / "g2", etcd, generation=2, fault=Fault("restart-etcd", 6))
         # The control: the first generation again on the same etcd meets its closed rendezvous
         # (the same settings: the rendezvous id hashes them).
         reused = _run(tmp_path / "reused", etcd, generation=1)
     assert baseline.rdzv_id != again.rdzv_id
     assert again.job["metadata"]["name"] == baseline.job["metadata"]["name"]
     assert again.succeeded and not again.rendezvous_closed, summary(again)
+    assert [m["step"] for m in again.metrics] == list(range(1, STEPS + 1))
     assert _max_diff(again.losses, baseline.losses) <= LOSS_TOL
     assert reused.rdzv_id == baseline.rdzv_id
     assert reused.rendezvous_closed and not reused.succeeded and not reused.metrics
-    print(f"resubmission and control took {time.monotonic() - t0:.1f} s")
+
+    cmd = _pod_env_command(again)
+    assert cmd[cmd.index("training.launch") + 1] == "--rdzv-backend=etcd-ft"
+    assert again.job["spec"]["elasticPolicy"]["rdzvBackend"] == "etcd"
+    assert [(p.restarts, p.replaced) for p in again.pods] == [(0, 0), (0, 0)]
+    assert again.steps_redone == 0 and again.new_step_s is not None
+    assert "etcd stopped and started again" in again.fault_note
+    for pod in again.pods:
+        assert "unreachable (EtcdConnectionFailed" in pod.log.read_text()
+    print(
+        f"restart-etcd under generation 2: {again.new_step_s:.1f} s to the next new step, "
+        f"0 redone; resubmission, restart and control took {time.monotonic() - t0:.1f} s"
+    )
 
 
 def test_killed_worker_resumes_from_the_last_checkpoint_with_identical_losses(
@@ -268,29 +291,6 @@ def test_hung_worker_times_out_and_the_group_restarts(baseline: RunResult, tmp_p
     assert resumed % CKPT_EVERY == 0 and resumed <= 8
     assert result.steps_redone >= 1  # the steps past that checkpoint ran twice
     print(f"hang-worker: {result.new_step_s:.1f} s, {result.steps_redone} steps redone")
-
-
-def test_etcd_restart_is_survived_without_a_restart(baseline: RunResult, tmp_path: Path) -> None:
-    """etcd stopped for seconds and started again on its data at step 6 (an etcd pod
-    rescheduled under the job). The command runs torchrun through ``training.launch`` with
-    ``--rdzv-backend=etcd-ft``: both agents poll the rendezvous during the outage, answer "no
-    change" instead of dying (torch's own ``etcd`` handler raised on the first poll, the
-    launcher closed the rendezvous and the job FAILED: docs/adr/0005), and the workers, which
-    never talk to etcd, train on. The lost-data-dir case is covered on the handler itself
-    (tests/training/test_rendezvous.py)."""
-    result = _run(tmp_path, fault=Fault("restart-etcd", 6))
-    cmd = _pod_env_command(result)
-    assert cmd[cmd.index("training.launch") + 1] == "--rdzv-backend=etcd-ft"
-    assert result.job["spec"]["elasticPolicy"]["rdzvBackend"] == "etcd"
-    assert result.succeeded and not result.rendezvous_closed, summary(result)
-    assert [m["step"] for m in result.metrics] == list(range(1, STEPS + 1))
-    assert _max_diff(result.losses, baseline.losses) <= LOSS_TOL
-    assert [(p.restarts, p.replaced) for p in result.pods] == [(0, 0), (0, 0)]
-    assert result.steps_redone == 0 and result.new_step_s is not None
-    assert "etcd stopped and started again" in result.fault_note
-    for pod in result.pods:
-        assert "unreachable (EtcdConnectionFailed" in pod.log.read_text()
-    print(f"restart-etcd: {result.new_step_s:.1f} s to the next new step, 0 redone")
 
 
 def _pod_env_command(result: RunResult) -> list[str]:
