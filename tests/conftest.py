@@ -33,6 +33,7 @@ PER_TEST = (
 """Modules whose tests share no module fixture and each last tens of seconds."""
 
 LONG_FIRST = (
+    "tests/training/test_rendezvous.py",
     "tests/workloads/test_local_run.py",
     "tests/observability/test_notebook.py",
     "tests/training/test_parity.py",
@@ -40,13 +41,16 @@ LONG_FIRST = (
     "tests/training/test_finetune_cli.py",
     "tests/planner/test_memory_vs_cpu.py",
     "tests/observability/test_scaling_cloud.py",
-    "tests/training/test_rendezvous.py",
     "tests/training/test_preflight.py",
     "tests/training/test_resume.py",
 )
-"""Modules by measured length, longest first (seconds per unit on a 2-core machine), except
-``test_resume.py``: half its tests read the launches ``test_parity.py`` computes
-(``tests/training/conftest.py``); started next to it, its worker idled ~60 s waiting for them."""
+"""Modules by measured length, longest first (seconds per unit on a 2-core machine), except:
+``test_rendezvous.py`` (a waiting module, 55 s) first, so that the lane starts with it while
+the local-run baseline, which the hung-worker run needs, is computed elsewhere (first, that run
+waited ~11 s for it), and the lane's short scaling tests come last, for the computing workers to
+share once their own work runs out; ``test_resume.py`` late: half its tests read the launches
+``test_parity.py`` computes (``tests/training/conftest.py``); started next to it, its worker
+idled ~60 s waiting for them."""
 
 
 WAITING = (
