@@ -204,7 +204,8 @@ def test_bad_calibration_inputs_name_the_file(tmp_path: Path) -> None:
 
 def _start(out: Path, workers: int, steps: int) -> list[subprocess.Popen[str]]:
     """A local CPU fine-tune with --preflight: one plain process, or ``workers`` torchrun
-    agents of one process each (two "pods", as ``workloads.local`` runs a cpu job)."""
+    agents of one process each (two "pods", as ``workloads.local`` runs a cpu job: torchrun
+    through ``training.launch``, the PyTorchJob's command)."""
     from tests.training.helpers import PYTHON, child_env, free_port
 
     flags = [
@@ -231,7 +232,7 @@ def _start(out: Path, workers: int, steps: int) -> list[subprocess.Popen[str]]:
             [
                 PYTHON,
                 "-m",
-                "torch.distributed.run",
+                "training.launch",
                 f"--nnodes={workers}",
                 f"--node_rank={node}",
                 "--nproc_per_node=1",

@@ -32,7 +32,7 @@ from workloads.localrun.etcd_server import LocalEtcd
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-STEPS = 20
+STEPS = 16
 CKPT_EVERY = 4
 TINY = (
     "--model_name=tiny-llama-2l",
