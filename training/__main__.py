@@ -4,4 +4,4 @@ import sys
 
 from training.finetune import main
 
-sys.exit(main())
+sys.exit(main(freeze_libraries=True))

@@ -57,10 +57,15 @@ def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -
         return _fail(e)
     from training.checkpoint import CheckpointError
     from training.data import DataError
-    from training.dist import distributed
+    from training.dist import distributed, world_from_env
     from training.model import ModelError
-    from training.parallelize import ParallelError
+    from training.parallelize import ParallelDims, ParallelError
 
+    rank, world, _, local_world = world_from_env()
+    try:  # a layout this world cannot take: before the process group and the model libraries
+        ParallelDims.from_config(cfg, world, local_world)
+    except ParallelError as e:
+        return _fail(e, rank)
     if freeze_libraries:
         gc_policy.freeze_libraries()
 
