@@ -113,6 +113,8 @@ class TrainConfig:
     """samsum_dataset (hub), samsum_sample (bundled), alpaca_dataset (JSON), custom (JSONL)."""
     data_path: str | None = None
     """File for --dataset custom (JSONL) or alpaca_dataset (JSON list)."""
+    max_train_samples: int = 0
+    """Tokenize and train on the first N rows of the training split only (smoke runs); 0 = all."""
     output_dir: str = "runs/finetune"
     """Where metrics.jsonl, summary.json, the plot and the exported model go."""
     save_model: bool = True
@@ -237,6 +239,7 @@ def _validate(c: TrainConfig) -> None:
     at_least("num_epochs", 1)
     at_least("max_train_step", 0)
     at_least("max_eval_step", 0)
+    at_least("max_train_samples", 0)
     at_least("seed", 0)
     if c.seed >= 2**63:
         fail("seed", f"must be < 2**63, got {c.seed}")

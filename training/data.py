@@ -364,11 +364,17 @@ def build_dataset(
 ) -> list[Example]:
     """The tokenized `split` ("train" or "validation") of cfg.dataset, packed or truncated.
 
-    Deterministic: the same config, tokenizer and files give the same list.
+    Deterministic: the same config, tokenizer and files give the same list. With
+    ``--max_train_samples N`` the training split is its first N rows (every row is still read and
+    checked; only those N are tokenized), as the Hugging Face example scripts'
+    ``--max_train_samples`` selects before preprocessing; the validation split stays whole.
     """
     if split not in ("train", "validation"):
         raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
-    examples = _tokenize(tokenizer, _pairs(cfg, split))
+    pairs = _pairs(cfg, split)
+    if split == "train" and cfg.max_train_samples:
+        pairs = pairs[: cfg.max_train_samples]
+    examples = _tokenize(tokenizer, pairs)
     if cfg.batching_strategy == "packing":
         return pack(examples, cfg.context_length)
     n = cfg.context_length

@@ -247,6 +247,7 @@ BAD = [
         "--gradient_clipping_threshold: must be a finite number > 0, got 0.0",
     ),
     (["--max_train_step", "-1"], "--max_train_step: must be >= 0, got -1"),
+    (["--max_train_samples", "-3"], "--max_train_samples: must be >= 0, got -3"),
     (["--model_name", ""], "--model_name: must not be empty"),
     (["--output_dir="], "--output_dir: must not be empty"),
     (["--lr", "1e-4", "--lr", "2e-4"], "--lr: given more than once"),

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -215,6 +216,31 @@ def test_padding_truncates_and_collate_pads(tok: PreTrainedTokenizerBase) -> Non
 def test_build_dataset_is_deterministic(tok: PreTrainedTokenizerBase) -> None:
     cfg = TrainConfig(dataset="samsum_sample", context_length=256)
     assert build_dataset(cfg, tok, "validation") == build_dataset(cfg, tok, "validation")
+
+
+def test_max_train_samples_tokenizes_only_the_first_rows_of_the_train_split(
+    tmp_path: Path, tok: PreTrainedTokenizerBase
+) -> None:
+    """``--max_train_samples N``: the train split is its first N rows (packed as usual), the
+    validation split is untouched, more than there are means all, and a bad row past the first
+    N still stops the run (every row is read and checked; only the N are tokenized)."""
+    full = TrainConfig(dataset="samsum_sample", context_length=64)
+    cut = replace(full, max_train_samples=50)
+    whole = {"batching_strategy": "padding", "context_length": 10**6}  # one example per row
+    rows_cut = build_dataset(replace(cut, **whole), tok, "train")
+    rows_full = build_dataset(replace(full, **whole), tok, "train")
+    assert len(rows_cut) == 50 and rows_cut == rows_full[:50]
+    train = build_dataset(cut, tok, "train")
+    assert train == pack(rows_cut, 64)
+    assert 0 < len(train) < len(build_dataset(full, tok, "train")) / 20
+    assert build_dataset(cut, tok, "validation") == build_dataset(full, tok, "validation")
+    more = replace(full, max_train_samples=10**6)
+    assert build_dataset(more, tok, "train") == build_dataset(full, tok, "train")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n' * 20 + '{"text": "ok"\n', encoding="utf-8")
+    cfg = TrainConfig(dataset="custom", data_path=str(bad), max_train_samples=2)
+    with pytest.raises(DataError, match=r"bad\.jsonl:21: bad JSON"):
+        build_dataset(cfg, tok, "train")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ CKPT_EVERY = 4
 TINY = (
     "--model_name=tiny-llama-2l",
     "--context_length=128",
+    "--max_train_samples=256",  # tokenize 256 of the 2,160 rows: 156 chunks; 16 steps use 64
     "--mixed_precision=False",  # fp32: exact parity, and bf16 is ~10x slower on most CPUs
     "--run_validation=False",
     "--save_model=False",  # no test reads the Hugging Face export: a few seconds per run
