@@ -10,8 +10,9 @@ compute. The rules, all in this file and ``tests/shared.py``:
   and the notebook take 30-80 s each), then collection order, so no long unit is left for the
   end while the other worker idles.
 - **A lane for waiting:** with three or more workers, the last runs only the :data:`WAITING`
-  units (modules or single tests), which sleep far more than they compute; the others run the computing units, so
-  two computing tests share the two cores and none waits behind a sleeping one.
+  units (modules or single tests), which sleep far more than they compute; the others run the
+  computing units, so two computing tests share the two cores and none waits behind a sleeping
+  one.
 - **Expensive shared fixtures** (the training launches, the local-run baseline, checkov, the
   CLI campaign) are computed once per test run by ``tests.shared.once``, whichever worker asks
   first; the others read its result.
