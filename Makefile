@@ -8,7 +8,7 @@ TOOLS := .venv-tools
 TOOLS_STAMP := $(TOOLS)/.installed
 DEPLOY := .venv-deploy
 DEPLOY_STAMP := $(DEPLOY)/.installed
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 export OMP_NUM_THREADS ?= 1
 
 .DEFAULT_GOAL := help

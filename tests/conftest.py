@@ -1,4 +1,4 @@
-"""How ``make test`` spreads the suite over pytest-xdist workers (``-n 3 --dist loadscope``).
+"""How ``make test`` spreads the suite over pytest-xdist workers (``-n 4 --dist loadscope``).
 
 Most slow tests wait (on Prometheus scrapes, etcd, restarts, paced fake jobs) as much as they
 compute. The rules, all in this file and ``tests/shared.py``:
@@ -9,10 +9,10 @@ compute. The rules, all in this file and ``tests/shared.py``:
 - **Longest first:** units start in the order of :data:`LONG_FIRST` (measured: the local runs
   and the notebook take 30-80 s each), then collection order, so no long unit is left for the
   end while the other worker idles.
-- **A lane for waiting:** with three or more workers, the last runs only the :data:`WAITING`
-  units (modules or single tests), which sleep far more than they compute; the others run the
-  computing units, so two computing tests share the two cores and none waits behind a sleeping
-  one.
+- **Lanes for waiting:** with three or more workers, the first two run the computing units
+  (two cores) and the others are lanes: they run only the :data:`WAITING` units (modules or
+  single tests), which sleep far more than they compute, so none waits behind a sleeping one.
+  ``make test`` runs four: their ~400 s of waiting, on one lane, outlasted the computing work.
 - **Expensive shared fixtures** (the training launches, the local-run baseline, checkov, the
   CLI campaign) are computed once per test run by ``tests.shared.once``, whichever worker asks
   first; the others read its result.
@@ -46,7 +46,7 @@ LONG_FIRST = (
     "tests/training/test_resume.py",
 )
 """Modules by measured length, longest first (seconds per unit on a 2-core machine), except:
-``test_rendezvous.py`` (a waiting module, 55 s) first, so that the lane starts with it while
+``test_rendezvous.py`` (a waiting module, 55 s) first, so that a lane starts with it while
 the local-run baseline, which the hung-worker run needs, is computed elsewhere (first, that run
 waited ~11 s for it), and the lane's short scaling tests come last, for the computing workers to
 share once their own work runs out; ``test_resume.py`` late: half its tests read the launches
@@ -64,9 +64,9 @@ WAITING = (
 """Units that mostly wait (paced fake jobs, Prometheus scrapes, etcd outages and heartbeat
 windows, torchrun's fixed 30 s before it SIGKILLs a hung worker): measured,
 test_scaling_cloud.py takes 208 s of wall time for 20 s of CPU, the hung-worker run 76 s for
-37 s. Modules, or single tests of a PER_TEST module. With three or more workers the last one is
-their lane: it runs only these, the others run everything else first, so the waiting never
-holds a core."""
+37 s. Modules, or single tests of a PER_TEST module. With three or more workers, the workers
+past the first two are their lanes: they run only these, the first two run everything else
+first, so the waiting never holds a core."""
 
 
 def _module(nodeid: str) -> str:
@@ -98,11 +98,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return nodeid if _module(nodeid) in PER_TEST else _module(nodeid)
 
         def _is_lane(self, node: Any) -> bool:
-            return len(self.nodes) >= 3 and node is self.nodes[-1]
+            return len(self.nodes) >= 3 and node in self.nodes[2:]
 
         def _assign_work_unit(self, node: Any) -> None:
-            """The lane (the last of three or more workers) takes waiting units only; the
-            others take the first computing unit, and waiting ones once none is left."""
+            """A lane (a worker past the first two) takes waiting units only; the first two
+            take the first computing unit, and waiting ones once none is left."""
             lane = self._is_lane(node)
             waiting = [s for s in self.workqueue if _waits(s)]
             if lane:

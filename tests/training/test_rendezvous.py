@@ -19,7 +19,8 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 
 import etcd
 import pytest
@@ -342,25 +343,56 @@ def test_an_agent_started_during_an_outage_waits_for_the_store(up: LocalEtcd, ba
     assert outage is not None and outage.outages == 1 and not outage.down
 
 
-def test_keep_alive_key_survives_an_outage(up: LocalEtcd) -> None:
-    """torch's keep-alive thread dies on the first connection error and the member's key
-    expires 10 s later; etcd-ft's thread retries and keeps it."""
-    client = etcd.Client("127.0.0.1", up.client_port)
+class _CountingClient(etcd.Client):
+    """A real python-etcd client that counts its refreshes which met the outage."""
+
+    failed = 0
+
+    def refresh(self, key: str, ttl: int, **kwdargs: object) -> object:
+        try:
+            return super().refresh(key, ttl, **kwdargs)
+        except rz.STORE_ERRORS:
+            self.failed += 1
+            raise
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not seen within {timeout_s:.0f} s"
+        time.sleep(0.1)
+
+
+def test_keep_alive_key_survives_an_outage(up: LocalEtcd, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member's keep-alive thread that meets a store outage: torch's (``setup_lease_renewal``'s
+    ``lease_worker``, torch 2.13) catches ``EtcdKeyNotFound`` and ``ConnectionRefusedError`` only,
+    so python-etcd's ``EtcdConnectionFailed`` kills it and the key expires a TTL later;
+    ``_renew_key`` retries and renews the key once etcd is back.
+
+    Both threads start while etcd is down, so both certainly meet the outage, whatever the load;
+    the key's TTL (60 s) outlasts any etcd restart, so only the threads are under test."""
+    ttl = 60
     key = f"/test/keepalive-{uuid.uuid4().hex[:6]}"
-    ttl = torch_etcd.CONST_WORKER_KEEPALIVE_TTL  # 10 s: room for a slow etcd start
-    client.set(key, "x", ttl=ttl)
-    stop = threading.Event()
-    worker = threading.Thread(target=rz._renew_key, args=(client, key, ttl, stop), daemon=True)
-    worker.start()
+    before = etcd.Client("127.0.0.1", up.client_port).set(key, "x", ttl=ttl).modifiedIndex
+    ours = _CountingClient("127.0.0.1", up.client_port)
+    theirs = _CountingClient("127.0.0.1", up.client_port)
+    died: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: died.append(args.exc_value))
     up.stop()
-    time.sleep(1.0)
+    stop = threading.Event()
+    worker = threading.Thread(target=rz._renew_key, args=(ours, key, ttl, stop), daemon=True)
+    worker.start()
+    their_stop = torch_etcd.EtcdRendezvous.setup_lease_renewal(
+        SimpleNamespace(client=theirs), key, ttl
+    )
+    _wait_for(lambda: ours.failed >= 2 and theirs.failed >= 1, "refreshes during the outage")
+    assert theirs.failed == 1 and len(died) == 1
+    assert isinstance(died[0], etcd.EtcdConnectionFailed)  # torch's thread is gone
     up.start()
-    before = client.read(key).modifiedIndex  # still there: renewed at most 5 s before the stop
-    deadline = time.monotonic() + 15
-    while client.read(key).modifiedIndex == before and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert client.read(key).modifiedIndex > before  # renewed after the outage
+    client = etcd.Client("127.0.0.1", up.client_port)
+    _wait_for(lambda: client.read(key).modifiedIndex > before, "a renewal after the outage")
     assert worker.is_alive()
     stop.set()
+    their_stop.set()
     worker.join(timeout=10)
     assert not worker.is_alive()
