@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from planner.assumptions import DATASETS, DEFAULT
 from planner.catalog import lookup
-from planner.memory import PRECISIONS, STRATEGIES
+from planner.memory import AC_MODES, PRECISIONS, STRATEGIES
 from planner.predict import PlanInput, plan
 from planner.report import table
 from planner.shapes import ShapeError, resolve
@@ -78,6 +78,13 @@ def parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="activation checkpointing per decoder layer (default on)",
+    )
+    p.add_argument(
+        "--ac-mode",
+        choices=(*AC_MODES, "none"),
+        help="how checkpointed layers recompute, as training's --ac_mode: full (default; the "
+        "layer's input is kept) or selective (op-level SAC: attention and every other matmul "
+        "kept)",
     )
     p.add_argument("--seq", type=int, help="tokens per sample (default 4096)")
     p.add_argument("--batch", type=int, help="micro-batch per GPU (default 3)")
@@ -179,7 +186,21 @@ def _from_stack(stack: str) -> dict[str, Any]:
         "epochs": job.num_epochs,
         "price": group.price_per_hour,
         "storage": from_stack_config(getattr(cfg, "shared_storage", None)),
+        **_stack_ac(stack, job.extra_args),
     }
+
+
+def _stack_ac(stack: str, extra_args: tuple[str, ...]) -> dict[str, Any]:
+    """The job's activation checkpointing, read from its ``extraArgs`` with the training CLI's
+    own parser and defaults (``training.config``: pure Python, no torch)."""
+    from training.config import ConfigError, parse_args
+
+    try:
+        cfg = parse_args(list(extra_args))
+    except ConfigError as e:
+        raise UsageError(f"--stack {stack}: eks-fsdp:job.extraArgs: {e}") from None
+    on = cfg.fsdp_activation_checkpointing and cfg.ac_mode != "none"
+    return {"ac": on, "ac_mode": cfg.ac_mode if on else None}
 
 
 def resolve_args(args: argparse.Namespace) -> _Resolved:
@@ -199,6 +220,12 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
     _positive(args.grad_accum, "--grad-accum")
     _positive(args.hsdp_group, "--hsdp-group")
     _positive(args.dataset_tokens, "--dataset-tokens")
+    ac = values.get("ac", True) if args.ac is None else args.ac
+    if args.ac_mode == "none":
+        ac = False
+    if args.ac_mode is not None and args.ac_mode != "none" and args.ac is False:
+        raise UsageError(f"--ac-mode {args.ac_mode}: needs activation checkpointing (drop --no-ac)")
+    ac_mode = args.ac_mode if args.ac_mode not in (None, "none") else values.get("ac_mode")
     if values.get("price") is not None and values["price"] < 0:
         raise UsageError(f"--price {values['price']}: must be >= 0")
     nodes = _nodes(str(values["nodes"]))
@@ -255,7 +282,8 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
         precision=PRECISIONS[args.precision],
         strategy=strategy,
         hsdp_group=args.hsdp_group,
-        ac=True if args.ac is None else args.ac,
+        ac=ac,
+        ac_mode=ac_mode or "full",
         batch=int(values.get("batch") or 3),
         seq=seq,
         grad_accum=args.grad_accum,

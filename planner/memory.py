@@ -15,6 +15,8 @@ from planner.assumptions import Assumptions
 from planner.shapes import ModelShape
 
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
+AC_MODES = ("full", "selective")
+"""How checkpointed layers recompute (training's ``--ac_mode``; its ``none`` is ``ac=0`` here)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +107,10 @@ class ActivationModel:
     """Everything one decoder layer saves for backward, per token."""
     layer_input: float
     """What a checkpointed layer keeps: its input hidden state, per token."""
+    selective: float
+    """What a layer under op-level selective AC keeps (``--ac_mode selective``), per token: its
+    input, the outputs of every other matmul (q, v, gate, down of the seven) and attention's
+    output and log-sum-exp."""
     head: float
     """Final norm, lm_head input, the logits (compute dtype) and the loss's per-token state."""
 
@@ -123,7 +129,12 @@ def activation_model(shape: ModelShape, p: Precision) -> ActivationModel:
       (``training/loss.py``): the logits in the compute dtype V c (its backward writes the
       gradient into their storage), the fp32 log-sum-exp 4, the target index 8 and its mask 1.
       Its transient fp32 chunks are ``loss_chunk_bytes``, a constant, not per token.
-    Checked against autograd's saved tensors in tests/planner/test_activations_vs_autograd.py.
+    selective (torchtitan's op-level SAC, ``training.parallelize._sac_context``): the layer's
+      input h c, the outputs of the matmuls it saves, q (h_q c), v (h_kv c), gate (i c) and
+      down (h c), and SDPA's output h_q c with its fp32 log-sum-exp per head; the norms, RoPE,
+      SiLU, the products and the k, o and up matmuls are recomputed in backward.
+    Checked against autograd's saved tensors and the CPU allocator's live bytes per AC mode in
+    tests/planner/test_activations_vs_autograd.py.
     """
     h, i, c = shape.hidden_size, shape.intermediate_size, p.compute
     norm = h * (4 + c) + 4
@@ -131,7 +142,10 @@ def activation_model(shape: ModelShape, p: Precision) -> ActivationModel:
     attention += shape.q_size * c
     mlp = norm + h * c + 4 * i * c
     head = norm + h * c + shape.vocab_size * c + 4 + 8 + 1
-    return ActivationModel(per_layer=attention + mlp, layer_input=h * c, head=head)
+    saved_by_sac = (2 * shape.q_size + shape.kv_size + i + h) * c + 4 * shape.num_heads
+    return ActivationModel(
+        per_layer=attention + mlp, layer_input=h * c, selective=h * c + saved_by_sac, head=head
+    )
 
 
 def loss_chunk_bytes(
@@ -206,8 +220,15 @@ def memory(
     seq: int,
     ac: float,
     a: Assumptions,
+    ac_mode: str = "full",
 ) -> MemoryBreakdown:
-    """Peak memory of one GPU for one training step."""
+    """Peak memory of one GPU for one training step.
+
+    ``ac``: fraction of the decoder layers checkpointed; ``ac_mode``: how (``full``: the layer's
+    input only, ``selective``: op-level SAC, see ``activation_model``).
+    """
+    if ac_mode not in AC_MODES:
+        raise ValueError(f"ac_mode {ac_mode!r}: one of {', '.join(AC_MODES)}")
     elems = shard_elements(shape.param_shapes(), lay.shard)
     params = elems * p.param
     grads = elems * p.grad
@@ -255,16 +276,20 @@ def memory(
         )
     else:
         gathered_peak = shape.n_params * p.compute + grad_unit
-    # A fraction ``ac`` of the layers is checkpointed (1.0: every layer, --ac; 0.0: none).
+    # A fraction ``ac`` of the layers is checkpointed (1.0: every layer, --ac; 0.0: none). In
+    # backward the layer being recomputed holds everything it saves without AC again: its
+    # recomputed part on top of what it kept (all of it under full AC).
     checkpointed = round(ac * shape.num_layers)
+    kept = act.selective if ac_mode == "selective" else act.layer_input
+    recomputed = act.per_layer - (kept - act.layer_input)
     chosen = (
         int(
             tokens
             * (
                 (shape.num_layers - checkpointed) * act.per_layer
-                + checkpointed * act.layer_input
+                + checkpointed * kept
                 + act.head
-                + (act.per_layer if checkpointed else 0.0)
+                + (recomputed if checkpointed else 0.0)
             )
         )
         + loss_tmp

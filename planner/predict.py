@@ -24,6 +24,7 @@ from planner.timing import (
     comm_time,
     compute_time,
     model_flops_per_token,
+    recompute_share,
     ring_link,
     ring_time,
 )
@@ -42,6 +43,9 @@ class PlanInput:
     """HYBRID_SHARD shard-group size (default: GPUs per node)."""
     ac: float = 1.0
     """Fraction of decoder layers checkpointed: 1.0 every layer (--ac), 0.0 none (--no-ac)."""
+    ac_mode: str = "full"
+    """How the checkpointed layers recompute: ``full`` or ``selective`` (op-level SAC), as the
+    training package's ``--ac_mode``."""
     batch: int = 3
     """Micro-batch per GPU (samples)."""
     seq: int = 4096
@@ -102,18 +106,28 @@ def predict(inp: PlanInput, nodes: int) -> Prediction:
     gen = inp.gpu or generation(it.gpu_model)
     world = nodes * it.gpus
     lay = layout(inp.strategy, world, it.gpus, inp.hsdp_group)
-    mem = memory(shape, lay, p, batch=inp.batch, seq=inp.seq, ac=inp.ac, a=a)
+    mem = memory(shape, lay, p, batch=inp.batch, seq=inp.seq, ac=inp.ac, ac_mode=inp.ac_mode, a=a)
     elems = shard_elements(shape.param_shapes(), lay.shard)
     tokens = inp.batch * inp.seq
     comp = compute_time(
-        shape, it, gen, p, tokens=tokens, seq=inp.seq, ac=inp.ac, shard_elems=elems, a=a
+        shape,
+        it,
+        gen,
+        p,
+        tokens=tokens,
+        seq=inp.seq,
+        ac=inp.ac,
+        ac_mode=inp.ac_mode,
+        shard_elems=elems,
+        a=a,
     )
-    comm = comm_time(shape, lay, it, gen, p, comp, inp.ac, a)
+    recompute = recompute_share(shape, inp.ac, inp.ac_mode)
+    comm = comm_time(shape, lay, it, gen, p, comp, recompute, a)
     micro_s = comp.total_s + comm.exposed_s + comm.interference_s
     # Gradient accumulation: the cross-replica all-reduce runs on the last micro-batch only.
     step_s = micro_s
     if inp.grad_accum > 1:
-        quiet = comm_time(shape, lay, it, gen, p, comp, inp.ac, a, replica_sync=False)
+        quiet = comm_time(shape, lay, it, gen, p, comp, recompute, a, replica_sync=False)
         quiet_s = comp.total_s + quiet.exposed_s + quiet.interference_s
         step_s += (inp.grad_accum - 1) * quiet_s
     tps = tokens * inp.grad_accum / step_s
@@ -150,7 +164,7 @@ def _epoch(
     # Evaluation: forward only, one sample per rank per step (val_batch_size 1).
     val = int(samples * a.eval_fraction)
     n_eval = eval_steps(val, lay.world)
-    fwd_share = 1.0 / (3.0 + inp.ac)
+    fwd_share = 1.0 / (3.0 + recompute_share(shape, inp.ac, inp.ac_mode))
     eval_compute = (comp.total_s - comp.optimizer_s) * fwd_share / inp.batch
     link = ring_link(lay.shard, min(lay.shard, it.gpus), it, a)
     eval_ag = ring_time(shape.n_params * p.compute, lay.shard, link)
@@ -214,6 +228,7 @@ def row(inp: PlanInput, pr: Prediction, base: Prediction) -> dict[str, Any]:
         "replicas": pr.layout.replicas,
         "activation_checkpointing": inp.ac > 0,
         "ac_fraction": float(inp.ac),
+        "ac_mode": inp.ac_mode if inp.ac > 0 else "none",
         "micro_batch": inp.batch,
         "seq": inp.seq,
         "precision": inp.precision.name,

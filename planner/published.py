@@ -188,7 +188,8 @@ POINTS: list[PublishedPoint] = [
                 shape=BUILTIN["llama3-8b"],
                 instance=lookup("p5.48xlarge"),
                 precision=_MIXED,
-                ac=0.5,
+                ac=True,
+                ac_mode="selective",
                 batch=2,
                 seq=8192,
             ),
@@ -196,7 +197,8 @@ POINTS: list[PublishedPoint] = [
             "tps",
         ),
         setup="llama3-8b, 1 x p5.48xlarge (700 W, 3.35 TB/s: faster than the source's 500 W "
-        "parts), FULL_SHARD, batch 2 x 8192, AC 0.5 (op-level AC recomputes every other matmul)",
+        "parts), FULL_SHARD, batch 2 x 8192, op-level selective AC (the k, o and up matmuls "
+        "recomputed)",
     ),
     PublishedPoint(
         name="torchtitan FSDP2, Llama 3 70B on 64 A100",

@@ -15,8 +15,11 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
-def _ac(fraction: float) -> str:
-    return "on" if fraction >= 1 else "off" if fraction <= 0 else f"on {fraction:.0%} of layers"
+def _ac(fraction: float, mode: str = "full") -> str:
+    if fraction <= 0:
+        return "off"
+    how = "" if mode == "full" else f" ({mode})"
+    return f"on{how}" if fraction >= 1 else f"on {fraction:.0%} of layers{how}"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -26,7 +29,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     r0 = rows[0]
     lines = [
         f"{r0['model']} ({r0['n_params'] / 1e9:.2f} B params) on {r0['instance']}: "
-        f"{r0['sharding']}, AC {_ac(r0['ac_fraction'])}, "
+        f"{r0['sharding']}, AC {_ac(r0['ac_fraction'], r0.get('ac_mode', 'full'))}, "
         f"micro-batch {r0['micro_batch']} x {r0['seq']} tokens, {r0['precision']} precision",
         "",
     ]

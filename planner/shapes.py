@@ -120,6 +120,17 @@ class ModelShape:
         return sum(_numel(s) for s in self.layer_param_shapes() if len(s) == 2)
 
     @property
+    def selective_ac_recomputed_params(self) -> int:
+        """Weights of one layer whose matmul op-level selective AC runs again in backward.
+
+        HF's LlamaDecoderLayer runs seven matmuls in this order: q, k, v, o, gate, up, down.
+        torchtitan's policy (``training.parallelize._sac_context``) saves the output of every
+        other one and recomputes the 2nd, 4th and 6th: k, o and up.
+        """
+        h, i = self.hidden_size, self.intermediate_size
+        return h * self.kv_size + self.q_size * h + h * i
+
+    @property
     def matmul_params(self) -> int:
         """Weights multiplied per token: all layer projections plus lm_head (not the lookup)."""
         return self.layer_matmul_params * self.num_layers + self.vocab_size * self.hidden_size

@@ -40,17 +40,34 @@ class FlopsExecuted:
     attention: float
 
 
-def executed_flops_per_token(shape: ModelShape, seq: int, ac: float) -> FlopsExecuted:
+def executed_flops_per_token(
+    shape: ModelShape, seq: int, ac: float, ac_mode: str = "full"
+) -> FlopsExecuted:
     """GEMM: 6 N_matmul + 2 N_layers x ac (checkpointed layers run their forward again).
 
     Attention: flash attention skips the masked half: 6 L h_q s + 2 L h_q s x ac.
     ``ac``: fraction of decoder layers checkpointed (1.0 = every layer, 0.0 = none).
+    ``ac_mode`` selective (op-level SAC) recomputes only the k, o and up matmuls
+    (``ModelShape.selective_ac_recomputed_params``) and never attention, whose output it saves.
     """
+    attn_fwd = 2.0 * shape.num_layers * shape.q_size * seq  # 4 L h s forward, halved (causal)
+    if ac_mode == "selective":
+        recomputed = shape.selective_ac_recomputed_params * shape.num_layers
+        gemm = 6.0 * shape.matmul_params + 2.0 * recomputed * ac
+        return FlopsExecuted(gemm=gemm, attention=3.0 * attn_fwd)
     layers_matmul = shape.layer_matmul_params * shape.num_layers
     gemm = 6.0 * shape.matmul_params + 2.0 * layers_matmul * ac
-    attn_fwd = 2.0 * shape.num_layers * shape.q_size * seq  # 4 L h s forward, halved (causal)
     attention = 3.0 * attn_fwd + attn_fwd * ac
     return FlopsExecuted(gemm=gemm, attention=attention)
+
+
+def recompute_share(shape: ModelShape, ac: float, ac_mode: str = "full") -> float:
+    """The part of a forward's matmul work that AC runs again in backward (0 to 1): ``ac``
+    under full AC; under selective AC ``ac`` times the recomputed matmuls' share of a layer.
+    A step is then (3 + this) forwards, which places the forward/backward split."""
+    if ac_mode == "selective":
+        return ac * shape.selective_ac_recomputed_params / shape.layer_matmul_params
+    return ac
 
 
 def elementwise_bytes_per_token(
@@ -95,13 +112,15 @@ def compute_time(
     ac: float,
     shard_elems: int,
     a: Assumptions,
+    ac_mode: str = "full",
 ) -> ComputeTime:
     """Compute seconds of one step for ``tokens`` tokens on one GPU."""
     peak = it.peak_bf16_tflops * 1e12
     hbm = gen.hbm_gbytes_per_s * 1e9 * a.hbm_efficiency
-    fl = executed_flops_per_token(shape, seq, ac)
-    # AdamW (foreach): read param, grad, m, v; write param, m, v; plus the dtype cast of the
-    # parameter shard before each all-gather (read param, write compute copy).
+    fl = executed_flops_per_token(shape, seq, ac, ac_mode)
+    # AdamW (fused: one pass): read param, grad, m, v; write param, m, v; plus the dtype cast
+    # of the parameter shard before each all-gather (read param, write compute copy). Both AC
+    # modes recompute every elementwise op of a checkpointed layer (``ac`` more passes).
     optim_bytes = shard_elems * (2 * p.param + p.grad + 4 * p.optim + p.param + p.compute)
     return ComputeTime(
         gemm_s=tokens * fl.gemm / (peak * gen.gemm_efficiency),
@@ -277,13 +296,15 @@ def comm_time(
     gen: GpuGeneration,
     p: Precision,
     comp: ComputeTime,
-    ac: float,
+    recompute: float,
     a: Assumptions,
     *,
     replica_sync: bool = True,
 ) -> CommTime:
     """FSDP2 collectives of one micro-batch, per unit, and the part compute does not hide.
 
+    ``recompute``: the forward work AC repeats in backward (``recompute_share``), which splits
+    each layer's compute between the forward and the backward it overlaps with.
     ``replica_sync``: whether this micro-batch all-reduces across replicas (HSDP / NO_SHARD).
     The training package does so only on the last micro-batch of a step.
     """
@@ -297,7 +318,7 @@ def comm_time(
     units = fsdp_units(shape, lay.reshard_after_forward, replicated=lay.strategy == "NO_SHARD")
     layers = sum(1 for u in units if not u.edge)
     per_layer_compute = comp.total_s - comp.optimizer_s
-    fwd_share = 1.0 / (3.0 + ac)
+    fwd_share = 1.0 / (3.0 + recompute)
     fwd_layer = per_layer_compute * fwd_share / max(1, layers)
     bwd_layer = per_layer_compute * (1.0 - fwd_share) / max(1, layers)
 

@@ -140,6 +140,25 @@ def test_stack_file_supplies_instance_nodes_model_and_batch(
     assert override[0]["micro_batch"] == 1
 
 
+def test_ac_mode_and_the_stack_jobs_own_checkpointing(capsys: pytest.CaptureFixture[str]) -> None:
+    """--ac-mode selective plans op-level SAC (between full AC and none, faster than full AC);
+    --stack reads the job's activation checkpointing from its extraArgs with the training
+    CLI's parser: the dev stack turns it off (--fsdp_activation_checkpointing=False), p5-16
+    leaves the training default (full AC)."""
+    full, sac, off = (
+        _json(capsys, *BASE, *extra)[0] for extra in ([], ["--ac-mode", "selective"], ["--no-ac"])
+    )
+    assert (full["ac_mode"], sac["ac_mode"], off["ac_mode"]) == ("full", "selective", "none")
+    act = [r["memory"]["activations"] for r in (full, sac, off)]  # type: ignore[index]
+    assert act == sorted(act) and len(set(act)) == 3
+    assert full["step_time_s"] > sac["step_time_s"] > off["step_time_s"]  # type: ignore[operator]
+    assert _json(capsys, *BASE, "--ac-mode", "none")[0]["ac_mode"] == "none"
+    dev = _json(capsys, "--stack", "dev")[0]
+    assert (dev["ac_fraction"], dev["ac_mode"]) == (0.0, "none")
+    assert _json(capsys, "--stack", "dev", "--ac")[0]["ac_mode"] == "full"
+    assert _json(capsys, "--stack", "p5-16")[0]["ac_mode"] == "full"
+
+
 def test_hub_ids_map_to_builtin_shapes() -> None:
     assert builtin_for_hub_id("meta-llama/Llama-2-70b-hf") == "llama2-70b"
     assert builtin_for_hub_id("meta-llama/Meta-Llama-3-8B") == "llama3-8b"
@@ -197,6 +216,8 @@ BASE = ["--model", "llama2-7b", "--instance", "p5.48xlarge", "--nodes", "1"]
         ([*BASE, "--hsdp-group", "8"], "--hsdp-group"),
         ([*BASE, "--sharding", "HYBRID_SHARD", "--hsdp-group", "3"], "--hsdp-group 3"),
         ([*BASE, "--sharding", "ZERO9"], "--sharding"),
+        ([*BASE, "--ac-mode", "layer"], "--ac-mode"),
+        ([*BASE, "--no-ac", "--ac-mode", "selective"], "--ac-mode selective"),
         ([*BASE, "--dataset", "nope"], "--dataset nope"),
         (["--instance", "p5.48xlarge", "--nodes", "1"], "--model"),
         (["--stack", "no-such-stack"], "--stack no-such-stack"),

@@ -57,6 +57,30 @@ def test_mixed_precision_is_16_bytes_per_parameter_sharded() -> None:
     assert pure.sharded_state * 2 == pytest.approx(m.sharded_state, rel=1e-4)
 
 
+def test_selective_ac_keeps_attention_and_every_other_matmul() -> None:
+    """Op-level SAC (training's --ac_mode selective) lies between full AC and none; per layer it
+    keeps its input plus q, v, gate, down and SDPA's output and log-sum-exp (Llama-2-70B, GQA:
+    k/v at 1024 wide), and the layer in backward recomputes only the rest of what it saves
+    without AC."""
+    from planner.memory import activation_model
+
+    full = _mem("FULL_SHARD", 16, 1.0)
+    off = _mem("FULL_SHARD", 16, 0.0)
+    lay = layout("FULL_SHARD", 16, 8)
+    sac = memory(S70, lay, MIXED, batch=3, seq=4096, ac=1.0, ac_mode="selective", a=DEFAULT)
+    assert full.activations < sac.activations < off.activations
+    h, i, q, kv, c = 8192, 28672, 8192, 1024, 2
+    act = activation_model(S70, MIXED)
+    assert act.selective == h * c + (2 * q + kv + i + h) * c + 4 * 64
+    tokens = 3 * 4096
+    # Same gathered parameters and loss chunks: the difference is the saved activations alone.
+    expected = tokens * 80 * (act.selective - h * c) - tokens * (act.selective - h * c)
+    assert sac.activations - full.activations == expected
+    assert sac.activations_ac == full.activations  # the JSON's "with AC" figure stays full AC
+    with pytest.raises(ValueError, match="ac_mode 'layer'"):
+        memory(S70, lay, MIXED, batch=3, seq=4096, ac=1.0, ac_mode="layer", a=DEFAULT)
+
+
 def test_ac_reduces_activations_and_partial_ac_lies_between() -> None:
     on, off, half = (
         _mem("FULL_SHARD", 16, 1.0),

@@ -64,6 +64,25 @@ def test_executed_flops_add_one_forward_with_ac_and_halve_causal_attention() -> 
     assert half.gemm == pytest.approx((on.gemm + off.gemm) / 2)
 
 
+def test_selective_ac_recomputes_k_o_and_up_and_no_attention() -> None:
+    """Op-level SAC runs the 2nd, 4th and 6th of a layer's seven matmuls again (k, o, up; the
+    policy in training.parallelize) and saves attention's output: Llama-2-7B recomputes 39% of
+    a layer's matmul work where full AC recomputes all of it."""
+    from planner.timing import recompute_share
+
+    s = BUILTIN["llama2-7b"]
+    off = executed_flops_per_token(s, 4096, 0.0)
+    sac = executed_flops_per_token(s, 4096, 1.0, "selective")
+    k, o, up = 4096 * 4096, 4096 * 4096, 4096 * 11008
+    assert sac.gemm - off.gemm == pytest.approx(2 * 32 * (k + o + up))
+    assert sac.attention == off.attention
+    assert recompute_share(s, 1.0, "selective") == pytest.approx(
+        (k + o + up) / s.layer_matmul_params
+    )
+    assert round(recompute_share(s, 1.0, "selective"), 2) == 0.39
+    assert recompute_share(s, 0.5, "full") == 0.5
+
+
 def test_config_json_with_gqa_head_dim_and_tied_embeddings(tmp_path: Path) -> None:
     cfg = {
         "vocab_size": 1000,

@@ -173,7 +173,11 @@ def test_gradient_clipping_acts_and_two_processes_match_one(
 @pytest.mark.parametrize("name", ["compile", "compile_selective_ac"])
 def test_compile_really_compiles(world2: tuple[Path, dict[str, Any]], name: str) -> None:
     """--compile parity means nothing if dynamo fell back to eager (a recompile limit, an
-    unsupported op): every rank compiled at least one graph, with no graph break."""
+    unsupported op): every rank compiled exactly one graph for both decoder layers, with no
+    graph break. One graph, not one per layer: the layers share their code, so a guard on the
+    layer itself would recompile per layer, and past dynamo's recompile_limit (8,
+    torch/_dynamo/config.py) a 32-layer model's later layers would run eager with only a
+    warning. (A 12-layer model gives one graph in each --ac_mode, measured.)"""
     _ok(world2[1], name)
     per_rank = world2[1][name]["dynamo"]
-    assert all(graphs >= 1 and breaks == 0 for graphs, breaks in per_rank), per_rank
+    assert per_rank == [[1, 0], [1, 0]], per_rank
