@@ -5,9 +5,10 @@ Prints three figures:
 1. **Host syncs per non-logging step**: `Trainer.train_step` of a 2-process FSDP2 run (gloo,
    `tiny-llama-2l`) under `training.syncs.count_host_syncs` (every tensor -> Python conversion
    and `torch.cuda.synchronize`); each one would stall a GPU. Goal: 0.
-2. **Time split** of the 2-process step: forward, backward, optimizer (clip + AdamW), and the
-   share of those spent waiting in gloo collectives (FSDP's all-gathers / reduce-scatters, the
-   step's all-reduces), from `torch.profiler` events of the collectives.
+2. **Time split** of the 2-process step: forward, backward, optimizer (clip + AdamW), and how
+   long gloo's collectives ran (FSDP's all-gathers / reduce-scatters, the step's all-reduces),
+   from the self time of `torch.profiler`'s collective events in every thread: their own
+   duration, overlapped with compute or not, an upper bound on the step's waiting.
 3. **Peak extra memory of the loss** for a tiny head with a 128k vocabulary (Llama 3's
    128,256), measured with `torch.profiler` memory events on CPU: the highest point of the
    allocations made by the loss's forward and backward, above what existed before (hidden
@@ -275,8 +276,8 @@ def main() -> int:
     for k, v in ph.items():
         print(f"     {k:<10} {1000 * v:7.1f} ms  {100 * v / total:5.1f}%")
     print(
-        f"     of which in gloo collectives (profiler, main thread) {1000 * r['comm_s']:.1f} ms "
-        f"({100 * r['comm_s'] / total:.1f}%)"
+        f"     gloo collectives' own duration (profiler, every thread, overlapped with compute "
+        f"or not) {1000 * r['comm_s']:.1f} ms ({100 * r['comm_s'] / total:.1f}% of the step)"
     )
 
     rows = loss_memory(a.tokens, a.vocab)
