@@ -13,6 +13,8 @@ CPU allocation records instead. Nothing is mocked.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from planner.memory import PRECISIONS, activation_model
@@ -21,7 +23,8 @@ from planner.shapes import resolve
 B, S = 2, 256
 
 
-def _saved_bytes(dtype_name: str, one_layer: bool) -> tuple[int, int]:
+def _tiny_model(dtype_name: str, layers: int | None = None) -> Any:
+    """The tiny preset's LlamaForCausalLM in ``dtype_name`` (``layers`` decoder layers)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -32,13 +35,20 @@ def _saved_bytes(dtype_name: str, one_layer: bool) -> tuple[int, int]:
         vocab_size=shape.vocab_size,
         hidden_size=shape.hidden_size,
         intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_layers,
+        num_hidden_layers=layers or shape.num_layers,
         num_attention_heads=shape.num_heads,
         num_key_value_heads=shape.num_kv_heads,
         max_position_embeddings=4096,
         attention_dropout=0.0,
     )
-    model = LlamaForCausalLM(cfg).to(getattr(torch, dtype_name))
+    return LlamaForCausalLM(cfg).to(getattr(torch, dtype_name))
+
+
+def _saved_bytes(dtype_name: str, one_layer: bool) -> tuple[int, int]:
+    import torch
+
+    shape = resolve("tiny-llama")
+    model = _tiny_model(dtype_name)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     storages: dict[int, int] = {}
     recording = [not one_layer]
@@ -91,24 +101,12 @@ def _left_allocated(dtype_name: str, ac: str) -> tuple[int, int]:
     import torch
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from training.parallelize import _wrap_layer_forward
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
     shape = resolve("tiny-llama")
-    cfg = LlamaConfig(
-        vocab_size=shape.vocab_size,
-        hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size,
-        num_hidden_layers=2,
-        num_attention_heads=shape.num_heads,
-        num_key_value_heads=shape.num_kv_heads,
-        attention_dropout=0.0,
-    )
+    model = _tiny_model(dtype_name, layers=2)
     dtype = getattr(torch, dtype_name)
-    model = LlamaForCausalLM(cfg).to(dtype)
     layer = model.model.layers[1]
     _wrap_layer_forward(layer, ac, compile_layer=False)
     x = torch.randn(B, S, shape.hidden_size, dtype=dtype, requires_grad=True)
