@@ -190,13 +190,19 @@ def _from_stack(stack: str) -> dict[str, Any]:
     }
 
 
+_AC_FLAGS = ("fsdp_activation_checkpointing", "nofsdp_activation_checkpointing", "ac_mode")
+
+
 def _stack_ac(stack: str, extra_args: tuple[str, ...]) -> dict[str, Any]:
-    """The job's activation checkpointing, read from its ``extraArgs`` with the training CLI's
-    own parser and defaults (``training.config``: pure Python, no torch)."""
+    """The job's activation checkpointing, read from its ``extraArgs`` (each ``--flag`` or
+    ``--flag=value``, as ``infra.config`` checks) with the training CLI's own parser and
+    defaults (``training.config``: pure Python, no torch). Only the AC flags are parsed: the
+    others' checks need the rest of the job's command (``--data_path`` needs its dataset)."""
     from training.config import ConfigError, parse_args
 
+    ours = [a for a in extra_args if a[2:].partition("=")[0].replace("-", "_") in _AC_FLAGS]
     try:
-        cfg = parse_args(list(extra_args))
+        cfg = parse_args(ours)
     except ConfigError as e:
         raise UsageError(f"--stack {stack}: eks-fsdp:job.extraArgs: {e}") from None
     on = cfg.fsdp_activation_checkpointing and cfg.ac_mode != "none"
@@ -220,11 +226,15 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
     _positive(args.grad_accum, "--grad-accum")
     _positive(args.hsdp_group, "--hsdp-group")
     _positive(args.dataset_tokens, "--dataset-tokens")
-    ac = values.get("ac", True) if args.ac is None else args.ac
-    if args.ac_mode == "none":
-        ac = False
-    if args.ac_mode is not None and args.ac_mode != "none" and args.ac is False:
+    # Explicit flags win over the stack's job; --ac-mode full|selective implies --ac.
+    if args.ac_mode == "none" and args.ac:
+        raise UsageError("--ac-mode none: contradicts --ac (drop one)")
+    if args.ac_mode not in (None, "none") and args.ac is False:
         raise UsageError(f"--ac-mode {args.ac_mode}: needs activation checkpointing (drop --no-ac)")
+    if args.ac_mode is not None:
+        ac = args.ac_mode != "none"
+    else:
+        ac = values.get("ac", True) if args.ac is None else args.ac
     ac_mode = args.ac_mode if args.ac_mode not in (None, "none") else values.get("ac_mode")
     if values.get("price") is not None and values["price"] < 0:
         raise UsageError(f"--price {values['price']}: must be >= 0")

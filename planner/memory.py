@@ -277,11 +277,18 @@ def memory(
     else:
         gathered_peak = shape.n_params * p.compute + grad_unit
     # A fraction ``ac`` of the layers is checkpointed (1.0: every layer, --ac; 0.0: none). In
-    # backward the layer being recomputed holds everything it saves without AC again: its
-    # recomputed part on top of what it kept (all of it under full AC).
+    # backward the layer being recomputed holds what it saves without AC again: all of it under
+    # full AC; under selective AC the recomputed part, since the kept outputs are handed back
+    # and freed as the replay uses them, except one: non-reentrant checkpoint stops the replay
+    # early (torch.utils.checkpoint, set_checkpoint_early_stop), as soon as the last saved
+    # tensor is produced, the down projection's input, before the down matmul hands over its
+    # kept output, so that h c stays alive through the layer's backward (measured exactly).
     checkpointed = round(ac * shape.num_layers)
-    kept = act.selective if ac_mode == "selective" else act.layer_input
-    recomputed = act.per_layer - (kept - act.layer_input)
+    if ac_mode == "selective":
+        kept = act.selective
+        recomputed = act.per_layer - (kept - act.layer_input) + shape.hidden_size * p.compute
+    else:
+        kept, recomputed = act.layer_input, act.per_layer
     chosen = (
         int(
             tokens

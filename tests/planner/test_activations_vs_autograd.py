@@ -7,8 +7,9 @@ one forward of the tiny preset on CPU (bf16 and fp32), records every tensor auto
 (``saved_tensors_hooks``, parameters excluded, storages counted once) and compares the bytes
 with the formula. Under the training package's own activation checkpointing (full and
 op-level selective, ``training.parallelize``) autograd's hooks no longer see what is kept, so
-those tests read the bytes a layer leaves allocated after its forward from ``torch.profiler``'s
-CPU allocation records instead. Nothing is mocked.
+those tests read from ``torch.profiler``'s CPU allocation records instead: the bytes a layer
+leaves allocated after its forward, and the peak of a forward + backward, which selective AC
+raises over full AC by exactly what the planner adds. Nothing is mocked.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from planner.assumptions import DEFAULT
 from planner.memory import PRECISIONS, activation_model
 from planner.shapes import resolve
 
@@ -138,3 +140,54 @@ def test_checkpointed_layer_keeps_what_the_formula_says(dtype: str, precision: s
     assert selective == B * S * act.selective
     none, _ = _left_allocated(dtype, "none")
     assert full < selective < none
+
+
+def _step_peak(dtype_name: str, ac: str, seq: int) -> int:
+    """Peak bytes allocated during forward + backward of the tiny preset's decoder layers under
+    the package's ``ac`` wrapping (a second step: parameter gradients already exist)."""
+    import torch
+
+    from training.parallelize import _wrap_layer_forward
+
+    shape = resolve("tiny-llama")
+    model = _tiny_model(dtype_name)
+    layers = list(model.model.layers)
+    for layer in layers:
+        _wrap_layer_forward(layer, ac, compile_layer=False)
+    x0 = torch.randn(
+        B, seq, shape.hidden_size, dtype=getattr(torch, dtype_name), requires_grad=True
+    )
+    positions = torch.arange(seq).unsqueeze(0).expand(B, seq)
+    rope = tuple(t.detach() for t in model.model.rotary_emb(x0, positions))
+
+    def step() -> None:
+        x = x0
+        for layer in layers:
+            x = layer(x, position_embeddings=rope, attention_mask=None, position_ids=positions)
+            x = x[0] if isinstance(x, tuple) else x
+        x.sum().backward()
+
+    from benchmarks.step_anatomy import profiled_peak
+
+    step()
+    return profiled_peak(step)
+
+
+@pytest.mark.parametrize(("dtype", "precision"), [("bfloat16", "pure_bf16"), ("float32", "fp32")])
+def test_selective_ac_step_peak_over_full_ac_is_what_the_planner_adds(
+    dtype: str, precision: str
+) -> None:
+    """The peak of a forward + backward under selective AC exceeds full AC's by what
+    ``planner.memory`` adds, to the byte: the kept outputs of every layer but the one in
+    backward, plus the down output non-reentrant checkpoint's early stop never hands back."""
+    from planner.memory import layout, memory
+
+    shape, seq = resolve("tiny-llama"), 64  # exact at any length; short is fast
+    p, lay = PRECISIONS[precision], layout("FULL_SHARD", 1, 1)
+    planned = {
+        mode: memory(shape, lay, p, batch=B, seq=seq, ac=1.0, ac_mode=mode, a=DEFAULT).activations
+        for mode in ("full", "selective")
+    }
+    measured = {mode: _step_peak(dtype, mode, seq) for mode in ("full", "selective", "none")}
+    assert measured["selective"] - measured["full"] == planned["selective"] - planned["full"]
+    assert measured["full"] < measured["selective"] < measured["none"]

@@ -156,7 +156,27 @@ def test_ac_mode_and_the_stack_jobs_own_checkpointing(capsys: pytest.CaptureFixt
     dev = _json(capsys, "--stack", "dev")[0]
     assert (dev["ac_fraction"], dev["ac_mode"]) == (0.0, "none")
     assert _json(capsys, "--stack", "dev", "--ac")[0]["ac_mode"] == "full"
+    assert _json(capsys, "--stack", "dev", "--ac-mode", "selective")[0]["ac_mode"] == "selective"
     assert _json(capsys, "--stack", "p5-16")[0]["ac_mode"] == "full"
+    assert _json(capsys, "--stack", "p5-16", "--ac-mode", "none")[0]["ac_mode"] == "none"
+
+
+def test_stack_ac_reads_only_the_ac_flags_of_extra_args() -> None:
+    """The AC flags in every form extraArgs allows; the other flags are left to the job's own
+    check (a --data_path alone would fail the training CLI without its --dataset); a bad AC
+    value is one line naming the stack and its extraArgs."""
+    from planner.cli import UsageError, _stack_ac
+
+    assert _stack_ac("s", ("--data_path=/data/x.jsonl", "--ac_mode=selective")) == {
+        "ac": True,
+        "ac_mode": "selective",
+    }
+    assert _stack_ac("s", ("--nofsdp_activation_checkpointing",)) == {"ac": False, "ac_mode": None}
+    assert _stack_ac("s", ("--fsdp-activation-checkpointing=false",))["ac"] is False
+    assert _stack_ac("s", ("--ac_mode=none",)) == {"ac": False, "ac_mode": None}
+    assert _stack_ac("s", ()) == {"ac": True, "ac_mode": "full"}  # the training defaults
+    with pytest.raises(UsageError, match=r"^--stack s: eks-fsdp:job.extraArgs: --ac_mode"):
+        _stack_ac("s", ("--ac_mode=layer",))
 
 
 def test_hub_ids_map_to_builtin_shapes() -> None:
@@ -218,6 +238,7 @@ BASE = ["--model", "llama2-7b", "--instance", "p5.48xlarge", "--nodes", "1"]
         ([*BASE, "--sharding", "ZERO9"], "--sharding"),
         ([*BASE, "--ac-mode", "layer"], "--ac-mode"),
         ([*BASE, "--no-ac", "--ac-mode", "selective"], "--ac-mode selective"),
+        ([*BASE, "--ac", "--ac-mode", "none"], "--ac-mode none"),
         ([*BASE, "--dataset", "nope"], "--dataset nope"),
         (["--instance", "p5.48xlarge", "--nodes", "1"], "--model"),
         (["--stack", "no-such-stack"], "--stack no-such-stack"),
