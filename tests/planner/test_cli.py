@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,7 +54,7 @@ MEMORY = {
 }
 
 
-def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, object]]:
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, Any]]:
     assert main([*argv, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
@@ -76,13 +77,13 @@ def test_json_has_one_object_per_node_count_with_the_schema(
     assert [r["gpus"] for r in rows] == [8, 16, 32, 64, 128]
     for r in rows:
         assert r.keys() >= REQUIRED
-        assert r["memory"].keys() >= MEMORY  # type: ignore[union-attr]
-        assert {"nvlink", "efa", "exposed"} <= r["comm_s"].keys()  # type: ignore[union-attr]
-        assert r["mem_per_gpu_bytes"] == r["memory"]["total"]  # type: ignore[index]
+        assert r["memory"].keys() >= MEMORY
+        assert {"nvlink", "efa", "exposed"} <= r["comm_s"].keys()
+        assert r["mem_per_gpu_bytes"] == r["memory"]["total"]
     assert [r["fits"] for r in rows] == [False, False, True, True, True]
     a = rows[0]["assumptions"]
-    assert a["gpu_generation"]["name"] == "A100-SXM-80GB"  # type: ignore[index]
-    assert a["dataset_tokens"] == 14732 * 190  # type: ignore[index]
+    assert a["gpu_generation"]["name"] == "A100-SXM-80GB"
+    assert a["dataset_tokens"] == 14732 * 190
 
 
 def test_without_a_dataset_there_is_no_epoch_or_cost(capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,7 +106,7 @@ def test_flags_change_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["--model", "llama2-13b", "--instance", "p5.48xlarge", "--nodes", "2"]
     ac = _json(capsys, *base)[0]
     no_ac = _json(capsys, *base, "--no-ac")[0]
-    assert no_ac["memory"]["activations"] > ac["memory"]["activations"]  # type: ignore[index]
+    assert no_ac["memory"]["activations"] > ac["memory"]["activations"]
     hsdp = _json(capsys, *base, "--sharding", "HYBRID_SHARD", "--hsdp-group", "8")[0]
     assert (hsdp["shard_group"], hsdp["replicas"]) == (8, 2)
     small = _json(capsys, *base, "--batch", "1", "--seq", "2048")[0]
@@ -149,9 +150,9 @@ def test_ac_mode_and_the_stack_jobs_own_checkpointing(capsys: pytest.CaptureFixt
         _json(capsys, *BASE, *extra)[0] for extra in ([], ["--ac-mode", "selective"], ["--no-ac"])
     )
     assert (full["ac_mode"], sac["ac_mode"], off["ac_mode"]) == ("full", "selective", "none")
-    act = [r["memory"]["activations"] for r in (full, sac, off)]  # type: ignore[index]
+    act = [r["memory"]["activations"] for r in (full, sac, off)]
     assert act == sorted(act) and len(set(act)) == 3
-    assert full["step_time_s"] > sac["step_time_s"] > off["step_time_s"]  # type: ignore[operator]
+    assert full["step_time_s"] > sac["step_time_s"] > off["step_time_s"]
     assert _json(capsys, *BASE, "--ac-mode", "none")[0]["ac_mode"] == "none"
     dev = _json(capsys, "--stack", "dev")[0]
     assert (dev["ac_fraction"], dev["ac_mode"]) == (0.0, "none")
