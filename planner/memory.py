@@ -286,7 +286,7 @@ def memory(
     checkpointed = round(ac * shape.num_layers)
     if ac_mode == "selective":
         kept = act.selective
-        recomputed = act.per_layer - (kept - act.layer_input) + shape.hidden_size * p.compute
+        recomputed = act.per_layer - (kept - act.layer_input) + act.layer_input  # + down's h c
     else:
         kept, recomputed = act.layer_input, act.per_layer
     chosen = (

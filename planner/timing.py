@@ -50,14 +50,10 @@ def executed_flops_per_token(
     ``ac_mode`` selective (op-level SAC) recomputes only the k, o and up matmuls
     (``ModelShape.selective_ac_recomputed_params``) and never attention, whose output it saves.
     """
-    attn_fwd = 2.0 * shape.num_layers * shape.q_size * seq  # 4 L h s forward, halved (causal)
-    if ac_mode == "selective":
-        recomputed = shape.selective_ac_recomputed_params * shape.num_layers
-        gemm = 6.0 * shape.matmul_params + 2.0 * recomputed * ac
-        return FlopsExecuted(gemm=gemm, attention=3.0 * attn_fwd)
     layers_matmul = shape.layer_matmul_params * shape.num_layers
-    gemm = 6.0 * shape.matmul_params + 2.0 * layers_matmul * ac
-    attention = 3.0 * attn_fwd + attn_fwd * ac
+    gemm = 6.0 * shape.matmul_params + 2.0 * layers_matmul * recompute_share(shape, ac, ac_mode)
+    attn_fwd = 2.0 * shape.num_layers * shape.q_size * seq  # 4 L h s forward, halved (causal)
+    attention = 3.0 * attn_fwd + (0.0 if ac_mode == "selective" else attn_fwd * ac)
     return FlopsExecuted(gemm=gemm, attention=attention)
 
 
