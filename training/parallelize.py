@@ -86,6 +86,13 @@ class ParallelDims:
     ) -> ParallelDims:
         """Derive the layout from the flags; missing HSDP group sizes are inferred."""
         if not cfg.enable_fsdp:
+            if cfg.ac_mode == "selective" and cfg.fsdp_activation_checkpointing:
+                # full is the default and, as llama-recipes' flag, means nothing without FSDP;
+                # an explicit selective would be dropped without a word
+                raise ParallelError(
+                    "--ac_mode selective: activation checkpointing is applied with "
+                    "--enable_fsdp; pass --enable_fsdp (or --ac_mode none)"
+                )
             return cls(world_size=world_size, enable_fsdp=False, strategy="NONE")
         strategy = cfg.sharding_strategy
         hybrid = strategy == "HYBRID_SHARD" or cfg.hsdp

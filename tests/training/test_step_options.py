@@ -66,6 +66,20 @@ def test_ac_mode_flag() -> None:
         parse_args(["--ac_mode=selective", "--fsdp_activation_checkpointing=False"])
 
 
+def test_selective_ac_without_fsdp_stops_before_the_process_group() -> None:
+    """AC is part of the FSDP setup (llama-recipes' --fsdp_activation_checkpointing): without
+    --enable_fsdp the default full AC is off, and an explicit selective stops in one line
+    (checked in `main` before the process group starts) instead of being dropped."""
+    from training.parallelize import ParallelDims, ParallelError
+
+    with pytest.raises(ParallelError, match=r"^--ac_mode selective: .* pass --enable_fsdp"):
+        ParallelDims.from_config(parse_args(["--ac_mode=selective"]), world_size=1)
+    for flags in ([], ["--ac_mode=none"], ["--ac_mode=full"]):
+        assert not ParallelDims.from_config(parse_args(flags), world_size=1).enable_fsdp
+    sharded = ParallelDims.from_config(parse_args(["--enable_fsdp", "--ac_mode=selective"]), 2)
+    assert (sharded.strategy, sharded.shard) == ("FULL_SHARD", 2)
+
+
 def test_fused_adamw_matches_foreach() -> None:
     from training.finetune import build_optimizer
 
