@@ -136,8 +136,7 @@ class TrainConfig:
     pure_bf16: bool = False
     """Keep parameters, gradients and optimizer state in bf16 (overrides mixed_precision)."""
     fsdp_activation_checkpointing: bool = True
-    """Recompute each decoder layer's activations in the backward pass (non-reentrant); with
-    --enable_fsdp, as llama-recipes' flag (a single process without FSDP keeps them)."""
+    """With --enable_fsdp (as llama-recipes'): recompute each decoder layer's activations in backward."""
     fsdp_cpu_offload: bool = False
     """Offload sharded parameters, gradients and optimizer state to CPU."""
 
