@@ -16,8 +16,13 @@ allocated and reserved memory.
     python benchmarks/gpu_mfu.py --tiny                # a tiny shape on CPU: checks the script
 
 Memory on one GPU: 7B x (4 B fp32 param + 4 B grad + 8 B Adam) ~ 108 GB plus activations; it
-fits an H200 (141 GB), not an 80 GB H100 (use --pure-bf16 there: ~54 GB). Target: >= 50% MFU for
+fits an H200 (141 GB), not an 80 GB H100 (use --pure-bf16 there: ~54 GB); a state that cannot
+fit stops before the model is built, with that advice (`state_check`). Target: >= 50% MFU for
 this shape on one H100/H200-class GPU.
+
+Each step copies its batch from host memory as the trainer does (`training.data.to_device`:
+pinned, non-blocking on CUDA). Under torchrun every rank trains its own batch: tokens/s is
+global (all ranks), MFU is against the peak of all ranks.
 """
 
 from __future__ import annotations
@@ -52,11 +57,42 @@ TINY: dict[str, Any] = {
 }
 
 
+STATE_FRACTION = 0.9
+"""Share of a GPU's memory the weights, gradients and AdamW state may take (the rest: activations)."""
+
+
+def state_check(n_params: int, pure_bf16: bool, world: int, total_bytes: int) -> str | None:
+    """One line when the sharded training state cannot fit a GPU of `total_bytes`, else None.
+
+    Per parameter: fp32 master weight, fp32 gradient and two fp32 AdamW moments (16 B) with
+    bf16 mixed precision; bf16 everything (8 B) with --pure-bf16 (the moments take the
+    parameter's dtype). FSDP shards it over `world` GPUs.
+    """
+    per = 8 if pure_bf16 else 16
+    need = n_params * per / world
+    if need <= STATE_FRACTION * total_bytes:
+        return None
+    gib = 2**30
+    hint = (
+        f"; run with --pure-bf16 (~{n_params * 8 / world / gib:.1f} GiB)" if not pure_bf16 else ""
+    )
+    what = (
+        "bf16 weights, gradients and AdamW state"
+        if pure_bf16
+        else ("fp32 master weights, gradients and AdamW state")
+    )
+    return (
+        f"{n_params / 1e9:.2f} B parameters need ~{need / gib:.1f} GiB per GPU of {what}, "
+        f"more than {STATE_FRACTION:.0%} of this GPU's {total_bytes / gib:.1f} GiB{hint}"
+    )
+
+
 def run_variant(a: argparse.Namespace, env: Any, compile_on: bool) -> dict[str, Any]:
     import torch
     from transformers import LlamaConfig
 
     from training.config import TrainConfig
+    from training.data import to_device
     from training.dist import device_type
     from training.finetune import build_optimizer, clip_grads, token_loss_sum
     from training.metrics import peak_flops
@@ -83,6 +119,11 @@ def run_variant(a: argparse.Namespace, env: Any, compile_on: bool) -> dict[str, 
     dims = ParallelDims.from_config(cfg, env.world_size, env.local_world_size)
     spec = ModelSpec(name="llama2-7b-shape", config=config, is_preset=True, dtype=dtype)
     model = build_empty(spec)
+    if env.device.type == "cuda":  # before anything is allocated
+        total = torch.cuda.get_device_properties(env.device).total_memory
+        n = sum(p.numel() for p in model.parameters())
+        if (problem := state_check(n, a.pure_bf16, env.world_size, total)) is not None:
+            raise SystemExit(f"error: {problem}")
     parallelize(model, build_mesh(dims, device_type()), cfg, dims)
     model.to_empty(device=env.device)
     torch.manual_seed(0)
@@ -96,11 +137,12 @@ def run_variant(a: argparse.Namespace, env: Any, compile_on: bool) -> dict[str, 
     n_params = sum(p.numel() for p in model.parameters())
     opt = build_optimizer(model, cfg)
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, config.vocab_size, (a.batch, seq), generator=g).to(env.device)
-    batch = {"input_ids": ids, "labels": ids}
+    host_ids = torch.randint(0, config.vocab_size, (a.batch, seq), generator=g)
+    scored = a.batch * (seq - 1)  # labels are the inputs shifted by one
 
     def step() -> torch.Tensor:
-        loss = token_loss_sum(model, batch) / ids.numel()
+        ids = to_device(host_ids, env.device)  # every step, as the trainer's batches
+        loss = token_loss_sum(model, {"input_ids": ids, "labels": ids}) / scored
         loss.backward()
         clip_grads(model, cfg.gradient_clipping_threshold)  # the trainer's path
         opt.step()
@@ -131,7 +173,7 @@ def run_variant(a: argparse.Namespace, env: Any, compile_on: bool) -> dict[str, 
     elapsed = time.perf_counter() - t0
     loss = float(torch.stack(losses)[-1])
 
-    tokens_per_s = a.batch * seq * a.steps / elapsed
+    tokens_per_s = a.batch * seq * a.steps * env.world_size / elapsed  # every rank's batch
     fpt = flops_per_token(config, seq)
     peak = peak_flops(env.device)
     out = {

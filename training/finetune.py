@@ -376,6 +376,7 @@ class Trainer:
         """
         import torch
 
+        from training.data import to_device
         from training.dist import all_reduce_sum_tensor
         from training.parallelize import set_gradient_sync
 
@@ -387,7 +388,7 @@ class Trainer:
         for i, mb in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
             set_gradient_sync(self.model, self.dims, last_micro_batch=last)
-            batch = {k: mb[k].to(dev, non_blocking=True) for k in ("input_ids", "labels")}
+            batch = {k: to_device(mb[k], dev) for k in ("input_ids", "labels")}
             tok_loss = token_loss_sum(self.model, batch)
             (tok_loss * scale).backward()
             loss_sum += tok_loss.detach().double()
@@ -449,7 +450,7 @@ class Trainer:
         """Mean token loss over the validation split (all ranks), as llama-recipes' eval loss."""
         import torch
 
-        from training.data import IGNORE_INDEX
+        from training.data import IGNORE_INDEX, to_device
         from training.dist import all_reduce_sum
 
         assert self.eval_data is not None
@@ -457,7 +458,7 @@ class Trainer:
         total, count = 0.0, 0
         with torch.no_grad():
             for mb in self.eval_data:
-                batch = {k: v.to(self.env.device) for k, v in mb.items()}
+                batch = {k: to_device(v, self.env.device) for k, v in mb.items()}
                 total += float(token_loss_sum(self.model, batch))
                 count += int((mb["labels"][:, 1:] != IGNORE_INDEX).sum())
         self.model.train()

@@ -27,8 +27,13 @@ from typing import IO, Any, Protocol
 import torch
 
 # Dense bf16 peak FLOP/s by device-name fragment (first match wins). Unknown devices: no MFU.
+# The H100 variants as torchtitan's get_peak_flops (torchtitan/tools/utils.py), from NVIDIA's
+# H100 datasheet: NVL and PCIe before the SXM figure that every other H100 name gets
+# (torch.cuda.get_device_name: "NVIDIA H100 80GB HBM3" for SXM, "NVIDIA H100 PCIe", "NVIDIA H100 NVL").
 PEAK_FLOPS: tuple[tuple[str, float], ...] = (
     ("H200", 989e12),
+    ("H100 NVL", 835e12),
+    ("H100 PCIe", 756e12),
     ("H100", 989e12),
     ("A100", 312e12),
     ("A10G", 125e12),
@@ -144,9 +149,13 @@ def peak_flops(device: torch.device) -> float | None:
     """Dense bf16 peak FLOP/s of one device, when known (None on CPU and unknown GPUs)."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
+    return peak_flops_of(torch.cuda.get_device_name(device))
+
+
+def peak_flops_of(device_name: str) -> float | None:
+    """Dense bf16 peak FLOP/s for a CUDA device name (`PEAK_FLOPS`), None when unknown."""
     for fragment, flops in PEAK_FLOPS:
-        if fragment in name:
+        if fragment in device_name:
             return flops
     return None
 

@@ -18,6 +18,7 @@ Strategies (llama-recipes names -> FSDP2):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -270,42 +271,63 @@ def _set_prefetch(units: list[Any]) -> None:
             unit.set_modules_to_backward_prefetch([units[i - 1]])
 
 
-# Outputs kept by selective (op-level) AC: torchtitan's `_op_sac_save_list`
-# (torchtitan/models/llama3/infra/parallelize.py) plus the CPU flash-attention kernel.
-_SAC_SAVE = {
-    torch.ops.aten.mm.default,
-    torch.ops.aten._scaled_dot_product_efficient_attention.default,
-    torch.ops.aten._scaled_dot_product_flash_attention.default,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
-    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-    torch.ops.aten._scaled_dot_product_attention_math.default,
-    torch.ops._c10d_functional.reduce_scatter_tensor.default,
-    torch.ops.aten.max.default,
-}
+@functools.cache
+def sac_save_ops() -> frozenset[Any]:
+    """Ops whose outputs selective (op-level) AC keeps, as torchtitan's `_get_default_save_ops`
+    (torchtitan/distributed/activation_checkpoint.py): torch's compute-intensive ops
+    (`torch._functorch.partitioners.get_default_op_list`: mm, addmm, bmm, the SDPA kernels, ...)
+    plus every SDPA variant, `max` and the reduce-scatter. (Imported when first asked: the
+    partitioner module pulls in torch._dynamo, ~2.5 s.)"""
+    from torch._functorch.partitioners import get_default_op_list
+
+    intensive: Any = get_default_op_list().compute_intensive_ops  # OpOverloadPackets
+    ops: set[Any] = {op.default for op in intensive}
+    ops |= {
+        torch.ops.aten._scaled_dot_product_efficient_attention.default,
+        torch.ops.aten._scaled_dot_product_flash_attention.default,
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+        torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+        torch.ops.aten._scaled_dot_product_attention_math.default,
+        torch.ops._c10d_functional.reduce_scatter_tensor.default,
+        torch.ops.aten.max.default,
+    }
+    return frozenset(ops)
 
 
-def _sac_context() -> Any:
-    """torchtitan's op-level SAC policy: save attention and every other matmul, recompute the rest.
+_SAC_MM = (torch.ops.aten.mm.default,)
+"""The matmuls of which every second one is recomputed (torchtitan counts `mm` and `linear`;
+`linear` decomposes to `mm`/`addmm` before the policy sees it on CUDA and CPU). A biased
+projection (`addmm`) is saved and not counted, as there."""
 
-    (torchtitan/distributed/activation_checkpoint.py, `_apply_op_sac`: "Saves output of all
-    compute ops, except every second mm".) The count restarts for the forward and for the
-    recomputation so both make the same decisions.
-    """
-    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+def sac_policy() -> Any:
+    """torchtitan's op-level SAC policy: save the compute-intensive ops' outputs except every
+    second mm, recompute the rest (`SelectiveAC._wrap_block`: "Save all compute/comm ops,
+    except every second mm/linear"). torch 2.13 consults it in forward only and replays
+    those decisions (`_CachedTorchDispatchMode`); the separate recompute count keeps the
+    decisions the same where the replay asks again (earlier torch, torchtitan's policy)."""
+    from torch.utils.checkpoint import CheckpointPolicy
 
     counts = {"forward": 0, "recompute": 0}
+    save = sac_save_ops()
 
     def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
-        if func == torch.ops.aten.mm.default:
+        if func in _SAC_MM:
             key = "recompute" if ctx.is_recompute else "forward"
             counts[key] += 1
             if counts[key] % 2 == 0:
                 return CheckpointPolicy.PREFER_RECOMPUTE
-        if func in _SAC_SAVE:
+        if func in save:
             return CheckpointPolicy.MUST_SAVE
         return CheckpointPolicy.PREFER_RECOMPUTE
 
-    return create_selective_checkpoint_contexts(policy)
+    return policy
+
+
+def _sac_context() -> Any:
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(sac_policy())
 
 
 def uses_dropout(layer: nn.Module) -> bool:
@@ -327,7 +349,6 @@ def _wrap_layer_forward(layer: nn.Module, ac: str, *, compile_layer: bool) -> No
     stays as it is; FSDP's all-gather hooks run eagerly around the compiled forward, as with
     torchtitan's per-block compile before `fully_shard`.
     """
-    import functools
 
     inner = layer.forward
     if ac != "none":
@@ -335,7 +356,8 @@ def _wrap_layer_forward(layer: nn.Module, ac: str, *, compile_layer: bool) -> No
 
         context: dict[str, Any] = {"context_fn": _sac_context} if ac == "selective" else {}
         # Without dropout the replay draws no random numbers: no RNG state to stash and restore
-        # per layer (torchtitan's apply_ac: preserve_rng_state=False unless determinism asks).
+        # per layer. (torchtitan stashes it by default, preserve_rng_state=True, for any model;
+        # a Llama block without dropout replays identically either way: tested.)
         context["preserve_rng_state"] = uses_dropout(layer)
 
         @functools.wraps(inner)

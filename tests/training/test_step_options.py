@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -189,6 +190,126 @@ def test_activation_checkpointing_replays_without_the_kv_cache(ac_mode: str, pad
         assert worst < 1e-6, f"width {width}: AC gradients differ by {worst:.3g}"
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_selective_ac_saves_what_torchtitan_saves(bias: bool) -> None:
+    """The op-level SAC policy's decisions on a real decoder layer, forward and replay.
+
+    torchtitan's `SelectiveAC` (torchtitan/distributed/activation_checkpoint.py) saves the
+    outputs of torch's compute-intensive ops (`get_default_op_list`: mm, addmm, ...), SDPA and
+    the reduce-scatter, recomputes every second `mm`, and recomputes everything else. On a
+    Llama layer without bias (q k v o gate up down, all `mm`) that saves q, v, gate, down and
+    attention and recomputes k, o, up (what the planner's selective AC model assumes,
+    planner.shapes); with biased projections (attention_bias: q k v o through `addmm`) those
+    four are saved and not counted, so only up is recomputed. torch 2.13 stores each op
+    call's decision in forward and replays from it (torch/utils/checkpoint.py,
+    `_CachedTorchDispatchMode` no longer consults the policy); the input gradient must equal
+    the plain layer's."""
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from training.model import decoder_layers
+    from training.parallelize import sac_policy
+
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        attention_bias=bias,
+        attn_implementation="sdpa",
+    )
+    model = AutoModelForCausalLM.from_config(cfg).train()
+    (layer,) = decoder_layers(model)
+    seen: dict[bool, list[tuple[str, str]]] = {False: [], True: []}
+    inner = sac_policy()
+
+    def recording(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        decision = inner(ctx, func, *args, **kwargs)
+        name = str(func.overloadpacket.__name__)
+        if name in ("mm", "addmm") or "scaled_dot_product" in name:
+            seen[ctx.is_recompute].append((name, decision.name))
+        return decision
+
+    forward = layer.forward
+    hidden = torch.randn(2, 8, cfg.hidden_size, requires_grad=True)
+    pos = model.model.rotary_emb(hidden, torch.arange(8)[None])
+
+    def run(h: torch.Tensor) -> Any:
+        return forward(h, position_embeddings=pos, attention_mask=None)
+
+    out = checkpoint(
+        run,
+        hidden,
+        use_reentrant=False,
+        context_fn=lambda: create_selective_checkpoint_contexts(recording),
+    )
+    out = out[0] if isinstance(out, tuple) else out
+    out.square().sum().backward()
+    save, again = "MUST_SAVE", "PREFER_RECOMPUTE"
+    proj = "addmm" if bias else "mm"
+    sdpa = seen[False][3][0]
+    if bias:  # q k v, sdpa, o saved (addmm: not counted); gate up down are mm 1..3
+        expected = [(proj, save)] * 3 + [(sdpa, save), (proj, save)]
+        expected += [("mm", save), ("mm", again), ("mm", save)]
+    else:  # mm 1..7: q k v, sdpa, o gate up down; every second mm recomputed
+        expected = [("mm", save), ("mm", again), ("mm", save), (sdpa, save), ("mm", again)]
+        expected += [("mm", save), ("mm", again), ("mm", save)]
+    assert seen[False] == expected
+    assert "scaled_dot_product" in sdpa
+    assert seen[True] == []  # decided once, in forward
+    plain_in = hidden.detach().clone().requires_grad_(True)
+    plain = run(plain_in)
+    (plain[0] if isinstance(plain, tuple) else plain).square().sum().backward()
+    assert torch.equal(hidden.grad, plain_in.grad)  # type: ignore[arg-type]
+
+
+def test_peak_flops_per_h100_variant() -> None:
+    """MFU's denominator by device name: torchtitan's get_peak_flops figures (NVIDIA's H100
+    datasheet, dense bf16): SXM 989, NVL 835, PCIe 756 TFLOP/s; H200 989; A100 312; unknown
+    devices give no MFU rather than a wrong one. If this fails, MFU on an H100 PCIe or NVL is
+    understated by 24% or 16% (the SXM figure was used for every H100)."""
+    from training.metrics import peak_flops, peak_flops_of
+
+    names = {
+        "NVIDIA H100 80GB HBM3": 989e12,
+        "NVIDIA H100 NVL": 835e12,
+        "NVIDIA H100 PCIe": 756e12,
+        "NVIDIA H200": 989e12,
+        "NVIDIA A100-SXM4-80GB": 312e12,
+        "NVIDIA GeForce RTX 4090": None,
+    }
+    assert {n: peak_flops_of(n) for n in names} == names
+    assert peak_flops(torch.device("cpu")) is None
+
+
+def test_host_to_device_copy_is_pinned_on_cuda() -> None:
+    """`training.data.to_device`: on CUDA the batch is copied from pinned memory, non-blocking
+    (from pageable memory the driver may first wait for the stream's queued kernels: CUDA's
+    "API synchronization behavior"); elsewhere it moves as it is. No CUDA device exists here,
+    so a recording stand-in takes the tensor's place for the CUDA case (the real copy runs in
+    benchmarks/gpu_mfu.py on a GPU); the CPU case is the real tensor."""
+    from training.data import to_device
+
+    calls: list[tuple[str, Any]] = []
+
+    class Recorder:
+        def pin_memory(self) -> Recorder:
+            calls.append(("pin_memory", None))
+            return self
+
+        def to(self, device: torch.device, non_blocking: bool = False) -> Recorder:
+            calls.append(("to", (device.type, non_blocking)))
+            return self
+
+    to_device(Recorder(), torch.device("cuda", 0))  # type: ignore[arg-type]
+    assert calls == [("pin_memory", None), ("to", ("cuda", True))]
+    t = torch.arange(6).view(2, 3)
+    moved = to_device(t, torch.device("cpu"))
+    assert moved is t and not moved.is_pinned()
+
+
 def test_clip_grads_is_clip_grad_norm() -> None:
     """training.finetune.clip_grads (the trainer's path, also benchmarks/gpu_mfu.py's) returns
     the norm before clipping and scales the gradients as torch.nn.utils.clip_grad_norm_."""
@@ -227,6 +348,24 @@ def test_gpu_mfu_benchmark_runs_what_users_run(tmp_path: Path) -> None:
     (row,) = json.loads(out.read_text())
     assert row["ac"] == "selective" and row["optimizer"] == "fused AdamW"
     assert 0 < row["final_loss"] < 20
+    # one process: tokens/s is batch x seq per step (under torchrun, x world size)
+    assert row["tokens_per_s"] == pytest.approx(row["batch"] * row["seq"] / row["step_time_s"])
+
+
+def test_gpu_mfu_stops_when_the_state_cannot_fit() -> None:
+    """The Llama-2-7B shape (6.74 B parameters) with fp32 master weights needs ~100 GiB of
+    weights, gradients and AdamW state: on an 80 GB H100 (79.1 GiB usable) the benchmark stops
+    before building anything and names --pure-bf16 (~50 GiB, which fits); an H200 (139.8 GiB)
+    takes it; two GPUs sharding it (FSDP) take it on H100s too."""
+    from benchmarks.gpu_mfu import state_check
+
+    n, h100, h200 = 6_738_415_616, int(79.1 * 2**30), int(139.8 * 2**30)
+    msg = state_check(n, pure_bf16=False, world=1, total_bytes=h100)
+    assert msg is not None and msg.startswith("6.74 B parameters need ~100.4 GiB per GPU")
+    assert msg.endswith("run with --pure-bf16 (~50.2 GiB)")
+    assert state_check(n, pure_bf16=True, world=1, total_bytes=h100) is None
+    assert state_check(n, pure_bf16=False, world=1, total_bytes=h200) is None
+    assert state_check(n, pure_bf16=False, world=2, total_bytes=h100) is None
 
 
 def test_native_precision_from_torch_capabilities_or_flags() -> None:
