@@ -73,9 +73,11 @@ def state_check(n_params: int, pure_bf16: bool, world: int, total_bytes: int) ->
     if need <= STATE_FRACTION * total_bytes:
         return None
     gib = 2**30
-    hint = (
-        f"; run with --pure-bf16 (~{n_params * 8 / world / gib:.1f} GiB)" if not pure_bf16 else ""
-    )
+    bf16 = n_params * 8 / world
+    if pure_bf16 or bf16 > STATE_FRACTION * total_bytes:
+        hint = "; shard it over more GPUs (torchrun --nproc_per_node N)"
+    else:
+        hint = f"; run with --pure-bf16 (~{bf16 / gib:.1f} GiB)"
     what = (
         "bf16 weights, gradients and AdamW state"
         if pure_bf16

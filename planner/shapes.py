@@ -124,7 +124,7 @@ class ModelShape:
         """Weights of one layer whose matmul op-level selective AC runs again in backward.
 
         HF's LlamaDecoderLayer runs seven matmuls in this order: q, k, v, o, gate, up, down.
-        torchtitan's policy (``training.parallelize._sac_context``) saves the output of every
+        torchtitan's policy (``training.parallelize.sac_policy``) saves the output of every
         other one and recomputes the 2nd, 4th and 6th: k, o and up.
         """
         h, i = self.hidden_size, self.intermediate_size

@@ -87,7 +87,7 @@ class ParallelDims:
     ) -> ParallelDims:
         """Derive the layout from the flags; missing HSDP group sizes are inferred."""
         if not cfg.enable_fsdp:
-            if cfg.ac_mode == "selective" and cfg.fsdp_activation_checkpointing:
+            if cfg.ac_mode == "selective":  # (config: selective implies the AC flag)
                 # full is the default and, as llama-recipes' flag, means nothing without FSDP;
                 # an explicit selective would be dropped without a word
                 raise ParallelError(
@@ -271,29 +271,30 @@ def _set_prefetch(units: list[Any]) -> None:
             unit.set_modules_to_backward_prefetch([units[i - 1]])
 
 
-@functools.cache
-def sac_save_ops() -> frozenset[Any]:
-    """Ops whose outputs selective (op-level) AC keeps, as torchtitan's `_get_default_save_ops`
-    (torchtitan/distributed/activation_checkpoint.py): torch's compute-intensive ops
-    (`torch._functorch.partitioners.get_default_op_list`: mm, addmm, bmm, the SDPA kernels, ...)
-    plus every SDPA variant, `max` and the reduce-scatter. (Imported when first asked: the
-    partitioner module pulls in torch._dynamo, ~2.5 s.)"""
-    from torch._functorch.partitioners import get_default_op_list
-
-    intensive: Any = get_default_op_list().compute_intensive_ops  # OpOverloadPackets
-    ops: set[Any] = {op.default for op in intensive}
-    ops |= {
+_SAC_SAVE = frozenset(
+    {
+        # torch's compute-intensive matmuls (torch._functorch.partitioners.get_default_op_list),
+        # which torchtitan's `_get_default_save_ops` saves (torchtitan/distributed/
+        # activation_checkpoint.py); `bmm` left out: in a decoder layer it only appears in
+        # SDPA's math fallback, where saving it keeps the B x H x S x S scores
+        torch.ops.aten.mm.default,
+        torch.ops.aten.addmm.default,
+        torch.ops.aten._scaled_mm.default,
+        # attention: every SDPA kernel (the math path decomposes before the policy sees it)
         torch.ops.aten._scaled_dot_product_efficient_attention.default,
         torch.ops.aten._scaled_dot_product_flash_attention.default,
         torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
         torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-        torch.ops.aten._scaled_dot_product_attention_math.default,
-        torch.ops._c10d_functional.reduce_scatter_tensor.default,
+        torch.ops.aten._flash_attention_forward.default,
+        torch.ops.aten._efficient_attention_forward.default,
+        # low-precision scales and the reduce-scatter, as torchtitan
         torch.ops.aten.max.default,
+        torch.ops._c10d_functional.reduce_scatter_tensor.default,
     }
-    return frozenset(ops)
-
-
+)
+"""Ops whose outputs selective (op-level) AC keeps: the part of torchtitan's save set a dense
+decoder layer reaches (`linear` decomposes to `mm`/`addmm` before the policy sees it; no
+topk, flex attention, all-to-all or compiled regions here), less `bmm`."""
 _SAC_MM = (torch.ops.aten.mm.default,)
 """The matmuls of which every second one is recomputed (torchtitan counts `mm` and `linear`;
 `linear` decomposes to `mm`/`addmm` before the policy sees it on CUDA and CPU). A biased
@@ -309,7 +310,6 @@ def sac_policy() -> Any:
     from torch.utils.checkpoint import CheckpointPolicy
 
     counts = {"forward": 0, "recompute": 0}
-    save = sac_save_ops()
 
     def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
         if func in _SAC_MM:
@@ -317,7 +317,7 @@ def sac_policy() -> Any:
             counts[key] += 1
             if counts[key] % 2 == 0:
                 return CheckpointPolicy.PREFER_RECOMPUTE
-        if func in save:
+        if func in _SAC_SAVE:
             return CheckpointPolicy.MUST_SAVE
         return CheckpointPolicy.PREFER_RECOMPUTE
 

@@ -228,7 +228,7 @@ def test_selective_ac_saves_what_torchtitan_saves(bias: bool) -> None:
     def recording(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
         decision = inner(ctx, func, *args, **kwargs)
         name = str(func.overloadpacket.__name__)
-        if name in ("mm", "addmm") or "scaled_dot_product" in name:
+        if name in ("mm", "addmm", "bmm") or "scaled_dot_product" in name:
             seen[ctx.is_recompute].append((name, decision.name))
         return decision
 
@@ -264,6 +264,21 @@ def test_selective_ac_saves_what_torchtitan_saves(bias: bool) -> None:
     (plain[0] if isinstance(plain, tuple) else plain).square().sum().backward()
     assert torch.equal(hidden.grad, plain_in.grad)  # type: ignore[arg-type]
 
+    # SDPA's math fallback decomposes into bmm: its B x H x S x S scores are recomputed
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    seen[False].clear()
+    with sdpa_kernel(SDPBackend.MATH):
+        math_out = checkpoint(
+            run,
+            hidden,
+            use_reentrant=False,
+            context_fn=lambda: create_selective_checkpoint_contexts(recording),
+        )
+    bmm = [d for n, d in seen[False] if n == "bmm"]
+    assert bmm and set(bmm) == {again}, seen[False]
+    del math_out
+
 
 def test_peak_flops_per_h100_variant() -> None:
     """MFU's denominator by device name: torchtitan's get_peak_flops figures (NVIDIA's H100
@@ -295,6 +310,8 @@ def test_host_to_device_copy_is_pinned_on_cuda() -> None:
     calls: list[tuple[str, Any]] = []
 
     class Recorder:
+        device = torch.device("cpu")
+
         def pin_memory(self) -> Recorder:
             calls.append(("pin_memory", None))
             return self
