@@ -383,6 +383,9 @@ def test_gpu_mfu_stops_when_the_state_cannot_fit() -> None:
     assert state_check(n, pure_bf16=True, world=1, total_bytes=h100) is None
     assert state_check(n, pure_bf16=False, world=1, total_bytes=h200) is None
     assert state_check(n, pure_bf16=False, world=2, total_bytes=h100) is None
+    # 70B does not fit one GPU even in bf16: the advice is more GPUs, not --pure-bf16
+    big = state_check(68_976_648_192, pure_bf16=False, world=1, total_bytes=h200)
+    assert big is not None and big.endswith("shard it over more GPUs (torchrun --nproc_per_node N)")
 
 
 def test_native_precision_from_torch_capabilities_or_flags() -> None:
