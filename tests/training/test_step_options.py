@@ -22,6 +22,23 @@ from training.config import ConfigError, TrainConfig, parse_args
 from training.model import cpu_flags, native_low_precision
 from training.parallelize import resolve_precision
 
+
+def _tiny_llama(**overrides: Any) -> Any:
+    """A 32-wide LlamaConfig for layer-level checks (GQA 4:2, SDPA); `overrides` on top."""
+    from transformers import LlamaConfig
+
+    base: dict[str, Any] = {
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "attn_implementation": "sdpa",
+    }
+    return LlamaConfig(**{**base, **overrides})
+
+
 X86 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx2 fma\n"
 ARM = "processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\nCPU implementer\t: 0x41\n"
 
@@ -153,21 +170,12 @@ def test_activation_checkpointing_replays_without_the_kv_cache(ac_mode: str, pad
     for that reason (modeling_layers.py); `training.parallelize` must too. Two widths in a row,
     as padded micro-batches have.
     """
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import AutoModelForCausalLM
 
     from training.model import decoder_layers
     from training.parallelize import _wrap_layer_forward
 
-    cfg = LlamaConfig(
-        vocab_size=256,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        attn_implementation="sdpa",
-    )
+    cfg = _tiny_llama(vocab_size=256, max_position_embeddings=128)
     assert cfg.use_cache  # the default the failure needs
     torch.manual_seed(0)
     plain = AutoModelForCausalLM.from_config(cfg).train()
@@ -205,20 +213,13 @@ def test_selective_ac_saves_what_torchtitan_saves(bias: bool) -> None:
     `_CachedTorchDispatchMode` no longer consults the policy); the input gradient must equal
     the plain layer's."""
     from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import AutoModelForCausalLM
 
     from training.model import decoder_layers
     from training.parallelize import sac_policy
 
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        attention_bias=bias,
-        attn_implementation="sdpa",
+    cfg = _tiny_llama(
+        intermediate_size=48, num_hidden_layers=1, num_key_value_heads=4, attention_bias=bias
     )
     model = AutoModelForCausalLM.from_config(cfg).train()
     (layer,) = decoder_layers(model)
@@ -416,20 +417,12 @@ def test_activation_checkpointing_stashes_the_rng_only_with_dropout(
     restore the RNG state for each layer (torchtitan passes preserve_rng_state=False); with
     attention dropout it must, or the replay's masks differ. Counted through the real
     torch.get_rng_state, which checkpoint calls for each layer when it preserves."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import AutoModelForCausalLM
 
     from training.model import decoder_layers
     from training.parallelize import _wrap_layer_forward
 
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        attention_dropout=dropout,
-    )
+    cfg = _tiny_llama(attention_dropout=dropout, attn_implementation=None)
     model = AutoModelForCausalLM.from_config(cfg).train()
     for layer in decoder_layers(model):
         _wrap_layer_forward(layer, "full", compile_layer=False)
