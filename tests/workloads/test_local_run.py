@@ -285,15 +285,19 @@ def test_hung_worker_times_out_and_the_group_restarts(baseline: RunResult, tmp_p
     """SIGSTOP one training process: the peer's next collective fails after
     --collective_timeout_s (10 s here; 300 s by default), it exits 1, its agent restarts the
     group; the hung pod's agent sees the new round waiting, stops its worker (SIGKILL after
-    torchrun's 30 s) and rejoins; both resume from the last periodic checkpoint."""
+    torchrun's 30 s) and rejoins; both resume from the last periodic checkpoint complete at the
+    freeze. Under load the asynchronous write of step 4 can still be under way at step 6: the
+    frozen rank never finishes it, so it is not complete and the group starts again from step 0
+    (seen once in a full parallel suite: 6 steps redone, the same losses)."""
     result = _run(
         tmp_path,
         fault=Fault("hang-worker", 6),
         train_overrides=(*TINY, "--collective_timeout_s=10"),
     )
     _every_step_once_with_the_uninterrupted_losses(result, baseline)
-    resumed = max(result.resumed_from_steps)
-    assert resumed % CKPT_EVERY == 0 and resumed <= 8
+    resumed = max(result.resumed_from_steps, default=0)
+    newest = max(result.checkpoints_at_fault, default=0)
+    assert resumed % CKPT_EVERY == 0 and newest <= resumed <= 8, (resumed, newest)
     assert result.steps_redone >= 1  # the steps past that checkpoint ran twice
     print(f"hang-worker: {result.new_step_s:.1f} s, {result.steps_redone} steps redone")
 
