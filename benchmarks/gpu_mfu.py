@@ -78,13 +78,9 @@ def state_check(n_params: int, pure_bf16: bool, world: int, total_bytes: int) ->
         hint = "; shard it over more GPUs (torchrun --nproc_per_node N)"
     else:
         hint = f"; run with --pure-bf16 (~{bf16 / gib:.1f} GiB)"
-    what = (
-        "bf16 weights, gradients and AdamW state"
-        if pure_bf16
-        else ("fp32 master weights, gradients and AdamW state")
-    )
+    what = "bf16" if pure_bf16 else "fp32 master"
     return (
-        f"{n_params / 1e9:.2f} B parameters need ~{need / gib:.1f} GiB per GPU of {what}, "
+        f"{n_params / 1e9:.2f} B parameters need ~{need / gib:.1f} GiB per GPU of {what} weights, gradients and AdamW state, "
         f"more than {STATE_FRACTION:.0%} of this GPU's {total_bytes / gib:.1f} GiB{hint}"
     )
 
@@ -121,10 +117,10 @@ def run_variant(a: argparse.Namespace, env: Any, compile_on: bool) -> dict[str, 
     dims = ParallelDims.from_config(cfg, env.world_size, env.local_world_size)
     spec = ModelSpec(name="llama2-7b-shape", config=config, is_preset=True, dtype=dtype)
     model = build_empty(spec)
+    n_params = sum(p.numel() for p in model.parameters())  # on the meta device
     if env.device.type == "cuda":  # before anything is allocated
         total = torch.cuda.get_device_properties(env.device).total_memory
-        n = sum(p.numel() for p in model.parameters())
-        if (problem := state_check(n, a.pure_bf16, env.world_size, total)) is not None:
+        if (problem := state_check(n_params, a.pure_bf16, env.world_size, total)) is not None:
             raise SystemExit(f"error: {problem}")
     parallelize(model, build_mesh(dims, device_type()), cfg, dims)
     model.to_empty(device=env.device)
@@ -136,7 +132,6 @@ def run_variant(a: argparse.Namespace, env: Any, compile_on: bool) -> dict[str, 
             else:
                 p.normal_(0.0, 0.02)
     restore_buffers(model, spec)
-    n_params = sum(p.numel() for p in model.parameters())
     opt = build_optimizer(model, cfg)
     g = torch.Generator().manual_seed(0)
     host_ids = torch.randint(0, config.vocab_size, (a.batch, seq), generator=g)
