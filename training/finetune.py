@@ -451,18 +451,21 @@ class Trainer:
         import torch
 
         from training.data import IGNORE_INDEX, to_device
-        from training.dist import all_reduce_sum
+        from training.dist import all_reduce_sum, host_only
 
         assert self.eval_data is not None
         self.model.eval()
-        total, count = 0.0, 0
+        # Summed on the device and read once, not a host sync per batch; the label count comes
+        # from the host batches (a CPU tensor that waits for no device).
+        total = torch.zeros((), dtype=torch.float64, device=self.env.device)
+        count = 0
         with torch.no_grad():
             for mb in self.eval_data:
                 batch = {k: to_device(v, self.env.device) for k, v in mb.items()}
-                total += float(token_loss_sum(self.model, batch))
-                count += int((mb["labels"][:, 1:] != IGNORE_INDEX).sum())
+                total += token_loss_sum(self.model, batch).double()
+                count += int(host_only((mb["labels"][:, 1:] != IGNORE_INDEX).sum()))
         self.model.train()
-        g_total, g_count = all_reduce_sum([total, count], self.env.device)
+        g_total, g_count = all_reduce_sum([float(total), count], self.env.device)
         loss = g_total / max(g_count, 1.0)
         if self.env.is_main:
             print(

@@ -13,7 +13,8 @@ figures in one copy. The token counts computed locally must equal what an all-re
 rank's micro-batches gives (filler rows included). The rows of a log interval carry the
 interval's throughput (tokens over the steps' time plus the fetch's wait), not each quiet
 step's launch time. Python's garbage collector runs only every --gc_freq steps (as torchtitan),
-never at a rank's own moment.
+never at a rank's own moment. Validation reads the device once, not once per eval batch, and
+its loss is still the mean next-token cross-entropy over the scored tokens.
 """
 
 from __future__ import annotations
@@ -142,3 +143,47 @@ def test_counter_sees_every_kind_of_sync() -> None:
         "torch.cuda.Stream.synchronize",
         "torch.cuda.Event.synchronize",
     ], seen.calls
+
+
+def test_validation_reads_the_device_once(tmp_path: Path) -> None:
+    """`Trainer.validate` in one process (a world of one, in this process): one host read for
+    the whole eval split (it used to be one per batch, plus a label count per batch), and the
+    loss equals a plain `F.cross_entropy` over every eval batch's shifted labels, summed and
+    divided by the scored tokens."""
+    import torch.nn.functional as F
+
+    from tests.training.helpers import TINY, merge
+    from training.config import parse_args
+    from training.data import IGNORE_INDEX
+    from training.dist import distributed
+    from training.finetune import Trainer
+    from training.syncs import count_host_syncs
+
+    argv = merge(
+        TINY,
+        [
+            "--run_validation=True",
+            "--max_eval_step=3",
+            f"--output_dir={tmp_path / 'out'}",
+            f"--dist_checkpoint_root_folder={tmp_path / 'ckpt'}",
+        ],
+    )
+    with distributed() as env:
+        trainer = Trainer(parse_args(argv), env)
+        assert trainer.eval_data is not None
+        with count_host_syncs() as seen:
+            loss = trainer.validate()
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for mb in trainer.eval_data:
+                logits = trainer.model(input_ids=mb["input_ids"]).logits.double()
+                labels = mb["labels"][:, 1:]
+                total += F.cross_entropy(
+                    logits[:, :-1].flatten(0, 1),
+                    labels.flatten(),
+                    ignore_index=IGNORE_INDEX,
+                    reduction="sum",
+                ).item()
+                count += int((labels != IGNORE_INDEX).sum())
+    assert seen.n == 1, seen.calls
+    assert count > 0 and abs(loss - total / count) < 1e-5, (loss, total / count)
