@@ -68,20 +68,20 @@ def state_check(n_params: int, pure_bf16: bool, world: int, total_bytes: int) ->
     bf16 mixed precision; bf16 everything (8 B) with --pure-bf16 (the moments take the
     parameter's dtype). FSDP shards it over `world` GPUs.
     """
-    per = 8 if pure_bf16 else 16
-    need = n_params * per / world
-    if need <= STATE_FRACTION * total_bytes:
-        return None
-    gib = 2**30
+    limit, gib = STATE_FRACTION * total_bytes, 2**30
     bf16 = n_params * 8 / world
-    if pure_bf16 or bf16 > STATE_FRACTION * total_bytes:
-        hint = "; shard it over more GPUs (torchrun --nproc_per_node N)"
+    need = bf16 if pure_bf16 else 2 * bf16
+    if need <= limit:
+        return None
+    if pure_bf16 or bf16 > limit:
+        hint = "shard it over more GPUs (torchrun --nproc_per_node N)"
     else:
-        hint = f"; run with --pure-bf16 (~{bf16 / gib:.1f} GiB)"
+        hint = f"run with --pure-bf16 (~{bf16 / gib:.1f} GiB)"
     what = "bf16" if pure_bf16 else "fp32 master"
     return (
-        f"{n_params / 1e9:.2f} B parameters need ~{need / gib:.1f} GiB per GPU of {what} weights, gradients and AdamW state, "
-        f"more than {STATE_FRACTION:.0%} of this GPU's {total_bytes / gib:.1f} GiB{hint}"
+        f"{n_params / 1e9:.2f} B parameters need ~{need / gib:.1f} GiB per GPU of {what} "
+        f"weights, gradients and AdamW state, more than {STATE_FRACTION:.0%} of this GPU's "
+        f"{total_bytes / gib:.1f} GiB; {hint}"
     )
 
 
