@@ -166,7 +166,7 @@ class TrainConfig:
     force_bf16: bool = False
     """Keep bf16 mixed precision on a CPU without native bf16 (else fp32 there, ~10x faster)."""
     compile: bool = False
-    """torch.compile each decoder layer (per-block, as torchtitan)."""
+    """torch.compile each decoder layer whole (per block, fullgraph, as torchtitan)."""
     ac_mode: str = "full"
     """With --fsdp_activation_checkpointing: full (recompute each layer), selective (op-level SAC) or none."""
     preflight: bool = False

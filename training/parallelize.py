@@ -374,7 +374,11 @@ def _wrap_layer_forward(layer: nn.Module, ac: str, *, compile_layer: bool) -> No
     else:
         forward = inner
     if compile_layer:
-        forward = torch.compile(forward)
+        # fullgraph=True, as torchtitan's apply_compile: a graph break or dynamo's recompile
+        # limit (8 frames) is then an error at the first step, not a silent fall-back to
+        # eager for part of the block (torch/_dynamo/convert_frame.py raises
+        # FailOnRecompileLimitHit "due to fullgraph=True"; without it the frame runs eager).
+        forward = torch.compile(forward, fullgraph=True)
     if forward is not inner:
         layer.forward = forward  # type: ignore[method-assign]
 

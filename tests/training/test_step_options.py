@@ -6,7 +6,8 @@ being honoured; /proc/cpuinfo flags are misread (x86 "flags", aarch64 "Features"
 back to the foreach kernel, or the fused one no longer gives foreach's update; the token
 embedding and `[norm, lm_head]` stop being their own FSDP units (torchtitan's layout: the
 head's all-gather then sits exposed in the root), the head is resharded after forward (gathered
-twice per step), or the prefetch chain embedding -> blocks -> head is broken.
+twice per step), or the prefetch chain embedding -> blocks -> head is broken; a compiled
+block with a graph break runs partly eager again instead of stopping the run.
 """
 
 from __future__ import annotations
@@ -432,6 +433,32 @@ def test_activation_checkpointing_stashes_the_rng_only_with_dropout(
     model(input_ids=torch.randint(0, 64, (1, 8)), use_cache=False).logits.sum().backward()
     # with dropout: a stash per layer in forward, and the replay's fork_rng in backward
     assert len(calls) == (2 * cfg.num_hidden_layers if dropout else 0)
+
+
+def test_compiled_block_fails_on_a_graph_break_instead_of_running_eager() -> None:
+    """--compile compiles each block with fullgraph=True, as torchtitan's apply_compile: a block
+    dynamo cannot capture whole stops the run at its first forward. Without it, dynamo splits
+    the block at the break and runs the rest eager with a warning only, and a GPU run loses
+    its fused kernels unnoticed. Dynamo gives up while tracing, before any backend compile."""
+    from torch import nn
+
+    from training.parallelize import _wrap_layer_forward
+
+    class Breaks(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.lin(x)
+            torch._dynamo.graph_break()
+            return y * 2
+
+    layer = Breaks()
+    _wrap_layer_forward(layer, "none", compile_layer=True)
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="graph_break"):
+        layer(torch.ones(2, 4))
 
 
 def test_built_model_never_makes_a_kv_cache() -> None:
