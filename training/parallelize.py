@@ -374,10 +374,12 @@ def _wrap_layer_forward(layer: nn.Module, ac: str, *, compile_layer: bool) -> No
     else:
         forward = inner
     if compile_layer:
-        # fullgraph=True, as torchtitan's apply_compile: a graph break or dynamo's recompile
-        # limit (8 frames) is then an error at the first step, not a silent fall-back to
-        # eager for part of the block (torch/_dynamo/convert_frame.py raises
-        # FailOnRecompileLimitHit "due to fullgraph=True"; without it the frame runs eager).
+        # fullgraph=True, as torchtitan's apply_compile: a graph break is an error at the
+        # block's first forward, and needing more than dynamo's recompile_limit (8 compiled
+        # versions of the forward: new shapes, eval, no_grad) an error when it happens, never
+        # a silent fall-back to eager for part or all of the block (torch/_dynamo/
+        # convert_frame.py raises FailOnRecompileLimitHit "due to fullgraph=True"; without it
+        # the frame runs eager).
         forward = torch.compile(forward, fullgraph=True)
     if forward is not inner:
         layer.forward = forward  # type: ignore[method-assign]

@@ -435,11 +435,13 @@ def test_activation_checkpointing_stashes_the_rng_only_with_dropout(
     assert len(calls) == (2 * cfg.num_hidden_layers if dropout else 0)
 
 
-def test_compiled_block_fails_on_a_graph_break_instead_of_running_eager() -> None:
+@pytest.mark.parametrize("ac_mode", ["none", "full", "selective"])
+def test_compiled_block_fails_on_a_graph_break_instead_of_running_eager(ac_mode: str) -> None:
     """--compile compiles each block with fullgraph=True, as torchtitan's apply_compile: a block
-    dynamo cannot capture whole stops the run at its first forward. Without it, dynamo splits
-    the block at the break and runs the rest eager with a warning only, and a GPU run loses
-    its fused kernels unnoticed. Dynamo gives up while tracing, before any backend compile."""
+    dynamo cannot capture whole stops the run at its first forward, with or without activation
+    checkpointing inside. Without it, dynamo splits the block at the break (or, under
+    checkpoint, runs the whole layer eager) with a warning only, and a GPU run loses its fused
+    kernels unnoticed. Dynamo gives up while tracing, before any backend compile."""
     from torch import nn
 
     from training.parallelize import _wrap_layer_forward
@@ -455,7 +457,7 @@ def test_compiled_block_fails_on_a_graph_break_instead_of_running_eager() -> Non
             return y * 2
 
     layer = Breaks()
-    _wrap_layer_forward(layer, "none", compile_layer=True)
+    _wrap_layer_forward(layer, ac_mode, compile_layer=True)
     torch._dynamo.reset()
     with pytest.raises(torch._dynamo.exc.Unsupported, match="graph_break"):
         layer(torch.ones(2, 4))
