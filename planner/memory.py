@@ -130,9 +130,10 @@ def activation_model(shape: ModelShape, p: Precision) -> ActivationModel:
       gradient into their storage), the fp32 log-sum-exp 4, the target index 8 and its mask 1.
       Its transient fp32 chunks are ``loss_chunk_bytes``, a constant, not per token.
     selective (torchtitan's op-level SAC, ``training.parallelize.sac_policy``, on Llama's
-      unbiased projections): the layer's input h c, the outputs of the matmuls it saves, q (h_q c), v (h_kv c), gate (i c) and
-      down (h c), and SDPA's output h_q c with its fp32 log-sum-exp per head; the norms, RoPE,
-      SiLU, the products and the k, o and up matmuls are recomputed in backward.
+      unbiased projections): the layer's input h c, the outputs of the matmuls it saves,
+      q (h_q c), v (h_kv c), gate (i c) and down (h c), and SDPA's output h_q c with its fp32
+      log-sum-exp per head; the norms, RoPE, SiLU, the products and the k, o and up matmuls
+      are recomputed in backward.
     Checked against autograd's saved tensors and the CPU allocator's live bytes per AC mode in
     tests/planner/test_activations_vs_autograd.py.
     """

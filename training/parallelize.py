@@ -349,7 +349,6 @@ def _wrap_layer_forward(layer: nn.Module, ac: str, *, compile_layer: bool) -> No
     stays as it is; FSDP's all-gather hooks run eagerly around the compiled forward, as with
     torchtitan's per-block compile before `fully_shard`.
     """
-
     inner = layer.forward
     if ac != "none":
         from torch.utils.checkpoint import checkpoint

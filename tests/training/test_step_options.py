@@ -415,7 +415,7 @@ def test_activation_checkpointing_stashes_the_rng_only_with_dropout(
     dropout: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without dropout the recompute draws no random numbers, so checkpoint must not stash and
-    restore the RNG state for each layer (torchtitan passes preserve_rng_state=False); with
+    restore the RNG state for each layer (torchtitan stashes it for any model by default); with
     attention dropout it must, or the replay's masks differ. Counted through the real
     torch.get_rng_state, which checkpoint calls for each layer when it preserves."""
     from transformers import AutoModelForCausalLM
