@@ -10,7 +10,7 @@ declared in ``Pulumi.yaml`` are the parser's own.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Self
 
 import pytest
 import yaml
@@ -548,8 +548,9 @@ def test_parsing_does_not_depend_on_the_date(monkeypatch: pytest.MonkeyPatch) ->
 
     class LateDate(dt.date):
         @classmethod
-        def today(cls) -> dt.date:
-            return max(versions.EKS_STANDARD_SUPPORT_END.values()) + dt.timedelta(days=365)
+        def today(cls) -> Self:
+            late = max(versions.EKS_STANDARD_SUPPORT_END.values()) + dt.timedelta(days=365)
+            return cls(late.year, late.month, late.day)
 
     monkeypatch.setattr(dt, "date", LateDate)
     assert parse(BASE).kubernetes_version == versions.KUBERNETES_VERSION

@@ -264,8 +264,8 @@ class FakeAws:
                 }
             )
         if cmd[2] == "update-nodegroup-config":
-            new = dict(kv.split("=") for kv in cmd[cmd.index("--scaling-config") + 1].split(","))
-            new = {k: int(v) for k, v in new.items()}
+            pairs = (kv.split("=") for kv in cmd[cmd.index("--scaling-config") + 1].split(","))
+            new = {k: int(v) for k, v in pairs}
             if not new["minSize"] <= new["desiredSize"] <= new["maxSize"]:
                 return done(rc=254, err=f"InvalidParameterException: {new}")
             self.scaling = new
@@ -369,6 +369,7 @@ class FakeStack:
             text = self.results.read_text() if self.results.exists() else "[]"
             self.results_at_up.append(len(json.loads(text)))
         cfg = infra_config.load_stack_file(STACK, root=self.work)  # the program reads the file
+        assert cfg.job is not None
         self.ups.append(infra_config.stack_file_values(STACK, root=self.work))
         if on_output:
             on_output(f"Updating ({STACK}): {cfg.job.name}\n")
@@ -538,6 +539,7 @@ def test_sweep_measures_saves_each_count_restores_and_scales_back(
     assert stack.aws.scaling == {"minSize": 0, "maxSize": 16, "desiredSize": 16}
     # Saved as soon as measured: each up saw the counts measured before it.
     assert stack.results_at_up == [0, 1, 2, 3]
+    assert stack.results is not None
     assert json.loads(stack.results.read_text()) == [
         json.loads(scaling.to_json([m]))[0] for m in measured
     ]
@@ -567,6 +569,7 @@ def test_a_failed_job_stops_the_sweep_and_keeps_what_was_measured(
     stack = FakeStack(work, cluster, results=tmp_path / "measured.json")
     with pytest.raises(scaling.SweepError, match=r"job .*-2n-t1: Failed: worker-0 exited"):
         sweep(stack, Forwards(cluster), [1, 2, 4], [])
+    assert stack.results is not None
     assert [m["nodes"] for m in json.loads(stack.results.read_text())] == [1]
     assert stack.calls.count("up") == 3  # 1, 2, then the scale-back; 4 never started
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw and stack.ups[-1] == values
@@ -606,6 +609,7 @@ def test_an_interrupt_waits_for_the_update_to_release_its_lock_then_scales_back(
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
     assert stack.aws.scaling["desiredSize"] == 16
     assert stack.ups[-1] == values
+    assert stack.results is not None
     assert [m["nodes"] for m in json.loads(stack.results.read_text())] == [1]
     first_cmd = lines.index(f"    pulumi up --stack {STACK} --yes")
     assert first_cmd < lines.index(

@@ -13,7 +13,7 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -34,7 +34,21 @@ WORLDS = (1, 2, 4)
 a process group of its first ``world`` ranks (process start-up, not the step, is the cost)."""
 
 
-def _worker(rank: int, size: int, port: int, out_dir: str, cfg: dict[str, object]) -> None:
+class _LlamaKwargs(TypedDict):
+    """The ``LlamaConfig`` arguments of the measured model (the preset's shape)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_dropout: float
+
+
+def _worker(rank: int, size: int, port: int, out_dir: str, cfg: _LlamaKwargs) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     import torch
     import torch.distributed as dist
@@ -49,6 +63,7 @@ def _worker(rank: int, size: int, port: int, out_dir: str, cfg: dict[str, object
     for world in WORLDS:
         # every rank creates every group (new_group is collective); only members train
         group = dist.new_group(list(range(world))) if world < size else dist.group.WORLD
+        assert group is not None
         if rank < world:
             mesh = DeviceMesh.from_group(group, "cpu")
             _measure(rank, world, mesh, Path(out_dir), cfg)
@@ -56,7 +71,7 @@ def _worker(rank: int, size: int, port: int, out_dir: str, cfg: dict[str, object
     dist.destroy_process_group()
 
 
-def _measure(rank: int, world: int, mesh: Any, out_dir: Path, cfg: dict[str, object]) -> None:
+def _measure(rank: int, world: int, mesh: Any, out_dir: Path, cfg: _LlamaKwargs) -> None:
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor
@@ -72,7 +87,9 @@ def _measure(rank: int, world: int, mesh: Any, out_dir: Path, cfg: dict[str, obj
         model = LlamaForCausalLM(LlamaConfig(**cfg))
         mp = MixedPrecisionPolicy()
         if precision == "pure_bf16":
-            model.to(torch.bfloat16)
+            # typeshed's functools._Wrapped has no __get__, so the @wraps-decorated
+            # PreTrainedModel.to does not bind self and mypy reads the dtype as ``self``.
+            model.to(torch.bfloat16)  # type: ignore[arg-type]
         if precision == "mixed":
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         for layer in model.model.layers:  # per decoder layer, then the root
@@ -93,7 +110,7 @@ def _measure(rank: int, world: int, mesh: Any, out_dir: Path, cfg: dict[str, obj
     (out_dir / f"{world}-{rank}.json").write_text(json.dumps(results))
 
 
-def _config() -> dict[str, object]:
+def _config() -> _LlamaKwargs:
     shape = resolve(PRESET)
     return {
         "vocab_size": shape.vocab_size,

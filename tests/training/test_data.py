@@ -226,9 +226,12 @@ def test_max_train_samples_tokenizes_only_the_first_rows_of_the_train_split(
     N still stops the run (every row is read and checked; only the N are tokenized)."""
     full = TrainConfig(dataset="samsum_sample", context_length=64)
     cut = replace(full, max_train_samples=50)
-    whole = {"batching_strategy": "padding", "context_length": 10**6}  # one example per row
-    rows_cut = build_dataset(replace(cut, **whole), tok, "train")
-    rows_full = build_dataset(replace(full, **whole), tok, "train")
+
+    def whole(cfg: TrainConfig) -> TrainConfig:  # one example per row
+        return replace(cfg, batching_strategy="padding", context_length=10**6)
+
+    rows_cut = build_dataset(whole(cut), tok, "train")
+    rows_full = build_dataset(whole(full), tok, "train")
     assert len(rows_cut) == 50 and rows_cut == rows_full[:50]
     train = build_dataset(cut, tok, "train")
     assert train == pack(rows_cut, 64)

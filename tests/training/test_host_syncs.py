@@ -92,11 +92,12 @@ def test_local_token_counts_equal_the_all_reduce() -> None:
     ]
     steps = 0
     for per_rank in zip(*ranks, strict=True):
-        labels = sum(
+        label_tokens = sum(
             int((mb["labels"][:, 1:] != IGNORE_INDEX).sum()) for mbs in per_rank for mb in mbs
         )
-        inputs = sum(int(mb["attention_mask"].sum()) for mbs in per_rank for mb in mbs)
-        assert ranks[0].step_token_counts() == ranks[1].step_token_counts() == (labels, inputs)
+        input_tokens = sum(int(mb["attention_mask"].sum()) for mbs in per_rank for mb in mbs)
+        counts = (label_tokens, input_tokens)
+        assert ranks[0].step_token_counts() == ranks[1].step_token_counts() == counts
         steps += 1
     assert steps == 2
 
@@ -127,7 +128,8 @@ def test_counter_sees_every_kind_of_sync() -> None:
             torch.empty(2).copy_(torch.empty(2, device="meta"))
         for cls in (torch.cuda.Stream, torch.cuda.Event):
             with pytest.raises((AttributeError, RuntimeError, TypeError)):
-                cls.synchronize(object())  # no CUDA here: counted, then the real call fails
+                # no CUDA here: counted, then the real call fails (on purpose not a Stream/Event)
+                cls.synchronize(object())  # type: ignore[arg-type]
         x + 1
     kinds = [c.split(" at ")[0] for c in seen.calls]
     assert kinds == [

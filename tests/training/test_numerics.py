@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import LlamaForCausalLM
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from training.config import ConfigError, parse_args
 from training.data import load_tokenizer
@@ -19,9 +21,10 @@ from training.model import build_empty, model_spec
 POSITION = 4095
 
 
-def _rotary(dtype: torch.dtype) -> torch.nn.Module:
+def _rotary(dtype: torch.dtype) -> LlamaRotaryEmbedding:
     tok = load_tokenizer("tiny-llama")
     model = build_empty(model_spec("tiny-llama", len(tok), 128, dtype))
+    assert isinstance(model, LlamaForCausalLM)
     return model.model.rotary_emb
 
 

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
+from typing import cast
 
 import etcd
 import pytest
@@ -408,9 +409,9 @@ def test_keep_alive_key_survives_an_outage(
     stop = threading.Event()
     worker = threading.Thread(target=rz._renew_key, args=(ours, key, ttl, stop), daemon=True)
     worker.start()
-    their_stop = torch_etcd.EtcdRendezvous.setup_lease_renewal(
-        SimpleNamespace(client=theirs), key, ttl
-    )
+    # torch's method reads only self.client: a stand-in, not a rendezvous joined to etcd
+    their_rdzv = cast(torch_etcd.EtcdRendezvous, SimpleNamespace(client=theirs))
+    their_stop = torch_etcd.EtcdRendezvous.setup_lease_renewal(their_rdzv, key, ttl)
     _wait_for(lambda: ours.failed >= 2 and theirs.failed >= 1, "refreshes during the outage")
     assert theirs.failed == 1 and len(died) == 1
     assert isinstance(died[0], etcd.EtcdConnectionFailed)  # torch's thread is gone

@@ -124,6 +124,7 @@ def test_fsdp_units_as_torchtitan() -> None:
     """A world of one (gloo): embedding, each block and [norm, lm_head] are units; the head
     keeps its parameters after forward; prefetch runs embedding -> blocks -> head and back."""
     from torch.distributed.fsdp import FSDPModule
+    from transformers import LlamaForCausalLM
 
     from training.dist import distributed
     from training.model import build_empty, decoder_layers, model_spec
@@ -133,6 +134,7 @@ def test_fsdp_units_as_torchtitan() -> None:
     with distributed() as env:
         dims = ParallelDims.from_config(cfg, env.world_size)
         model = build_empty(model_spec(cfg.model_name, 512, cfg.context_length))
+        assert isinstance(model, LlamaForCausalLM)
         layers = decoder_layers(model)  # by class name, so before FSDP renames the classes
         assert len(layers) == 2
         parallelize(model, build_mesh(dims, "cpu"), cfg, dims)
@@ -345,9 +347,15 @@ def test_clip_grads_is_clip_grad_norm() -> None:
     assert float(got) == pytest.approx(float(want), rel=1e-6) and float(want) > 0.5
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad)
-    before = [p.grad.clone() for p in a.parameters()]
+    before = [_grad(p).clone() for p in a.parameters()]
     assert float(clip_grads(a, None)) == pytest.approx(0.5, rel=1e-5)  # no clip: norm only
-    assert all(torch.equal(g, p.grad) for g, p in zip(before, a.parameters(), strict=True))
+    assert all(torch.equal(g, _grad(p)) for g, p in zip(before, a.parameters(), strict=True))
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    """``p.grad``, which the test needs to be there."""
+    assert p.grad is not None
+    return p.grad
 
 
 @pytest.mark.slow
@@ -403,7 +411,7 @@ def test_native_precision_from_torch_capabilities_or_flags() -> None:
     assert native_from(fp16, {"amx_fp16": True}, set())
     assert native_from(bf16, {}, {"fpu", "avx512_bf16"})  # flags alone
     assert not native_from(bf16, {}, {"avx2", "fma"})
-    caps = torch.cpu.get_capabilities()  # this machine: both sources agree with the answer
+    caps = dict(torch.cpu.get_capabilities())  # this machine: both sources agree with the answer
     here = native_low_precision(torch.device("cpu"), bf16)
     assert here == native_from(bf16, caps, cpu_flags())
     if caps.get("avx512_bf16") or caps.get("amx_bf16"):
@@ -427,9 +435,14 @@ def test_activation_checkpointing_stashes_the_rng_only_with_dropout(
     model = AutoModelForCausalLM.from_config(cfg).train()
     for layer in decoder_layers(model):
         _wrap_layer_forward(layer, "full", compile_layer=False)
-    calls = []
+    calls: list[int] = []
     real = torch.get_rng_state
-    monkeypatch.setattr(torch, "get_rng_state", lambda: calls.append(1) or real())
+
+    def counted() -> torch.Tensor:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(torch, "get_rng_state", counted)
     model(input_ids=torch.randint(0, 64, (1, 8)), use_cache=False).logits.sum().backward()
     # with dropout: a stash per layer in forward, and the replay's fork_rng in backward
     assert len(calls) == (2 * cfg.num_hidden_layers if dropout else 0)
@@ -467,12 +480,15 @@ def test_built_model_never_makes_a_kv_cache() -> None:
     """build_empty gives the model its own config with use_cache=False, so a forward without
     use_cache (validation, benchmarks, any caller) builds no KV cache, which AC's replay would
     fill twice; the spec's config, which the export writes, keeps use_cache."""
+    from transformers import LlamaForCausalLM
+
     from training.dist import distributed
     from training.model import build_empty, full_state_dict, materialize, model_spec
 
     spec = model_spec("tiny-llama-2l", 256, 64)
     assert spec.config.use_cache
     model = build_empty(spec)
+    assert isinstance(model, LlamaForCausalLM)
     assert model.config.use_cache is False and model.config is not spec.config
     with distributed():  # a world of one: materialize broadcasts rank 0's weights
         materialize(model, spec, torch.device("cpu"), full_state_dict(spec, 0))
@@ -498,7 +514,10 @@ def test_qwen2_without_sliding_window_runs_maskless(
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        attn_implementation="sdpa",
+        # transformers declares the config's __init__ through dataclass_transform (its fields
+        # only); at runtime __init_subclass__ makes it take the extra kwargs it pops in
+        # __post_init__, attn_implementation among them.
+        attn_implementation="sdpa",  # type: ignore[call-arg]
     )
     model = AutoModelForCausalLM.from_config(cfg)
     model.config.use_sliding_window = use_sliding_window

@@ -100,7 +100,9 @@ def test_components_wrap_the_specs_on_the_cluster_provider(
     runs: dict[str, ProgramRun], stack: str
 ) -> None:
     run = runs[stack]
-    uses_etcd = load_stack_file(stack).job.rdzv_backend != "c10d"
+    job_cfg = load_stack_file(stack).job
+    assert job_cfg is not None
+    uses_etcd = job_cfg.rdzv_backend != "c10d"
     expected_types = WORKLOAD_TYPES if uses_etcd else WORKLOAD_TYPES - {"eks-fsdp:workloads:Etcd"}
     assert {r.type for r in run.resources} >= expected_types
     provider = run.one("pulumi:providers:kubernetes", "cluster-k8s")
@@ -126,6 +128,7 @@ def test_job_object_is_the_rendered_spec_with_the_pushed_image(
     job = run.one(JOB_TYPE)
     image = f"{repo_url(stack)}:{content_tag()}@{DIGEST}"
     cfg = load_stack_file(stack)
+    assert cfg.job is not None
     w = from_stack(cfg, image=image, stack=stack)
     expected = spec.pytorchjob(w.job, w.etcd.host)
     assert job.inputs["apiVersion"] == "kubeflow.org/v1" and job.inputs["kind"] == "PyTorchJob"
@@ -134,7 +137,7 @@ def test_job_object_is_the_rendered_spec_with_the_pushed_image(
     assert run.outputs["rdzvId"] == expected["spec"]["elasticPolicy"]["rdzvId"]
     assert run.outputs["trainingImage"] == image
     # The job waits for the operator's install (CRDs) and for etcd (the component's children).
-    deps = {run.by_urn(u).type for u in job.dependencies if run.by_urn(u)}
+    deps = {r.type for u in job.dependencies if (r := run.by_urn(u))}
     assert {"kubernetes:kustomize/v2:Directory", "kubernetes:core/v1:Secret"} <= deps
     if cfg.job.rdzv_backend != "c10d":
         assert {"kubernetes:apps/v1:Deployment", "kubernetes:core/v1:Service"} <= deps

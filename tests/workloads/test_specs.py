@@ -97,7 +97,8 @@ def test_every_object_validates_strictly(stack_objects: Any) -> None:
     # etcd (when a backend uses it), the job and its workers' NetworkPolicy; the debug
     # DaemonSets are opt-in (debugTools) and validated in their own test.
     etcd_kinds = ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass", "Service"]
-    rendezvous = etcd_kinds if load_stack_file(stack).job.rdzv_backend != "c10d" else []
+    assert cfg.job is not None
+    rendezvous = etcd_kinds if cfg.job.rdzv_backend != "c10d" else []
     assert kinds == sorted(["NetworkPolicy", "PyTorchJob", *rendezvous, *storage])
     for obj in objs:
         validate(obj, version)
@@ -193,7 +194,9 @@ def test_elastic_policy_points_at_the_rendezvous(stack_objects: Any) -> None:
     stack, w, objs = stack_objects
     job = _job(objs)
     ep = job["spec"]["elasticPolicy"]
-    assert ep["rdzvBackend"] == load_stack_file(stack).job.rdzv_backend
+    job_cfg = load_stack_file(stack).job
+    assert job_cfg is not None
+    assert ep["rdzvBackend"] == job_cfg.rdzv_backend
     if ep["rdzvBackend"] == "c10d":
         assert stack != "dev"
         assert (ep["rdzvHost"], ep["rdzvPort"]) == (f"{w.job.name}-worker-0", 29400)
@@ -400,6 +403,7 @@ def test_pod_template_shm_checkpoints_scheduling(stack_objects: Any) -> None:
     mounts = {m["name"]: m["mountPath"] for m in _container(_job(objs))["volumeMounts"]}
     assert mounts == {"dshm": "/dev/shm", "checkpoints": w.job.checkpoint_mount}
     group = load_stack_file(stack).job_node_group
+    assert group is not None
     assert pod["nodeSelector"]["eks-fsdp/nodegroup"] == group.name
     assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == group.instance_type
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
@@ -638,6 +642,7 @@ def test_max_restarts_zero_is_kept() -> None:
     from workloads.specs.settings import from_stack
 
     cfg = load_stack_file("p4de-odcr")
+    assert cfg.job is not None
     stack_cfg = replace(cfg, job=replace(cfg.job, max_restarts=0))
     w = from_stack(stack_cfg, image="repo/train:sha-1234")
     assert w.job.max_restarts == 0
