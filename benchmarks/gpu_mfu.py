@@ -64,13 +64,20 @@ STATE_FRACTION = 0.9
 def state_check(n_params: int, pure_bf16: bool, world: int, total_bytes: int) -> str | None:
     """One line when the sharded training state cannot fit a GPU of `total_bytes`, else None.
 
-    Per parameter: fp32 master weight, fp32 gradient and two fp32 AdamW moments (16 B) with
-    bf16 mixed precision; bf16 everything (8 B) with --pure-bf16 (the moments take the
-    parameter's dtype). FSDP shards it over `world` GPUs.
+    Per parameter, the planner's precisions (`planner.memory.PRECISIONS`): fp32 master weight,
+    fp32 gradient and two fp32 AdamW moments (16 B) with bf16 mixed precision; bf16 everything
+    (8 B) with --pure-bf16 (the moments take the parameter's dtype). FSDP shards it over
+    `world` GPUs.
     """
+    from planner.memory import PRECISIONS
+
+    def state(precision: str) -> float:
+        p = PRECISIONS[precision]
+        return n_params * (p.param + p.grad + 2 * p.optim) / world
+
     limit, gib = STATE_FRACTION * total_bytes, 2**30
-    bf16 = n_params * 8 / world
-    need = bf16 if pure_bf16 else 2 * bf16
+    bf16 = state("pure_bf16")
+    need = bf16 if pure_bf16 else state("mixed")
     if need <= limit:
         return None
     if pure_bf16 or bf16 > limit:
