@@ -1,0 +1,191 @@
+"""The job section (``job``): the fine-tuning PyTorchJob the workloads build."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from infra.config.fields import (
+    _DNS_LABEL,
+    _bool,
+    _check_keys,
+    _choice,
+    _fail,
+    _int,
+    _mapping,
+    _opt_int,
+    _opt_str,
+    _str,
+    _str_list,
+)
+from infra.config.nodegroups import GpuNodeGroupConfig
+
+RDZV_BACKENDS = ("etcd", "c10d")
+SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
+DEVICES = ("cuda", "cpu")
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+_JOB_KEYS = (
+    "enabled",
+    "name",
+    "nodeGroup",
+    "workers",
+    "minWorkers",
+    "maxRestarts",
+    "rdzvBackend",
+    "model",
+    "dataset",
+    "numEpochs",
+    "batchSize",
+    "contextLength",
+    "shardingStrategy",
+    "maxTrainStep",
+    "checkpointEvery",
+    "extraArgs",
+    "image",
+    "hfTokenSecretName",
+    "device",
+    "generation",
+    "checkpointClaim",
+    "namespace",
+    "preflight",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobConfig:
+    """The fine-tuning job (``job``); the workloads build the PyTorchJob from it."""
+
+    enabled: bool = True
+    """Whether the stack deploys the job."""
+    name: str = "llama-finetune"
+    """PyTorchJob name (DNS label)."""
+    node_group: str
+    """Name of the GPU nodegroup the workers run on."""
+    workers: int
+    """Worker pods (one per node) the job asks for (elastic max)."""
+    min_workers: int
+    """Fewest workers the job keeps running with (elastic min)."""
+    max_restarts: int = 3
+    """torchrun ``--max_restarts``."""
+    rdzv_backend: str = "etcd"
+    """Rendezvous backend: ``etcd`` (legacy, recovers from lost workers) | ``c10d``."""
+    model: str = "meta-llama/Llama-2-7b-hf"
+    """Hugging Face model name or a preset name of ``training``."""
+    dataset: str = "samsum_dataset"
+    """Dataset name understood by ``training``."""
+    num_epochs: int = 1
+    """Training epochs."""
+    batch_size: int = 1
+    """Per-GPU batch size."""
+    context_length: int = 4096
+    """Tokens per sample."""
+    sharding_strategy: str = "FULL_SHARD"
+    """FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | NO_SHARD."""
+    max_train_step: int | None = None
+    """Stop after this many optimizer steps (None: run all epochs)."""
+    checkpoint_every: int | None = None
+    """Checkpoint every N steps (None: the training package's default)."""
+    extra_args: tuple[str, ...] = ()
+    """Additional ``--flag=value`` arguments for ``python -m training.finetune``."""
+    image: str | None = None
+    """Training image; None = built by the stack and pushed to ECR."""
+    hf_token_secret_name: str = "hf-token"
+    """Kubernetes Secret holding the Hugging Face token."""
+    device: str = "cuda"
+    """``cuda`` on the cluster; ``cpu`` for the local run of the dev stack."""
+    generation: int = 1
+    """Submission counter (part of the rendezvous id); bump it to resubmit an unchanged job."""
+    checkpoint_claim: str | None = None
+    """PVC every worker mounts at the checkpoint folder (then the command carries ``--resume``).
+    With ``sharedStorage.type: fsx`` the stack creates this claim (default
+    ``DEFAULT_CHECKPOINT_CLAIM``); otherwise it must already exist. None = an emptyDir per pod."""
+    namespace: str = "default"
+    """Namespace of the job, its etcd, its Secret and its checkpoint claim (must exist)."""
+    preflight: bool = False
+    """Run ``training.preflight`` before step 1 of every (re)start (parsed default: on when the
+    job's nodegroup attaches EFA)."""
+
+
+def _parse_job(value: Any, groups: tuple[GpuNodeGroupConfig, ...]) -> JobConfig | None:
+    path = "job"
+    obj = _mapping(value if value is not None else {}, path)
+    _check_keys(obj, _JOB_KEYS, path)
+    enabled = _bool(obj.get("enabled", True), f"{path}.enabled")
+    if not groups:
+        if enabled and obj:
+            raise _fail(f"{path}.nodeGroup", "there is no GPU nodegroup to run the job on")
+        return None
+    group_name = _str(obj.get("nodeGroup", groups[0].name), f"{path}.nodeGroup")
+    by_name = {g.name: g for g in groups}
+    if group_name not in by_name:
+        raise _fail(
+            f"{path}.nodeGroup", f"{group_name!r} is not a GPU nodegroup ({', '.join(by_name)})"
+        )
+    group = by_name[group_name]
+    workers = _int(obj.get("workers", group.desired_size), f"{path}.workers", minimum=1)
+    if workers > group.max_size:
+        raise _fail(
+            f"{path}.workers",
+            f"{workers} is greater than maxSize {group.max_size} of nodegroup {group_name}",
+        )
+    min_workers = _int(obj.get("minWorkers", workers), f"{path}.minWorkers", minimum=1)
+    if min_workers > workers:
+        raise _fail(f"{path}.minWorkers", f"{min_workers} is greater than workers {workers}")
+    name = _str(obj.get("name", "llama-finetune"), f"{path}.name")
+    if not _DNS_LABEL.match(name):
+        raise _fail(f"{path}.name", f"{name!r} is not a DNS label (a-z, 0-9, '-')")
+    extra = _str_list(obj.get("extraArgs", []), f"{path}.extraArgs")
+    for i, arg in enumerate(extra):
+        if not arg.startswith("--"):
+            raise _fail(f"{path}.extraArgs[{i}]", f"{arg!r} is not a --flag or --flag=value")
+    namespace = _str(obj.get("namespace", "default"), f"{path}.namespace")
+    if not _DNS_LABEL.match(namespace):
+        raise _fail(f"{path}.namespace", f"{namespace!r} is not a DNS label (a-z, 0-9, '-')")
+    claim = _opt_str(obj.get("checkpointClaim"), f"{path}.checkpointClaim")
+    if claim is not None and (len(claim) > 253 or not _DNS_SUBDOMAIN.match(claim)):
+        raise _fail(
+            f"{path}.checkpointClaim",
+            f"{claim!r} is not a DNS-1123 name (a-z, 0-9, '-', '.'; at most 253 characters)",
+        )
+    default = JobConfig(node_group=group_name, workers=workers, min_workers=min_workers)
+    return JobConfig(
+        enabled=enabled,
+        name=name,
+        node_group=group_name,
+        workers=workers,
+        min_workers=min_workers,
+        max_restarts=_int(
+            obj.get("maxRestarts", default.max_restarts), f"{path}.maxRestarts", minimum=0
+        ),
+        rdzv_backend=_choice(
+            obj.get("rdzvBackend", default.rdzv_backend), RDZV_BACKENDS, f"{path}.rdzvBackend"
+        ),
+        model=_str(obj.get("model", default.model), f"{path}.model"),
+        dataset=_str(obj.get("dataset", default.dataset), f"{path}.dataset"),
+        num_epochs=_int(obj.get("numEpochs", default.num_epochs), f"{path}.numEpochs", minimum=1),
+        batch_size=_int(obj.get("batchSize", default.batch_size), f"{path}.batchSize", minimum=1),
+        context_length=_int(
+            obj.get("contextLength", default.context_length), f"{path}.contextLength", minimum=8
+        ),
+        sharding_strategy=_choice(
+            obj.get("shardingStrategy", default.sharding_strategy),
+            SHARDING_STRATEGIES,
+            f"{path}.shardingStrategy",
+        ),
+        max_train_step=_opt_int(obj.get("maxTrainStep"), f"{path}.maxTrainStep", minimum=1),
+        checkpoint_every=_opt_int(obj.get("checkpointEvery"), f"{path}.checkpointEvery", minimum=1),
+        extra_args=extra,
+        image=_opt_str(obj.get("image"), f"{path}.image"),
+        hf_token_secret_name=_str(
+            obj.get("hfTokenSecretName", default.hf_token_secret_name),
+            f"{path}.hfTokenSecretName",
+        ),
+        device=_choice(obj.get("device", default.device), DEVICES, f"{path}.device"),
+        generation=_int(obj.get("generation", default.generation), f"{path}.generation", minimum=1),
+        checkpoint_claim=claim,
+        namespace=namespace,
+        preflight=_bool(obj.get("preflight", group.efa), f"{path}.preflight"),
+    )

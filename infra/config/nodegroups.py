@@ -1,0 +1,317 @@
+"""The node group sections: ``systemNodeGroup`` (CPU) and ``gpuNodeGroups`` (GPU capacity:
+instance type, sizes, EFA, capacity reservations, placement groups, taints)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra import instances
+from infra.config.fields import (
+    _DNS_LABEL,
+    _bool,
+    _check_keys,
+    _choice,
+    _fail,
+    _int,
+    _mapping,
+    _opt_str,
+    _str,
+)
+
+CAPACITY_TYPES = ("on-demand", "capacity-block")
+PLACEMENT_CREATE = "create"
+PLACEMENT_NONE = "none"
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+DEFAULT_GPU_TAINT = "nvidia.com/gpu=true:NoSchedule"
+DEFAULT_ROOT_VOLUME_GIB = 500
+
+_CR_ID = re.compile(r"^cr-[0-9a-f]{17}$")
+_RG_ARN = re.compile(r"^arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[A-Za-z0-9._-]+$")
+_PG_NAME = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
+_EC2_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+_LABEL_KEY = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+_NODEGROUP_KEYS = (
+    "name",
+    "instanceType",
+    "minSize",
+    "desiredSize",
+    "maxSize",
+    "availabilityZone",
+    "efa",
+    "capacityReservationId",
+    "capacityReservationResourceGroupArn",
+    "capacityType",
+    "placementGroup",
+    "rootVolumeGiB",
+    "pricePerHour",
+    "labels",
+    "taint",
+)
+_SYSTEM_KEYS = ("instanceType", "minSize", "desiredSize", "maxSize")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Taint:
+    """A Kubernetes node taint."""
+
+    key: str
+    """Taint key, e.g. ``nvidia.com/gpu``."""
+    value: str
+    """Taint value, e.g. ``true``."""
+    effect: str
+    """``NoSchedule`` | ``PreferNoSchedule`` | ``NoExecute``."""
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}"
+
+    def toleration(self) -> dict[str, str]:
+        """The Kubernetes toleration that tolerates exactly this taint."""
+        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemNodeGroupConfig:
+    """The CPU nodegroup for cluster add-ons (CoreDNS, device plugins, etcd, operator)."""
+
+    instance_type: str = "c5.2xlarge"
+    """EC2 instance type (any type; not limited to the GPU catalog)."""
+    min_size: int = 1
+    """Minimum number of nodes."""
+    desired_size: int = 2
+    """Desired number of nodes."""
+    max_size: int = 3
+    """Maximum number of nodes."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuNodeGroupConfig:
+    """One GPU managed nodegroup (``gpuNodeGroups[i]``)."""
+
+    name: str
+    """Nodegroup name, a DNS label, unique in the stack."""
+    instance_type: str
+    """EC2 instance type; must be a row of ``infra.instances.CATALOG``."""
+    min_size: int
+    """Minimum number of nodes."""
+    desired_size: int
+    """Desired number of nodes (the job's default worker count)."""
+    max_size: int
+    """Maximum number of nodes (> 0)."""
+    availability_zone: str | None = None
+    """AZ the nodegroup is pinned to (required with EFA, a reservation or a placement group)."""
+    efa: bool = False
+    """Attach all EFA interfaces of the type (default: true when the type has EFA)."""
+    capacity_reservation_id: str | None = None
+    """ODCR or capacity-block reservation id, ``cr-`` + 17 hex digits."""
+    capacity_reservation_resource_group_arn: str | None = None
+    """Target reservations through a resource group instead of one id."""
+    capacity_type: str = "on-demand"
+    """``on-demand`` (incl. ODCR) | ``capacity-block`` (EC2 Capacity Blocks for ML)."""
+    placement_group: str = PLACEMENT_NONE
+    """``create`` (a cluster placement group) | ``none`` | the name of an existing group."""
+    root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB
+    """gp3 root volume size, GiB."""
+    price_per_hour: float | None = None
+    """Override of the catalog's on-demand price (reservations, discounts), USD."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Extra Kubernetes node labels."""
+    taint: Taint = field(
+        default_factory=lambda: Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
+    )
+    """Taint on every node of the group; GPU pods tolerate it."""
+
+    @property
+    def instance(self) -> instances.InstanceType:
+        """The catalog row of ``instance_type``."""
+        return instances.lookup(self.instance_type)
+
+    @property
+    def usd_per_hour(self) -> float:
+        """Price of one node per hour: the override, else the catalog's on-demand price."""
+        return (
+            self.price_per_hour if self.price_per_hour is not None else self.instance.usd_per_hour
+        )
+
+    @property
+    def creates_placement_group(self) -> bool:
+        """True when the stack creates a cluster placement group for this nodegroup."""
+        return self.placement_group == PLACEMENT_CREATE
+
+    @property
+    def existing_placement_group(self) -> str | None:
+        """The name of a pre-existing placement group, or None."""
+        if self.placement_group in (PLACEMENT_CREATE, PLACEMENT_NONE):
+            return None
+        return self.placement_group
+
+    @property
+    def has_reservation(self) -> bool:
+        """True when instances launch into a capacity reservation (id or resource group)."""
+        return bool(self.capacity_reservation_id or self.capacity_reservation_resource_group_arn)
+
+
+def _sizes(obj: Mapping[str, Any], path: str, defaults: tuple[int, int, int]) -> tuple[int, ...]:
+    lo = _int(obj.get("minSize", defaults[0]), f"{path}.minSize", minimum=0)
+    hi = _int(obj.get("maxSize", defaults[2]), f"{path}.maxSize", minimum=0)
+    desired = _int(obj.get("desiredSize", defaults[1]), f"{path}.desiredSize", minimum=0)
+    if hi == 0:
+        raise _fail(f"{path}.maxSize", "must be greater than 0")
+    if lo > hi:
+        raise _fail(f"{path}.minSize", f"{lo} is greater than maxSize {hi}")
+    if not lo <= desired <= hi:
+        raise _fail(f"{path}.desiredSize", f"{desired} is outside [minSize {lo}, maxSize {hi}]")
+    return lo, desired, hi
+
+
+def parse_taint(text: str, path: str = "taint") -> Taint:
+    """``key=value:Effect`` -> ``Taint``; ``ConfigError`` naming ``path`` otherwise."""
+    m = re.fullmatch(r"([^=:\s]+)=([^=:\s]*):(\w+)", text) if isinstance(text, str) else None
+    if m is None or not _LABEL_KEY.match(m.group(1)):
+        raise _fail(path, f"{text!r} is not shaped key=value:Effect")
+    effect = _choice(m.group(3), TAINT_EFFECTS, path)
+    return Taint(key=m.group(1), value=m.group(2), effect=effect)
+
+
+def _parse_system(value: Any) -> SystemNodeGroupConfig:
+    path = "systemNodeGroup"
+    obj = _mapping(value, path)
+    _check_keys(obj, _SYSTEM_KEYS, path)
+    default = SystemNodeGroupConfig()
+    instance_type = _str(obj.get("instanceType", default.instance_type), f"{path}.instanceType")
+    if not _EC2_TYPE.match(instance_type):
+        raise _fail(f"{path}.instanceType", f"{instance_type!r} is not an EC2 instance type")
+    lo, desired, hi = _sizes(obj, path, (default.min_size, default.desired_size, default.max_size))
+    return SystemNodeGroupConfig(
+        instance_type=instance_type, min_size=lo, desired_size=desired, max_size=hi
+    )
+
+
+def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGroupConfig:
+    path = f"gpuNodeGroups[{index}]"
+    obj = _mapping(value, path)
+    _check_keys(obj, _NODEGROUP_KEYS, path)
+    name = _str(obj.get("name"), f"{path}.name")
+    if not _DNS_LABEL.match(name):
+        raise _fail(f"{path}.name", f"{name!r} is not a DNS label (a-z, 0-9, '-')")
+    instance_type = _str(obj.get("instanceType"), f"{path}.instanceType")
+    if instance_type not in instances.CATALOG:
+        raise _fail(
+            f"{path}.instanceType",
+            f"unknown instance type {instance_type!r} (catalog: {', '.join(sorted(instances.CATALOG))})",
+        )
+    instance = instances.CATALOG[instance_type]
+    for key in ("minSize", "desiredSize", "maxSize"):
+        if key not in obj:
+            raise _fail(f"{path}.{key}", "is required")
+    lo, desired, hi = _sizes(obj, path, (0, 0, 0))
+
+    az = _opt_str(obj.get("availabilityZone"), f"{path}.availabilityZone")
+    if az is not None and az not in azs:
+        raise _fail(
+            f"{path}.availabilityZone", f"{az} is not in availabilityZones ({', '.join(azs)})"
+        )
+
+    efa = _bool(obj.get("efa", instance.efa_supported), f"{path}.efa")
+    if efa and not instance.efa_supported:
+        raise _fail(f"{path}.efa", f"{instance_type} has no EFA interfaces")
+    if efa and az is None:
+        raise _fail(
+            f"{path}.availabilityZone",
+            "is required with efa: EFA traffic does not cross availability zones",
+        )
+
+    cr_id = _opt_str(obj.get("capacityReservationId"), f"{path}.capacityReservationId")
+    if cr_id is not None and not _CR_ID.match(cr_id):
+        raise _fail(f"{path}.capacityReservationId", f"{cr_id!r} is not shaped cr- + 17 hex digits")
+    rg_arn = _opt_str(
+        obj.get("capacityReservationResourceGroupArn"),
+        f"{path}.capacityReservationResourceGroupArn",
+    )
+    if rg_arn is not None and not _RG_ARN.match(rg_arn):
+        raise _fail(
+            f"{path}.capacityReservationResourceGroupArn",
+            f"{rg_arn!r} is not a resource-groups group ARN",
+        )
+    if cr_id and rg_arn:
+        raise _fail(
+            f"{path}.capacityReservationResourceGroupArn",
+            "set either capacityReservationId or capacityReservationResourceGroupArn, not both",
+        )
+    capacity_type = _choice(
+        obj.get("capacityType", "on-demand"), CAPACITY_TYPES, f"{path}.capacityType"
+    )
+    if capacity_type == "capacity-block" and cr_id is None:
+        raise _fail(f"{path}.capacityReservationId", "is required with capacityType capacity-block")
+    if (cr_id or rg_arn) and az is None:
+        raise _fail(
+            f"{path}.availabilityZone",
+            "is required with a capacity reservation: reservations belong to one zone",
+        )
+
+    default_pg = PLACEMENT_CREATE if efa and not (cr_id or rg_arn) else PLACEMENT_NONE
+    pg = _str(obj.get("placementGroup", default_pg), f"{path}.placementGroup")
+    if not _PG_NAME.match(pg):
+        raise _fail(f"{path}.placementGroup", f"{pg!r} is not create, none or a group name")
+    if capacity_type == "capacity-block" and pg != PLACEMENT_NONE:
+        # EC2 user guide, Capacity Blocks: the block's instances are already placed close
+        # together in an UltraCluster; a cluster placement group is not supported with them
+        # and launches into one fail with InsufficientInstanceCapacity.
+        raise _fail(
+            f"{path}.placementGroup",
+            f"{pg!r} with capacityType capacity-block: a block is already co-located; set none",
+        )
+    if pg != PLACEMENT_NONE and az is None:
+        raise _fail(
+            f"{path}.availabilityZone",
+            "is required with a placement group: a cluster placement group lives in one zone",
+        )
+
+    root = _int(obj.get("rootVolumeGiB", DEFAULT_ROOT_VOLUME_GIB), f"{path}.rootVolumeGiB")
+    if root < 20:
+        raise _fail(f"{path}.rootVolumeGiB", f"{root} GiB is below the 20 GiB the AMI needs")
+    price = obj.get("pricePerHour")
+    if price is not None:
+        if isinstance(price, bool) or not isinstance(price, int | float) or price <= 0:
+            raise _fail(f"{path}.pricePerHour", f"expected a positive number, got {price!r}")
+        price = float(price)
+    labels_raw = _mapping(obj.get("labels", {}), f"{path}.labels")
+    labels: dict[str, str] = {}
+    for key, val in labels_raw.items():
+        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+            raise _fail(f"{path}.labels", f"{key!r} is not a Kubernetes label key")
+        labels[key] = _str(str(val), f"{path}.labels.{key}")
+    taint = parse_taint(obj.get("taint", DEFAULT_GPU_TAINT), f"{path}.taint")
+    return GpuNodeGroupConfig(
+        name=name,
+        instance_type=instance_type,
+        min_size=lo,
+        desired_size=desired,
+        max_size=hi,
+        availability_zone=az,
+        efa=efa,
+        capacity_reservation_id=cr_id,
+        capacity_reservation_resource_group_arn=rg_arn,
+        capacity_type=capacity_type,
+        placement_group=pg,
+        root_volume_gib=root,
+        price_per_hour=price,
+        labels=labels,
+        taint=taint,
+    )
+
+
+def _parse_gpu_groups(groups_raw: Any, azs: tuple[str, ...]) -> tuple[GpuNodeGroupConfig, ...]:
+    """``gpuNodeGroups``: each group parsed, names unique."""
+    if not isinstance(groups_raw, list | tuple):
+        raise _fail("gpuNodeGroups", f"expected a list, got {groups_raw!r}")
+    groups = tuple(_parse_gpu_group(g, i, azs) for i, g in enumerate(groups_raw))
+    seen: set[str] = set()
+    for i, group in enumerate(groups):
+        if group.name in seen:
+            raise _fail(f"gpuNodeGroups[{i}].name", f"{group.name!r} is used twice")
+        seen.add(group.name)
+    return groups

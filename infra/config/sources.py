@@ -1,0 +1,118 @@
+"""Where the raw values come from: the stack files (no Pulumi engine, no CLI) or the running
+Pulumi program (``pulumi`` imported inside ``from_pulumi`` only)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from infra.config.fields import NAMESPACE, ConfigError, _fail, _k
+from infra.config.stack import (
+    _PLAINTEXT_SECRET,
+    SECRET_KEYS,
+    STRUCTURED_KEYS,
+    TOP_LEVEL_KEYS,
+    Secrets,
+    StackConfig,
+    parse,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""Where ``Pulumi.yaml`` and the stack files live."""
+
+
+def _strip_namespace(key: str) -> str | None:
+    """``eks-fsdp:x`` -> ``x``; ``aws:region`` stays; bare keys are ours; others -> None."""
+    if ":" not in key:
+        return key
+    ns, _, name = key.partition(":")
+    if ns == NAMESPACE:
+        return name
+    return key
+
+
+def project_defaults(root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The ``default`` of every key declared under ``config:`` in ``Pulumi.yaml``."""
+    import yaml
+
+    project = yaml.safe_load((root / "Pulumi.yaml").read_text())
+    out: dict[str, Any] = {}
+    for key, decl in (project.get("config") or {}).items():
+        name = _strip_namespace(key)
+        if name is not None and isinstance(decl, Mapping) and "default" in decl:
+            out[name] = decl["default"]
+    return out
+
+
+def stack_file_values(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The plain values of ``Pulumi.<stack>.yaml`` (secure values left out), namespace stripped."""
+    import yaml
+
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{path.name}: no such stack file")
+    data = yaml.safe_load(path.read_text()) or {}
+    out: dict[str, Any] = {}
+    for key, value in (data.get("config") or {}).items():
+        name = _strip_namespace(key)
+        if name is None or (isinstance(value, Mapping) and "secure" in value):
+            continue
+        out[name] = value
+    return out
+
+
+def load_stack_file(stack: str, root: Path = REPO_ROOT) -> StackConfig:
+    """``Pulumi.<stack>.yaml`` over the ``Pulumi.yaml`` defaults, parsed; no Pulumi engine."""
+    raw = {**project_defaults(root), **stack_file_values(stack, root)}
+    return parse(raw, stack=stack)
+
+
+def _decode(value: str, key: str) -> Any:
+    if key in STRUCTURED_KEYS:
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise _fail(key, f"expected a structured (JSON) value, got {value!r}") from None
+    return value
+
+
+def from_pulumi() -> StackConfig:
+    """Read the running Pulumi program's config once (call it from ``__main__.py`` only)."""
+    import pulumi
+    from pulumi.runtime import config as runtime_config
+
+    cfg = pulumi.Config(NAMESPACE)
+    raw: dict[str, Any] = {}
+    for full_key in runtime_config.CONFIG.get():
+        ns, _, name = full_key.partition(":")
+        if ns == NAMESPACE and name not in TOP_LEVEL_KEYS and name not in SECRET_KEYS:
+            raise _fail(name, f"unknown key (known: {', '.join(TOP_LEVEL_KEYS + SECRET_KEYS)})")
+    for key in TOP_LEVEL_KEYS:
+        value = cfg.get(key)
+        if value is not None:
+            raw[key] = _decode(value, key)
+    region = pulumi.Config("aws").get("region")
+    if region is not None:
+        raw["aws:region"] = region
+    for key in SECRET_KEYS:
+        if runtime_config.get_config(_k(key)) and not runtime_config.is_config_secret(_k(key)):
+            raise _fail(key, _PLAINTEXT_SECRET.format(key=key))
+    secrets = Secrets(
+        **{
+            field_name: cfg.get_secret(key) if runtime_config.get_config(_k(key)) else None
+            for key, field_name in (
+                ("hfToken", "hf_token"),
+                ("grafanaAdminPassword", "grafana_admin_password"),
+            )
+        }
+    )
+    parsed = parse(raw, stack=pulumi.get_stack(), secrets=secrets)
+    if parsed.api_public_access_cidrs is None:
+        raise _fail(
+            "apiPublicAccessCidrs",
+            "is required: the CIDRs that may reach the public API endpoint (your egress"
+            " address /32), or [] for a private endpoint only",
+        )
+    return parsed

@@ -1,0 +1,189 @@
+"""The whole stack: ``StackConfig``, the top-level keys, the secrets, and ``parse``, which
+validates each section in turn (the sections only know the ones they depend on)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from infra import versions
+from infra.config.cluster import (
+    _parse_access_entries,
+    _parse_api_cidrs,
+    _parse_cluster_name,
+    _parse_kubernetes_version,
+)
+from infra.config.fields import _bool, _fail, _opt_str
+from infra.config.job import JobConfig, _parse_job
+from infra.config.network import DEFAULT_SERVICE_CIDR, _parse_network
+from infra.config.nodegroups import (
+    GpuNodeGroupConfig,
+    SystemNodeGroupConfig,
+    _parse_gpu_groups,
+    _parse_system,
+)
+from infra.config.observability import ObservabilityConfig, _parse_observability
+from infra.config.storage import (
+    DEFAULT_CHECKPOINT_CLAIM,
+    SharedStorageConfig,
+    _parse_shared_storage,
+)
+from infra.subnets import SubnetPlan, plan_subnets
+
+TOP_LEVEL_KEYS = (
+    "clusterName",
+    "kubernetesVersion",
+    "apiPublicAccessCidrs",
+    "vpcCidr",
+    "kubernetesServiceCidr",
+    "availabilityZones",
+    "natGateways",
+    "systemNodeGroup",
+    "cloudwatchObservability",
+    "accessEntries",
+    "gpuNodeGroups",
+    "job",
+    "observability",
+    "sharedStorage",
+    "debugTools",
+)
+SECRET_KEYS = ("hfToken", "grafanaAdminPassword")
+"""Declared in Pulumi.yaml with ``default: ""`` and without ``secret: true`` (see the comment
+there); a non-empty value must be a secret, which this package checks."""
+_PLAINTEXT_SECRET = "is set in plaintext; remove it and run `pulumi config set --secret {key} ...`"
+STRUCTURED_KEYS = (
+    "availabilityZones",
+    "apiPublicAccessCidrs",
+    "systemNodeGroup",
+    "accessEntries",
+    "gpuNodeGroups",
+    "job",
+    "observability",
+    "sharedStorage",
+)
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Secret config values as Pulumi Outputs (None when unset, or outside a Pulumi program)."""
+
+    hf_token: Any = None
+    """``hfToken``: Output[str] or None."""
+    grafana_admin_password: Any = None
+    """``grafanaAdminPassword``: Output[str] or None."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackConfig:
+    """Everything a stack is configured with."""
+
+    stack: str = "dev"
+    """Stack name (``Pulumi.<stack>.yaml``)."""
+    region: str | None = None
+    """``aws:region``."""
+    cluster_name: str = "eks-fsdp"
+    """EKS cluster name."""
+    kubernetes_version: str = versions.KUBERNETES_VERSION
+    """EKS control-plane version (one of ``versions.EKS_STANDARD_SUPPORT_END``; whether it is
+    in standard support on the day is the policy pack's ``eks-standard-support`` rule)."""
+    api_public_access_cidrs: tuple[str, ...] | None = None
+    """CIDRs allowed to reach the public API endpoint; () = no public endpoint; None = not set
+    (only a stack file read outside Pulumi may leave it out: ``from_pulumi`` requires it)."""
+    vpc_cidr: str = "10.0.0.0/16"
+    """VPC CIDR block (/16 to /28)."""
+    kubernetes_service_cidr: str = DEFAULT_SERVICE_CIDR
+    """Kubernetes service IP range; must not overlap the VPC."""
+    availability_zones: tuple[str, ...]
+    """AZs of the VPC (at least 2, as EKS requires)."""
+    nat_gateways: str = "single"
+    """``single`` (one NAT, cheaper) | ``perAz`` (one per AZ, AZ-fault tolerant)."""
+    system_node_group: SystemNodeGroupConfig = field(default_factory=SystemNodeGroupConfig)
+    """The CPU nodegroup."""
+    cloudwatch_observability: bool = False
+    """Install the amazon-cloudwatch-observability EKS add-on."""
+    access_entries: tuple[str, ...] = ()
+    """IAM principal ARNs given cluster-admin through EKS access entries."""
+    gpu_node_groups: tuple[GpuNodeGroupConfig, ...] = ()
+    """The GPU nodegroups."""
+    job: JobConfig | None = None
+    """The fine-tuning job (None when there is no GPU nodegroup to run it on)."""
+    observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
+    """Observability switches."""
+    shared_storage: SharedStorageConfig = field(default_factory=SharedStorageConfig)
+    """Shared checkpoint storage (FSx for Lustre or none)."""
+    secrets: Secrets = field(default_factory=Secrets)
+    """Secret values (Outputs), never plain strings."""
+    debug_tools: bool = False
+    """Deploy the htop/nvtop debug DaemonSets (opt-in)."""
+
+    @property
+    def subnets(self) -> list[SubnetPlan]:
+        """The subnet plan of the VPC (validated at parse time)."""
+        return plan_subnets(self.vpc_cidr, self.availability_zones)
+
+    def node_group(self, name: str) -> GpuNodeGroupConfig:
+        """The GPU nodegroup called ``name``; ``KeyError`` otherwise."""
+        for group in self.gpu_node_groups:
+            if group.name == name:
+                return group
+        raise KeyError(f"no GPU nodegroup named {name!r}")
+
+    @property
+    def job_node_group(self) -> GpuNodeGroupConfig | None:
+        """The nodegroup the job runs on (None without a job)."""
+        return self.node_group(self.job.node_group) if self.job else None
+
+
+def parse(
+    raw: Mapping[str, Any], *, stack: str = "dev", secrets: Secrets | None = None
+) -> StackConfig:
+    """Validate ``raw`` (keys without the ``eks-fsdp:`` prefix, plus ``aws:region``).
+
+    Keys of other namespaces (``aws:profile``, ``kubernetes:...``) are ignored; an unknown key
+    of our namespace is an error (a typo would otherwise be silently dropped).
+    """
+    for key in raw:
+        if ":" in key:
+            continue
+        if key not in TOP_LEVEL_KEYS and key not in SECRET_KEYS:
+            raise _fail(key, f"unknown key (known: {', '.join(TOP_LEVEL_KEYS + SECRET_KEYS)})")
+    for key in SECRET_KEYS:
+        # Values read from a stack file or plain config: a secret one never reaches ``raw``.
+        if raw.get(key) not in (None, ""):
+            raise _fail(key, _PLAINTEXT_SECRET.format(key=key))
+    region = _opt_str(raw.get("aws:region"), "aws:region")
+    cluster_name = _parse_cluster_name(raw.get("clusterName", "eks-fsdp"))
+    k8s = _parse_kubernetes_version(raw.get("kubernetesVersion", versions.KUBERNETES_VERSION))
+    api_cidrs = _parse_api_cidrs(raw.get("apiPublicAccessCidrs"))
+    azs, vpc_cidr, svc, nat = _parse_network(raw, region)
+    system = _parse_system(raw.get("systemNodeGroup", {}))
+    access = _parse_access_entries(raw.get("accessEntries", []))
+    groups = _parse_gpu_groups(raw.get("gpuNodeGroups", []), azs)
+    job = _parse_job(raw.get("job"), groups)
+    job_group = next((g for g in groups if job and g.name == job.node_group), None)
+    shared_storage = _parse_shared_storage(raw.get("sharedStorage"), azs, job_group)
+    if job is not None and shared_storage.is_fsx and job.checkpoint_claim is None:
+        job = replace(job, checkpoint_claim=DEFAULT_CHECKPOINT_CLAIM)
+    return StackConfig(
+        stack=stack,
+        region=region,
+        cluster_name=cluster_name,
+        kubernetes_version=k8s,
+        api_public_access_cidrs=api_cidrs,
+        vpc_cidr=vpc_cidr,
+        kubernetes_service_cidr=svc,
+        availability_zones=azs,
+        nat_gateways=nat,
+        system_node_group=system,
+        cloudwatch_observability=_bool(
+            raw.get("cloudwatchObservability", False), "cloudwatchObservability"
+        ),
+        access_entries=access,
+        gpu_node_groups=groups,
+        job=job,
+        observability=_parse_observability(raw.get("observability")),
+        shared_storage=shared_storage,
+        secrets=secrets or Secrets(),
+        debug_tools=_bool(raw.get("debugTools", False), "debugTools"),
+    )
