@@ -43,10 +43,10 @@ $(DEPLOY_STAMP): requirements.txt
 setup: $(STAMP) $(TOOLS_STAMP) $(DEPLOY_STAMP) ## create/refresh .venv, .venv-tools, .venv-deploy and system packages (idempotent)
 
 demo: setup ## the main job: the dev stack's PyTorchJob run locally on a real etcd
-	$(PY) -m workloads.local --stack dev
+	$(PY) -m localrun --stack dev
 
 preflight: setup ## the dev job run locally (2 pods) with --preflight: collectives, matmul, memory (runs/preflight)
-	$(PY) -m workloads.local --stack dev --workers 2 --out runs/preflight \
+	$(PY) -m localrun --stack dev --workers 2 --out runs/preflight \
 		--set=--preflight --set=--max_train_step=2 --set=--run_validation=false --set=--save_model=false
 	@cat runs/preflight/shared/*/output/preflight.json | $(PY) -c "import json,sys; print(json.dumps(json.load(sys.stdin)['summary'], indent=2))"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from workloads.local_prometheus import free_port, start_local_prometheus, worker_targets
+from localrun.prometheus import free_port, start_local_prometheus, worker_targets
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

@@ -130,7 +130,7 @@ def test_bad_settings_name_the_key(kwargs: dict, message: str) -> None:
 def test_specs_import_no_pulumi() -> None:
     code = (
         "import sys, workloads.specs.observability, workloads.specs.dashboard, "
-        "workloads.specs.prometheus_files, workloads.local_prometheus; "
+        "workloads.specs.prometheus_files, localrun.prometheus; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pulumi', 'torch')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

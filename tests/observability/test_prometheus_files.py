@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workloads.local_prometheus import worker_targets
+from localrun.prometheus import worker_targets
 from workloads.specs.prometheus_files import (
     ALERT_NAMES,
     DCGM_SCRAPE_JOB,
@@ -146,7 +146,7 @@ def test_prometheus_drops_finished_pods(tmp_path: Path) -> None:
     be scraped at reused IPs or stay ``up == 0`` for ever)."""
     import dataclasses
 
-    from workloads.local_prometheus import free_port, start_local_prometheus
+    from localrun.prometheus import free_port, start_local_prometheus
 
     running, succeeded, failed = worker_targets("done", [free_port(), free_port(), free_port()])
     targets = [

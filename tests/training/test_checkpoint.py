@@ -151,8 +151,8 @@ def test_the_local_runner_counts_as_complete_what_a_resume_can_load(tmp_path: Pa
     marker just before its rename and is not complete yet (a kill-worker run once failed
     reading it as a step); a re-saved step's previous copy (``step-N.old``) still loads; a
     folder without the marker never does. The same folders as the loader's own list."""
+    from localrun.result import complete_checkpoint_steps
     from training.checkpoint import MARKER, _complete
-    from workloads.local import complete_checkpoint_steps
 
     for name, marked in [
         ("step-000004", True),

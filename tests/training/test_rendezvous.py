@@ -35,9 +35,9 @@ from torch.distributed.elastic.rendezvous import (
 )
 from torch.distributed.elastic.rendezvous import etcd_rendezvous as torch_etcd
 
+from localrun.etcd_server import LocalEtcd
 from training import launch
 from training import rendezvous as rz
-from workloads.localrun.etcd_server import LocalEtcd
 from workloads.specs.settings import STORE_OUTAGE_TIMEOUT_S, TOLERANT_RDZV_BACKENDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

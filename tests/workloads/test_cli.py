@@ -1,4 +1,4 @@
-"""The command lines of the workloads room: ``workloads.render`` and ``workloads.local``.
+"""The command lines of ``workloads.render`` and of the local runner, ``localrun``.
 
 Nothing is mocked (no process is started: bad input must stop before any work). If these fail,
 ``make render`` would write objects that differ from what the stack applies or write nothing
@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from localrun import cli
+from localrun.job import local_job_settings
+from localrun.options import LocalOptions
 from tests.workloads.conftest import stack_workloads
-from workloads import local, render
+from workloads import render
 from workloads.specs.stack import objects_by_component, operator_kustomization
 
 
@@ -116,7 +119,7 @@ def test_render_bad_input_is_one_line_and_status_2(
 def test_local_bad_input_is_one_line_and_status_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    assert local.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert cli.main([*argv, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and message in err, err
     assert not (tmp_path / "out" / "logs").exists() or not any(
@@ -138,11 +141,11 @@ def test_local_cpu_run_logs_every_step_while_the_cluster_job_logs_every_ten(
     assert [a for a in cluster if a.startswith("--log_every")] == ["--log_every=10"]
     # the demo's tiny model trains without activation checkpointing (Pulumi.dev.yaml says why)
     assert "--fsdp_activation_checkpointing=False" in cluster
-    opts = local.LocalOptions(stack="dev", out=tmp_path)
-    job, device = local.local_job_settings(opts, tmp_path / "shared")
+    opts = LocalOptions(stack="dev", out=tmp_path)
+    job, device = local_job_settings(opts, tmp_path / "shared")
     assert device == "cpu"
     cmd = pytorchjob.train_command(job)
     assert [a for a in cmd if a.startswith("--log_every")] == ["--log_every=1"]
-    opts = local.LocalOptions(stack="dev", out=tmp_path, train_overrides=("--log_every=5",))
-    cmd = pytorchjob.train_command(local.local_job_settings(opts, tmp_path / "shared")[0])
+    opts = LocalOptions(stack="dev", out=tmp_path, train_overrides=("--log_every=5",))
+    cmd = pytorchjob.train_command(local_job_settings(opts, tmp_path / "shared")[0])
     assert [a for a in cmd if a.startswith("--log_every")] == ["--log_every=5"]

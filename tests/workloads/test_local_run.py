@@ -26,9 +26,12 @@ from pathlib import Path
 
 import pytest
 
+from localrun.etcd_server import LocalEtcd
+from localrun.options import Fault, LocalOptions
+from localrun.result import RunResult, read_metrics
+from localrun.runner import Runner
+from localrun.summary import summary
 from tests.shared import once, shared_dir
-from workloads.local import Fault, LocalOptions, Runner, RunResult, read_metrics, summary
-from workloads.localrun.etcd_server import LocalEtcd
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -332,7 +335,7 @@ def test_sigterm_stops_every_pod_and_etcd_within_seconds(tmp_path: Path) -> None
     cmd = [
         sys.executable,
         "-m",
-        "workloads.local",
+        "localrun",
         "--out",
         str(out),
         "--timeout",

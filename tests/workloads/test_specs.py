@@ -23,8 +23,8 @@ import yaml
 from infra import versions
 from infra.config import load_stack_file
 from infra.instances import lookup
+from localrun.operator_env import operator_env
 from tests.workloads.conftest import STACKS, stack_workloads
-from workloads.localrun.operator_env import operator_env
 from workloads.specs import debug, etcd, operator, pytorchjob
 from workloads.specs.settings import EtcdSettings, JobSettings, OperatorSettings
 from workloads.specs.stack import check_train_flags
@@ -75,7 +75,7 @@ def test_spec_modules_import_neither_pulumi_nor_torch() -> None:
         "import workloads.specs as pkg\n"
         "for m in pkgutil.iter_modules(pkg.__path__):\n"
         "    importlib.import_module(f'workloads.specs.{m.name}')\n"
-        "import workloads.render, workloads.local\n"
+        "import workloads.render, localrun.cli\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('pulumi', 'pulumi_kubernetes', 'pulumi_aws', 'torch'))))\n"
     )

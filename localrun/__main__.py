@@ -1,0 +1,7 @@
+"""``python -m localrun`` is :func:`localrun.cli.main`."""
+
+import sys
+
+from localrun.cli import main
+
+sys.exit(main())

@@ -1,0 +1,77 @@
+"""The job a local run starts: the stack's ``JobSettings`` with the runner's overrides, made local.
+
+``local_job_settings`` reads ``Pulumi.<stack>.yaml`` and applies the options that choose the job
+(workers, backend, generation, ``--set`` training flags); ``localize`` swaps only what cannot
+exist on one machine (the shared volume becomes a folder, one process per pod on ``device:
+cpu``) and fixes the rendezvous id first, so it stays the cluster job's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from localrun.options import LocalOptions, LocalRunError
+from workloads.specs import pytorchjob as pj
+from workloads.specs.settings import RDZV_BACKENDS, JobSettings
+from workloads.specs.stack import check_train_flags, load
+
+
+def _override_flags(args: tuple[str, ...], overrides: Sequence[str]) -> tuple[str, ...]:
+    def name(flag: str) -> str:
+        return flag.split("=", 1)[0].lstrip("-").replace("-", "_")
+
+    for o in overrides:
+        if not o.startswith("--"):
+            raise LocalRunError(f"--set: {o!r} must look like --flag=value")
+    replaced = {name(o) for o in overrides}
+    return tuple(a for a in args if name(a) not in replaced) + tuple(overrides)
+
+
+def _cpu_log_every(device: str, opts: LocalOptions) -> tuple[str, ...]:
+    """The runner's --set flags, with ``--log_every=1`` first on CPU unless one sets it: the
+    cluster job logs every ``pj.CLUSTER_LOG_EVERY`` steps (a GPU step then makes no host sync),
+    but on CPU that costs nothing, and the progress lines, fault triggers and recovery times
+    read each row of metrics.jsonl as it is written."""
+    overrides = tuple(opts.train_overrides)
+    if device != "cpu" or any(o.split("=", 1)[0] == "--log_every" for o in overrides):
+        return overrides
+    return ("--log_every=1", *overrides)
+
+
+def localize(job: JobSettings, device: str, shared: Path) -> JobSettings:
+    """``job`` as it runs on this machine: the rendezvous id fixed (the cluster job's, hashed
+    before the swaps), resume on (the folder is shared by every pod, like a claim), the shared
+    volume at ``shared``, one process per pod on CPU. Idempotent."""
+    return job.replace(
+        rdzv_id=pj.rdzv_id(job),
+        resume=True,
+        checkpoint_mount=str(shared),
+        nproc_per_node=1 if device == "cpu" else None,
+    )
+
+
+def local_job_settings(opts: LocalOptions, shared: Path) -> tuple[JobSettings, str]:
+    """The stack's job settings with the runner's overrides, made local; and the device."""
+    if opts.backend is not None and opts.backend not in RDZV_BACKENDS:
+        raise LocalRunError(f"--backend: {opts.backend!r} is not one of {', '.join(RDZV_BACKENDS)}")
+    w = load(opts.stack, generation=opts.generation)
+    job = w.job
+    workers = opts.workers or job.workers
+    min_workers = opts.min_workers or min(job.min_workers, workers)
+    if opts.fault.kind == "kill-node" and min_workers >= workers:
+        if workers < 2:
+            raise LocalRunError("--fault kill-node needs --workers >= 2")
+        min_workers = workers - 1
+    try:
+        job = job.replace(
+            workers=workers,
+            min_workers=min_workers,
+            rdzv_backend=opts.backend or job.rdzv_backend,
+            train_args=_override_flags(job.train_args, _cpu_log_every(w.device, opts)),
+        )
+        job = localize(job, w.device, shared)
+    except ValueError as err:
+        raise LocalRunError(str(err)) from None
+    check_train_flags(type(w)(**{**w.__dict__, "job": job}))
+    return job, w.device
