@@ -146,7 +146,7 @@ def test_goodput_ledger_counts_restarts_and_redone_steps(tmp_path: Path) -> None
 
 
 def test_the_local_runner_counts_as_complete_what_a_resume_can_load(tmp_path: Path) -> None:
-    """``workloads.local`` records the checkpoints complete when a fault fires without
+    """``localrun`` records the checkpoints complete when a fault fires without
     importing torch, by folder names: a write in flight (``step-N.tmp``) holds its COMPLETE
     marker just before its rename and is not complete yet (a kill-worker run once failed
     reading it as a step); a re-saved step's previous copy (``step-N.old``) still loads; a
