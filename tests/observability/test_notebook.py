@@ -24,9 +24,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from localrun.prometheus import SAMPLES_PNG, SNAPSHOT_FILE
+from localrun.result import read_metrics
 from notebooks.scaling import STEPS_BY_MODE
-from workloads.local import read_metrics
-from workloads.local_prometheus import SAMPLES_PNG, SNAPSHOT_FILE
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -109,7 +109,7 @@ def test_notebook_local_mode(local_sweep: tuple[Path, Any]) -> None:
 def test_the_two_worker_run_reads_back_from_prometheus_unchanged(
     local_sweep: tuple[Path, Any],
 ) -> None:
-    """The notebook's 2-pod run (``workloads.local --prometheus``: two torchrun agents, real
+    """The notebook's 2-pod run (``localrun --prometheus``: two torchrun agents, real
     etcd, Debian's prometheus 2.42 scraping every pod's exporter each second): every scraped
     (step, tokens/s, loss) is what the run logged, and the snapshot's figures are the logged
     ones. If this fails, the exporter, the per-pod metrics ports, the relabelling or the local

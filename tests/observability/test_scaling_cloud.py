@@ -45,8 +45,8 @@ from pulumi.automation import OutputValue
 from pulumi.automation._cmd import CommandResult
 
 from infra import config as infra_config
+from localrun.prometheus import start_local_prometheus, worker_targets
 from training.prometheus import PrometheusSink
-from workloads.local_prometheus import start_local_prometheus, worker_targets
 from workloads.specs.image import content_tag
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "notebooks"))

@@ -204,7 +204,7 @@ def test_bad_calibration_inputs_name_the_file(tmp_path: Path) -> None:
 
 def _start(out: Path, workers: int, steps: int) -> list[subprocess.Popen[str]]:
     """A local CPU fine-tune with --preflight: one plain process, or ``workers`` torchrun
-    agents of one process each (two "pods", as ``workloads.local`` runs a cpu job: torchrun
+    agents of one process each (two "pods", as ``localrun`` runs a cpu job: torchrun
     through ``training.launch``, the PyTorchJob's command)."""
     from tests.training.helpers import PYTHON, child_env, free_port
 
