@@ -86,6 +86,20 @@ TRAINING_OPERATOR_IMAGE = f"{TRAINING_OPERATOR_IMAGE_NAME}:{TRAINING_OPERATOR_IM
 """Operator image the install ships (kustomize ``images:`` override)."""
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 
+# --- The local control plane (controlplane/: built from Go modules, docs/adr/0009) -------------
+# Each pin below is also the version a go.mod under controlplane/go/ requires; a test checks
+# that they agree. Bump both together (and run ``go mod tidy`` in that folder).
+CONTROL_PLANE_KUBERNETES_VERSION = "v1.35.4"
+"""``k8s.io/kubernetes`` tag whose kube-apiserver, kube-controller-manager and kube-scheduler
+the suite runs (the minor is ``KUBERNETES_VERSION``'s; the staging modules at ``v0.35.4``)."""
+CONTROL_PLANE_ETCD_VERSION = "v3.6.16"
+"""``go.etcd.io/etcd/server/v3`` for the control plane's store (Kubernetes 1.35 ships etcd 3.6;
+the jobs' rendezvous etcd stays on ``ETCD_VERSION``, 3.5, for its v2 API)."""
+KWOK_VERSION = "v0.8.0"
+"""``sigs.k8s.io/kwok``: fake nodes and pod lifecycles for the local control plane."""
+KUEUE_VERSION = "v0.17.0"
+"""``sigs.k8s.io/kueue`` release (job queueing, quotas, admission of suspended jobs)."""
+
 # --- The training image (training/Dockerfile; built by workloads/training_image.py) ----------
 # Only the pins below reach the image, as build arguments; the image's tag hashes them and the
 # Dockerfile's context (workloads/specs/image.py), never this module, so bumping a chart or an
