@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from planner.args import UsageError, parser, resolve_args
 from planner.assumptions import GpuGeneration, generation
 from planner.predict import PlanInput, predict
 
@@ -382,8 +383,6 @@ def prediction_before_after(
 
     The scaling notebook charts both curves against its measured points.
     """
-    from planner.cli import UsageError, parser, resolve_args
-
     try:
         resolved = resolve_args(parser().parse_args(plan_args))
     except UsageError as e:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from infra.instances import lookup
 from planner.assumptions import DATASETS, DEFAULT, SAMSUM_EXAMPLES
 from planner.memory import PRECISIONS, Precision
-from planner.predict import PlanInput, predict, row
+from planner.plan import row
+from planner.predict import PlanInput, predict
 from planner.shapes import BUILTIN
 
 # llama-recipes (FSDP1): MixedPrecision(param bf16, reduce bf16) over fp32 flat parameters,

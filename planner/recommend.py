@@ -1,11 +1,15 @@
-"""The recommendation: the fitting (sharding, HSDP group, AC, micro-batch) with the best step throughput."""
+"""The recommendation: the fitting (sharding, HSDP group, AC, micro-batch) with the best step throughput.
+
+Searches with ``planner.predict``; ``planner.plan`` puts the result in each row.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-from planner.memory import STRATEGIES
+from planner.memory import PRECISIONS, STRATEGIES
+from planner.predict import PlanInput, predict
 
 
 def candidates(gpus_per_node: int, nodes: int) -> list[tuple[str, int | None]]:
@@ -17,23 +21,19 @@ def candidates(gpus_per_node: int, nodes: int) -> list[tuple[str, int | None]]:
     return out
 
 
-def recommend(inp: Any, nodes: int, max_batch: int | None = None) -> dict[str, Any] | None:
+def recommend(inp: PlanInput, nodes: int, max_batch: int | None = None) -> dict[str, Any] | None:
     """Best steady-state tokens/s/GPU among configurations that fit.
 
     Searches the given precision first; when nothing fits, pure bf16 (half the sharded state),
     flagged in the result. None when nothing fits at all.
     """
-    from planner.memory import PRECISIONS
-
     best = _search(inp, nodes, max_batch)
     if best is None and inp.precision.name != "pure_bf16":
         best = _search(replace(inp, precision=PRECISIONS["pure_bf16"]), nodes, max_batch)
     return best
 
 
-def _search(inp: Any, nodes: int, max_batch: int | None) -> dict[str, Any] | None:
-    from planner.predict import predict
-
+def _search(inp: PlanInput, nodes: int, max_batch: int | None) -> dict[str, Any] | None:
     limit = max_batch or max(8, inp.batch)
     best: tuple[tuple[float, int], dict[str, Any]] | None = None
     for strategy, group in candidates(inp.instance.gpus, nodes):

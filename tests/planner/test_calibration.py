@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from planner.args import parser, resolve_args
 from planner.assumptions import generation
 from planner.calibrate import (
     CalibrationError,
@@ -34,7 +35,7 @@ from planner.calibrate import (
     with_preflight,
 )
 from planner.catalog import LOCAL_CPU
-from planner.cli import main, parser, resolve_args
+from planner.cli import main
 from planner.predict import PlanInput, predict
 
 REPO = Path(__file__).resolve().parents[2]

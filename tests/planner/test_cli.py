@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from planner.cli import builtin_for_hub_id, main
+from planner.args import builtin_for_hub_id
+from planner.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIRED = {
@@ -166,7 +167,7 @@ def test_stack_ac_reads_only_the_ac_flags_of_extra_args() -> None:
     """The AC flags in every form extraArgs allows; the other flags are left to the job's own
     check (a --data_path alone would fail the training CLI without its --dataset); a bad AC
     value is one line naming the stack and its extraArgs."""
-    from planner.cli import UsageError, _stack_ac
+    from planner.args import UsageError, _stack_ac
 
     assert _stack_ac("s", ("--data_path=/data/x.jsonl", "--ac_mode=selective")) == {
         "ac": True,

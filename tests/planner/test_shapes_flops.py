@@ -132,7 +132,7 @@ def test_tiny_preset_resolves_from_the_training_source() -> None:
 
 def test_planner_imports_no_torch() -> None:
     code = (
-        "import sys, planner.cli, planner.plot, planner.published; "
+        "import sys, planner.cli, planner.calibrate, planner.plot, planner.published; "
         "sys.exit(1 if 'torch' in sys.modules or 'pulumi' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0

@@ -19,7 +19,8 @@ from planner.assumptions import DEFAULT
 from planner.catalog import LOCAL_CPU
 from planner.epoch import steps_per_epoch
 from planner.memory import PRECISIONS
-from planner.predict import PlanInput, plan, predict
+from planner.plan import plan
+from planner.predict import PlanInput, predict
 from planner.published import POINTS, seed_efficiency, seed_input
 from planner.shapes import BUILTIN
 from planner.timing import (

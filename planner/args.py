@@ -1,0 +1,318 @@
+"""The planner's command-line arguments: the parsers and flags (or ``--stack``) -> a PlanInput.
+
+Shared by ``planner.cli`` (``python -m planner`` and its ``calibrate`` command) and
+``planner.calibrate.prediction_before_after`` (planner flags from the scaling study), so
+neither of those imports the other. Bad input raises ``UsageError`` naming the flag (or the
+stack key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from planner.assumptions import DATASETS, DEFAULT
+from planner.catalog import lookup
+from planner.memory import AC_MODES, PRECISIONS, STRATEGIES
+from planner.predict import PlanInput
+from planner.shapes import ShapeError, resolve
+from planner.storage import Storage, from_stack_config
+from planner.storage import parse as parse_storage
+
+DESCRIPTION = (
+    "``python -m planner``: will it fit, how fast, how well it scales, what an epoch costs."
+)
+"""The help's description: the first line of ``planner.cli``'s docstring."""
+
+
+class UsageError(Exception):
+    """Bad input: the message names the flag (or the stack key)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+_HF_IDS = (
+    (r"llama-2-7b", "llama2-7b"),
+    (r"llama-2-13b", "llama2-13b"),
+    (r"llama-2-70b", "llama2-70b"),
+    (r"llama-3(\.\d)?-8b", "llama3-8b"),
+    (r"llama-3(\.\d)?-70b", "llama3-70b"),
+)
+
+
+def builtin_for_hub_id(name: str) -> str:
+    """``meta-llama/Llama-2-7b-hf`` -> ``llama2-7b``; other names unchanged."""
+    lowered = name.lower()
+    for pattern, key in _HF_IDS:
+        if re.search(pattern, lowered):
+            return key
+    return name
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m planner", description=DESCRIPTION)
+    p.add_argument(
+        "--model",
+        help="llama2-7b|llama2-13b|llama2-70b|llama3-8b|llama3-70b, a "
+        "training preset (tiny-llama), or a path to a Hugging Face config.json",
+    )
+    p.add_argument("--instance", help="EC2 instance type from infra/instances.py, or local-cpu")
+    p.add_argument("--nodes", help="comma-separated node counts, e.g. 1,2,4,8,16")
+    p.add_argument(
+        "--stack",
+        help="read instance, nodes, model, batch, seq, sharding, dataset "
+        "and epochs from Pulumi.<stack>.yaml (flags given explicitly win)",
+    )
+    p.add_argument("--sharding", choices=STRATEGIES, help="default FULL_SHARD")
+    p.add_argument(
+        "--hsdp-group", type=int, help="HYBRID_SHARD shard-group size (default: GPUs per node)"
+    )
+    p.add_argument(
+        "--ac",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="activation checkpointing per decoder layer (default on)",
+    )
+    p.add_argument(
+        "--ac-mode",
+        choices=(*AC_MODES, "none"),
+        help="how checkpointed layers recompute, as training's --ac_mode: full (default; the "
+        "layer's input is kept) or selective (op-level SAC: attention and every other matmul "
+        "kept)",
+    )
+    p.add_argument("--seq", type=int, help="tokens per sample (default 4096)")
+    p.add_argument("--batch", type=int, help="micro-batch per GPU (default 3)")
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    p.add_argument(
+        "--precision",
+        choices=tuple(PRECISIONS),
+        default="mixed",
+        help="mixed (bf16 compute, fp32 master), pure_bf16, fp32",
+    )
+    data = p.add_mutually_exclusive_group()
+    data.add_argument("--dataset-tokens", type=int, help="training tokens per epoch")
+    data.add_argument(
+        "--dataset",
+        help=f"named dataset ({', '.join(DATASETS)}, default samsum; none: no epoch model)",
+    )
+    p.add_argument("--epochs", type=int, help="epochs in the job (default 1)")
+    p.add_argument(
+        "--storage",
+        help="checkpoint target: node-disk (default), SCRATCH_2:<GiB> or "
+        "PERSISTENT_2:<GiB>:<MB/s/TiB> (FSx for Lustre; --stack: its sharedStorage)",
+    )
+    p.add_argument("--price", type=float, help="USD per node-hour (default: catalog on-demand)")
+    p.add_argument(
+        "--json", action="store_true", help="print a JSON list, one object per node count"
+    )
+    p.add_argument("--plot", type=Path, help="write a PNG: memory stack and predicted scaling")
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        help="efficiencies fitted by `python -m planner calibrate` for this instance type",
+    )
+    p.add_argument(
+        "--preflight",
+        type=Path,
+        action="append",
+        default=[],
+        help="preflight JSON (training.preflight --json, or <output_dir>/preflight.json), "
+        "repeatable; calibrate: the run's; plan (with --calibration): the nodes to predict on",
+    )
+    return p
+
+
+def calibrate_parser() -> argparse.ArgumentParser:
+    """``python -m planner calibrate``: the plan flags of the run, plus its measurements."""
+    p = parser()
+    p.prog = "python -m planner calibrate"
+    p.description = "Fit compute and network efficiencies from a preflight and a real run."
+    p.add_argument("--run", type=Path, required=True, help="the run's output_dir (metrics.jsonl)")
+    p.add_argument("--out", type=Path, help="write the calibration JSON here")
+    p.add_argument(
+        "--step-stat",
+        choices=("median", "min"),
+        default="median",
+        help="the run's step time: median (dedicated nodes) or min (a shared machine)",
+    )
+    return p
+
+
+@dataclass
+class _Resolved:
+    inp: PlanInput
+    nodes: list[int]
+
+
+def _positive(value: int | None, flag: str, minimum: int = 1) -> None:
+    if value is not None and value < minimum:
+        raise UsageError(f"{flag} {value}: must be >= {minimum}")
+
+
+def _nodes(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--nodes {text}: comma-separated positive integers, e.g. 1,2,4") from None
+    if not counts or any(n < 1 for n in counts):
+        raise UsageError(f"--nodes {text}: comma-separated positive integers, e.g. 1,2,4")
+    return counts
+
+
+def _from_stack(stack: str) -> dict[str, Any]:
+    from infra.config import ConfigError, load_stack_file
+
+    try:
+        cfg = load_stack_file(stack)
+    except (ConfigError, KeyError, ValueError, OSError) as e:
+        raise UsageError(f"--stack {stack}: {e}") from None
+    if cfg.job is None or cfg.job_node_group is None:
+        raise UsageError(f"--stack {stack}: the stack has no job (job.nodeGroup) to plan")
+    group, job = cfg.job_node_group, cfg.job
+    return {
+        "model": builtin_for_hub_id(job.model),
+        "instance": group.instance_type,
+        "nodes": str(job.workers),
+        "batch": job.batch_size,
+        "seq": job.context_length,
+        "sharding": job.sharding_strategy,
+        "dataset": job.dataset,
+        "epochs": job.num_epochs,
+        "price": group.price_per_hour,
+        "storage": from_stack_config(getattr(cfg, "shared_storage", None)),
+        **_stack_ac(stack, job.extra_args),
+    }
+
+
+_AC_FLAGS = ("fsdp_activation_checkpointing", "nofsdp_activation_checkpointing", "ac_mode")
+
+
+def _stack_ac(stack: str, extra_args: tuple[str, ...]) -> dict[str, Any]:
+    """The job's activation checkpointing, read from its ``extraArgs`` (each ``--flag`` or
+    ``--flag=value``, as ``infra.config`` checks) with the training CLI's own parser and
+    defaults (``training.config``: pure Python, no torch). Only the AC flags are parsed: the
+    others' checks need the rest of the job's command (``--data_path`` needs its dataset)."""
+    from training.config import ConfigError, parse_args
+
+    ours = [a for a in extra_args if a[2:].partition("=")[0].replace("-", "_") in _AC_FLAGS]
+    try:
+        cfg = parse_args(ours)
+    except ConfigError as e:
+        raise UsageError(f"--stack {stack}: eks-fsdp:job.extraArgs: {e}") from None
+    on = cfg.fsdp_activation_checkpointing and cfg.ac_mode != "none"
+    return {"ac": on, "ac_mode": cfg.ac_mode if on else None}
+
+
+def resolve_args(args: argparse.Namespace) -> _Resolved:
+    """Flags (and the stack) -> a PlanInput; UsageError naming the flag on bad input."""
+    values: dict[str, Any] = _from_stack(args.stack) if args.stack else {}
+    for key in ("model", "instance", "nodes", "batch", "seq", "sharding", "epochs", "price"):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    if args.dataset is not None or args.dataset_tokens is not None:
+        values.pop("dataset", None)
+    for flag in ("model", "instance", "nodes"):
+        if values.get(flag) is None:
+            raise UsageError(f"--{flag} is required (or --stack)")
+    _positive(values.get("batch"), "--batch")
+    _positive(values.get("seq"), "--seq")
+    _positive(values.get("epochs"), "--epochs")
+    _positive(args.grad_accum, "--grad-accum")
+    _positive(args.hsdp_group, "--hsdp-group")
+    _positive(args.dataset_tokens, "--dataset-tokens")
+    # Explicit flags win over the stack's job; --ac-mode full|selective implies --ac.
+    if args.ac_mode == "none" and args.ac:
+        raise UsageError("--ac-mode none: contradicts --ac (drop one)")
+    if args.ac_mode not in (None, "none") and args.ac is False:
+        raise UsageError(f"--ac-mode {args.ac_mode}: needs activation checkpointing (drop --no-ac)")
+    if args.ac_mode is not None:
+        ac = args.ac_mode != "none"
+    else:
+        ac = values.get("ac", True) if args.ac is None else args.ac
+    ac_mode = args.ac_mode if args.ac_mode not in (None, "none") else values.get("ac_mode")
+    if values.get("price") is not None and values["price"] < 0:
+        raise UsageError(f"--price {values['price']}: must be >= 0")
+    nodes = _nodes(str(values["nodes"]))
+    try:
+        shape = resolve(str(values["model"]))
+    except ShapeError as e:
+        raise UsageError(str(e)) from None
+    try:
+        instance = lookup(str(values["instance"]))
+    except KeyError as e:
+        raise UsageError(f"--instance {values['instance']}: {e.args[0]}") from None
+    seq = int(values.get("seq") or 4096)
+    if seq > shape.max_position_embeddings:
+        raise UsageError(
+            f"--seq {seq}: longer than the model's max_position_embeddings "
+            f"{shape.max_position_embeddings}"
+        )
+    dataset = args.dataset if args.dataset is not None else values.get("dataset")
+    tokens = args.dataset_tokens or 0
+    if dataset is None and not tokens:
+        dataset = "samsum"
+    if dataset == "none":
+        dataset = None
+    if dataset is not None:
+        key = {"samsum_dataset": "samsum"}.get(dataset, dataset)
+        if key not in DATASETS:
+            if args.dataset is not None:
+                raise UsageError(
+                    f"--dataset {dataset}: unknown (known: {', '.join(DATASETS)}; "
+                    "or give --dataset-tokens)"
+                )
+        else:
+            tokens = DATASETS[key]
+    storage: Storage = values.get("storage") or Storage()
+    if args.storage is not None:
+        try:
+            storage = parse_storage(args.storage)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    strategy = values.get("sharding") or "FULL_SHARD"
+    gpus = instance.gpus
+    if args.hsdp_group is not None:
+        if strategy != "HYBRID_SHARD":
+            raise UsageError("--hsdp-group needs --sharding HYBRID_SHARD")
+        for n in nodes:
+            if (n * gpus) % args.hsdp_group:
+                raise UsageError(
+                    f"--hsdp-group {args.hsdp_group}: does not divide "
+                    f"{n} nodes x {gpus} GPUs = {n * gpus}"
+                )
+    inp = PlanInput(
+        shape=shape,
+        instance=instance,
+        precision=PRECISIONS[args.precision],
+        strategy=strategy,
+        hsdp_group=args.hsdp_group,
+        ac=ac,
+        ac_mode=ac_mode or "full",
+        batch=int(values.get("batch") or 3),
+        seq=seq,
+        grad_accum=args.grad_accum,
+        dataset_tokens=tokens,
+        epochs=int(values.get("epochs") or 1),
+        usd_per_hour=values.get("price"),
+        storage=storage,
+        assumptions=DEFAULT,
+    )
+    return _Resolved(inp=inp, nodes=nodes)
+
+
+def read_reports(paths: list[Path]) -> list[dict[str, Any]]:
+    """The ``--preflight`` JSON files; UsageError naming the file that cannot be read."""
+    reports = []
+    for path in paths:
+        try:
+            reports.append(json.loads(path.read_text()))
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--preflight {path}: {e}") from None
+    return reports
