@@ -10,10 +10,27 @@ op-level selective, ``training.parallelize``) autograd's hooks no longer see wha
 those tests read from ``torch.profiler``'s CPU allocation records instead: the bytes a layer
 leaves allocated after its forward, and the peak of a forward + backward, which selective AC
 raises over full AC by exactly what the planner adds. Nothing is mocked.
+
+Those records are exact, so the comparisons are to the byte, with no tolerance: the CPU
+allocator reports each block at the size asked for (``c10/core/CPUAllocator.cpp``,
+``DefaultCPUAllocator::allocate`` -> ``ProfiledCPUMemoryReporter::New(data, nbytes)``; there
+is no caching or rounding on CPU). What the records also hold is the free of any block
+allocated while memory profiling was on, in whatever earlier window: ``New`` keeps every such
+block's size in ``size_table_`` and ``Delete`` reports its free as a negative allocation. A
+wrapped layer sits in a reference cycle (its ``forward`` is a closure over the bound method),
+so what an earlier window left behind is freed by Python's cycle collector, whose runs depend
+on the process's allocation history (under pytest-xdist, on which tests a worker ran before,
+which load changes): a run inside a window once took an earlier window's 256 KiB layer output
+off the count. So a window counts only blocks allocated inside it and still allocated at its
+end (paired by address), with the collector run before it and off during it
+(``_collector_quiet``).
 """
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -114,17 +131,50 @@ def _left_allocated(dtype_name: str, ac: str) -> tuple[int, int]:
     x = torch.randn(B, S, shape.hidden_size, dtype=dtype, requires_grad=True)
     positions = torch.arange(S).unsqueeze(0).expand(B, S)
     rope = model.model.rotary_emb(x, positions)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with (
+        _collector_quiet(),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
         out = layer(x, position_embeddings=rope, attention_mask=None, position_ids=positions)
     out = out[0] if isinstance(out, tuple) else out
-    live, stack = 0, list(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
+    records: list[tuple[int, int, int]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
     while stack:
         node = stack.pop()
         if node.tag == _EventType.Allocation:
-            live += node.extra_fields.alloc_size
+            f = node.extra_fields
+            records.append((node.start_time_ns, f.ptr, f.alloc_size))
         stack.extend(node.children)
     assert out.requires_grad  # the graph (and so what it keeps) is alive while we count
-    return live, out.numel() * out.element_size()
+    return _left_in_window(records), out.numel() * out.element_size()
+
+
+@contextmanager
+def _collector_quiet() -> Iterator[None]:
+    """Python's cycle collector run now and off until the block ends: garbage of earlier windows
+    (a wrapped layer's reference cycle) is freed before a window, never at a moment inside it."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _left_in_window(records: list[tuple[int, int, int]]) -> int:
+    """Bytes of the blocks allocated in a profiling window and not freed in it, from its
+    ``(time, address, signed size)`` allocation records: a free of a block allocated before the
+    window (the profiler reports it when an earlier window allocated it) is not counted. At one
+    instant a free sorts before an allocation of the same address (the address was reused)."""
+    mine: dict[int, int] = {}
+    for _t, ptr, size in sorted(records):
+        if size > 0:
+            mine[ptr] = size
+        else:
+            mine.pop(ptr, None)
+    return sum(mine.values())
 
 
 @pytest.mark.parametrize(("dtype", "precision"), [("bfloat16", "pure_bf16"), ("float32", "fp32")])
@@ -170,7 +220,8 @@ def _step_peak(dtype_name: str, ac: str, seq: int) -> int:
     from benchmarks.step_anatomy import profiled_peak
 
     step()
-    return profiled_peak(step)
+    with _collector_quiet():  # its running sum would count a free of an earlier window's block
+        return profiled_peak(step)
 
 
 @pytest.mark.parametrize(("dtype", "precision"), [("bfloat16", "pure_bf16"), ("float32", "fp32")])
