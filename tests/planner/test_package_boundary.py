@@ -1,10 +1,10 @@
-"""Package boundaries: ``training/`` imports nothing outside itself; ``planner/`` needs no torch.
+"""The planner's package boundary: ``planner/`` imports no torch, no transformers, no Pulumi.
 
-If this fails, the training image (which carries ``training/`` only, see
-``training/Dockerfile.dockerignore``) would crash on an import of ``infra``, ``workloads`` or
-``planner`` at run time, or the planner would stop running on a laptop without torch. The scan
-parses every module's source (absolute and relative imports), so an import hidden inside a
-function counts too.
+If this fails, the planner would stop running on a laptop or a CI machine without torch or a
+Pulumi engine, and ``python -m planner`` would take seconds to start instead of being instant. The scan parses every module's source (absolute and relative
+imports), so an import hidden inside a function counts too. The other packages' boundaries
+(``training/`` imports no other project package, ``workloads/specs/`` no Pulumi) and the import
+graph as a whole are tests/test_architecture.py's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = {"training", "infra", "workloads", "planner", "notebooks", "benchmarks", "tests"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -27,20 +26,15 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_training_imports_only_itself_among_the_project_packages() -> None:
-    offenders = {
-        str(path.relative_to(ROOT)): sorted((_imports(path) & OURS) - {"training"})
-        for path in sorted((ROOT / "training").rglob("*.py"))
-    }
-    offenders = {k: v for k, v in offenders.items() if v}
-    assert offenders == {}
-    assert not (ROOT / "training" / "planner").exists()
+def _heavy(name: str) -> bool:
+    """torch, transformers, and every Pulumi SDK and provider (``pulumi``, ``pulumi_*``)."""
+    return name in {"torch", "transformers"} or name == "pulumi" or name.startswith("pulumi_")
 
 
 def test_planner_imports_no_torch_and_no_pulumi() -> None:
-    heavy = {"torch", "pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "transformers"}
     found = {
-        str(path.relative_to(ROOT)): sorted(_imports(path) & heavy)
+        str(path.relative_to(ROOT)): sorted(n for n in _imports(path) if _heavy(n))
         for path in sorted((ROOT / "planner").rglob("*.py"))
     }
+    assert len(found) > 10  # the package was found and read
     assert {k: v for k, v in found.items() if v} == {}
