@@ -26,7 +26,9 @@ from nbclient import NotebookClient
 
 from localrun.prometheus import SAMPLES_PNG, SNAPSHOT_FILE
 from localrun.result import read_metrics
-from notebooks.scaling import STEPS_BY_MODE
+from sweeps import STEPS_BY_MODE
+from sweeps.prediction import planner_step_times
+from sweeps.prerequisites import cluster_scrape_interval_s
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -162,10 +164,8 @@ def test_mode_defaults_and_cloud_steps_span_enough_scrapes(
     least 8 scrapes of the cluster's Prometheus, which the old 30/5 did not."""
     import sys
 
-    monkeypatch.syspath_prepend(str(NOTEBOOK.parent))
     monkeypatch.chdir(NOTEBOOK.parent)
-    import scaling
-
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the cell may add the repository root
     for var in ("SCALING_STEPS", "SCALING_WARMUP_STEPS"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("SCALING_MODE", mode)
@@ -175,10 +175,10 @@ def test_mode_defaults_and_cloud_steps_span_enough_scrapes(
     for source in cells[:2]:
         exec(compile(source, str(NOTEBOOK), "exec"), ns)
     assert (ns["STEPS"], ns["WARMUP_STEPS"]) == expected
-    assert "scaling" in sys.modules
+    assert ns["sweeps"] is sys.modules["sweeps"]
     if mode == "cloud":
-        times = scaling.planner_step_times([1, 2, 4, 8], "p5-16")
-        need = 8 * scaling._scrape_interval_s()
+        times = planner_step_times([1, 2, 4, 8], "p5-16")
+        need = 8 * cluster_scrape_interval_s()
         assert need == 120
         assert all((200 - 20) * t >= need for t in times.values()), times
         assert all((30 - 5) * t < need for t in times.values()), times

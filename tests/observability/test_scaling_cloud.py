@@ -46,11 +46,16 @@ from pulumi.automation._cmd import CommandResult
 
 from infra import config as infra_config
 from localrun.prometheus import start_local_prometheus, worker_targets
+from sweeps.aws import empty_repository_command
+from sweeps.cloud import job_name_for, measure_cloud
+from sweeps.cluster import JobState, JobWatch, KubectlJobWatch, PortForward
+from sweeps.common import Measurement, PrerequisiteError, SweepError, to_json
+from sweeps.prerequisites import check_prerequisites, stack_plan
+from sweeps.pulumi_ops import CLEANUP_ATTEMPTS
+from sweeps.report import scaling_table
+from sweeps.stackfile import StackFile
 from training.prometheus import PrometheusSink
 from workloads.specs.image import content_tag
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "notebooks"))
-import scaling
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -454,7 +459,7 @@ class Forwards:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @contextlib.contextmanager
-    def __call__(self, outputs: dict[str, Any], namespace: str) -> Iterator[scaling.PortForward]:
+    def __call__(self, outputs: dict[str, Any], namespace: str) -> Iterator[PortForward]:
         assert outputs["kubeconfig"] == "{}" and namespace == "default"
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         self.procs.append(proc)
@@ -463,7 +468,7 @@ class Forwards:
             proc.kill()  # the forward dies (pod rescheduled, network blip)
             proc.wait()
         try:
-            yield scaling.PortForward(run.prometheus.url, proc)
+            yield PortForward(run.prometheus.url, proc)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -472,9 +477,9 @@ class Forwards:
 
 def sweep(
     stack: FakeStack, forwards: Forwards, nodes: list[int], lines: list[str], **kw: Any
-) -> list[scaling.Measurement]:
-    def watch(outputs: dict[str, Any], ns: str, tmp: Path) -> scaling.JobWatch:
-        return scaling.KubectlJobWatch(tmp / "kubeconfig", ns, get=stack.cluster.kube_get)
+) -> list[Measurement]:
+    def watch(outputs: dict[str, Any], ns: str, tmp: Path) -> JobWatch:
+        return KubectlJobWatch(tmp / "kubeconfig", ns, get=stack.cluster.kube_get)
 
     options: dict[str, Any] = {
         "stack_name": STACK,
@@ -495,7 +500,7 @@ def sweep(
         "interrupt": stack.interrupt,
         **kw,
     }
-    return scaling.measure_cloud(nodes, **options)
+    return measure_cloud(nodes, **options)
 
 
 def _original(work: Path) -> tuple[bytes, dict[str, Any]]:
@@ -520,7 +525,7 @@ def test_sweep_measures_saves_each_count_restores_and_scales_back(
         assert m.tokens_per_s == pytest.approx(tokens_per_step(m.nodes) / STEP_S, rel=0.1), m
         assert m.tokens_measured / m.steps_measured == pytest.approx(tokens_per_step(m.nodes))
         assert m.first_step >= WARMUP and m.steps == STEPS and m.scrapes >= 3
-    rows = scaling.scaling_table(measured)
+    rows = scaling_table(measured)
     for r, n in zip(rows, [1, 2, 4], strict=True):
         assert r["efficiency"] == pytest.approx(efficiency(n), rel=0.1)
     assert stack.calls[:8] == [
@@ -540,9 +545,7 @@ def test_sweep_measures_saves_each_count_restores_and_scales_back(
     # Saved as soon as measured: each up saw the counts measured before it.
     assert stack.results_at_up == [0, 1, 2, 3]
     assert stack.results is not None
-    assert json.loads(stack.results.read_text()) == [
-        json.loads(scaling.to_json([m]))[0] for m in measured
-    ]
+    assert json.loads(stack.results.read_text()) == [json.loads(to_json([m]))[0] for m in measured]
     # Afterwards: the file byte for byte, one more up with the original config, no destroy.
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
     assert stack.calls.count("up") == 4 and "destroy" not in stack.calls
@@ -567,7 +570,7 @@ def test_a_failed_job_stops_the_sweep_and_keeps_what_was_measured(
     raw, values = _original(work)
     cluster.fail_job = {2: 12}
     stack = FakeStack(work, cluster, results=tmp_path / "measured.json")
-    with pytest.raises(scaling.SweepError, match=r"job .*-2n-t1: Failed: worker-0 exited"):
+    with pytest.raises(SweepError, match=r"job .*-2n-t1: Failed: worker-0 exited"):
         sweep(stack, Forwards(cluster), [1, 2, 4], [])
     assert stack.results is not None
     assert [m["nodes"] for m in json.loads(stack.results.read_text())] == [1]
@@ -579,7 +582,7 @@ def test_an_image_pull_error_stops_the_sweep_at_once(work: Path, cluster: FakeCl
     raw, _ = _original(work)
     cluster.image_pull = {1}
     stack = FakeStack(work, cluster)
-    with pytest.raises(scaling.SweepError, match=r"ImagePullBackOff: .*-1n-t1-worker-0"):
+    with pytest.raises(SweepError, match=r"ImagePullBackOff: .*-1n-t1-worker-0"):
         sweep(stack, Forwards(cluster), [1, 2], [], wait_timeout_s=3600)
     assert stack.calls.count("up") == 2 and (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
 
@@ -587,7 +590,7 @@ def test_an_image_pull_error_stops_the_sweep_at_once(work: Path, cluster: FakeCl
 def test_a_dead_port_forward_stops_the_sweep(work: Path, cluster: FakeCluster) -> None:
     stack = FakeStack(work, cluster)
     forwards = Forwards(cluster, kill_for={f"{BASE_JOB}-1n-t1"})
-    with pytest.raises(scaling.SweepError, match=r"port-forward to Prometheus exited"):
+    with pytest.raises(SweepError, match=r"port-forward to Prometheus exited"):
         sweep(stack, forwards, [1], [], wait_timeout_s=3600)
     assert stack.calls[-2:] == ["aws scale 16", "up"]  # scaled back
 
@@ -646,7 +649,7 @@ def test_a_lock_the_sweep_did_not_take_is_never_cancelled(work: Path, cluster: F
         stack.lock.write_text("a colleague's update")
 
     stack.up = up_then_someone_locks  # type: ignore[method-assign]
-    with pytest.raises(scaling.SweepError, match=r"^scale-back failed"):
+    with pytest.raises(SweepError, match=r"^scale-back failed"):
         sweep(stack, Forwards(cluster), [1], lines)
     assert "cancel" not in stack.calls and stack.calls.count("up") == 2
     assert "the stack is locked by an update the sweep did not start: not cancelled" in lines
@@ -692,14 +695,14 @@ def test_destroy_empties_the_repository_retries_and_prints_the_recovery(
 
     stack = FakeStack(work, cluster, deployed=False, destroy_failures=99, results=tmp_path / "2")
     lines = []
-    with pytest.raises(scaling.SweepError, match=r"^destroy failed"):
+    with pytest.raises(SweepError, match=r"^destroy failed"):
         sweep(stack, Forwards(cluster), [1], lines, destroy=True, sweep_id="t3")
-    assert stack.calls.count("destroy") == scaling.CLEANUP_ATTEMPTS
+    assert stack.calls.count("destroy") == CLEANUP_ATTEMPTS
     backup = tmp_path / f"Pulumi.{STACK}.yaml.orig"
     assert backup.read_bytes() == raw
     assert f"    cd {work}" in lines
     assert f"    cp {backup} Pulumi.{STACK}.yaml" in lines
-    empty = f"    {scaling.empty_repository_command(REPOSITORY, 'us-east-2')}"
+    empty = f"    {empty_repository_command(REPOSITORY, 'us-east-2')}"
     destroy = f"    pulumi destroy --stack {STACK} --yes"
     assert empty in lines and lines.index(empty) < lines.index(destroy)
 
@@ -710,9 +713,9 @@ def test_without_emptying_the_repository_destroy_never_succeeds(
     """What the fake ECR proves: a destroy that does not empty the repository fails every try
     (``force_delete=False``)."""
     stack = FakeStack(work, cluster, deployed=False)
-    with pytest.raises(scaling.SweepError, match=r"RepositoryNotEmptyException"):
+    with pytest.raises(SweepError, match=r"RepositoryNotEmptyException"):
         sweep(stack, Forwards(cluster), [1], [], destroy=True, run=_no_ecr(stack.aws))
-    assert stack.calls.count("destroy") == scaling.CLEANUP_ATTEMPTS and stack.deployed
+    assert stack.calls.count("destroy") == CLEANUP_ATTEMPTS and stack.deployed
 
 
 def _no_ecr(aws: FakeAws) -> Any:
@@ -730,7 +733,7 @@ def test_destroy_of_a_stack_the_sweep_did_not_create_needs_its_own_opt_in(
     """A deployed stack with destroy=True alone: refused before the first up; with
     destroy_existing=True as well it is torn down."""
     stack = FakeStack(work, cluster)
-    with pytest.raises(scaling.PrerequisiteError, match=r"pass destroy_existing=True too"):
+    with pytest.raises(PrerequisiteError, match=r"pass destroy_existing=True too"):
         sweep(stack, Forwards(cluster), [1], [], destroy=True)
     assert "up" not in stack.calls and stack.deployed
     sweep(stack, Forwards(cluster), [1], [], destroy=True, destroy_existing=True)
@@ -742,9 +745,9 @@ def test_a_failing_scale_back_prints_the_exact_recovery(
 ) -> None:
     stack = FakeStack(work, cluster, fail_ups_from=2, results=tmp_path / "m.json")
     lines: list[str] = []
-    with pytest.raises(scaling.SweepError, match=r"^scale-back failed"):
+    with pytest.raises(SweepError, match=r"^scale-back failed"):
         sweep(stack, Forwards(cluster), [1], lines)
-    assert stack.calls.count("up") == 1 + scaling.CLEANUP_ATTEMPTS
+    assert stack.calls.count("up") == 1 + CLEANUP_ATTEMPTS
     assert f"    pulumi up --stack {STACK} --yes" in lines
     assert (
         "    aws eks update-nodegroup-config --cluster-name eks-fsdp-p5 --nodegroup-name "
@@ -773,7 +776,7 @@ def test_prerequisites_stop_before_the_first_up(
     stack.aws.buildx = kw.pop("buildx", True)
     if not kw.pop("pushed", True):
         stack.aws.tags = {}
-    with pytest.raises(scaling.PrerequisiteError, match=re.escape(message)):
+    with pytest.raises(PrerequisiteError, match=re.escape(message)):
         sweep(stack, Forwards(cluster), [1], [], **kw)
     assert "up" not in stack.calls and not cluster.jobs
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
@@ -788,19 +791,19 @@ def test_a_stack_without_observability_is_refused(work: Path, cluster: FakeClust
         )
     )
     stack = FakeStack(work, cluster)
-    with pytest.raises(scaling.PrerequisiteError, match=r"observability off"):
+    with pytest.raises(PrerequisiteError, match=r"observability off"):
         sweep(stack, Forwards(cluster), [1], [])
     assert "up" not in stack.calls
 
 
 def test_bad_node_counts_stop_before_pulumi() -> None:
     with pytest.raises(ValueError, match=r"^nodes: \[0\]"):
-        scaling.measure_cloud([0], stack_name="x", select_stack=lambda **kw: pytest.fail("called"))
+        measure_cloud([0], stack_name="x", select_stack=lambda **kw: pytest.fail("called"))
 
 
 def test_job_names_derive_from_the_original_and_fit() -> None:
-    assert scaling.job_name_for("llama", 8, "ab12") == "llama-8n-ab12"
-    long = scaling.job_name_for("x" * 60, 16, "ab12")
+    assert job_name_for("llama", 8, "ab12") == "llama-8n-ab12"
+    long = job_name_for("x" * 60, 16, "ab12")
     assert len(long) == 50 and long.endswith("-16n-ab12")
 
 
@@ -841,16 +844,16 @@ def test_job_watch_reads_conditions_and_container_reasons() -> None:
                 return {"items": [pod]}
             return {"status": {"conditions": conditions}}
 
-        return scaling.KubectlJobWatch(Path("/nonexistent"), "default", get=get)
+        return KubectlJobWatch(Path("/nonexistent"), "default", get=get)
 
     created = {"type": "Created", "status": "True"}
     running = {"type": "Running", "status": "True"}
     restarting = {"type": "Restarting", "status": "True"}
     failed = {"type": "Failed", "status": "True", "message": "backoff limit"}
-    assert answers([created]).state("j") == scaling.JobState("Created")
+    assert answers([created]).state("j") == JobState("Created")
     assert not answers([created, running, restarting]).state("j").fatal
     assert answers([created, running]).state("j").phase == "Running"
-    assert answers([created, failed]).state("j") == scaling.JobState("Failed", "backoff limit")
+    assert answers([created, failed]).state("j") == JobState("Failed", "backoff limit")
     for reason in ("CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff"):
         state = answers([created], waiting=reason).state("j")
         assert state.fatal and state.reason.startswith(f"{reason}: j-worker-0")
@@ -862,14 +865,14 @@ def test_an_unpushed_image_needs_only_a_working_buildx(work: Path, cluster: Fake
     prerequisites pass; ECR is asked for exactly the content tag the program would push."""
     stack = FakeStack(work, cluster)
     stack.aws.tags = {}
-    plan = scaling._stack_plan(stack, STACK, work)
+    plan = stack_plan(stack, STACK, work)
     asked: list[list[str]] = []
 
     def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
         asked.append(cmd)
         return stack.aws(cmd, **kw)
 
-    scaling.check_prerequisites(
+    check_prerequisites(
         plan,
         nodes=[1],
         steps=200,
@@ -899,7 +902,7 @@ def test_nodes_short_of_capacity_stop_the_sweep_with_the_health_issue(
         }
     ]
     with pytest.raises(
-        scaling.SweepError, match=r"1/2 node\(s\) Ready, health issues: AsgInstanceLaunchFailures"
+        SweepError, match=r"1/2 node\(s\) Ready, health issues: AsgInstanceLaunchFailures"
     ):
         sweep(stack, Forwards(cluster), [2], [], wait_timeout_s=3600)
     assert stack.calls[-2:] == ["aws scale 16", "up"]
@@ -910,7 +913,7 @@ def test_nodes_that_never_become_ready_stop_the_sweep_at_the_deadline(
 ) -> None:
     cluster.capacity = 1
     stack = FakeStack(work, cluster)
-    with pytest.raises(scaling.SweepError, match=r"1/2 node\(s\) Ready after 2 s"):
+    with pytest.raises(SweepError, match=r"1/2 node\(s\) Ready after 2 s"):
         sweep(stack, Forwards(cluster), [2], [], nodes_timeout_s=2, wait_timeout_s=3600)
     assert stack.calls[-2:] == ["aws scale 16", "up"]
 
@@ -921,7 +924,7 @@ def test_a_pod_unschedulable_too_long_stops_the_sweep(work: Path, cluster: FakeC
     cluster.unschedulable = {1}
     stack = FakeStack(work, cluster)
     with pytest.raises(
-        scaling.SweepError,
+        SweepError,
         match=r"pod unschedulable for over 1 s: .*-1n-t1-worker-0: 0/3 nodes .*vpc.amazonaws.com/efa",
     ):
         sweep(stack, Forwards(cluster), [1, 2], [], unschedulable_s=1, wait_timeout_s=3600)
@@ -933,7 +936,7 @@ def test_the_restored_stack_file_keeps_its_mode(tmp_path: Path) -> None:
     path = tmp_path / f"Pulumi.{STACK}.yaml"
     path.write_bytes(b"config:\n  eks-fsdp:job:\n    name: a\n")
     path.chmod(0o640)
-    kept = scaling.StackFile(path, tmp_path / "out")
+    kept = StackFile(path, tmp_path / "out")
     path.write_bytes(b"config: {}\n")  # the CLI rewrites it
     assert kept.restore()
     assert path.read_bytes() == kept.original and (path.stat().st_mode & 0o777) == 0o640
