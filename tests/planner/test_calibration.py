@@ -379,8 +379,10 @@ def test_calibrated_on_one_cpu_worker_predicts_two_within_25_percent(
 
 
 def test_notebook_charts_the_prediction_before_and_after_calibration(tmp_path: Path) -> None:
-    """The scaling notebook's helpers carry the calibrated curve next to the measured points."""
-    from notebooks.scaling import Measurement, planner_before_after, plot_scaling, scaling_table
+    """The scaling study's helpers carry the calibrated curve next to the measured points."""
+    from sweeps.common import Measurement
+    from sweeps.prediction import planner_before_after
+    from sweeps.report import plot_scaling, scaling_table
 
     base = _inp()
     _fake_run(tmp_path / "w1", base, 1)
