@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.predict import plan
+from planner.plan import plan
 from planner.published import POINTS, seed_input, seed_sensitivity
 
 

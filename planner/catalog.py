@@ -2,7 +2,7 @@
 
 ``infra.instances.CATALOG`` holds what a stack can launch. The planner also predicts runs on
 machines no stack launches, so it can be checked against real runs here: ``local-cpu``, one
-training process per "node" on this machine's CPU cores with gloo (how ``workloads.local``
+training process per "node" on this machine's CPU cores with gloo (how ``localrun``
 runs a ``device: cpu`` job). Its figures are nominal round numbers, like a data sheet's
 peaks: what a given CPU achieves of them is measured by the preflight and fitted by
 ``planner.calibrate``, exactly as for a GPU type.
