@@ -47,22 +47,40 @@ def profiled_peak(fn: Any) -> int:
     """Highest running sum of the CPU allocations minus frees made while `fn` runs.
 
     Read from torch.profiler's raw allocation records (`profile_memory=True`; the tree of
-    `kineto_results`), so a buffer allocated and freed inside one op still counts.
+    `kineto_results`), so a buffer allocated and freed inside one op still counts. The records
+    are exact byte counts, but a window also records frees of blocks allocated before it
+    (e.g. freed by the garbage collector): only blocks allocated inside the window count,
+    matched by address, and the collector is run before and kept off during the window.
     """
+    import gc
+
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    records: list[tuple[int, int]] = []
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+    finally:
+        if was_enabled:
+            gc.enable()
+    records: list[tuple[int, int, int]] = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
     while stack:
         node = stack.pop()
         if node.tag == _EventType.Allocation:
-            records.append((node.start_time_ns, node.extra_fields.alloc_size))
+            f = node.extra_fields
+            records.append((node.start_time_ns, f.ptr, f.alloc_size))
         stack.extend(node.children)
+    mine: dict[int, int] = {}
     live = peak = 0
-    for _, delta in sorted(records):
+    for _, ptr, delta in sorted(records):
+        if delta > 0:
+            mine[ptr] = delta
+        elif mine.pop(ptr, None) is None:
+            continue  # a block allocated before the window
         live += delta
         peak = max(peak, live)
     return peak
