@@ -183,7 +183,8 @@ def test_a_failed_nvidia_smi_query_is_reported_not_skipped() -> None:
     nvidia-smi: a real program that exits 1)."""
     import shutil
 
-    from training.preflight import _run_smi, table
+    from training.preflight import table
+    from training.preflight.health import _run_smi
 
     false = shutil.which("false")
     assert false is not None

@@ -1,0 +1,145 @@
+"""Run a preflight and act on it: ``check`` (measure, judge, publish), ``gate`` for
+``finetune --preflight``, and ``python -m training.preflight``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from training.preflight.measurement import Options, default_sizes, measure, parse_size
+from training.preflight.verdict import Expect, failures, parse_expect, summary, table
+
+if TYPE_CHECKING:
+    import torch
+
+FAILED_EXIT = 3
+"""Exit status when the nodes are below expectation (2 stays 'bad input')."""
+DESCRIPTION = "Preflight: check the nodes a job actually got, before step 1, and stop on a bad one."
+"""``--help``'s description: the first line of the package's docstring."""
+
+
+def check(opts: Options, expect: Expect, device: torch.device) -> tuple[dict[str, Any], list[str]]:
+    """Measure, judge, and record the verdict in the report (and for the Prometheus exporter)."""
+    from training import prometheus
+
+    report = measure(opts, device)
+    report["expect"] = asdict(expect)
+    report["summary"] = summary(report)
+    problems = failures(report, expect)
+    report["passed"] = not problems
+    report["failures"] = problems
+    prometheus.set_preflight(report)
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()  # hand the test buffers back before the model is built
+    return report, problems
+
+
+def _one_line(problems: list[str]) -> str:
+    more = len(problems) - 1
+    return problems[0] + (f" (+{more} more in the report)" if more else "")
+
+
+def gate(expect_text: str, out_dir: str | Path, device: torch.device) -> int:
+    """``finetune --preflight``: check, write ``preflight.json``, 0 or FAILED_EXIT.
+
+    Called on every rank after the process group forms and before the trainer is built.
+    """
+    import torch.distributed as dist
+
+    expect = parse_expect(expect_text)
+    opts = Options(sizes=default_sizes(device.type == "cuda"))
+    report, problems = check(opts, expect, device)
+    if dist.get_rank() == 0:
+        path = Path(out_dir) / "preflight.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        print(table(report), flush=True)
+        if problems:
+            print(f"preflight: FAILED {_one_line(problems)}", file=sys.stderr, flush=True)
+        else:
+            print("preflight: passed", flush=True)
+    dist.barrier()  # no rank exits (and makes torchrun stop the others) before rank 0 reported
+    return FAILED_EXIT if problems else 0
+
+
+def _parse(argv: Sequence[str] | None) -> Any:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m training.preflight", description=DESCRIPTION)
+    p.add_argument(
+        "--expect",
+        default="",
+        help="thresholds: intra_busbw=,inter_busbw=,tflops=,mem_gbps=,net=,gpus=",
+    )
+    p.add_argument(
+        "--sizes", default="", help="collective sizes, e.g. 1M,16M,256M (default by device)"
+    )
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=5,
+        help="timed iterations per measurement (per round for the device figures)",
+    )
+    p.add_argument("--warmup", type=int, default=2, help="untimed iterations first")
+    p.add_argument(
+        "--matmul_n", type=int, default=0, help="matmul size (default 8192 GPU / 512 CPU)"
+    )
+    p.add_argument("--json", type=Path, help="write the report here (rank 0)")
+    p.add_argument("--metrics_port", type=int, default=0, help="serve the report for Prometheus")
+    p.add_argument("--hold_s", type=float, default=0.0, help="keep serving metrics this long")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    try:
+        expect = parse_expect(args.expect)
+        sizes = tuple(parse_size(s) for s in args.sizes.split(",") if s.strip())
+        for flag in ("iters", "warmup", "matmul_n"):
+            if getattr(args, flag) < (1 if flag == "iters" else 0):
+                raise ValueError(f"--{flag} {getattr(args, flag)}: too small")
+    except ValueError as e:
+        print(
+            f"error: --expect/--sizes: {e}" if "--" not in str(e) else f"error: {e}",
+            file=sys.stderr,
+        )
+        return 2
+    from training.dist import distributed
+
+    with distributed() as env:
+        opts = Options(
+            sizes=sizes or default_sizes(env.device.type == "cuda"),
+            iters=args.iters,
+            warmup=args.warmup,
+            matmul_n=args.matmul_n,
+        )
+        report, problems = check(opts, expect, env.device)
+        sink = None
+        if args.metrics_port and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            from training.prometheus import PrometheusSink
+
+            sink = PrometheusSink(args.metrics_port)
+        if env.is_main:
+            print(table(report))
+            if args.json:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(report, indent=2) + "\n")
+            if problems:
+                print(f"preflight: FAILED {_one_line(problems)}", file=sys.stderr, flush=True)
+            else:
+                print("preflight: passed", flush=True)
+        if sink is not None:
+            time.sleep(args.hold_s)
+            sink.close()
+        import torch.distributed as dist
+
+        dist.barrier()  # rank 0 reports before any rank exits
+    return FAILED_EXIT if problems else 0
