@@ -23,7 +23,13 @@ def interrupt_pulumi_children() -> None:
     """SIGINT to this process's ``pulumi`` children: the Automation API runs the CLI with
     ``subprocess.Popen`` (``pulumi/automation/_cmd.py``) in its own session-less child that a
     notebook kernel's interrupt never reaches. On SIGINT the CLI cancels the update gracefully
-    (finishes the resource operations in flight, saves the state, releases the lock)."""
+    (finishes the resource operations in flight, saves the state, releases the lock).
+
+    Nothing here depends on how this process treats SIGINT: ``os.kill`` sends it whatever that
+    is, and the child may inherit an ignored SIGINT (``Popen`` leaves it ignored) without harm,
+    since the CLI calls ``signal.Notify`` for ``os.Interrupt`` (``NewScope`` in pulumi/pulumi
+    ``pkg/backend/cancellation_scope.go``), which re-enables a SIGINT ignored at start (Go's
+    ``os/signal`` package documentation)."""
     out = subprocess.run(
         ["pgrep", "-P", str(os.getpid()), "-x", "pulumi"],
         capture_output=True,

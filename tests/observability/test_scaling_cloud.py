@@ -8,9 +8,11 @@ up after an interrupt, or report a throughput that is not the steady-state rate 
 
 Mocked, and only these, because none exists here: the Pulumi engine and CLI behind the
 Automation API's ``Stack`` (:class:`FakeStack`: like the CLI it rewrites the stack file on
-``set_config``, reads it on ``up``, holds a lock during an update, keeps it for seconds after
-an interrupt's SIGINT (or for good when killed), raises the Automation API's own
-``ConcurrentUpdateError`` on a locked stack, and can fail ``up``/``destroy``), EKS with its training operator (each
+``set_config``, reads it on ``up``, holds a lock during an update, raises the Automation API's
+own ``ConcurrentUpdateError`` on a locked stack, and can fail ``up``/``destroy``; an
+interrupted update is a ``pulumi`` child process (:data:`FAKE_PULUMI`) that the sweep's own
+``interrupt_pulumi_children`` finds and sends SIGINT, and that keeps the lock for seconds
+after it (or for good when killed)), EKS with its training operator (each
 ``up`` starts the job as a thread that logs steps at a fixed pace into a real ``PrometheusSink``)
 the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
 PyTorchJob, Pod and Node objects shaped like the API's), and the ``aws``/``docker`` CLIs
@@ -29,6 +31,7 @@ import contextlib
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -67,6 +70,36 @@ STEP_S = 0.05
 STEPS, WARMUP = 40, 5
 REPOSITORY = "eks-fsdp-p5-16-training"
 """The stack's ECR repository (``workloads.specs.image.repository_name``)."""
+FAKE_PULUMI = """\
+import signal
+import sys
+import time
+from pathlib import Path
+
+lock, hold_s, release = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "release"
+inherited = "ignored" if signal.getsignal(signal.SIGINT) == signal.SIG_IGN else "handled"
+got = []
+# The real CLI is Go: pkg/backend/cancellation_scope.go (pulumi/pulumi, NewScope) calls
+# signal.Notify(c.sigint, os.Interrupt, syscall.SIGTERM), and Go's os/signal package: "If the
+# program was started with SIGHUP or SIGINT ignored, and Notify is called for either signal, a
+# signal handler will be installed for that signal and it will no longer be ignored." Python
+# installs no handler for a SIGINT it inherited as ignored, so this stand-in installs its own.
+signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+print("ready", inherited, flush=True)
+deadline = time.monotonic() + 60
+while not got and time.monotonic() < deadline:
+    time.sleep(0.05)
+if not got:
+    sys.exit(3)
+print("sigint", flush=True)
+time.sleep(hold_s)  # the graceful cancel: operations in flight finish, the state is saved
+if release:
+    lock.unlink()
+print("error: update canceled", file=sys.stderr, flush=True)
+sys.exit(255)
+"""
+"""The ``pulumi`` child of an interrupted update: holds the stack's lock until a SIGINT, then
+``hold_s`` longer, and releases it (``release``) or dies leaving it (``keep``)."""
 
 
 def efficiency(n: int) -> float:
@@ -319,6 +352,10 @@ class FakeStack:
     """The interrupted child dies without releasing the lock (the self-managed backend's lock
     file stays): only then, once it has exited, may the sweep cancel."""
     sigint: threading.Event = field(default_factory=threading.Event)
+    """Set when the interrupted update's ``pulumi`` child has received the sweep's SIGINT."""
+    cli_sigint: str = ""
+    """How the ``pulumi`` child found SIGINT when it started: ``ignored`` (it is started so,
+    the worst case) or ``handled``."""
     updating: threading.Event = field(default_factory=threading.Event)
     overlaps: list[str] = field(default_factory=list)
     """Calls made while the interrupted update still ran (must stay empty)."""
@@ -379,15 +416,11 @@ class FakeStack:
         if on_output:
             on_output(f"Updating ({STACK}): {cfg.job.name}\n")
         if n_up == self.interrupt_up:
-            # Ctrl-C reaches the sweep, not the CLI: the update goes on holding the lock until
-            # the sweep's SIGINT, and a little longer while it cancels gracefully.
             self.updating.set()
-            _thread.interrupt_main()
-            assert self.sigint.wait(timeout=60), "the sweep never stopped the pulumi child"
-            time.sleep(self.holds_after_sigint_s)
-            if not self.killed:
-                self.lock.unlink()
-            self.updating.clear()
+            try:
+                self._interrupted_update()
+            finally:
+                self.updating.clear()
             raise auto.CommandError(CommandResult("", "error: update canceled", 255))
         self.cluster.apply(cfg.job.name, cfg.job.workers or 0, cfg.job.max_train_step or 0)
         self.deployed = True
@@ -407,10 +440,32 @@ class FakeStack:
             raise RuntimeError("error: deleting VPC: DependencyViolation")
         self.deployed = False
 
-    def interrupt(self) -> None:
-        """SIGINT to the ``pulumi`` child (the sweep's ``interrupt``)."""
-        self.calls.append("sigint")
-        self.sigint.set()
+    def _interrupted_update(self) -> None:
+        """Ctrl-C reaches the sweep, not the CLI: the update goes on holding the lock until the
+        sweep sends its ``pulumi`` child SIGINT, and a little longer while it cancels
+        gracefully. The child is run as the Automation API runs the CLI (``subprocess.Popen``
+        of ``pulumi``, ``pulumi/automation/_cmd.py``), with SIGINT ignored from its start, as
+        it inherits it from a process started with SIGINT ignored."""
+        cli = self.work.parent / "bin" / "pulumi"  # named so that ``pgrep -x pulumi`` finds it
+        cli.parent.mkdir(exist_ok=True)
+        cli.write_text(f"#!{sys.executable}\n{FAKE_PULUMI}")
+        cli.chmod(0o755)
+        mode = "keep" if self.killed else "release"
+        hold = str(self.holds_after_sigint_s)
+        with subprocess.Popen(
+            ["sh", "-c", 'trap "" INT; exec "$0" "$@"', str(cli), str(self.lock), hold, mode],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        ) as child:
+            assert child.stdout is not None
+            ready, self.cli_sigint = child.stdout.readline().split()
+            assert ready == "ready"
+            _thread.interrupt_main()  # the user's Ctrl-C, in the sweep's process
+            if child.stdout.readline() == "sigint\n":
+                self.calls.append("sigint")
+                self.sigint.set()
+        assert self.sigint.is_set(), "the sweep never stopped the pulumi child"
 
     def cancel(self) -> None:
         self.calls.append("cancel")
@@ -441,6 +496,22 @@ def work(tmp_path: Path) -> Path:
     for name in ("Pulumi.yaml", f"Pulumi.{STACK}.yaml", "Pulumi.dev.yaml"):
         shutil.copy2(ROOT / name, w / name)
     return w
+
+
+@pytest.fixture
+def kernel_sigint() -> Iterator[None]:
+    """Ctrl-C reaches the sweep as it does in the notebook: Python's KeyboardInterrupt handler
+    installed for the test, as ipykernel installs it before each cell whatever the kernel
+    inherited (``Kernel.pre_handler_hook``: ``signal(SIGINT, default_int_handler)``,
+    ``ipykernel/kernelbase.py``). A pytest started with SIGINT ignored (``nohup``, a background
+    job of a non-interactive shell, some CI runners) has no such handler (Python installs it
+    only when SIGINT is not ignored at start), and ``_thread.interrupt_main()`` then does
+    nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture
@@ -497,7 +568,6 @@ def sweep(
         "wait_timeout_s": 600,
         "poll_s": 0.3,
         "log": lines.append,
-        "interrupt": stack.interrupt,
         **kw,
     }
     return measure_cloud(nodes, **options)
@@ -595,17 +665,20 @@ def test_a_dead_port_forward_stops_the_sweep(work: Path, cluster: FakeCluster) -
     assert stack.calls[-2:] == ["aws scale 16", "up"]  # scaled back
 
 
+@pytest.mark.usefixtures("kernel_sigint")
 def test_an_interrupt_waits_for_the_update_to_release_its_lock_then_scales_back(
     work: Path, cluster: FakeCluster, tmp_path: Path
 ) -> None:
     """Ctrl-C during up #2: the ``pulumi`` child keeps the lock for seconds after its SIGINT.
     The sweep must neither cancel nor start another up while it lives, and prints the recovery
-    commands before its clean-up."""
+    commands before its clean-up. Its SIGINT reaches a child that started with SIGINT ignored
+    (and re-enabled it, as the Go CLI does): the sweep relies on no inherited disposition."""
     raw, values = _original(work)
     stack = FakeStack(work, cluster, interrupt_up=2, results=tmp_path / "measured.json")
     lines: list[str] = []
     with pytest.raises(KeyboardInterrupt):
         sweep(stack, Forwards(cluster), [1, 2], lines)
+    assert stack.cli_sigint == "ignored" and stack.sigint.is_set()
     assert stack.overlaps == []
     assert "cancel" not in stack.calls
     assert stack.pulumi_calls[-2:] == ["sigint", "up"] and not stack.lock.exists()
@@ -621,6 +694,7 @@ def test_an_interrupt_waits_for_the_update_to_release_its_lock_then_scales_back(
     )
 
 
+@pytest.mark.usefixtures("kernel_sigint")
 def test_a_lock_left_by_the_interrupted_update_is_cancelled_only_after_it_exited(
     work: Path, cluster: FakeCluster
 ) -> None:
@@ -655,6 +729,7 @@ def test_a_lock_the_sweep_did_not_take_is_never_cancelled(work: Path, cluster: F
     assert "the stack is locked by an update the sweep did not start: not cancelled" in lines
 
 
+@pytest.mark.usefixtures("kernel_sigint")
 def test_a_second_interrupt_prints_the_recovery_again_and_leaves(
     work: Path, cluster: FakeCluster
 ) -> None:
@@ -674,6 +749,7 @@ def test_a_second_interrupt_prints_the_recovery_again_and_leaves(
     with pytest.raises(KeyboardInterrupt):
         sweep(stack, Forwards(cluster), [1, 2], lines)
     second.join()
+    assert stack.sigint.wait(timeout=30)  # the child's word that it got the SIGINT
     assert "cancel" not in stack.calls and stack.pulumi_calls[-1] == "sigint"
     assert lines.count(f"    pulumi up --stack {STACK} --yes") == 2
     assert any(line.startswith(f"clean-up of {STACK} interrupted") for line in lines)
