@@ -14,7 +14,7 @@
   Absent: build and push. The ``Image`` resource is ``retain_on_delete``, so dropping it from
   the program once the tag exists never touches the registry.
 - **Destroy**: the repository is ``force_delete=False`` and ECR refuses to delete one that holds
-  images, so a ``destroy`` empties it first (the scaling sweep does: ``notebooks/scaling.py``
+  images, so a ``destroy`` empties it first (the scaling sweep does: ``sweeps/cloud.py``
   ``empty_repository``).
 - **No build on preview** (``buildOnPreview: false``; the provider's default builds), and a
   BuildKit **registry cache** (``<repo>:buildcache``, mode max, image manifest as ECR needs).
