@@ -169,8 +169,8 @@ def _measured(r: dict[str, Any]) -> dict[str, float]:
 
 
 def _predicted(r1: dict[str, Any], r2: dict[str, Any], tmp: Path) -> list[dict[str, float]]:
-    from planner.calibrate import apply, calibrate, with_preflight
     from planner.args import parser, resolve_args
+    from planner.calibrate import apply, calibrate, with_preflight
     from planner.predict import predict
     from planner.timing import collective_time, fsdp_units, ring_link, scalar_all_reduce_time
 
