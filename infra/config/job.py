@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +119,18 @@ def _parse_job(value: Any, groups: tuple[GpuNodeGroupConfig, ...]) -> JobConfig 
         if enabled and obj:
             raise _fail(f"{path}.nodeGroup", "there is no GPU nodegroup to run the job on")
         return None
+    return parse_job(obj, groups, path=path)
+
+
+def parse_job(
+    obj: Mapping[str, Any], groups: tuple[GpuNodeGroupConfig, ...], *, path: str = "job"
+) -> JobConfig:
+    """A job's keys (the stack's ``job`` section or a job file, ``jobs.file``) checked against
+    the platform's GPU nodegroups; unknown keys are the caller's to refuse. ``ConfigError``
+    names ``eks-fsdp:<path>.<key>``."""
+    if not groups:
+        raise _fail(f"{path}.nodeGroup", "there is no GPU nodegroup to run the job on")
+    enabled = _bool(obj.get("enabled", True), f"{path}.enabled")
     group_name = _str(obj.get("nodeGroup", groups[0].name), f"{path}.nodeGroup")
     by_name = {g.name: g for g in groups}
     if group_name not in by_name:

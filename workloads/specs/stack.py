@@ -36,10 +36,11 @@ def load(stack: str, *, image: str | None = None, generation: int | None = None)
     return w
 
 
-def check_train_flags(w: Workloads) -> None:
+def check_train_flags(w: Workloads, where: str = "eks-fsdp:job") -> None:
     """Parse the job's ``training.finetune`` flags with the training CLI (pure Python, no torch).
 
-    Raises ``ValueError`` with one line naming the flag, before any object is built.
+    Raises ``ValueError`` with one line naming the flag (after ``where``: the stack key or the
+    job file), before any object is built.
     """
     from training.config import ConfigError, parse_args
 
@@ -47,7 +48,7 @@ def check_train_flags(w: Workloads) -> None:
     try:
         parse_args(flags)
     except ConfigError as err:
-        raise ValueError(f"eks-fsdp:job: {err}") from None
+        raise ValueError(f"{where}: {err}") from None
 
 
 def objects_by_component(

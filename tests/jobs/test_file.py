@@ -1,0 +1,150 @@
+"""Job files (``jobs.file``): strict, one line per mistake, the manifest from the pure builders.
+
+Nothing is mocked and nothing runs: a job file is read, checked against its stack's nodegroups
+and turned into the settings ``workloads.specs`` renders. If these fail, a typo in a job file
+would be silently dropped (a job trained with defaults nobody asked for), a wrong value would
+surface as a stack trace or as a pod crash-looping on the cluster, or the example jobs would
+drift from the manifests the stacks' jobs rendered.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobs import file as jobfile
+from workloads.specs import pytorchjob as pj
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp-training:sha-1"
+DEV = """\
+name: demo
+stack: dev
+model: tiny-llama
+dataset: samsum_sample
+workers: 2
+device: cpu
+args:
+  fsdp_activation_checkpointing: false
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("stack", ["dev", "p4de-odcr", "p5-16"])
+def test_each_example_loads_and_renders_a_valid_pytorchjob(stack: str) -> None:
+    from workloads.specs.validate import validate_pytorchjob
+
+    job = jobfile.load(EXAMPLES / f"{stack}.yaml")
+    assert job.stack == stack
+    w = job.workloads(image=IMAGE)
+    obj = pj.pytorchjob(w.job, w.etcd.host)
+    validate_pytorchjob(obj)
+    assert obj["metadata"]["name"] == job.name
+
+
+def test_dev_example_is_the_demo_job() -> None:
+    """What the dev stack's job block held: the demo's model, data, size and flags."""
+    w = jobfile.load(EXAMPLES / "dev.yaml").workloads()
+    job = w.job
+    assert (job.name, job.workers, job.min_workers, job.rdzv_backend) == (
+        "llama-finetune-dev",
+        2,
+        2,
+        "etcd",
+    )
+    assert w.device == "cpu"
+    assert job.train_args == (
+        "--enable_fsdp",
+        "--model_name=tiny-llama",
+        "--dataset=samsum_sample",
+        "--num_epochs=1",
+        "--batch_size_training=2",
+        "--context_length=256",
+        "--sharding_strategy=FULL_SHARD",
+        "--max_train_step=100",
+        "--checkpoint_every=50",
+        "--fsdp_activation_checkpointing=False",
+    )
+
+
+def test_gpu_examples_mount_the_stacks_fsx_claim_and_use_c10d() -> None:
+    for stack, workers, min_workers in (("p4de-odcr", 2, 2), ("p5-16", 16, 14)):
+        job = jobfile.load(EXAMPLES / f"{stack}.yaml").workloads(image=IMAGE).job
+        assert job.checkpoint_claim == "fsx-checkpoints"
+        assert (job.workers, job.min_workers, job.rdzv_backend) == (workers, min_workers, "c10d")
+        assert job.resumes
+
+
+def test_set_and_name_override_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, DEV)
+    job = jobfile.load(
+        path,
+        sets=["workers=1", "maxTrainStep=7", "args.lr=3.0e-4", "args.log-every=2"],
+        name="other",
+    )
+    assert (job.name, job.config.workers, job.config.max_train_step) == ("other", 1, 7)
+    assert job.config.extra_args == (
+        "--fsdp_activation_checkpointing=False",
+        "--lr=0.0003",
+        "--log_every=2",
+    )
+    assert job.values["name"] == "other" and job.values["workers"] == 1
+    again = jobfile.loads(job.dump(), source="record other")
+    assert again.config == job.config
+
+
+@pytest.mark.parametrize(
+    ("text", "sets", "message"),
+    [
+        (DEV + "wrokers: 3\n", [], "job.yaml:9: wrokers: unknown key (did you mean workers?)"),
+        (DEV.replace("workers: 2", "workers: two"), [], "job.yaml:5: workers: expected an integer"),
+        (DEV.replace("model: tiny-llama\n", ""), [], "job.yaml: model: required"),
+        (DEV.replace("name: demo\n", ""), [], "job.yaml: name: required (or pass --name)"),
+        (DEV.replace("stack: dev\n", ""), [], "job.yaml: stack: required (or pass --stack)"),
+        (DEV + "nodeGroup: gpu-x\n", [], "job.yaml:9: nodeGroup: 'gpu-x' is not a GPU nodegroup"),
+        (
+            DEV.replace("stack: dev", "stack: nope"),
+            [],
+            "job.yaml:2: stack: no stack file Pulumi.nope.yaml (stacks: dev, ",
+        ),
+        (DEV.replace("workers: 2", "workers: 5"), [], "job.yaml:5: workers: 5 is greater than"),
+        (DEV.replace("device: cpu", "device: tpu"), [], "job.yaml:6: device: 'tpu' is not one"),
+        (DEV.replace("name: demo", "name: Demo_1"), [], "job.yaml:1: name: 'Demo_1' is not a DNS"),
+        (DEV + "workers: 1\n", [], "job.yaml:9: workers: given twice (first on line 5)"),
+        (DEV + "  bogus_flag: 1\n", [], "job.yaml:9: args.bogus_flag: unknown training flag"),
+        (DEV + "  model_name: x\n", [], "job.yaml:9: args.model_name: set by the key model"),
+        (DEV + "  output_dir: /x\n", [], "job.yaml:9: args.output_dir: set by the manifest"),
+        (DEV + "  lr: [1, 2]\n", [], "job.yaml:9: args.lr: expected a single value"),
+        (DEV + "  lr: fast\n", [], "job.yaml:9: args.lr: expects a number, got 'fast'"),
+        (DEV.replace("samsum_sample", "nope"), [], "job.yaml:4: dataset: "),
+        (DEV.replace("args:\n", "args: 3\n").rsplit("\n", 2)[0], [], "job.yaml:7: args: expected"),
+        ("name: [x\n", [], "job.yaml:2: not valid YAML"),
+        ("- a\n- b\n", [], "job.yaml: expected a mapping of job keys, got list"),
+        ("", [], "job.yaml: empty job file"),
+        (DEV, ["wrokers=2"], "--set wrokers=2: wrokers: unknown key (did you mean workers?)"),
+        (DEV, ["workers"], "--set workers: expected key=value"),
+        (DEV, ["workers=many"], "job.yaml:5: workers: expected an integer, got 'many'"),
+    ],
+)
+def test_bad_job_files_are_one_line_naming_the_key(
+    tmp_path: Path, text: str, sets: list[str], message: str
+) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(jobfile.JobFileError) as err:
+        jobfile.load(path, sets=sets).workloads()
+    text_err = str(err.value)
+    assert "\n" not in text_err
+    assert text_err.startswith(message.replace("job.yaml", str(path))) or (
+        message.replace("job.yaml", str(path)) in text_err
+    ), text_err
+
+
+def test_a_missing_file_names_the_examples(tmp_path: Path) -> None:
+    with pytest.raises(jobfile.JobFileError, match=r"no such job file \(examples: jobs/examples"):
+        jobfile.load(tmp_path / "nope.yaml")
