@@ -1,0 +1,95 @@
+"""``python -m controlplane {build,up}``: build the binaries; run the control plane.
+
+python -m controlplane build                 # what is missing, into the cache
+python -m controlplane up                    # every stack's node groups as fake nodes
+python -m controlplane up --stack dev --no-kueue
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from controlplane import build as build_mod
+from controlplane import nodes
+from controlplane.cluster import ControlPlane
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def all_stacks() -> list[str]:
+    """Every ``Pulumi.<stack>.yaml`` of the repository, sorted."""
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in REPO_ROOT.glob("Pulumi.*.yaml"))
+
+
+def _up(args: argparse.Namespace) -> int:
+    try:
+        build = build_mod.ensure()
+    except build_mod.BuildError as err:
+        print(f"controlplane: {err}", file=sys.stderr)
+        return 2
+    state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="eks-fsdp-cluster-"))
+    stop = threading.Event()
+    # Handlers of our own: SIGINT may have been started as ignored (a background job), and
+    # Python then installs no KeyboardInterrupt handler.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    shapes = nodes.stack_shapes(args.stack or all_stacks())
+    plane = ControlPlane(
+        build=build,
+        state=state,
+        shapes=shapes,
+        kueue=not args.no_kueue,
+        operator=not args.no_operator,
+    )
+    t0 = time.monotonic()
+    try:
+        plane.start()
+        print(plane.summary(), flush=True)
+        print(f"started in {time.monotonic() - t0:.1f} s; Ctrl-C stops it", flush=True)
+        print(f"export KUBECONFIG={plane.kubeconfig}", flush=True)
+        while not stop.wait(1.0):
+            dead = [p.name for p in plane.procs if not p.alive()]
+            if dead:
+                print(f"controlplane: {', '.join(dead)} exited; stopping", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        codes = plane.stop()
+        print(f"stopped: {codes}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["build"]:
+        return build_mod.main(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m controlplane", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="verb", required=True)
+    sub.add_parser("build", help="build the binaries (see: python -m controlplane build --help)")
+    up = sub.add_parser(
+        "up",
+        help="start the control plane until Ctrl-C",
+        description="example: python -m controlplane up --stack dev",
+    )
+    up.add_argument(
+        "--stack",
+        action="append",
+        help="a stack whose node groups become fake nodes "
+        "(repeatable; default: every Pulumi.<stack>.yaml)",
+    )
+    up.add_argument("--state", help="folder for certificates, data, logs (default: a new temp dir)")
+    up.add_argument("--no-kueue", action="store_true", help="do not run Kueue")
+    up.add_argument("--no-operator", action="store_true", help="do not run the training operator")
+    args = parser.parse_args(argv)
+    return _up(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

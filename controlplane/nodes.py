@@ -1,0 +1,219 @@
+"""Fake nodes (kwok) shaped like the stacks' node groups, and the kwok stages that run pods.
+
+A GPU node carries what the stack's managed node group gives a real one: the labels
+``infra.gpu_nodegroup.node_labels`` sets (a test checks these are a superset), the group's
+taint, and the capacity the device plugins advertise (``nvidia.com/gpu`` per the instance
+catalog, ``vpc.amazonaws.com/efa`` = its EFA interfaces when the group enables EFA), besides
+the instance's vCPUs and memory. kwok keeps a node's ``status.allocatable`` as given, so the
+scheduler places pods by these figures. The system node group gets plain CPU nodes.
+
+kwok plays each fake node's kubelet through *stages* (``kwok.x-k8s.io/v1alpha1`` ``Stage``,
+sigs.k8s.io/kwok ``kustomize/stage``): the upstream ``node-initialize``,
+``node-heartbeat-with-lease``, ``pod-ready``, ``pod-complete`` and ``pod-delete`` (copied from
+the module at the pin) and one of ours, ``POD_EXIT_STAGE``: upstream's ``pod-complete`` fires
+only for pods owned by a ``batch/v1`` Job, so a PyTorchJob's pod would run forever; ours ends
+a running pod that carries the ``EXIT_CODE_ANNOTATION`` with that exit code (``Succeeded`` for
+0, ``Failed`` otherwise), after ``EXIT_DELAY_ANNOTATION`` (a duration, default 1 s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+"""Nodes kwok manages (``--manage-nodes-with-annotation-selector``), as kwok's docs mark them."""
+NODEGROUP_LABEL = "eks-fsdp/nodegroup"
+"""``infra.gpu_nodegroup.NODEGROUP_LABEL`` (a test checks)."""
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+EFA_PRESENT_LABEL = "vpc.amazonaws.com/efa.present"
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+EXIT_CODE_ANNOTATION = "controlplane.eks-fsdp/exit-code"
+"""On a pod (or a PyTorchJob's pod template): kwok ends the running pod with this exit code."""
+EXIT_DELAY_ANNOTATION = "controlplane.eks-fsdp/exit-delay"
+"""How long the pod runs before it exits (a Go duration, e.g. ``3s``)."""
+POD_EXIT_STAGE = "eks-fsdp-pod-exit"
+MAX_NODES_PER_GROUP = 16
+"""Fake nodes per group: the group's ``maxSize``, at most this many."""
+SYSTEM_SHAPES = {"c5.2xlarge": (8, 16), "c5.4xlarge": (16, 32), "m5.xlarge": (4, 16)}
+"""vCPUs and GiB of the system node types the stacks use (the catalog lists GPU types only)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeShape:
+    """One node group as fake nodes: ``count`` nodes named ``<group>-<i>``."""
+
+    group: str
+    """Node group name (the ``eks-fsdp/nodegroup`` label)."""
+    count: int
+    labels: dict[str, str]
+    taints: tuple[dict[str, str], ...] = ()
+    capacity: dict[str, str] = field(default_factory=dict)
+
+    def node_names(self) -> list[str]:
+        return [f"{self.group}-{i}" for i in range(self.count)]
+
+
+def gpu_group_labels(group: Any) -> dict[str, str]:
+    """The labels a GPU node group's nodes carry (``infra.gpu_nodegroup.node_labels``)."""
+    labels = {
+        **dict(group.labels),
+        NODEGROUP_LABEL: group.name,
+        "node.kubernetes.io/instance-type": group.instance_type,
+        GPU_PRESENT_LABEL: "true",
+    }
+    if group.efa:
+        labels[EFA_PRESENT_LABEL] = "true"
+    return labels
+
+
+def _common_labels(group: str, zone: str | None) -> dict[str, str]:
+    labels = {
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "eks.amazonaws.com/nodegroup": group,
+    }
+    if zone:
+        labels["topology.kubernetes.io/zone"] = zone
+    return labels
+
+
+def gpu_shape(group: Any, *, count: int | None = None) -> NodeShape:
+    """Fake nodes of one ``GpuNodeGroupConfig``."""
+    inst = group.instance
+    capacity = {
+        "cpu": str(inst.vcpus),
+        "memory": f"{inst.memory_gib}Gi",
+        "ephemeral-storage": f"{group.root_volume_gib}Gi",
+        "pods": "110",
+        GPU_RESOURCE: str(inst.gpus),
+    }
+    if group.efa:
+        capacity[EFA_RESOURCE] = str(inst.efa_interfaces)
+    taint = group.taint
+    return NodeShape(
+        group=group.name,
+        count=count if count is not None else min(group.max_size, MAX_NODES_PER_GROUP),
+        labels={**_common_labels(group.name, group.availability_zone), **gpu_group_labels(group)},
+        taints=({"key": taint.key, "value": taint.value, "effect": taint.effect},),
+        capacity=capacity,
+    )
+
+
+def system_shape(system: Any, *, zone: str | None = None, count: int = 2) -> NodeShape:
+    """Fake CPU nodes of the stack's system node group (labels as ``infra.cluster`` sets)."""
+    vcpus, gib = SYSTEM_SHAPES.get(system.instance_type, (8, 32))
+    return NodeShape(
+        group="system",
+        count=count,
+        labels={
+            **_common_labels("system", zone),
+            NODEGROUP_LABEL: "system",
+            "node.kubernetes.io/instance-type": system.instance_type,
+        },
+        capacity={
+            "cpu": str(vcpus),
+            "memory": f"{gib}Gi",
+            "ephemeral-storage": "50Gi",
+            "pods": "110",
+        },
+    )
+
+
+def stack_shapes(stacks: Iterable[str]) -> list[NodeShape]:
+    """Node shapes of every named stack (``Pulumi.<stack>.yaml``), one per distinct group."""
+    from infra.config import load_stack_file
+
+    shapes: dict[str, NodeShape] = {}
+    for stack in stacks:
+        cfg = load_stack_file(stack)
+        zone = cfg.availability_zones[0] if cfg.availability_zones else None
+        shapes.setdefault("system", system_shape(cfg.system_node_group, zone=zone))
+        for group in cfg.gpu_node_groups:
+            shapes.setdefault(group.name, gpu_shape(group))
+    return list(shapes.values())
+
+
+def node_objects(shape: NodeShape) -> list[dict[str, Any]]:
+    """The Node objects of ``shape`` (status with capacity = allocatable; kwok keeps them)."""
+    nodes = []
+    for name in shape.node_names():
+        nodes.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                    "labels": {**shape.labels, "kubernetes.io/hostname": name},
+                },
+                "spec": {"taints": [dict(t) for t in shape.taints]},
+                "status": {"capacity": dict(shape.capacity), "allocatable": dict(shape.capacity)},
+            }
+        )
+    return nodes
+
+
+def pod_exit_stage() -> dict[str, Any]:
+    """Our Stage: a running, ready pod with ``EXIT_CODE_ANNOTATION`` exits with that code."""
+    code = f'index .metadata.annotations "{EXIT_CODE_ANNOTATION}"'
+    template = (
+        "{{ $now := Now }}\n"
+        f"{{{{ $code := {code} }}}}\n"
+        "containerStatuses:\n"
+        "{{ range .spec.containers }}\n"
+        "- image: {{ .image | Quote }}\n"
+        "  name: {{ .name | Quote }}\n"
+        "  ready: false\n"
+        "  restartCount: 0\n"
+        "  started: false\n"
+        "  state:\n"
+        "    terminated:\n"
+        "      exitCode: {{ $code }}\n"
+        "      finishedAt: {{ $now | Quote }}\n"
+        '      reason: {{ if eq $code "0" }}Completed{{ else }}Error{{ end }}\n'
+        "      startedAt: {{ $now | Quote }}\n"
+        "{{ end }}\n"
+        '{{ if eq $code "0" }}\nphase: Succeeded\n{{ else }}\nphase: Failed\n{{ end }}\n'
+    )
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": POD_EXIT_STAGE},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                    {
+                        "key": f'.metadata.annotations["{EXIT_CODE_ANNOTATION}"]',
+                        "operator": "Exists",
+                    },
+                ]
+            },
+            "delay": {
+                "durationMilliseconds": 1000,
+                "durationFrom": {
+                    "expressionFrom": f'.metadata.annotations["{EXIT_DELAY_ANNOTATION}"]'
+                },
+            },
+            "next": {"statusTemplate": template},
+        },
+    }
+
+
+def kwok_config(stage_files: Iterable[Path]) -> str:
+    """kwok's ``--config`` file: every stage (upstream's, then ours). Its options stay kwok's
+    defaults (a ``KwokConfiguration`` document here would replace them, zeros included) and
+    the node IP comes by flag."""
+    docs: list[dict[str, Any]] = []
+    for path in stage_files:
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    docs.append(pod_exit_stage())
+    return yaml.safe_dump_all(docs, sort_keys=False)
