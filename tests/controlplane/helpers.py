@@ -1,0 +1,120 @@
+"""Rendered stack objects, moved into namespaces of their own, for the control-plane tests.
+
+Every stack renders its objects into ``default`` (and ``monitoring``), and two stacks both
+render a PersistentVolume ``default-fsx-checkpoints`` and a claim ``fsx-checkpoints``: applied
+side by side they would overwrite each other. ``relocate`` moves one stack's objects under a
+prefix (namespaces, the PersistentVolume's name and its claim reference); nothing else
+changes.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controlplane.client import Client, wait_for
+
+IMAGE = "123456789012.dkr.ecr.us-east-2.amazonaws.com/eks-fsdp:controlplane-test"
+"""An image with a registry (a GPU stack's job refuses one without); never pulled here."""
+KIND_ORDER = ("Namespace", "PriorityClass", "PersistentVolume", "PersistentVolumeClaim")
+
+
+def rendered_objects(stack: str, out: Path) -> list[dict[str, Any]]:
+    """What ``python -m workloads.render --stack <stack>`` writes as Kubernetes objects (the
+    operator's kustomization and the charts' values are not objects), Namespaces first."""
+    from workloads.render import render
+
+    written = render(stack, out, image=IMAGE)
+    objs: list[dict[str, Any]] = []
+    for path in written:
+        if path.parent == out and path.suffix == ".yaml":
+            objs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    rank = {k: i for i, k in enumerate(KIND_ORDER)}
+    return sorted(objs, key=lambda o: rank.get(o["kind"], len(rank)))
+
+
+def relocate(objs: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    """``objs`` with every namespace ``N`` renamed ``<prefix>-N`` (Namespace objects too) and
+    PersistentVolumes renamed ``<prefix>-<name>`` with their claim references."""
+    out = []
+    for obj in copy.deepcopy(objs):
+        meta = obj["metadata"]
+        if obj["kind"] == "Namespace":
+            meta["name"] = f"{prefix}-{meta['name']}"
+        elif "namespace" in meta:
+            meta["namespace"] = f"{prefix}-{meta['namespace']}"
+        if obj["kind"] == "PersistentVolume":
+            meta["name"] = f"{prefix}-{meta['name']}"
+            ref = obj["spec"].get("claimRef")
+            if ref:
+                ref["namespace"] = f"{prefix}-{ref['namespace']}"
+        if obj["kind"] == "PersistentVolumeClaim" and obj["spec"].get("volumeName"):
+            obj["spec"]["volumeName"] = f"{prefix}-{obj['spec']['volumeName']}"
+        out.append(obj)
+    return out
+
+
+def namespaces_of(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A Namespace object for every namespace ``objs`` use (those they do not create)."""
+    names = {o["metadata"]["namespace"] for o in objs if "namespace" in o["metadata"]}
+    names -= {o["metadata"]["name"] for o in objs if o["kind"] == "Namespace"}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in sorted(names)
+    ]
+
+
+def delete_and_wait(client: Client, objs: list[dict[str, Any]], timeout: float = 120) -> None:
+    """Delete the Namespaces and cluster-scoped objects of ``objs`` (a namespace takes its
+    contents with it) and wait until the namespaces are gone."""
+    namespaces = [o for o in objs if o["kind"] == "Namespace"]
+    for obj in objs:
+        if obj["kind"] == "Namespace" or "namespace" not in obj["metadata"]:
+            client.delete(obj)
+
+    def gone() -> bool:
+        return all(
+            client.find("v1", "Namespace", o["metadata"]["name"]) is None for o in namespaces
+        )
+
+    wait_for("namespaces deleted", gone, timeout=timeout, interval=0.5)
+
+
+_SUFFIXES = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "m": 10**-3,
+}
+
+
+def quantity(value: object) -> float | None:
+    """A Kubernetes quantity (``2048Gi``, ``163``, ``500m``) as a number; None if it is not one
+    (the API server stores ``2048Gi`` as ``2Ti``)."""
+    text = str(value)
+    for suffix, factor in sorted(_SUFFIXES.items(), key=lambda kv: -len(kv[0])):
+        if text.endswith(suffix):
+            text, scale = text[: -len(suffix)], factor
+            break
+    else:
+        scale = 1
+    try:
+        return float(text) * scale
+    except ValueError:
+        return None
+
+
+def condition(obj: dict[str, Any], kind: str) -> str | None:
+    """The status of condition ``kind`` of ``obj`` (None when absent)."""
+    for c in obj.get("status", {}).get("conditions", []) or []:
+        if c["type"] == kind:
+            return str(c["status"])
+    return None

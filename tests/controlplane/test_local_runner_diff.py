@@ -1,0 +1,113 @@
+"""The local runner's worker pods against the real training operator's, for every stack.
+
+``localrun`` runs a PyTorchJob without a cluster: it starts each worker with the container's
+command and env plus the variables it believes the operator injects
+(``localrun.operator_env``: PET_*, PYTHONUNBUFFERED). Here the real operator reconciles the
+same rendered PyTorchJob and the test diffs the operator's pod specs against what
+``localrun.pods`` would run: the env (every name and value, the secret reference aside), the
+command, the pod names. If this fails, the local run no longer matches the cluster (a variable
+added, dropped or changed on either side): fix ``localrun`` (or the spec) so they agree again.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.__main__ import all_stacks
+from controlplane.client import wait_for
+from controlplane.cluster import ControlPlane
+from localrun import pods as local_pods
+from tests.controlplane.helpers import delete_and_wait, namespaces_of, relocate, rendered_objects
+
+pytestmark = pytest.mark.controlplane
+JOB_LABEL = "training.kubeflow.org/job-name"
+SECRET = "<from the secret>"
+LOCAL_ONLY = {
+    "HOSTNAME": "the container runtime sets it (to the pod name) in a real pod, not the pod spec",
+    "OMP_NUM_THREADS": "the local runner's processes share the machine's cores",
+    "PYTHONPATH": "the local runner runs the checkout, not the image's installed packages",
+    "CUDA_VISIBLE_DEVICES": "CPU jobs: no GPU may be picked up on the developer's machine",
+}
+"""Variables only the local runner sets, each with its reason."""
+
+
+def _operator_env(pod: dict[str, Any]) -> dict[str, str]:
+    (c,) = [c for c in pod["spec"]["containers"] if c["name"] == "pytorch"]
+    return {e["name"]: e.get("value", SECRET) for e in c.get("env", [])}
+
+
+def local_env(job: dict[str, Any], pod: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """What ``localrun.pods.pod_env`` gives the pod in an empty environment (no host
+    variables to tell apart), the Hugging Face token set so its secret reference resolves."""
+    device = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    cpu = "nvidia.com/gpu" not in device["resources"].get("limits", {})
+    with monkeypatch.context() as m:
+        m.setattr(local_pods.os, "environ", {"HF_TOKEN": "token"})
+        env = local_pods.pod_env(job, "cpu" if cpu else "cuda", pod)
+    return {k: SECRET if k == "HF_TOKEN" else v for k, v in env.items()}
+
+
+def mismatch(
+    job: dict[str, Any], pod: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    """How the local runner's env for ``pod`` differs from the operator's (empty: equal)."""
+    pod_name = pod["metadata"]["name"]
+    real = _operator_env(pod)
+    local = local_env(job, pod_name, monkeypatch)
+    out = [] if local.pop("HOSTNAME") == pod_name else ["HOSTNAME"]
+    for var in LOCAL_ONLY:
+        local.pop(var, None)
+    out += [f"only local: {k}" for k in sorted(local.keys() - real.keys())]
+    out += [f"only operator: {k}" for k in sorted(real.keys() - local.keys())]
+    out += [
+        f"{k}: local {local[k]!r}, operator {real[k]!r}"
+        for k in sorted(local.keys() & real.keys())
+        if local[k] != real[k]
+    ]
+    return out
+
+
+@pytest.mark.parametrize("stack", all_stacks())
+def test_local_runner_matches_the_operator(
+    control_plane: ControlPlane, stack: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = control_plane.client
+    objs = relocate(rendered_objects(stack, tmp_path / "render"), f"diff-{stack}")
+    objs = namespaces_of(objs) + objs
+    (job,) = [o for o in objs if o["kind"] == "PyTorchJob"]
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    replicas = job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+    try:
+        control_plane.apply_all(objs)
+        pods = wait_for(
+            f"{stack}: worker pods",
+            lambda: (
+                (p := client.items("v1", "Pod", ns, labelSelector=f"{JOB_LABEL}={name}"))
+                and len(p) == replicas
+                and p
+            ),
+            timeout=90,
+        )
+        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+            assert not mismatch(job, pod, monkeypatch), (
+                f"{stack}: {mismatch(job, pod, monkeypatch)}"
+            )
+            (c,) = [c for c in pod["spec"]["containers"] if c["name"] == "pytorch"]
+            command = local_pods.pod_command(job)
+            assert command[0] == sys.executable and c["command"][0] == "python"
+            assert command[1:] == c["command"][1:]
+            assert pod["spec"]["restartPolicy"] == "OnFailure"
+        # The diff is strict: one variable of the emulation changed makes it fail.
+        emulated = local_pods.operator_env
+
+        def changed(j: dict[str, Any]) -> dict[str, str]:
+            return {**emulated(j), "PYTHONUNBUFFERED": "0"}
+
+        monkeypatch.setattr(local_pods, "operator_env", changed)
+        assert mismatch(job, pods[0], monkeypatch) == ["PYTHONUNBUFFERED: local '0', operator '1'"]
+    finally:
+        delete_and_wait(client, objs)

@@ -1,0 +1,126 @@
+"""The fake nodes, kwok stages and webhook configurations the control plane installs, as data.
+
+If this fails, the fake nodes no longer look like the stacks' node groups (labels, taints,
+GPUs, EFA), so a pod that schedules here might not on EKS (or the reverse), or a webhook
+configuration names a Service, which would make the API server dial a cluster IP. No control
+plane runs here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controlplane import nodes, operators
+from controlplane.__main__ import all_stacks
+from infra.config import load_stack_file
+
+
+@pytest.mark.parametrize("stack", all_stacks())
+def test_gpu_nodes_carry_what_the_node_group_gives_them(stack: str) -> None:
+    from infra.gpu_nodegroup import node_labels  # imports pulumi: the tests may
+
+    cfg = load_stack_file(stack)
+    for group in cfg.gpu_node_groups:
+        shape = nodes.gpu_shape(group)
+        assert node_labels(group).items() <= shape.labels.items()
+        assert shape.taints == (
+            {"key": group.taint.key, "value": group.taint.value, "effect": group.taint.effect},
+        )
+        assert shape.capacity[nodes.GPU_RESOURCE] == str(group.instance.gpus)
+        if group.efa:
+            assert shape.capacity[nodes.EFA_RESOURCE] == str(group.instance.efa_interfaces)
+        else:
+            assert nodes.EFA_RESOURCE not in shape.capacity
+        assert shape.count == min(group.max_size, nodes.MAX_NODES_PER_GROUP)
+        (node, *_) = nodes.node_objects(shape)
+        assert node["status"]["allocatable"] == node["status"]["capacity"] == shape.capacity
+        assert node["metadata"]["annotations"] == {nodes.KWOK_NODE_ANNOTATION: "fake"}
+
+
+def test_p5_nodes_have_8_gpus_and_32_efa_interfaces() -> None:
+    shapes = {s.group: s for s in nodes.stack_shapes(["p5-16"])}
+    p5 = shapes["p5-block"]
+    assert p5.capacity[nodes.GPU_RESOURCE] == "8"
+    assert p5.capacity[nodes.EFA_RESOURCE] == "32"
+    assert p5.count == 16
+    assert "system" in shapes
+
+
+def test_label_constants_match_the_infra_modules() -> None:
+    from infra import gpu_nodegroup
+
+    assert nodes.NODEGROUP_LABEL == gpu_nodegroup.NODEGROUP_LABEL
+    assert nodes.GPU_PRESENT_LABEL == gpu_nodegroup.GPU_PRESENT_LABEL
+    assert nodes.EFA_PRESENT_LABEL == gpu_nodegroup.EFA_PRESENT_LABEL
+
+
+def test_kwok_config_holds_upstream_stages_then_ours(tmp_path: Path) -> None:
+    stage = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "x"}}
+    (tmp_path / "x.yaml").write_text(yaml.safe_dump(stage))
+    docs = list(yaml.safe_load_all(nodes.kwok_config([tmp_path / "x.yaml"])))
+    assert [d["kind"] for d in docs] == ["Stage", "Stage"]
+    ours = docs[-1]
+    assert ours["metadata"]["name"] == nodes.POD_EXIT_STAGE
+    keys = [e["key"] for e in ours["spec"]["selector"]["matchExpressions"]]
+    assert f'.metadata.annotations["{nodes.EXIT_CODE_ANNOTATION}"]' in keys
+
+
+def _webhook_manifest() -> list[dict]:
+    hook = {
+        "name": "validator.pytorchjob.training-operator.kubeflow.org",
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {
+            "service": {
+                "name": "webhook-service",
+                "namespace": "system",
+                "path": "/validate-kubeflow-org-v1-pytorchjob",
+            }
+        },
+        "rules": [],
+        "sideEffects": "None",
+    }
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "validating-webhook-configuration"},
+            "webhooks": [hook],
+        }
+    ]
+
+
+def test_webhooks_point_at_loopback_and_carry_the_ca() -> None:
+    (vwc,) = operators.webhook_configurations(
+        _webhook_manifest(), operators.TRAINING_OPERATOR, 9443, "Q0E="
+    )
+    assert vwc["metadata"]["name"] == operators.TRAINING_OPERATOR.validating
+    (hook,) = vwc["webhooks"]
+    assert hook["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/validate-kubeflow-org-v1-pytorchjob",
+        "caBundle": "Q0E=",
+    }
+    assert "service" not in yaml.safe_dump(vwc)
+
+
+def test_kueue_conversion_webhooks_on_loopback() -> None:
+    crd = {"metadata": {"name": "workloads.kueue.x-k8s.io"}, "spec": {"versions": []}}
+    out = operators.with_conversion_webhook(crd, operators.KUEUE, 9444, "Q0E=")
+    conv = out["spec"]["conversion"]
+    assert conv["strategy"] == "Webhook"
+    assert conv["webhook"]["clientConfig"] == {
+        "url": "https://127.0.0.1:9444/convert",
+        "caBundle": "Q0E=",
+    }
+    other = {"metadata": {"name": "resourceflavors.kueue.x-k8s.io"}, "spec": {}}
+    assert operators.with_conversion_webhook(other, operators.KUEUE, 9444, "Q0E=") == other
+
+
+def test_kueue_configuration_binds_loopback_only(tmp_path: Path) -> None:
+    cfg = operators.kueue_configuration(webhook_port=1, health_port=2, cert_dir=tmp_path)
+    assert cfg["webhook"] == {"host": "127.0.0.1", "port": 1, "certDir": str(tmp_path)}
+    assert cfg["health"]["healthProbeBindAddress"] == "127.0.0.1:2"
+    assert cfg["metrics"]["bindAddress"] == "0"
+    assert "kubeflow.org/pytorchjob" in cfg["integrations"]["frameworks"]
