@@ -34,6 +34,8 @@ from infra import versions
 SERVICE_CIDR = "10.96.0.0/16"
 """``--service-cluster-ip-range``: addresses written into Services, never dialled here."""
 START_TIMEOUT_S = 120.0
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""An opener that never goes through an ``http_proxy`` (every URL here is on loopback)."""
 FIELD_MANAGER = "eks-fsdp-controlplane"
 
 
@@ -166,7 +168,7 @@ class ControlPlane:
     def _wait_http(self, name: str, url: str, expect: bytes = b"ok") -> None:
         def probe() -> bool:
             try:
-                with urllib.request.urlopen(url, timeout=2) as resp:  # loopback http
+                with _DIRECT.open(url, timeout=2) as resp:
                     return expect in resp.read()
             except OSError:
                 return False
