@@ -16,8 +16,8 @@ node's kubelet. Every component authenticates with the admin client certificate
 
 from __future__ import annotations
 
+import contextlib
 import json
-import shutil
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -143,7 +143,11 @@ class ControlPlane:
         """Stop every component (newest first); the exit codes. Idempotent."""
         codes = procs.stop(reversed(self.procs))
         if self._created_runtime_cert:
-            shutil.rmtree(operators.RUNTIME_CERT_DIR.parent, ignore_errors=True)
+            for name in ("tls.crt", "tls.key"):
+                (operators.RUNTIME_CERT_DIR / name).unlink(missing_ok=True)
+            for folder in (operators.RUNTIME_CERT_DIR, operators.RUNTIME_CERT_DIR.parent):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty
             self._created_runtime_cert = False
         return codes
 

@@ -25,7 +25,7 @@ Training operator (kubeflow/training-operator ``cmd/training-operator.v1/main.go
 ``pkg/cert/cert.go`` at the pin): Secret ``training-operator-webhook-cert`` in
 ``$MY_POD_NAMESPACE`` (``kubeflow``), CA ``training-operator-ca``, DNS name
 ``training-operator.kubeflow.svc``, configuration ``validator.training-operator.kubeflow.org``;
-its rotator's ``CertDir`` is the constant ``/tmp/k8s-webhook-server/serving-certs`` while its
+its rotator's ``CertDir`` is a constant (``certDir``, ``RUNTIME_CERT_DIR`` here) while its
 webhook server (no ``CertDir`` option) reads ``$TMPDIR/k8s-webhook-server/serving-certs``
 (``os.TempDir()``, controller-runtime ``pkg/webhook/server.go``). The process gets a
 ``TMPDIR`` of its own holding the real files; the constant path only needs a ``tls.crt`` to
