@@ -345,7 +345,7 @@ def ensure(*, only: tuple[str, ...] = (), quiet: bool = False, build: bool = Tru
             raise BuildError(
                 f"not built: {', '.join(missing) or 'manifests'} (in {root}); run make controlplane"
             )
-    with _locked(root.with_suffix(".lock")):
+    with _locked(root.parent / f"{root.name}.lock"):
         bin_dir.mkdir(parents=True, exist_ok=True)
         times = json.loads(times_file.read_text()) if times_file.exists() else {}
         for b in wanted:
