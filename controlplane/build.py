@@ -176,15 +176,23 @@ def cache_root() -> Path:
     return Path(base) / "eks-fsdp" / "controlplane"
 
 
-def go_version() -> str:
-    """``go env GOVERSION`` (``BuildError`` without a Go toolchain)."""
-    go = shutil.which("go")
+def go_binary() -> str:
+    """The Go toolchain: ``go`` on PATH, else where Go's release archives install
+    (``/usr/local/go/bin``, go.dev/doc/install), which a non-login shell may lack on PATH."""
+    go = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
     if go is None:
         raise BuildError(
             "go: not found on PATH; install Go >= 1.26 (https://go.dev/dl) or set "
             f"{ENVTEST_ENV} and build on a machine with Go"
         )
-    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True)
+    return go
+
+
+def go_version() -> str:
+    """``go env GOVERSION`` (``BuildError`` without a Go toolchain)."""
+    out = subprocess.run(
+        [go_binary(), "env", "GOVERSION"], capture_output=True, text=True, check=True
+    )
     return out.stdout.strip()
 
 
@@ -246,7 +254,9 @@ def _locked(path: Path) -> Iterator[None]:
 
 def _go_env() -> dict[str, str]:
     env = dict(os.environ)
+    go_dir = os.path.dirname(go_binary())
     env.update(
+        PATH=os.pathsep.join((go_dir, env.get("PATH", ""))),  # "go" below is this toolchain
         CGO_ENABLED="0",  # static binaries, no C toolchain needed
         GOFLAGS="-mod=readonly",  # go.mod and go.sum are committed: never rewritten by a build
         GOTOOLCHAIN="local",  # never download another toolchain
