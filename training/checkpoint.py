@@ -46,7 +46,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 from torch.distributed.checkpoint.stateful import Stateful
 
 from training.dist import barrier
@@ -62,14 +66,24 @@ DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 
 
 class ModelOptimizerState(Stateful):
-    """Model and optimizer state in DCP's sharded form (works with and without FSDP)."""
+    """Model and optimizer state in DCP's sharded form (works with and without FSDP).
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    `trainable_only` (LoRA): the frozen base is left out (`ignore_frozen_params`) and loaded
+    again from the model's own weights at start; the checkpoint holds the adapters and their
+    optimizer state, a few MB instead of the whole model.
+    """
+
+    def __init__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, *, trainable_only: bool = False
+    ) -> None:
         self.model = model
         self.optimizer = optimizer
+        self.options = StateDictOptions(
+            ignore_frozen_params=trainable_only, strict=not trainable_only
+        )
 
     def state_dict(self) -> dict[str, Any]:
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.options)
         return {"model": model_sd, "optimizer": optim_sd}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -78,6 +92,7 @@ class ModelOptimizerState(Stateful):
             self.optimizer,
             model_state_dict=state_dict["model"],
             optim_state_dict=state_dict["optimizer"],
+            options=self.options,
         )
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "AC_MODES",
     "BATCHING_STRATEGIES",
     "DATASETS",
+    "PEFT_METHODS",
     "SHARDING_STRATEGIES",
     "ConfigError",
     "TrainConfig",
@@ -57,6 +58,8 @@ AC_MODES = ("full", "selective", "none")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DATASETS = ("samsum_dataset", "samsum_sample", "alpaca_dataset", "custom")
 DATASETS_WITH_PATH = ("custom", "alpaca_dataset")
+PEFT_METHODS = ("lora",)
+"""llama-recipes' --peft_method values this trainer runs (its llama_adapter and prefix are not)."""
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -139,6 +142,20 @@ class TrainConfig:
     """With --enable_fsdp (as llama-recipes'): recompute each decoder layer's activations in backward."""
     fsdp_cpu_offload: bool = False
     """Offload sharded parameters, gradients and optimizer state to CPU."""
+    use_peft: bool = False
+    """Train low-rank adapters (peft) on a frozen base model instead of every weight."""
+    peft_method: str = "lora"
+    """With --use_peft: the adapter kind; lora (llama-recipes' lora_config)."""
+    lora_r: int = 8
+    """With --use_peft: the rank of each LoRA update (llama-recipes' lora_config.r)."""
+    lora_alpha: int = 32
+    """With --use_peft: LoRA scaling numerator; the update is scaled by lora_alpha / lora_r."""
+    lora_dropout: float = 0.05
+    """With --use_peft: dropout on the LoRA branch's input in training."""
+    lora_target_modules: str = "q_proj,v_proj"
+    """With --use_peft: comma-separated module names to adapt, or all-linear (every linear but lm_head)."""
+    merge_adapters: bool = False
+    """With --use_peft and --save_model: also export the base with the adapters merged into it."""
 
     # --- ours -----------------------------------------------------------------------------------
     resume: bool = False
@@ -293,6 +310,7 @@ def _validate(c: TrainConfig) -> None:
     for flag in ("sharding_group_size", "replica_group_size"):
         if getattr(c, flag) > 0 and not c.hsdp:
             fail(flag, "only used with --hsdp")
+    _validate_peft(c, fail)
     if c.pure_bf16 and c.use_fp16:
         fail("pure_bf16", "cannot be combined with --use_fp16")
     if c.use_fp16 and c.mixed_precision:
@@ -303,6 +321,39 @@ def _validate(c: TrainConfig) -> None:
             "fp16 training needs loss scaling, which this trainer does not do with FSDP2; "
             "use bf16 (the default --mixed_precision) or --mixed_precision=False",
         )
+
+
+_PEFT_ONLY = ("peft_method", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+
+
+def _validate_peft(c: TrainConfig, fail: typing.Callable[[str, str], typing.NoReturn]) -> None:
+    """The --use_peft flags: values in range, and none of them without --use_peft."""
+    if not c.use_peft:
+        defaults = {f.name: f.default for f in dataclasses.fields(c)}
+        for flag in (*_PEFT_ONLY, "merge_adapters"):
+            if getattr(c, flag) != defaults[flag]:
+                fail(flag, "only used with --use_peft")
+        return
+    if c.peft_method not in PEFT_METHODS:
+        hint = _suggest(c.peft_method, PEFT_METHODS)
+        fail(
+            "peft_method",
+            f"must be one of {', '.join(PEFT_METHODS)} (llama-recipes' llama_adapter and "
+            f"prefix are not supported), got {c.peft_method!r}{hint}",
+        )
+    if c.lora_r < 1:
+        fail("lora_r", f"must be >= 1, got {c.lora_r}")
+    if c.lora_alpha < 1:
+        fail("lora_alpha", f"must be >= 1, got {c.lora_alpha}")
+    if not (math.isfinite(c.lora_dropout) and 0 <= c.lora_dropout < 1):
+        fail("lora_dropout", f"must be in [0, 1), got {c.lora_dropout}")
+    names = [t.strip() for t in c.lora_target_modules.split(",")]
+    if not all(names):
+        fail("lora_target_modules", f"expects comma-separated names, got {c.lora_target_modules!r}")
+    if "all-linear" in names and len(names) > 1:
+        fail("lora_target_modules", "all-linear stands alone, not in a list")
+    if c.merge_adapters and not c.save_model:
+        fail("merge_adapters", "exports merged weights with --save_model; it is off")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4,6 +4,10 @@ Every rank takes part in gathering the full state dict (`get_model_state_dict` w
 `full_state_dict=True, cpu_offload=True`: shards are gathered one parameter at a time into rank 0's
 CPU memory); rank 0 writes it with `save_pretrained`, so
 `AutoModelForCausalLM.from_pretrained(<output_dir>/hf)` gives the trained model back.
+
+With `--use_peft` the export is the adapter folder `<output_dir>/adapter` (only the trainable
+parameters are gathered), which `peft.PeftModel.from_pretrained(base, folder)` loads, and with
+`--merge_adapters` also `<output_dir>/hf`: the base with the adapters merged in.
 """
 
 from __future__ import annotations
@@ -16,6 +20,40 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from training.dist import barrier
+
+
+def export_lora(
+    model: nn.Module,
+    peft_model: Any,
+    config: Any,
+    tokenizer: Any,
+    out_dir: Path,
+    *,
+    merge: bool,
+) -> list[tuple[str, Path]]:
+    """Write `out_dir/adapter` and, with `merge`, `out_dir/hf` (collective); rank 0 returns
+    [(what, folder)], the others []."""
+    from training.lora import merged_state_dict, write_adapter_folder
+
+    main = not dist.is_initialized() or dist.get_rank() == 0
+    written: list[tuple[str, Path]] = []
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+    trainable = get_model_state_dict(model, options=options)
+    if main:
+        folder = write_adapter_folder(peft_model, trainable, tokenizer, out_dir / "adapter")
+        written.append(("exported adapter", folder))
+    del trainable
+    if merge:
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        full = get_model_state_dict(model, options=options)
+        if main:
+            merged = merged_state_dict(full, config, peft_model.peft_config["default"])
+            written.append(
+                ("merged model", write_hf_folder(merged, config, tokenizer, out_dir / "hf"))
+            )
+        del full
+    barrier()
+    return written
 
 
 def export_hf(model: nn.Module, config: Any, tokenizer: Any, out_dir: Path) -> Path | None:

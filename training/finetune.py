@@ -19,6 +19,7 @@ backward pass), so any world size, sharding or accumulation split gives the same
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import os
@@ -142,7 +143,13 @@ class Trainer:
             peak_flops,
         )
         from training.model import build_empty, full_state_dict, materialize, model_spec
-        from training.parallelize import ParallelDims, build_mesh, parallelize, resolve_precision
+        from training.parallelize import (
+            ParallelDims,
+            build_mesh,
+            parallelize,
+            resolve_precision,
+            uses_dropout,
+        )
 
         cfg, self.precision_note = resolve_precision(cfg, env.device)
         self.cfg, self.env = cfg, env
@@ -177,15 +184,25 @@ class Trainer:
                 max_steps=cfg.max_eval_step,
             )
 
-        # model: empty everywhere, sharded, then filled from rank 0
+        # model: empty everywhere, adapters injected (--use_peft), sharded, filled from rank 0
         self.model = build_empty(self.spec)
+        self.peft: Any = None  # the PeftModel around self.model (its config, the export)
+        adapt = None
+        if cfg.use_peft:
+            from training import lora
+
+            self.peft = lora.apply_lora(self.model, cfg, empty=True)
+            adapt = functools.partial(lora.apply_lora, cfg=cfg, empty=False)
         self.mesh = build_mesh(self.dims, device_type())
         parallelize(self.model, self.mesh, cfg, self.dims)
         where = torch.device("cpu") if cfg.fsdp_cpu_offload and cfg.enable_fsdp else env.device
-        weights = full_state_dict(self.spec, cfg.seed) if env.is_main else None
+        weights = full_state_dict(self.spec, cfg.seed, adapt) if env.is_main else None
         materialize(self.model, self.spec, where, weights)
         del weights
         self.model.train()
+        # Dropout (LoRA's) draws random numbers: each step's come from (seed, step, rank), so a
+        # resumed run draws what the uninterrupted one did.
+        self._step_seeded = uses_dropout(self.model)
 
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.StepLR(
@@ -196,7 +213,9 @@ class Trainer:
         # checkpoints
         self.ckpt_root = Path(cfg.dist_checkpoint_root_folder) / cfg.dist_checkpoint_folder
         self.stateful: dict[str, Stateful] = {
-            "app": checkpoint.ModelOptimizerState(self.model, self.optimizer),
+            "app": checkpoint.ModelOptimizerState(
+                self.model, self.optimizer, trainable_only=cfg.use_peft
+            ),
             "scheduler": self.scheduler,
             "data": self.batches,
             "trainer": self.state,
@@ -253,6 +272,7 @@ class Trainer:
 
         self.flops_per_token = flops_per_token(self.spec.config, cfg.context_length)
         self.n_params = num_params(self.model)
+        self.n_trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         self.history: dict[str, list[float]] = {
             "epoch_loss": [],
             "epoch_time": [],
@@ -281,6 +301,8 @@ class Trainer:
 
     def _train(self) -> bool:
         """The loop of `fit`: epochs, steps, validation and checkpoints."""
+        import torch
+
         from training.dist import set_collective_timeout
 
         cfg, st = self.cfg, self.state
@@ -289,6 +311,9 @@ class Trainer:
             t_epoch, losses = time.perf_counter(), []
             t_last = time.perf_counter()
             for micro_batches in self.batches:
+                if self._step_seeded:
+                    step_seed = (cfg.seed * 1_000_003 + st.step) * self.env.world_size
+                    torch.manual_seed(step_seed + self.env.rank)
                 out = self.train_step(micro_batches)
                 self.gc.step(st.step + 1)  # part of the step's measured time
                 now = time.perf_counter()
@@ -495,13 +520,29 @@ class Trainer:
         """Export the model, write summary.json and the plot, print the summary (rank 0)."""
         import torch.distributed as dist
 
-        from training.export import export_hf
-        from training.metrics import GOODPUT_FILE, peak_memory_bytes, plot_metrics, write_summary
+        from training.export import export_hf, export_lora
+        from training.metrics import (
+            GOODPUT_FILE,
+            format_summary,
+            peak_memory_bytes,
+            plot_metrics,
+            write_summary,
+        )
 
         self.metrics.close()
-        exported = None
-        if self.cfg.save_model and not preempted:
-            exported = export_hf(self.model, self.spec.config, self.tokenizer, self.out_dir / "hf")
+        exported: list[tuple[str, Path]] = []
+        if self.cfg.save_model and not preempted and self.peft is not None:
+            exported = export_lora(
+                self.model,
+                self.peft,
+                self.spec.config,
+                self.tokenizer,
+                self.out_dir,
+                merge=self.cfg.merge_adapters,
+            )
+        elif self.cfg.save_model and not preempted:
+            path = export_hf(self.model, self.spec.config, self.tokenizer, self.out_dir / "hf")
+            exported = [("exported model", path)] if path is not None else []
         import torch
 
         peak = torch.tensor([peak_memory_bytes(self.env.device)], dtype=torch.float64)
@@ -529,6 +570,8 @@ class Trainer:
             "tokens_seen": self.state.tokens_seen,
             "world_size": self.env.world_size,
             "layout": self.dims.describe(),
+            "params": self.n_params,
+            "trainable_params": self.n_trainable,
             "preempted": preempted,
             **g.as_dict(),
         }
@@ -536,7 +579,7 @@ class Trainer:
         jsonl = self.out_dir / "metrics.jsonl"
         if self.cfg.plot_metrics and jsonl.is_file():
             plot_metrics(jsonl, self.out_dir / "metrics.png")
-        print(_format_summary(summary, exported, self.ckpt_root), flush=True)
+        print(format_summary(summary, exported, self.ckpt_root, PREEMPTED_EXIT), flush=True)
 
     # ------------------------------------------------------------------------------------------
     def _log(self, out: dict[str, Any]) -> None:
@@ -646,6 +689,10 @@ class Trainer:
         )
         if self.precision_note:
             print(self.precision_note, flush=True)
+        if self.peft is not None:
+            from training.lora import describe
+
+            print(describe(cfg, self.model), flush=True)
 
 
 def clip_grads(model: Any, max_norm: float | None) -> torch.Tensor:
@@ -704,33 +751,6 @@ def _mean(xs: list[float]) -> float:
 
 def _exp(x: float) -> float:
     return math.exp(min(x, 700.0))
-
-
-def _format_summary(s: dict[str, Any], exported: Path | None, ckpt_root: Path) -> str:
-    def num(v: Any, fmt: str) -> str:
-        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
-
-    lines = [
-        "",
-        "=== training summary ===",
-        f"steps                {s['steps']} ({s['layout']}, world size {s['world_size']})",
-        f"train loss (avg)     {num(s['avg_train_loss'], '.4f')}   perplexity {num(s['avg_train_prep'], '.2f')}",
-        f"eval loss (avg)      {num(s['avg_eval_loss'], '.4f')}   perplexity {num(s['avg_eval_prep'], '.2f')}",
-        f"throughput           {s['tokens_per_s']:,.0f} tokens/s (global)",
-        f"peak memory          {s['peak_mem_bytes'] / 2**20:,.0f} MiB (max over ranks)",
-        f"epoch / checkpoint   {num(s['avg_epoch_time'], '.1f')} s / {num(s['avg_checkpoint_time'], '.2f')} s (avg stall)",
-        f"goodput              {100 * s['goodput']:.1f}% ({s['productive_s']:.1f} s of steps in "
-        f"{s['wall_s']:.1f} s; {s['restarts']} restarts, {s['steps_redone']} steps redone)",
-        f"checkpoints          {ckpt_root}",
-    ]
-    if exported is not None:
-        lines.append(f"exported model       {exported}")
-    if s["preempted"]:
-        lines.append(
-            f"stopped by SIGTERM at step {s['steps']}: exit {PREEMPTED_EXIT}; the job resumes "
-            "from its newest complete checkpoint (--resume)"
-        )
-    return "\n".join([*lines, ""])  # a blank line closes the block (the local runner quotes it)
 
 
 if __name__ == "__main__":

@@ -266,3 +266,34 @@ def plot_metrics(jsonl: Path, png: Path) -> None:
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=100)
     plt.close(fig)
+
+
+def format_summary(
+    s: Mapping[str, Any], exported: Sequence[tuple[str, Path]], ckpt_root: Path, preempted_exit: int
+) -> str:
+    """The summary block rank 0 prints at the end: `s` is summary.json's content, `exported`
+    the (what, folder) pairs the export wrote."""
+
+    def num(v: Any, fmt: str) -> str:
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+    lines = [
+        "",
+        "=== training summary ===",
+        f"steps                {s['steps']} ({s['layout']}, world size {s['world_size']})",
+        f"train loss (avg)     {num(s['avg_train_loss'], '.4f')}   perplexity {num(s['avg_train_prep'], '.2f')}",
+        f"eval loss (avg)      {num(s['avg_eval_loss'], '.4f')}   perplexity {num(s['avg_eval_prep'], '.2f')}",
+        f"throughput           {s['tokens_per_s']:,.0f} tokens/s (global)",
+        f"peak memory          {s['peak_mem_bytes'] / 2**20:,.0f} MiB (max over ranks)",
+        f"epoch / checkpoint   {num(s['avg_epoch_time'], '.1f')} s / {num(s['avg_checkpoint_time'], '.2f')} s (avg stall)",
+        f"goodput              {100 * s['goodput']:.1f}% ({s['productive_s']:.1f} s of steps in "
+        f"{s['wall_s']:.1f} s; {s['restarts']} restarts, {s['steps_redone']} steps redone)",
+        f"checkpoints          {ckpt_root}",
+    ]
+    lines += [f"{what:<20} {path}" for what, path in exported]
+    if s["preempted"]:
+        lines.append(
+            f"stopped by SIGTERM at step {s['steps']}: exit {preempted_exit}; the job resumes "
+            "from its newest complete checkpoint (--resume)"
+        )
+    return "\n".join([*lines, ""])  # a blank line closes the block (the local runner quotes it)

@@ -16,6 +16,7 @@ exactly the weights a 1-process run gets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,18 +148,25 @@ def keep_buffers_fp32(model: nn.Module, saved: dict[str, torch.Tensor]) -> None:
                 mod._buffers[buf_name] = saved[full].detach().clone()
 
 
-def full_state_dict(spec: ModelSpec, seed: int) -> dict[str, torch.Tensor]:
-    """The complete weights on CPU (call on rank 0 only): seeded random init or the checkpoint."""
+def full_state_dict(
+    spec: ModelSpec, seed: int, adapt: Callable[[nn.Module], Any] | None = None
+) -> dict[str, torch.Tensor]:
+    """The complete weights on CPU (call on rank 0 only): seeded random init or the checkpoint.
+
+    `adapt(model)` changes the built model in place before its state dict is taken (LoRA
+    adapters, `training.lora`), drawing its random numbers from the same seeded stream."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one bar per rank-0 load only clutters job logs
-    if spec.is_preset:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if spec.is_preset:
             model = AutoModelForCausalLM.from_config(spec.config, dtype=torch.float32)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(spec.name, dtype=torch.float32)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(spec.name, dtype=torch.float32)
+        if adapt is not None:
+            adapt(model)
     return {k: v.to(spec.dtype) for k, v in model.state_dict().items()}
 
 

@@ -6,6 +6,9 @@ helpers.launch); tests only read the metrics and measurements those runs leave b
   world2: every 2-process sharding variant, a 1 -> 2 resume, state bytes, an HF export, the
           local HF checkpoint (tied embeddings) sharded;
   world4: HYBRID_SHARD 2x2 and FULL_SHARD with 4 processes, state bytes.
+LoRA (--use_peft) runs ride along in world1 and world2: a 1-process reference, the 2-process
+parity run, a 1 -> 2 resume, state bytes, and the adapter / merged export of the local HF
+checkpoint.
 Both world1 and world2 also train two epochs of an 11-sample dataset (global batch 4 does not
 divide it): the last batch of each epoch is completed with masked filler rows.
 
@@ -29,6 +32,11 @@ STEPS = 6
 RESUME_AT = 3  # the reference run checkpoints every RESUME_AT steps
 CLIP = ("--gradient_clipping", "--gradient_clipping_threshold=0.05")
 """Clipping that acts at every step of the tiny run (its grad norms are ~1.7-2.2)."""
+LORA = ("--use_peft", "--lora_dropout=0")
+"""LoRA with llama-recipes' defaults (r 8, alpha 32, q_proj and v_proj) but no dropout: the
+dropout masks of a 1-process and a 2-process run are drawn differently."""
+LORA_KILL_STEPS = 30
+"""Steps of the LoRA run with dropout that test_lora's SIGKILL test interrupts and resumes."""
 FILLER_SAMPLES = 11
 """Training rows of the filler dataset (12 rows, the last 10% is validation)."""
 
@@ -141,6 +149,8 @@ def _world1(train_root: Path, hf_checkpoint: Path) -> tuple[Path, dict[str, Any]
         _train(base, "ref_batch8", 1, "--batch_size_training=8"),  # for world 4 x 2 micro-batches
         _train(base, "clipped", 1, *CLIP),
         _filler_job(base, 1),
+        _train(base, "lora_ref", 1, *LORA, f"--checkpoint_every={RESUME_AT}"),
+        _train(base, "lora_dropout_ref", 1, "--use_peft", f"--max_train_step={LORA_KILL_STEPS}"),
     ]
     return base, launch(1, jobs, base)
 
@@ -221,6 +231,32 @@ def _world2(
             "out": str(base / "export" / "logits.pt"),
         },
         _filler_job(base, 2),
+        _train(base, "lora_full_shard", 2, *LORA),
+        {
+            "kind": "copy_checkpoint",
+            "src": str(ckpt_dir(w1_base, "lora_ref")),
+            "dst": str(ckpt_dir(base, "lora_resume_1to2")),
+            "step": RESUME_AT,
+        },
+        _train(base, "lora_resume_1to2", 2, *LORA, "--resume"),
+        {"kind": "state_bytes", "name": "lora_bytes", "argv": _argv(base, "lora_bytes", 2, *LORA)},
+        {
+            "kind": "export_logits",
+            "name": "lora_export",
+            "argv": _argv(
+                base,
+                "lora_export",
+                2,
+                f"--model_name={hf_checkpoint}",
+                "--use_peft",
+                "--lora_target_modules=all-linear",
+                "--lr=1e-2",  # adapters far from their zero start after 3 steps
+                "--save_model=True",
+                "--merge_adapters",
+                "--max_train_step=3",
+            ),
+            "out": str(base / "lora_export" / "logits.pt"),
+        },
     ]
     return base, launch(2, jobs, base)
 

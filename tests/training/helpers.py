@@ -186,8 +186,10 @@ def _state_bytes(argv: list[str]) -> dict[str, Any]:
             "grad_bytes": grad_bytes,
             "optim_bytes": _local_bytes(optim),
             "full_param_bytes": full,
+            "trainable_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad),
             "n_grads": len(grads),
             "n_params": len(params),
+            "n_trainable": sum(p.requires_grad for p in params),
         }
 
 

@@ -55,6 +55,13 @@ LLAMA_RECIPES_DEFAULTS = {
     "fsdp_activation_checkpointing": True,
     "fsdp_cpu_offload": False,
     "pure_bf16": False,
+    "use_peft": False,
+    "peft_method": "lora",
+    # llama-recipes' lora_config (configs/peft.py): r, lora_alpha, lora_dropout, target_modules
+    "lora_r": 8,
+    "lora_alpha": 32,
+    "lora_dropout": 0.05,
+    "lora_target_modules": "q_proj,v_proj",
 }
 
 
@@ -250,6 +257,33 @@ BAD = [
     (["--max_train_samples", "-3"], "--max_train_samples: must be >= 0, got -3"),
     (["--model_name", ""], "--model_name: must not be empty"),
     (["--output_dir="], "--output_dir: must not be empty"),
+    (
+        ["--use_peft", "--peft_method", "prefix"],
+        "--peft_method: must be one of lora (llama-recipes' llama_adapter and prefix are not "
+        "supported), got 'prefix'",
+    ),
+    (
+        ["--use_peft", "--peft_method", "LoRA"],
+        "--peft_method: must be one of lora (llama-recipes' llama_adapter and prefix are not "
+        "supported), got 'LoRA' (did you mean lora?)",
+    ),
+    (["--lora_r", "16"], "--lora_r: only used with --use_peft"),
+    (["--merge_adapters"], "--merge_adapters: only used with --use_peft"),
+    (["--use_peft", "--lora_r", "0"], "--lora_r: must be >= 1, got 0"),
+    (["--use_peft", "--lora_alpha", "0"], "--lora_alpha: must be >= 1, got 0"),
+    (["--use_peft", "--lora_dropout", "1"], "--lora_dropout: must be in [0, 1), got 1.0"),
+    (
+        ["--use_peft", "--lora_target_modules", "q_proj,,v_proj"],
+        "--lora_target_modules: expects comma-separated names, got 'q_proj,,v_proj'",
+    ),
+    (
+        ["--use_peft", "--lora_target_modules", "all-linear,q_proj"],
+        "--lora_target_modules: all-linear stands alone, not in a list",
+    ),
+    (
+        ["--use_peft", "--merge_adapters", "--save_model=False"],
+        "--merge_adapters: exports merged weights with --save_model; it is off",
+    ),
     (["--lr", "1e-4", "--lr", "2e-4"], "--lr: given more than once"),
     (["--lr=1e-4", "--lr", "2e-4"], "--lr: given more than once"),
     (["train.py"], "unexpected argument 'train.py' (flags look like --name value)"),

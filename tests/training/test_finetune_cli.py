@@ -80,6 +80,11 @@ BAD_AT_WORLD_2: dict[str, tuple[list[str], str]] = {
     "no_such_model": (["--model_name=/nonexistent/model"], "--model_name /nonexistent/model"),
     "resume_other_model": (["--model_name=tiny-llama", "--resume"], "does not fit this run"),
     "bad_row": (["--dataset=custom", "--data_path=BAD"], "bad.jsonl:2: missing field 'summary'"),
+    "lora_target_missing": (
+        ["--use_peft", "--lora_target_modules=q_proj,qkv_proj"],
+        "--lora_target_modules: LlamaForCausalLM has no module named 'qkv_proj' (its linear "
+        "layers: down_proj, gate_proj, k_proj, lm_head, o_proj, q_proj, up_proj, v_proj)",
+    ),
 }
 
 

@@ -1,0 +1,194 @@
+"""LoRA adapters (peft) on a frozen base, sharded with FSDP2 like full fine-tuning.
+
+`--use_peft --peft_method lora` (llama-recipes' names; `--lora_r --lora_alpha --lora_dropout
+--lora_target_modules` as TRL's and axolotl's) wraps the model in `peft.get_peft_model` before
+it is sharded: every rank injects the adapters into its empty (meta) model
+(`low_cpu_mem_usage=True`), rank 0 builds the same adapters on its real weights under the run's
+seed, and `training.model.materialize` broadcasts both, so every world size starts from the
+adapters a 1-process run gets. The trainer keeps training the HF model itself (the adapters are
+modules inside it; `PeftModel.forward` only adds routing this trainer never uses) and holds the
+`PeftModel` for its config and the adapter export.
+
+Frozen and trainable parameters share each FSDP2 unit (a decoder layer holds its base
+projections and their `lora_A`/`lora_B`): FSDP2 shards every parameter on its own (DTensor,
+dim 0) and requires a uniform dtype only of the parameters that require gradients
+(`FSDPParamGroup._init_mp_dtypes`, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py);
+after backward it reduce-scatters only the parameters that received a gradient
+(`FSDPParamGroup.post_backward`), so the frozen base is all-gathered for compute but never
+reduced, and it holds no gradient or optimizer state. FSDP1 needed `use_orig_params=True` for
+that and then kept gradient memory for frozen parameters; the FSDP2 docs list "relaxes
+constraints around frozen parameters" among the reasons for per-parameter sharding.
+
+Checkpoints hold the adapters and their optimizer state only (`ignore_frozen_params`): the base
+is read again from `--model_name` (or the preset's seed) at every start.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from training.model import ModelError
+
+if TYPE_CHECKING:
+    from training.config import TrainConfig
+
+ADAPTER_NAME = "default"
+"""peft's adapter name; the export drops it from the keys, as `PeftModel.save_pretrained`."""
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+_PEFT_PREFIX = "base_model.model."
+"""What `PeftModel.state_dict()` puts before the HF model's own parameter names."""
+
+
+def target_modules(cfg: TrainConfig) -> list[str] | str:
+    """--lora_target_modules as peft takes it: a list of names, or the string "all-linear"."""
+    names = [t.strip() for t in cfg.lora_target_modules.split(",")]
+    return "all-linear" if names == ["all-linear"] else names
+
+
+def lora_config(cfg: TrainConfig) -> Any:
+    """The `peft.LoraConfig` of the flags (llama-recipes' lora_config: bias none, causal LM)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=target_modules(cfg),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def check_targets(model: nn.Module, targets: list[str] | str) -> None:
+    """Every named target is a linear layer of `model`, matched as peft matches a name (the
+    module's full name, or its last dotted parts); else one line naming the flag."""
+    if targets == "all-linear":
+        return
+    linear = sorted(
+        {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    )
+    for target in targets:
+        hits = [m for n, m in model.named_modules() if n == target or n.endswith("." + target)]
+        if not hits:
+            raise ModelError(
+                f"--lora_target_modules: {type(model).__name__} has no module named "
+                f"{target!r} (its linear layers: {', '.join(linear)})"
+            )
+        other = sorted({type(m).__name__ for m in hits if not isinstance(m, nn.Linear)})
+        if other:
+            raise ModelError(
+                f"--lora_target_modules: {target!r} names {', '.join(other)} modules, not "
+                f"linear layers (its linear layers: {', '.join(linear)})"
+            )
+
+
+def apply_lora(model: nn.Module, cfg: TrainConfig, *, empty: bool) -> Any:
+    """Inject the adapters into `model` in place (base frozen); returns the `PeftModel`.
+
+    `empty`: `model`'s parameters are on the meta device and the adapters are created there too
+    (filled later by `materialize`); otherwise they are initialised with the global RNG
+    (kaiming-uniform A, zero B: the adapted model starts equal to the base).
+    """
+    from peft import get_peft_model
+
+    targets = target_modules(cfg)
+    check_targets(model, targets)
+    with warnings.catch_warnings():
+        # peft reads transformers' deprecated `is_gradient_checkpointing` while wrapping
+        warnings.simplefilter("ignore", FutureWarning)
+        peft_model = get_peft_model(model, lora_config(cfg), low_cpu_mem_usage=empty)
+    peft_model.peft_config[ADAPTER_NAME].base_model_name_or_path = cfg.model_name
+    return peft_model
+
+
+def trainable_counts(model: nn.Module) -> tuple[int, int]:
+    """(trainable, all) parameters of the whole (unsharded) model."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in model.parameters())
+
+
+def describe(cfg: TrainConfig, model: nn.Module) -> str:
+    """One line: the adapter settings and peft's trainable-parameter figures."""
+    trainable, total = trainable_counts(model)
+    return (
+        f"peft lora r={cfg.lora_r} alpha={cfg.lora_alpha} dropout={cfg.lora_dropout} on "
+        f"{cfg.lora_target_modules}: trainable params: {trainable:,d} || all params: "
+        f"{total:,d} || trainable%: {100 * trainable / max(total, 1):.4f}"
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# export
+
+
+def adapter_state_dict(peft_model: Any, trainable: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """peft's saved form of the HF model's trainable parameters: `base_model.model.` prefix,
+    adapter name dropped (`get_peft_model_state_dict`). `save_embedding_layers=False`: its
+    "auto" asks the Hub whether the base's config exists (no network here; no embedding is
+    adapted: the targets are linear layers)."""
+    from peft import get_peft_model_state_dict
+
+    full = {_PEFT_PREFIX + k: v for k, v in trainable.items()}
+    return get_peft_model_state_dict(
+        peft_model, state_dict=full, adapter_name=ADAPTER_NAME, save_embedding_layers=False
+    )
+
+
+def write_adapter_folder(
+    peft_model: Any, trainable: dict[str, torch.Tensor], tokenizer: Any, out_dir: Path
+) -> Path:
+    """`adapter_config.json` + `adapter_model.safetensors` (+ tokenizer), the folder
+    `PeftModel.from_pretrained(base, out_dir)` loads, as `PeftModel.save_pretrained` writes it."""
+    from safetensors.torch import save_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    weights = adapter_state_dict(peft_model, trainable)
+    save_file(
+        {k: v.detach().contiguous() for k, v in weights.items()},
+        str(out_dir / ADAPTER_WEIGHTS),
+        metadata={"format": "pt"},
+    )
+    config = copy.deepcopy(peft_model.peft_config[ADAPTER_NAME])
+    config.inference_mode = True
+    config.save_pretrained(str(out_dir))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(out_dir))
+    return out_dir
+
+
+def merged_state_dict(
+    full: dict[str, torch.Tensor], config: Any, peft_config: Any
+) -> dict[str, torch.Tensor]:
+    """The base weights with the adapters merged in (peft's `merge_and_unload`), from the
+    adapted HF model's full state dict (`q_proj.base_layer.weight`, `q_proj.lora_A.default.
+    weight`, ...); the keys are the base model's own. No second copy of the base: the shell's
+    parameters are the tensors of `full`."""
+    from accelerate import init_empty_weights
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights(include_buffers=False):
+        shell = AutoModelForCausalLM.from_config(config)
+    with warnings.catch_warnings():
+        # as in apply_lora; and the shell's unnamed config renames base_model_name_or_path
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        adapted = get_peft_model(shell, copy.deepcopy(peft_config), low_cpu_mem_usage=True)
+    shell.load_state_dict(full, strict=False, assign=True)
+    missing = [n for n, p in shell.named_parameters() if p.device.type == "meta"]
+    if missing:
+        raise ModelError(f"--merge_adapters: no weights for {', '.join(missing[:3])}")
+    merged = adapted.merge_and_unload()
+    return dict(merged.state_dict())
+
+
+def read_adapter_config(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
