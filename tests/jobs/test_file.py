@@ -148,3 +148,26 @@ def test_bad_job_files_are_one_line_naming_the_key(
 def test_a_missing_file_names_the_examples(tmp_path: Path) -> None:
     with pytest.raises(jobfile.JobFileError, match=r"no such job file \(examples: jobs/examples"):
         jobfile.load(tmp_path / "nope.yaml")
+
+
+def test_the_jobs_package_imports_no_pulumi_and_no_torch() -> None:
+    """A laptop that submits jobs needs neither the Pulumi SDK nor torch (a fresh interpreter:
+    other tests have imported both)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import jobs.cli, jobs.local, jobs.local_run, jobs.cluster, jobs.kube, jobs.backends\n"
+        "jobs.cli._parser()\n"
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & {'pulumi', 'torch'})\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=EXAMPLES.parents[1],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == ""

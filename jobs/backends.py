@@ -1,0 +1,29 @@
+"""The one place a backend is chosen: ``--local`` runs jobs on this machine (``jobs.local``),
+anything else talks to a cluster's API (``jobs.cluster``) through ``--kubeconfig``,
+``--stack`` (its kubeconfig output) or the default kubeconfig."""
+
+from __future__ import annotations
+
+from jobs.types import Backend, JobsError
+
+
+def choose(
+    *,
+    local: bool,
+    kubeconfig: str | None = None,
+    stack: str | None = None,
+    namespace: str | None = None,
+) -> Backend:
+    """The backend the flags ask for."""
+    if local:
+        if kubeconfig:
+            raise JobsError("--local runs jobs on this machine: drop --kubeconfig", status=2)
+        from jobs.local import LocalBackend
+
+        return LocalBackend()
+    from jobs.cluster import ClusterBackend
+    from jobs.kube import api_client
+
+    return ClusterBackend(
+        api_client(kubeconfig, stack), namespace=namespace or "default", stack=stack
+    )

@@ -1,0 +1,544 @@
+"""The cluster backend: a job is a PyTorchJob (``kubeflow.org/v1``) created through the
+Kubernetes API, next to its workers' NetworkPolicy (owned by the job, so deleted with it) and
+its record, a ConfigMap ``<name>-job`` holding the resolved job file, the generation, the
+rendezvous id and the image; the record outlives ``cancel`` so that ``resume`` can create the
+job again (same name, so the same checkpoint folder; next generation, fresh rendezvous id).
+
+Phases are the training operator's conditions (the last true one: Created, Running,
+Restarting, Succeeded, Failed, Suspended); a job deleted by ``cancel`` is ``Cancelled`` from its
+record. Progress comes from the rank-0 worker's exporter (``eksfsdp_*``), read through the API
+server's pod proxy, on jobs that export metrics (stacks with observability).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from jobs import manifest
+from jobs.file import JobFile, loads
+from jobs.kube import TIMEOUT, api_errors, object_not_found, stack_output
+from jobs.progress import from_prometheus, planned_steps
+from jobs.types import FINISHED, Condition, JobInfo, JobsError, Progress, Replica, Submitted
+from workloads.specs import pytorchjob as pj
+
+GROUP = "kubeflow.org"
+VERSION = "v1"
+PLURAL = "pytorchjobs"
+JOB_LABEL = "training.kubeflow.org/job-name"
+TYPE_LABEL = "training.kubeflow.org/replica-type"
+INDEX_LABEL = "training.kubeflow.org/replica-index"
+OPERATOR_PHASES = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+DELETE_WAIT_S = 60.0
+NO_OPERATOR = (
+    "the cluster has no PyTorchJob API (kubeflow.org/v1): is the training operator installed? "
+    "(pulumi up of the cluster stack)"
+)
+
+
+def _age(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        t = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max(0.0, time.time() - t.timestamp())
+
+
+def _raw(call: Callable[..., Any], *args: Any, text: bool = False, **kwargs: Any) -> Any:
+    """One API call with its JSON answer as plain data (or its text): the typed models of the
+    client validate fields client-side and drop the ones they do not know, which would make a
+    newer API server's answer fail here."""
+    resp = call(*args, _preload_content=False, _request_timeout=TIMEOUT, **kwargs)
+    data = resp.data.decode() if resp.data else ""
+    if text:
+        return data
+    return json.loads(data) if data else None
+
+
+def phase_of(job: dict[str, Any]) -> str:
+    """The last true operator condition (``Pending`` before the operator saw the job)."""
+    phase = "Pending"
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in OPERATOR_PHASES:
+            phase = cond["type"]
+    return "Pending" if phase == "Created" else phase
+
+
+def _replica(pod: dict[str, Any]) -> Replica:
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    main = next((c for c in containers if c.get("name") == pj.CONTAINER), {})
+    restarts = int(main.get("restartCount", 0))
+    state = main.get("state") or {}
+    last = (main.get("lastState") or {}).get("terminated") or {}
+    terminated = state.get("terminated") or {}
+    exit_code = terminated.get("exitCode", last.get("exitCode"))
+    reason = (
+        terminated.get("reason")
+        or last.get("reason")
+        or (state.get("waiting") or {}).get("reason", "")
+    )
+    phase = status.get("phase", "Pending")
+    return Replica(
+        name=pod["metadata"]["name"],
+        state=phase,
+        restarts=restarts,
+        exit_code=exit_code,
+        reason=str(reason or ""),
+    )
+
+
+class ClusterBackend:
+    """Jobs on the cluster a kubeconfig reaches."""
+
+    name = "cluster"
+
+    def __init__(self, api: Any, *, namespace: str = "default", stack: str | None = None) -> None:
+        from kubernetes import client
+
+        self.api = api
+        self.namespace = namespace
+        self.stack = stack
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.net = client.NetworkingV1Api(api)
+
+    # -- reads ----------------------------------------------------------------------------------
+    def _get_job(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        ns = namespace or self.namespace
+        with api_errors(self.api, f"get pytorchjob {name}", NO_OPERATOR):
+            try:
+                return _raw(  # type: ignore[no-any-return]
+                    self.custom.get_namespaced_custom_object, GROUP, VERSION, ns, PLURAL, name
+                )
+            except Exception as err:
+                if object_not_found(err):
+                    return None
+                raise
+
+    def _get_record(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        ns = namespace or self.namespace
+        with api_errors(self.api, f"get configmap {manifest.record_name(name)}"):
+            try:
+                obj = _raw(self.core.read_namespaced_config_map, manifest.record_name(name), ns)
+            except Exception as err:
+                if object_not_found(err):
+                    return None
+                raise
+        return obj  # type: ignore[no-any-return]
+
+    def _pods(self, selector: str) -> list[dict[str, Any]]:
+        with api_errors(self.api, f"list pods in {self.namespace}"):
+            pods = _raw(self.core.list_namespaced_pod, self.namespace, label_selector=selector)
+        items = (pods or {}).get("items") or []
+        return sorted(
+            items, key=lambda p: int((p["metadata"].get("labels") or {}).get(INDEX_LABEL, 0))
+        )
+
+    def _metrics(self, job: dict[str, Any], pods: list[dict[str, Any]]) -> str:
+        """The rank-0 worker's exporter text through the API server's pod proxy ('' if none)."""
+        container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][
+            0
+        ]
+        port = next(
+            (
+                p["containerPort"]
+                for p in container.get("ports") or []
+                if p.get("name") == "metrics"
+            ),
+            None,
+        )
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        if port is None or not running:
+            return ""
+        try:
+            text = _raw(
+                self.core.connect_get_namespaced_pod_proxy_with_path,
+                f"{running[0]['metadata']['name']}:{port}",
+                self.namespace,
+                "metrics",
+                text=True,
+            )
+        except Exception:
+            return ""  # progress is a nicety: a job without a reachable exporter still lists
+        return str(text)
+
+    def _info(
+        self,
+        job: dict[str, Any] | None,
+        record: dict[str, Any] | None,
+        pods: list[dict[str, Any]],
+        *,
+        detail: bool,
+    ) -> JobInfo:
+        data = (record or {}).get("data") or {}
+        meta = (job or record or {}).get("metadata") or {}
+        name = (job or {}).get("metadata", {}).get("name") or (record or {}).get(
+            "metadata", {}
+        ).get("labels", {}).get(manifest.RECORD_LABEL, "")
+        if job is None:
+            phase = "Cancelled" if data.get(manifest.CANCELLED_KEY) else "Deleted"
+            return JobInfo(
+                name=name,
+                backend=self.name,
+                phase=phase,
+                namespace=meta.get("namespace", self.namespace),
+                generation=int(data.get(manifest.GENERATION_KEY, 1)),
+                rdzv_id=data.get(manifest.RDZV_ID_KEY, ""),
+                age_s=_age(meta.get("creationTimestamp")),
+                next_step=f"python -m jobs resume {name}",
+                where={"record": f"configmap/{manifest.record_name(name)}"},
+            )
+        spec = job["spec"]
+        worker = spec["pytorchReplicaSpecs"]["Worker"]
+        replicas = [_replica(p) for p in pods]
+        container = worker["template"]["spec"]["containers"][0]
+        total = planned_steps(pj.finetune_flags(container.get("command") or []))
+        progress = Progress(total=total)
+        if detail or phase_of(job) in ("Running", "Restarting"):
+            progress = from_prometheus(self._metrics(job, pods), total)
+        conditions = [
+            Condition(
+                type=c.get("type", ""),
+                status=c.get("status", ""),
+                reason=c.get("reason", ""),
+                message=c.get("message", ""),
+                time=c.get("lastTransitionTime", ""),
+            )
+            for c in (job.get("status") or {}).get("conditions") or []
+        ]
+        failures = [
+            c for c in conditions if c.type in ("Failed", "Restarting") and c.status == "True"
+        ]
+        last_failure = f"{failures[-1].reason}: {failures[-1].message}" if failures else ""
+        if not last_failure:
+            bad = [
+                r
+                for r in replicas
+                if r.exit_code not in (None, 0)
+                or r.reason
+                in (
+                    "CreateContainerConfigError",
+                    "ImagePullBackOff",
+                    "ErrImagePull",
+                    "CrashLoopBackOff",
+                    "OOMKilled",
+                )
+            ]
+            if bad:
+                r = bad[-1]
+                last_failure = f"{r.name}: {r.reason or 'Error'}" + (
+                    f" (exit {r.exit_code})" if r.exit_code is not None else ""
+                )
+        phase = phase_of(job)
+        ns = meta.get("namespace", self.namespace)
+        return JobInfo(
+            name=name,
+            backend=self.name,
+            phase=phase,
+            ready=sum(r.state == "Running" for r in replicas),
+            wanted=int(worker.get("replicas", 0)),
+            restarts=sum(r.restarts for r in replicas),
+            age_s=_age(meta.get("creationTimestamp")),
+            progress=progress,
+            namespace=ns,
+            generation=int((meta.get("labels") or {}).get("eks-fsdp/generation", 1)),
+            rdzv_id=spec.get("elasticPolicy", {}).get("rdzvId", ""),
+            conditions=conditions,
+            replicas=replicas,
+            last_failure=last_failure,
+            next_step=(
+                f"python -m jobs logs {name} --follow"
+                if phase not in FINISHED
+                else f"python -m jobs resume {name}"
+                if phase == "Failed"
+                else f"python -m jobs logs {name}"
+            ),
+            where={
+                "pytorchjob": f"{ns}/{name}",
+                "record": f"configmap/{manifest.record_name(name)}",
+            },
+        )
+
+    # -- verbs ----------------------------------------------------------------------------------
+    def image_for(self, job: JobFile, image: str | None) -> str:
+        """``--image``, else the job file's, else the stack's ``trainingImage`` output; a GPU
+        job refuses an image without a registry (the nodes would pull it from Docker Hub)."""
+        from workloads.specs.image import has_registry, local_reference
+
+        chosen = image or job.config.image
+        if not chosen and self.stack:
+            chosen = str(stack_output(self.stack, "trainingImage"))
+        if chosen and (has_registry(chosen) or job.device == "cpu"):
+            return chosen
+        if job.device == "cpu":
+            return local_reference()
+        if chosen:
+            raise JobsError(
+                f"image: {chosen!r} names no registry (the nodes would pull it from Docker Hub): "
+                "--set image=<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>",
+                status=2,
+            )
+        raise JobsError(
+            f"image: job {job.name} runs on GPU nodes and needs a registry image: pass --stack "
+            f"{job.stack} (its trainingImage output) or --set image=<registry>/<repository>:<tag>",
+            status=2,
+        )
+
+    def _create(self, job_file: JobFile, image: str, generation: int) -> tuple[Any, str]:
+        w = job_file.workloads(image=image, generation=generation)
+        settings = w.job
+        rdzv = manifest.fresh_rdzv_id(settings)
+        settings = settings.replace(rdzv_id=rdzv)
+        from workloads.specs.observability import ObservabilitySettings
+
+        body = manifest.pytorchjob(settings, w.etcd.host)
+        ns = settings.namespace
+        with api_errors(
+            self.api,
+            f"create pytorchjob {settings.name} in {ns}",
+            f"no namespace {ns!r} or no PyTorchJob API (kubeflow.org/v1) on the cluster: "
+            "check the job's namespace and that the stack installed the training operator",
+        ):
+            created = _raw(
+                self.custom.create_namespaced_custom_object, GROUP, VERSION, ns, PLURAL, body
+            )
+        try:
+            metrics_ns = ObservabilitySettings().namespace if settings.metrics_port else None
+            policy = manifest.owned_by(manifest.network_policy(settings, metrics_ns), created)
+            with api_errors(self.api, f"create networkpolicy {policy['metadata']['name']}"):
+                _raw(self.net.create_namespaced_network_policy, ns, policy)
+        except JobsError:
+            self._delete_job(settings.name, ns)  # nothing half-made is left behind
+            raise
+        return settings, rdzv
+
+    def submit(self, job: JobFile, *, image: str | None = None) -> Submitted:
+        image = self.image_for(job, image)
+        job.workloads(image=image)  # every check before the first request
+        ns = job.config.namespace
+        self.namespace = ns
+        existing = self._get_job(job.name, ns)
+        record = self._get_record(job.name, ns)
+        if existing is not None or record is not None:
+            phase = (
+                phase_of(existing)
+                if existing is not None
+                else self._info(None, record, [], detail=False).phase
+            )
+            raise JobsError(
+                f"job {job.name!r} exists in {ns} ({phase}): pass --name NEW, or `python -m "
+                f"jobs resume {job.name}`, or `python -m jobs cancel {job.name} --purge` to "
+                "remove its record",
+                status=2,
+            )
+        settings, rdzv = self._create(job, image, 1)
+        body = manifest.record(settings, job.dump(), generation=1, rdzv_id=rdzv, image=image)
+        try:
+            with api_errors(self.api, f"create configmap {body['metadata']['name']}"):
+                _raw(self.core.create_namespaced_config_map, ns, body)
+        except JobsError:
+            self._delete_job(job.name, ns)
+            raise
+        return Submitted(
+            name=job.name,
+            backend=self.name,
+            rdzv_id=rdzv,
+            generation=1,
+            namespace=ns,
+            follow=f"python -m jobs logs {job.name} --follow -n {ns}",
+        )
+
+    def list(self) -> list[JobInfo]:
+        ns = self.namespace
+        with api_errors(self.api, f"list pytorchjobs in {ns}", NO_OPERATOR):
+            jobs = (
+                _raw(
+                    self.custom.list_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    ns,
+                    PLURAL,
+                    label_selector=manifest.PART_OF_SELECTOR,
+                ).get("items")
+                or []
+            )
+        with api_errors(self.api, f"list configmaps in {ns}"):
+            records = (
+                _raw(self.core.list_namespaced_config_map, ns, label_selector=manifest.RECORD_LABEL)
+                or {}
+            ).get("items") or []
+        by_name = {r["metadata"]["labels"][manifest.RECORD_LABEL]: r for r in records}
+        pods = self._pods(JOB_LABEL)
+        out = []
+        for job in jobs:
+            name = job["metadata"]["name"]
+            mine = [p for p in pods if p["metadata"]["labels"].get(JOB_LABEL) == name]
+            out.append(self._info(job, by_name.pop(name, None), mine, detail=False))
+        out += [self._info(None, r, [], detail=False) for r in by_name.values()]
+        return sorted(out, key=lambda i: -(i.age_s or 0.0))
+
+    def status(self, name: str) -> JobInfo:
+        job = self._get_job(name)
+        record = self._get_record(name)
+        if job is None and record is None:
+            raise JobsError(
+                f"no job {name!r} in namespace {self.namespace}: `python -m jobs list` shows them"
+            )
+        pods = self._pods(f"{JOB_LABEL}={name}") if job is not None else []
+        return self._info(job, record, pods, detail=True)
+
+    def logs(
+        self,
+        name: str,
+        *,
+        rank: int = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        write: Callable[[str], None],
+        runner: bool = False,
+    ) -> None:
+        if runner:
+            raise JobsError(
+                "--runner: only local jobs have a runner; the operator's events: "
+                f"kubectl describe pytorchjob {name}",
+                status=2,
+            )
+        selector = f"{JOB_LABEL}={name},{INDEX_LABEL}={rank}"
+        pods = self._pods(selector)
+        if not pods:
+            job = self._get_job(name)
+            if job is None:
+                raise JobsError(
+                    f"no job {name!r} in namespace {self.namespace}: `python -m jobs list` shows them"
+                )
+            wanted = job["spec"]["pytorchReplicaSpecs"]["Worker"].get("replicas", 0)
+            if not 0 <= rank < wanted:
+                raise JobsError(
+                    f"--rank {rank}: job {name} has {wanted} worker pods (--rank 0..{wanted - 1})",
+                    status=2,
+                )
+            raise JobsError(
+                f"job {name}: worker pod {rank} does not exist yet ({phase_of(job)}); try again with --follow later"
+            )
+        pod = pods[0]["metadata"]["name"]
+        with api_errors(self.api, f"logs of pod {pod}"):
+            resp = self.core.read_namespaced_pod_log(
+                pod,
+                self.namespace,
+                container=pj.CONTAINER,
+                follow=follow,
+                tail_lines=tail,
+                _preload_content=False,
+                _request_timeout=(TIMEOUT[0], None) if follow else TIMEOUT,
+            )
+            try:
+                for chunk in resp.stream(4096):
+                    write(chunk.decode(errors="replace"))
+            finally:
+                resp.release_conn()
+
+    def _delete_job(self, name: str, ns: str) -> bool:
+        with api_errors(self.api, f"delete pytorchjob {name}"):
+            try:
+                _raw(
+                    self.custom.delete_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    ns,
+                    PLURAL,
+                    name,
+                    propagation_policy="Background",
+                )
+            except Exception as err:
+                if object_not_found(err):
+                    return False
+                raise
+        return True
+
+    def cancel(self, name: str, *, purge: bool = False) -> str:
+        ns = self.namespace
+        job = self._get_job(name)
+        record = self._get_record(name)
+        if job is None and record is None:
+            raise JobsError(f"no job {name!r} in namespace {ns}: `python -m jobs list` shows them")
+        if job is None and not purge:
+            raise JobsError(
+                f"job {name} is not running (its record is kept for resume): nothing to cancel; "
+                f"`python -m jobs cancel {name} --purge` removes the record"
+            )
+        if job is not None:
+            self._delete_job(name, ns)
+        if record is not None and purge:
+            with api_errors(self.api, f"delete configmap {manifest.record_name(name)}"):
+                _raw(self.core.delete_namespaced_config_map, manifest.record_name(name), ns)
+            return f"cancelled {name}; record removed (checkpoints on the claim are kept)"
+        if record is not None:
+            patch = {
+                "data": {manifest.CANCELLED_KEY: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            }
+            with api_errors(self.api, f"patch configmap {manifest.record_name(name)}"):
+                _raw(self.core.patch_namespaced_config_map, manifest.record_name(name), ns, patch)
+        return (
+            f"cancelled {name}: the PyTorchJob and its pods are deleted; its checkpoints stay on "
+            f"the claim (resume: python -m jobs resume {name})"
+        )
+
+    def resume(self, name: str) -> Submitted:
+        ns = self.namespace
+        record = self._get_record(name)
+        if record is None:
+            raise JobsError(
+                f"no record of job {name!r} in {ns} (configmap {manifest.record_name(name)}): "
+                "only jobs submitted with python -m jobs can be resumed"
+            )
+        job = self._get_job(name)
+        if job is not None:
+            phase = phase_of(job)
+            if phase not in FINISHED:
+                raise JobsError(
+                    f"job {name} is {phase}: nothing to resume (`python -m jobs cancel {name}` first)"
+                )
+            if phase == "Succeeded":
+                raise JobsError(
+                    f"job {name} succeeded: nothing to resume; submit it again under a new --name"
+                )
+            self._delete_job(name, ns)
+            deadline = time.monotonic() + DELETE_WAIT_S
+            while self._get_job(name) is not None and time.monotonic() < deadline:
+                time.sleep(0.5)
+        data = record.get("data") or {}
+        job_file = loads(
+            data[manifest.JOB_FILE_KEY], source=f"configmap/{manifest.record_name(name)}"
+        )
+        generation = int(data.get(manifest.GENERATION_KEY, 1)) + 1
+        image = data.get(manifest.IMAGE_KEY) or self.image_for(job_file, None)
+        w = job_file.workloads(image=image, generation=generation)
+        if not w.job.resumes:
+            raise JobsError(
+                f"job {name} keeps its checkpoints per pod (no checkpointClaim, {w.job.workers} "
+                "workers): a resume would start over; submit it again"
+            )
+        _, rdzv = self._create(job_file, image, generation)
+        patch = {
+            "data": {
+                manifest.GENERATION_KEY: str(generation),
+                manifest.RDZV_ID_KEY: rdzv,
+                manifest.CANCELLED_KEY: None,
+            }
+        }
+        with api_errors(self.api, f"patch configmap {manifest.record_name(name)}"):
+            _raw(self.core.patch_namespaced_config_map, manifest.record_name(name), ns, patch)
+        return Submitted(
+            name=name,
+            backend=self.name,
+            rdzv_id=rdzv,
+            generation=generation,
+            namespace=ns,
+            follow=f"python -m jobs logs {name} --follow -n {ns}",
+        )

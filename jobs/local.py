@@ -1,0 +1,447 @@
+"""The local backend: jobs run on this machine by ``localrun``, detached, kept under
+``runs/jobs/<name>/`` so that ``list``, ``status``, ``logs``, ``cancel`` and ``resume`` work from
+any later invocation.
+
+Each job owns its folder (``EKS_FSDP_JOBS_DIR`` moves the root): ``job.yaml`` (the resolved job
+file), ``record.json`` (generation, rendezvous id, times), ``runner.pid`` and ``runner.log`` (the
+detached runner, ``python -m jobs.local_run``: the demo's progress lines and summary),
+``pods.json`` (the pods as the runner sees them, every second), ``result.json`` (how it
+ended), and what ``localrun`` writes: ``logs/<pod>.log``, ``shared/<name>/`` (checkpoints and
+``output/metrics.jsonl``) and its own etcd's data. Two jobs never share anything: each run
+starts its own etcd on free loopback ports (so its keys are its own), its rendezvous id is
+fresh, its folder is its name's, and the exporter port is left off (``metrics_port`` 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jobs.file import JobFile, loads
+from jobs.manifest import fresh_rdzv_id
+from jobs.progress import from_rows, planned_steps, read_rows
+from jobs.types import FINISHED, Condition, JobInfo, JobsError, Replica, Submitted
+from localrun.result import complete_checkpoint_steps
+from workloads.specs.settings import JobSettings
+
+STATE_ENV = "EKS_FSDP_JOBS_DIR"
+DEFAULT_ROOT = Path("runs/jobs")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RUNNER_MODULE = "jobs.local_run"
+CANCEL_WAIT_S = 60.0
+"""``cancel``: seconds to wait for the runner to stop its pods and etcd (it takes ~5 s)."""
+FOLLOW_POLL_S = 0.2
+
+JOB_FILE = "job.yaml"
+RECORD = "record.json"
+PID = "runner.pid"
+RUNNER_LOG = "runner.log"
+PODS = "pods.json"
+RESULT = "result.json"
+CANCEL_MARK = "cancel-requested"
+
+
+def state_root() -> Path:
+    """Where local jobs are kept: ``$EKS_FSDP_JOBS_DIR``, else ``runs/jobs``."""
+    return Path(os.environ.get(STATE_ENV) or DEFAULT_ROOT)
+
+
+def local_settings(job_file: JobFile, *, generation: int, rdzv_id: str) -> tuple[JobSettings, str]:
+    """The job as the local runner runs it, and its device: the cluster job's settings with
+    ``--log_every=1`` on CPU unless the file sets it (the runner's progress lines read every
+    row, as ``python -m localrun`` does), no exporter port (two jobs at once would share
+    it), and the submission's rendezvous id. ``localrun`` localizes the rest."""
+    w = job_file.workloads(generation=generation)
+    job: JobSettings = w.job
+    args = job.train_args
+    if w.device == "cpu" and not any(a.split("=", 1)[0] == "--log_every" for a in args):
+        args = (*args, "--log_every=1")
+    job = job.replace(train_args=args, metrics_port=0, rdzv_id=rdzv_id)
+    return job, w.device
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def _iso(t: float | None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) if t else ""
+
+
+class LocalBackend:
+    """Jobs on this machine (``--local``)."""
+
+    name = "local"
+
+    def __init__(self, root: Path | None = None, python: str = sys.executable) -> None:
+        self.root = (root or state_root()).resolve()
+        self.python = python
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    # -- paths and state ------------------------------------------------------------------------
+    def folder(self, name: str) -> Path:
+        return self.root / name
+
+    def _existing(self, name: str) -> Path:
+        folder = self.folder(name)
+        if not (folder / RECORD).is_file():
+            raise JobsError(f"no local job {name!r}: `python -m jobs list --local` shows them")
+        return folder
+
+    def checkpoints(self, name: str) -> Path:
+        return self.folder(name) / "shared" / name
+
+    def metrics_path(self, name: str) -> Path:
+        return self.checkpoints(name) / "output" / "metrics.jsonl"
+
+    def pod_log(self, name: str, rank: int) -> Path:
+        return self.folder(name) / "logs" / f"{name}-worker-{rank}.log"
+
+    def alive(self, name: str) -> bool:
+        """Whether the job's runner process is running (a reused pid is not it)."""
+        folder = self.folder(name)
+        proc = self._procs.get(name)
+        if proc is not None:
+            return proc.poll() is None
+        try:
+            pid = int((folder / PID).read_text())
+        except (OSError, ValueError):
+            return False
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)  # reap it if it is this process's finished child
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        if cmdline.parent.is_dir():
+            try:
+                words = cmdline.read_bytes().split(b"\0")
+            except OSError:
+                return False
+            return RUNNER_MODULE.encode() in words and str(folder).encode() in words
+        return True
+
+    def _phase(self, name: str, result: dict[str, Any] | None, pods: list[dict[str, Any]]) -> str:
+        if result is not None:
+            return str(result["phase"])
+        if self.alive(name):
+            if any(p.get("state") == "Restarting" for p in pods):
+                return "Restarting"
+            return "Running" if any(p.get("state") == "Running" for p in pods) else "Pending"
+        return "Failed"
+
+    # -- verbs ----------------------------------------------------------------------------------
+    def submit(self, job: JobFile, *, image: str | None = None) -> Submitted:
+        settings, _ = local_settings(job, generation=1, rdzv_id="")  # checks before creating
+        folder = self.folder(job.name)
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            phase = self.status(job.name).phase if (folder / RECORD).is_file() else "unknown"
+            resume = (
+                f"`python -m jobs resume --local {job.name}`, or "
+                if phase in ("Failed", "Cancelled")
+                else ""
+            )
+            raise JobsError(
+                f"job {job.name!r} exists ({phase}): pass --name NEW, or {resume}"
+                f"`python -m jobs cancel --local {job.name} --purge` to remove it",
+                status=2,
+            ) from None
+        (folder / JOB_FILE).write_text(job.dump(), encoding="utf-8")
+        record = {
+            "name": job.name,
+            "stack": job.stack,
+            "source": job.source,
+            "device": job.device,
+            "workers": settings.workers,
+            "train_args": list(settings.train_args),
+            "generation": 1,
+            "rdzv_id": fresh_rdzv_id(settings),
+            "submitted_at": time.time(),
+        }
+        write_json(folder / RECORD, record)
+        self._start(job.name)
+        return self._submitted(record)
+
+    def _submitted(self, record: dict[str, Any]) -> Submitted:
+        name = record["name"]
+        return Submitted(
+            name=name,
+            backend=self.name,
+            rdzv_id=record["rdzv_id"],
+            generation=record["generation"],
+            follow=f"python -m jobs logs --local {name} --follow",
+        )
+
+    def _start(self, name: str) -> None:
+        folder = self.folder(name)
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
+        )
+        with (folder / RUNNER_LOG).open("ab") as log:
+            proc = subprocess.Popen(
+                [self.python, "-m", RUNNER_MODULE, str(folder)],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # detached: it outlives this command, Ctrl-C included
+            )
+        (folder / PID).write_text(str(proc.pid))
+        self._procs[name] = proc
+
+    def list(self) -> list[JobInfo]:
+        if not self.root.is_dir():
+            return []
+        names = [p.name for p in self.root.iterdir() if (p / RECORD).is_file()]
+        infos = [self.status(n) for n in names]
+        return sorted(infos, key=lambda i: -(i.age_s or 0.0))
+
+    def status(self, name: str) -> JobInfo:
+        folder = self._existing(name)
+        record = read_json(folder / RECORD) or {}
+        result = read_json(folder / RESULT)
+        pods = (result or {}).get("pods") or read_json(folder / PODS) or []
+        phase = self._phase(name, result, pods)
+        log0 = self.pod_log(name, 0)
+        head = log0.read_text(errors="replace")[:20000] if log0.is_file() else ""
+        total = planned_steps(record.get("train_args", ()), head)
+        progress = from_rows(read_rows(self.metrics_path(name)), total)
+        replicas = [
+            Replica(
+                name=p["name"],
+                state=p.get("state", "Pending"),
+                restarts=int(p.get("restarts", 0)),
+                exit_code=p.get("exit_code"),
+            )
+            for p in pods
+        ]
+        submitted = record.get("submitted_at")
+        started = record.get("started_at")
+        conditions = [Condition("Created", "True", "JobCreated", "submitted", _iso(submitted))]
+        if started:
+            running = phase in ("Running", "Restarting")
+            conditions.append(Condition("Running", str(running), "PodsStarted", "", _iso(started)))
+        last_failure = ""
+        if result is not None:
+            reason = str(result.get("reason", ""))
+            conditions.append(
+                Condition(
+                    phase,
+                    "True",
+                    reason.split(":")[0] or phase,
+                    reason,
+                    _iso(result.get("finished_at")),
+                )
+            )
+            if phase != "Succeeded":
+                last_failure = reason
+        elif phase == "Failed":
+            last_failure = f"the runner exited without a result: see {folder / RUNNER_LOG}"
+        if not last_failure:
+            failed = [r for r in replicas if r.exit_code not in (None, 0)]
+            if failed:
+                last_failure = f"{failed[-1].name} exited with {failed[-1].exit_code}"
+        steps = complete_checkpoint_steps(self.checkpoints(name))
+        return JobInfo(
+            name=name,
+            backend=self.name,
+            phase=phase,
+            ready=sum(r.state == "Running" for r in replicas),
+            wanted=int(record.get("workers", len(replicas))),
+            restarts=sum(r.restarts for r in replicas),
+            age_s=time.time() - submitted if submitted else None,
+            progress=progress,
+            stack=str(record.get("stack", "")),
+            generation=int(record.get("generation", 1)),
+            rdzv_id=str(record.get("rdzv_id", "")),
+            conditions=conditions,
+            replicas=replicas,
+            last_failure=last_failure,
+            next_step=self._next(name, phase, steps),
+            where={
+                "logs": str(folder / "logs"),
+                "runner log": str(folder / RUNNER_LOG),
+                "checkpoints": str(self.checkpoints(name))
+                + (f" (newest complete: step {steps[-1]})" if steps else " (none complete)"),
+                "metrics": str(self.metrics_path(name)),
+            },
+        )
+
+    @staticmethod
+    def _next(name: str, phase: str, steps: list[int]) -> str:
+        if phase in ("Pending", "Running", "Restarting"):
+            return f"python -m jobs logs --local {name} --follow"
+        if phase == "Succeeded":
+            return f"python -m jobs logs --local {name} --runner  (the run's summary)"
+        if steps:
+            return f"python -m jobs resume --local {name}"
+        return f"python -m jobs logs --local {name}  (no checkpoint to resume from)"
+
+    def logs(
+        self,
+        name: str,
+        *,
+        rank: int = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        write: Callable[[str], None],
+        runner: bool = False,
+    ) -> None:
+        folder = self._existing(name)
+        record = read_json(folder / RECORD) or {}
+        workers = int(record.get("workers", 1))
+        if not runner and not 0 <= rank < workers:
+            raise JobsError(
+                f"--rank {rank}: job {name} has {workers} worker pods (--rank 0..{workers - 1})",
+                status=2,
+            )
+        path = folder / RUNNER_LOG if runner else self.pod_log(name, rank)
+        self._stream(name, path, follow=follow, tail=tail, write=write)
+
+    def _stream(
+        self, name: str, path: Path, *, follow: bool, tail: int | None, write: Callable[[str], None]
+    ) -> None:
+        """Print ``path`` (its last ``tail`` lines), then, with ``follow``, what is appended
+        until the job's runner has exited and nothing is left to read."""
+        offset = 0
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            if tail is not None:
+                kept = text.splitlines(keepends=True)[-tail:] if tail > 0 else []
+                text = "".join(kept)
+            write(text)
+            offset = path.stat().st_size
+        while follow:
+            running = self.alive(name)
+            size = path.stat().st_size if path.is_file() else 0
+            if size < offset:  # the runner started the pod's log again (a resume)
+                offset = 0
+            if size > offset:
+                with path.open("rb") as f:
+                    f.seek(offset)
+                    chunk = f.read(size - offset)
+                offset = size
+                write(chunk.decode(errors="replace"))
+                continue
+            if not running:
+                return
+            time.sleep(FOLLOW_POLL_S)
+
+    def follow(self, name: str, write: Callable[[str], None]) -> str:
+        """Stream the runner's log (the demo's output) until the job ends; its final phase."""
+        self._stream(name, self.folder(name) / RUNNER_LOG, follow=True, tail=None, write=write)
+        proc = self._procs.get(name)
+        if proc is not None:
+            proc.wait()
+        return self.status(name).phase
+
+    def cancel(self, name: str, *, purge: bool = False) -> str:
+        folder = self._existing(name)
+        steps_note = ""
+        if self.alive(name):
+            (folder / CANCEL_MARK).write_text(_iso(time.time()))
+            pid = int((folder / PID).read_text())
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)  # the runner stops its pods and etcd
+            deadline = time.monotonic() + CANCEL_WAIT_S
+            while self.alive(name) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if self.alive(name):
+                raise JobsError(
+                    f"job {name}: the runner (pid {pid}) did not stop within "
+                    f"{CANCEL_WAIT_S:.0f} s; see {folder / RUNNER_LOG}"
+                )
+            if read_json(folder / RESULT) is None:  # it died before writing one
+                write_json(
+                    folder / RESULT,
+                    {
+                        "phase": "Cancelled",
+                        "reason": "Cancelled: by the user",
+                        "finished_at": time.time(),
+                    },
+                )
+        elif not purge:
+            phase = self.status(name).phase
+            raise JobsError(
+                f"job {name} is not running ({phase}): nothing to cancel; "
+                f"`python -m jobs cancel --local {name} --purge` removes it with its checkpoints"
+            )
+        if purge:
+            shutil.rmtree(folder)
+            return f"removed {name}: its record, logs and checkpoints ({folder})"
+        steps = complete_checkpoint_steps(self.checkpoints(name))
+        if steps:
+            steps_note = f"newest complete step {steps[-1]}; "
+        return (
+            f"cancelled {name}: checkpoints kept in {self.checkpoints(name)} ({steps_note or 'none complete; '}"
+            f"resume: python -m jobs resume --local {name})"
+        )
+
+    def resume(self, name: str) -> Submitted:
+        folder = self._existing(name)
+        info = self.status(name)
+        if info.phase not in FINISHED:
+            raise JobsError(
+                f"job {name} is {info.phase}: nothing to resume (`python -m jobs cancel --local "
+                f"{name}` first)"
+            )
+        if info.phase == "Succeeded":
+            raise JobsError(
+                f"job {name} succeeded: nothing to resume; submit it again under a new --name"
+            )
+        steps = complete_checkpoint_steps(self.checkpoints(name))
+        if not steps:
+            raise JobsError(
+                f"job {name} has no complete checkpoint in {self.checkpoints(name)}: a resume "
+                f"would start over; submit it again (--name, or `cancel --local {name} --purge`)"
+            )
+        record = read_json(folder / RECORD) or {}
+        job_file = loads(
+            (folder / JOB_FILE).read_text(encoding="utf-8"), source=f"{folder / JOB_FILE}"
+        )
+        generation = int(record.get("generation", 1)) + 1
+        settings, _ = local_settings(job_file, generation=generation, rdzv_id="")
+        old = generation - 1
+        for entry, kept in (
+            (folder / "logs", f"logs-g{old}"),
+            (folder / RUNNER_LOG, f"runner-g{old}.log"),
+        ):
+            if entry.exists():
+                entry.rename(folder / kept)
+        for stale in (RESULT, PODS, CANCEL_MARK):
+            (folder / stale).unlink(missing_ok=True)
+        record.update(
+            generation=generation,
+            rdzv_id=fresh_rdzv_id(settings),
+            resumed_from_step=steps[-1],
+            started_at=None,
+        )
+        write_json(folder / RECORD, record)
+        self._start(name)
+        return self._submitted(record)

@@ -1,0 +1,310 @@
+"""A stand-in Kubernetes API server on loopback for the job CLI's client layer.
+
+Not a cluster: it stores objects and answers the few REST calls ``jobs.cluster`` makes with the
+response shapes of the real API (upstream OpenAPI and API conventions): objects get ``uid``,
+``resourceVersion`` and ``creationTimestamp``; errors are ``Status`` objects (``NotFound`` with
+``details.kind``, ``AlreadyExists``, ``Forbidden``); a group it does not serve answers the
+plain-text "404 page not found" of an unregistered API; lists honour ``labelSelector``
+(``k=v``, ``k``, comma-joined); configmap PATCH is a JSON merge patch; deleting an object
+deletes what names it in ``ownerReferences`` (the garbage collector); pod logs and the pod
+proxy's ``/metrics`` return the texts a test put there. The PyTorchJob's ``status`` is what the
+test writes, in the operator's shape (``conditions``, ``replicaStatuses``). Nothing here
+reaches beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+import yaml
+
+ROUTES = {
+    ("apis/kubeflow.org/v1", "pytorchjobs"): ("kubeflow.org", "PyTorchJob"),
+    ("api/v1", "configmaps"): ("", "ConfigMap"),
+    ("api/v1", "pods"): ("", "Pod"),
+    ("apis/networking.k8s.io/v1", "networkpolicies"): ("networking.k8s.io", "NetworkPolicy"),
+}
+
+
+def _matches(labels: dict[str, str], selector: str) -> bool:
+    for term in filter(None, selector.split(",")):
+        key, eq, value = term.partition("=")
+        if eq and labels.get(key) != value:
+            return False
+        if not eq and key not in labels:
+            return False
+    return True
+
+
+class FakeKube:
+    """The server, its objects and the requests it saw."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        """(plural, namespace, name) -> object."""
+        self.namespaces = {"default"}
+        self.serve_kubeflow = True
+        self.forbidden: set[str] = set()
+        """Methods answered 403 (GET, POST, ...)."""
+        self.logs: dict[str, str] = {}
+        self.metrics: dict[str, str] = {}
+        self.requests: list[tuple[str, str]] = []
+        self._version = itertools.count(1)
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                fake._handle(self, "GET")
+
+            def do_POST(self) -> None:
+                fake._handle(self, "POST")
+
+            def do_DELETE(self) -> None:
+                fake._handle(self, "DELETE")
+
+            def do_PATCH(self) -> None:
+                fake._handle(self, "PATCH")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> FakeKube:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def kubeconfig(self, path: Path) -> Path:
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "fake", "user": {"token": "t"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                    "current-context": "fake",
+                }
+            )
+        )
+        return path
+
+    # -- state ----------------------------------------------------------------------------------
+    def get(self, plural: str, name: str, namespace: str = "default") -> dict[str, Any] | None:
+        return self.objects.get((plural, namespace, name))
+
+    def of(self, plural: str, namespace: str = "default") -> list[dict[str, Any]]:
+        return [o for (p, ns, _), o in self.objects.items() if p == plural and ns == namespace]
+
+    def put(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        meta["resourceVersion"] = str(next(self._version))
+        self.objects[(plural, meta["namespace"], meta["name"])] = obj
+        return obj
+
+    def _delete(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        gone = self.objects.pop((plural, namespace, name), None)
+        if gone is not None:  # the garbage collector: dependents go with their owner
+            uid = gone["metadata"]["uid"]
+            for key, obj in list(self.objects.items()):
+                owners = obj["metadata"].get("ownerReferences") or []
+                if any(o.get("uid") == uid for o in owners):
+                    self._delete(*key)
+        return gone
+
+    # -- HTTP -----------------------------------------------------------------------------------
+    @staticmethod
+    def _status(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "details": details,
+            "code": code,
+        }
+
+    def _send(
+        self, h: BaseHTTPRequestHandler, code: int, body: Any, ctype: str = "application/json"
+    ) -> None:
+        data = (
+            body
+            if isinstance(body, bytes)
+            else (body.encode() if isinstance(body, str) else json.dumps(body).encode())
+        )
+        h.send_response(code)
+        h.send_header("Content-Type", ctype)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        url = urlparse(h.path)
+        query = parse_qs(url.query)
+        self.requests.append((method, url.path))
+        length = int(h.headers.get("Content-Length") or 0)
+        body = json.loads(h.rfile.read(length) or b"null") if length else None
+        parts = [unquote(p) for p in url.path.strip("/").split("/")]
+        if method in self.forbidden:
+            resource = parts[5] if len(parts) > 5 else "resource"
+            self._send(
+                h,
+                403,
+                self._status(
+                    403,
+                    "Forbidden",
+                    f'{resource} is forbidden: User "alice" cannot {method.lower()} resource '
+                    f'"{resource}" in API group "" in the namespace "{parts[4] if len(parts) > 4 else ""}"',
+                ),
+            )
+            return
+        prefix = "/".join(parts[:2]) if parts[0] == "api" else "/".join(parts[:3])
+        rest = parts[2:] if parts[0] == "api" else parts[3:]
+        if prefix == "apis/kubeflow.org/v1" and not self.serve_kubeflow:
+            self._send(h, 404, "404 page not found\n", "text/plain; charset=utf-8")
+            return
+        if len(rest) < 3 or rest[0] != "namespaces" or (prefix, rest[2]) not in ROUTES:
+            self._send(h, 404, "404 page not found\n", "text/plain; charset=utf-8")
+            return
+        ns, plural = rest[1], rest[2]
+        group, kind = ROUTES[(prefix, plural)]
+        name = rest[3] if len(rest) > 3 else None
+        sub = rest[4] if len(rest) > 4 else None
+        with self._lock:
+            if name and ":" in name and sub == "proxy":  # pods/<pod>:<port>/proxy/metrics
+                pod = name.split(":")[0]
+                self._send(h, 200, self.metrics.get(pod, ""), "text/plain; version=0.0.4")
+                return
+            if sub == "log":
+                if (plural, ns, name) not in self.objects:
+                    self._send(
+                        h,
+                        404,
+                        self._status(
+                            404, "NotFound", f'pods "{name}" not found', name=name, kind="pods"
+                        ),
+                    )
+                    return
+                text = self.logs.get(str(name), "")
+                tail = query.get("tailLines")
+                if tail:
+                    text = "".join(text.splitlines(keepends=True)[-int(tail[0]) :])
+                self._send(h, 200, text, "text/plain")
+                return
+            if method == "POST":
+                if ns not in self.namespaces:
+                    self._send(
+                        h,
+                        404,
+                        self._status(
+                            404,
+                            "NotFound",
+                            f'namespaces "{ns}" not found',
+                            name=ns,
+                            kind="namespaces",
+                        ),
+                    )
+                    return
+                obj_name = body["metadata"]["name"]
+                if (plural, ns, obj_name) in self.objects:
+                    self._send(
+                        h,
+                        409,
+                        self._status(
+                            409,
+                            "AlreadyExists",
+                            f'{plural}.{group} "{obj_name}" already exists',
+                            name=obj_name,
+                            group=group,
+                            kind=plural,
+                        ),
+                    )
+                    return
+                body["metadata"]["namespace"] = ns
+                self._send(h, 201, self.put(plural, body))
+                return
+            if name is None:
+                selector = (query.get("labelSelector") or [""])[0]
+                items = [
+                    o
+                    for o in self.of(plural, ns)
+                    if _matches(o["metadata"].get("labels") or {}, selector)
+                ]
+                api_version = f"{group}/v1" if group else "v1"
+                self._send(
+                    h,
+                    200,
+                    {
+                        "apiVersion": api_version,
+                        "kind": f"{kind}List",
+                        "metadata": {"resourceVersion": "1"},
+                        "items": items,
+                    },
+                )
+                return
+            found = self.objects.get((plural, ns, name))
+            if found is None:
+                self._send(
+                    h,
+                    404,
+                    self._status(
+                        404,
+                        "NotFound",
+                        f'{plural}{"." + group if group else ""} "{name}" not found',
+                        name=name,
+                        group=group,
+                        kind=plural,
+                    ),
+                )
+                return
+            if method == "GET":
+                self._send(h, 200, found)
+            elif method == "DELETE":
+                self._delete(plural, ns, name)
+                self._send(
+                    h,
+                    200,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Success",
+                        "details": {
+                            "name": name,
+                            "group": group,
+                            "kind": plural,
+                            "uid": found["metadata"]["uid"],
+                        },
+                    },
+                )
+            elif method == "PATCH":
+                for key, value in (body or {}).items():
+                    if isinstance(value, dict):
+                        merged = {**(found.get(key) or {}), **value}
+                        found[key] = {k: v for k, v in merged.items() if v is not None}
+                    else:
+                        found[key] = value
+                self._send(h, 200, self.put(plural, found))
