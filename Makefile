@@ -42,8 +42,8 @@ $(DEPLOY_STAMP): requirements.txt
 
 setup: $(STAMP) $(TOOLS_STAMP) $(DEPLOY_STAMP) ## create/refresh .venv, .venv-tools, .venv-deploy and system packages (idempotent)
 
-demo: setup ## the main job: the dev stack's PyTorchJob run locally on a real etcd
-	$(PY) -m localrun --stack dev
+demo: setup ## the main job: jobs/examples/dev.yaml submitted locally (python -m jobs), real etcd
+	$(PY) -m jobs submit --local jobs/examples/dev.yaml --replace --follow
 
 preflight: setup ## the dev job run locally (2 pods) with --preflight: collectives, matmul, memory (runs/preflight)
 	$(PY) -m localrun --stack dev --workers 2 --out runs/preflight \

@@ -19,7 +19,7 @@ from jobs.types import JobsError
 EXAMPLES = {
     "submit": (
         "examples:\n"
-        "  python -m jobs submit --local jobs/examples/dev.yaml --follow\n"
+        "  python -m jobs submit --local jobs/examples/dev.yaml --replace --follow   (make demo)\n"
         "  python -m jobs submit --local jobs/examples/dev.yaml --name try-2 --set maxTrainStep=20"
         " --set args.lr=3.0e-4\n"
         "  python -m jobs submit jobs/examples/p5-16.yaml --stack p5-16\n"
@@ -86,6 +86,11 @@ def _parser() -> argparse.ArgumentParser:
         help="override a key of the file (repeatable)",
     )
     submit.add_argument("--name", help="job name instead of the file's")
+    submit.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace a finished job of the same name (its record; local: logs, checkpoints)",
+    )
     submit.add_argument(
         "--image", help="training image (cluster; default: the file's, else the stack's)"
     )
@@ -157,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             stack=args.stack,
             namespace=job.config.namespace,
         )
-        done = backend.submit(job, image=args.image)
+        done = backend.submit(job, image=args.image, replace=args.replace)
         _print(args, done.as_dict(), output.submitted_text(done))
         if args.follow:
             return _follow(args, backend, done.name)

@@ -318,13 +318,26 @@ class ClusterBackend:
             raise
         return settings, rdzv
 
-    def submit(self, job: JobFile, *, image: str | None = None) -> Submitted:
+    def submit(self, job: JobFile, *, image: str | None = None, replace: bool = False) -> Submitted:
         image = self.image_for(job, image)
         job.workloads(image=image)  # every check before the first request
         ns = job.config.namespace
         self.namespace = ns
         existing = self._get_job(job.name, ns)
         record = self._get_record(job.name, ns)
+        if replace and (existing is not None or record is not None):
+            phase = phase_of(existing) if existing is not None else "Cancelled"
+            if phase not in FINISHED:
+                raise JobsError(
+                    f"--replace: job {job.name!r} is {phase}; only a finished job is replaced "
+                    f"(`python -m jobs cancel {job.name}` first)",
+                    status=2,
+                )
+            self.cancel(job.name, purge=True)
+            deadline = time.monotonic() + DELETE_WAIT_S
+            while self._get_job(job.name, ns) is not None and time.monotonic() < deadline:
+                time.sleep(0.5)
+            existing, record = None, None
         if existing is not None or record is not None:
             phase = (
                 phase_of(existing)
@@ -333,8 +346,7 @@ class ClusterBackend:
             )
             raise JobsError(
                 f"job {job.name!r} exists in {ns} ({phase}): pass --name NEW, or `python -m "
-                f"jobs resume {job.name}`, or `python -m jobs cancel {job.name} --purge` to "
-                "remove its record",
+                f"jobs resume {job.name}`, or --replace (a finished job)",
                 status=2,
             )
         settings, rdzv = self._create(job, image, 1)

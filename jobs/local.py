@@ -152,10 +152,19 @@ class LocalBackend:
         return "Failed"
 
     # -- verbs ----------------------------------------------------------------------------------
-    def submit(self, job: JobFile, *, image: str | None = None) -> Submitted:
+    def submit(self, job: JobFile, *, image: str | None = None, replace: bool = False) -> Submitted:
         settings, _ = local_settings(job, generation=1, rdzv_id="")  # checks before creating
         folder = self.folder(job.name)
         self.root.mkdir(parents=True, exist_ok=True)
+        if replace and (folder / RECORD).is_file():
+            phase = self.status(job.name).phase
+            if phase not in FINISHED:
+                raise JobsError(
+                    f"--replace: job {job.name!r} is {phase}; only a finished job is replaced "
+                    f"(`python -m jobs cancel --local {job.name}` first)",
+                    status=2,
+                )
+            shutil.rmtree(folder)
         try:
             folder.mkdir()
         except FileExistsError:
@@ -166,8 +175,8 @@ class LocalBackend:
                 else ""
             )
             raise JobsError(
-                f"job {job.name!r} exists ({phase}): pass --name NEW, or {resume}"
-                f"`python -m jobs cancel --local {job.name} --purge` to remove it",
+                f"job {job.name!r} exists ({phase}): pass --name NEW, or {resume}--replace "
+                "(a finished job: its logs and checkpoints go)",
                 status=2,
             ) from None
         (folder / JOB_FILE).write_text(job.dump(), encoding="utf-8")

@@ -119,14 +119,21 @@ class Backend(Protocol):
 
     name: str
 
-    def submit(self, job: Any, *, image: str | None = None) -> Submitted: ...
+    def submit(self, job: Any, *, image: str | None = None, replace: bool = False) -> Submitted: ...
 
     def list(self) -> list[JobInfo]: ...
 
     def status(self, name: str) -> JobInfo: ...
 
     def logs(
-        self, name: str, *, rank: int, follow: bool, tail: int | None, write: Callable[[str], None]
+        self,
+        name: str,
+        *,
+        rank: int,
+        follow: bool,
+        tail: int | None,
+        write: Callable[[str], None],
+        runner: bool = False,
     ) -> None: ...
 
     def cancel(self, name: str, *, purge: bool = False) -> str: ...

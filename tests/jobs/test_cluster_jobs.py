@@ -246,6 +246,23 @@ def test_cancel_keeps_the_record_and_resume_makes_the_next_generation(
     assert record["generation"] == "2" and record["rdzvId"] == rdzv and "cancelled" not in record
     code, _, err = _cli(capsys, "resume", NAME, "--kubeconfig", kubeconfig)
     assert code == 1 and "is Pending: nothing to resume" in err
+    code, _, err = _submit(capsys, kubeconfig, "--replace")
+    assert code == 2 and f"--replace: job '{NAME}' is Pending; only a finished job" in err
+    fake.get("pytorchjobs", NAME)["status"] = {
+        "conditions": [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "PyTorchJobFailed",
+                "message": "PyTorchJob default/x has failed because 1 Worker replica(s) failed.",
+            }
+        ]
+    }
+    code, out, _ = _submit(capsys, kubeconfig, "--replace")
+    assert code == 0 and out.startswith(
+        f"submitted {NAME} (cluster in namespace default, generation 1"
+    )
+    assert fake.get("configmaps", record_name(NAME))["data"]["generation"] == "1"
     code, out, _ = _cli(capsys, "cancel", NAME, "--kubeconfig", kubeconfig, "--purge")
     assert code == 0 and fake.get("configmaps", record_name(NAME)) is None
 

@@ -188,6 +188,8 @@ def test_cancel_keeps_the_checkpoint_and_stops_everything(
 ) -> None:
     ckpt = home / "job-b" / "shared" / "job-b"
     _wait("job-b's first checkpoint", lambda: complete_checkpoint_steps(ckpt))
+    code, _, err = _cli(capsys, "submit", "--local", DEV, "--name", "job-b", "--replace")
+    assert code == 2 and "--replace: job 'job-b' is Running; only a finished job" in err
     code, out, _ = _cli(capsys, "cancel", "--local", "job-b")
     assert code == 0 and "checkpoints kept" in out, out
     status = _status("job-b")
