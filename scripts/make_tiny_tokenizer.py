@@ -8,6 +8,11 @@ Byte-level means any text round-trips, not only the sample's. Like Llama's token
 when asked for special tokens; the dataset code adds bos/eos itself (as llama-recipes does) and
 encodes with `add_special_tokens=False`.
 
+It carries a chat template (Zephyr's shape on these special tokens, no new token: the vocabulary
+and so the presets' shapes stay as they are): `<s>`, then per message `<|role|>` + newline +
+content + `</s>`, and `<|assistant|>` + newline as the generation prompt. An assistant turn
+therefore ends with `</s>`, which the model learns, so generation stops there.
+
 Deterministic: the same sample gives byte-identical files.
 
     python scripts/make_tiny_tokenizer.py                 # rewrite the committed folder
@@ -26,6 +31,11 @@ SAMPLE = ROOT / "training" / "assets" / "samsum_sample.jsonl"
 OUT = ROOT / "training" / "assets" / "tokenizer"
 VOCAB_SIZE = 2048  # an upper bound: on the sample the merges run out at 1763
 SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]  # ids 0..3
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>\\n' + message['content'] + eos_token }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+)
 
 
 def corpus(path: Path = SAMPLE) -> list[str]:
@@ -68,6 +78,7 @@ def build(out: Path, sample: Path = SAMPLE, vocab_size: int = VOCAB_SIZE) -> Pat
         model_max_length=1_000_000,
         clean_up_tokenization_spaces=False,
     )
+    fast.chat_template = CHAT_TEMPLATE
     out.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(str(out))
     return out

@@ -56,7 +56,7 @@ __all__ = [
 BATCHING_STRATEGIES = ("packing", "padding")
 AC_MODES = ("full", "selective", "none")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
-DATASETS = ("samsum_dataset", "samsum_sample", "alpaca_dataset", "custom")
+DATASETS = ("samsum_dataset", "samsum_sample", "alpaca_dataset", "custom", "chat_sample")
 DATASETS_WITH_PATH = ("custom", "alpaca_dataset")
 PEFT_METHODS = ("lora",)
 """llama-recipes' --peft_method values this trainer runs (its llama_adapter and prefix are not)."""
@@ -113,7 +113,7 @@ class TrainConfig:
     val_batch_size: int = 1
     """Validation micro-batch size per rank."""
     dataset: str = "samsum_dataset"
-    """samsum_dataset (hub), samsum_sample (bundled), alpaca_dataset (JSON), custom (JSONL)."""
+    """samsum_dataset (hub), samsum_sample (bundled), alpaca_dataset (JSON), custom (JSONL), chat_sample (bundled chats)."""
     data_path: str | None = None
     """File for --dataset custom (JSONL) or alpaca_dataset (JSON list)."""
     max_train_samples: int = 0

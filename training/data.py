@@ -11,12 +11,17 @@ prompt tokens get label IGNORE_INDEX so only the answer is learned):
 - `alpaca_dataset`: a JSON list of {"instruction", "input", "output"} (--data_path), with
   llama-recipes' alpaca prompts; the first 5% of entries (at least one) are the validation split,
   as in llama-recipes.
-- `custom`: a JSONL file (--data_path), one object per line, each in one of three shapes:
+- `custom`: a JSONL file (--data_path), one object per line, each in one of four shapes:
   {"dialogue": str, "summary": str} (samsum prompt), {"prompt": str, "completion": str} (the
-  prompt is masked), or {"text": str} (every token is learned). Blank lines are skipped; the last
+  prompt is masked), {"text": str} (every token is learned), or {"messages": [{"role",
+  "content"}, ...]} (a chat: system/user/assistant turns rendered with the tokenizer's chat
+  template, only the assistant turns learned; training.chat). Blank lines are skipped; the last
   10% of rows (at least one) are the validation split.
+- `chat_sample`: the bundled samsum sample as two-exchange chats (training.chat
+  `samsum_conversation`), rendered like `messages` rows; the last 10% are the validation split.
 
-Malformed rows raise DataError "FILE:LINE: what is wrong", a single line.
+Malformed rows raise DataError "FILE:LINE: what is wrong", a single line. A chat longer than
+--context_length is left out, never cut, and counted in a line the trainer prints (`notes`).
 
 Batching (`--batching_strategy`): `packing` concatenates all examples of a split and cuts them into
 chunks of exactly context_length tokens, dropping the incomplete tail (llama-recipes'
@@ -41,6 +46,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from training.chat import (
+    ChatError,
+    Conversation,
+    parse_messages,
+    samsum_conversation,
+    tokenize_chats,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -188,6 +201,51 @@ def _tokenize(tokenizer: PreTrainedTokenizerBase, pairs: Sequence[_Pair]) -> lis
     return out
 
 
+def _tokenize_rows(
+    tokenizer: PreTrainedTokenizerBase, rows: Sequence[Row], model_name: str
+) -> list[Example]:
+    """Pairs as `_tokenize` does, chats with the chat template; the rows' order kept."""
+    chats = [r for r in rows if isinstance(r, Conversation)]
+    if not chats:
+        return _tokenize(tokenizer, rows)  # type: ignore[arg-type]
+    pairs = _tokenize(tokenizer, [r for r in rows if isinstance(r, _Pair)])
+    try:
+        rendered = tokenize_chats(tokenizer, chats, model_name, IGNORE_INDEX)
+    except ChatError as e:
+        raise DataError(str(e)) from None
+    it_pairs, it_chats = iter(pairs), iter(rendered)
+    return [next(it_chats) if isinstance(r, Conversation) else next(it_pairs) for r in rows]
+
+
+def _drop_long_chats(
+    rows: Sequence[Row],
+    examples: list[Example],
+    cfg: TrainConfig,
+    split: str,
+    notes: list[str] | None,
+) -> list[Example]:
+    """Leave out the chats longer than --context_length (never cut a conversation short) and say
+    how many in `notes`; all of them too long is an error."""
+    limit = cfg.context_length
+    chats = [i for i, r in enumerate(rows) if isinstance(r, Conversation)]
+    long = {i for i in chats if len(examples[i]["input_ids"]) > limit}
+    if not long:
+        return examples
+    longest = max(len(examples[i]["input_ids"]) for i in long)
+    what = f"{len(long)} of {len(chats)} conversations"
+    if len(long) == len(examples):
+        raise DataError(
+            f"--context_length {limit}: every conversation of the {split} split is longer "
+            f"(up to {longest} tokens); raise --context_length"
+        )
+    if notes is not None:
+        notes.append(
+            f"data {cfg.dataset} ({split}): {what} are longer than --context_length {limit} "
+            f"tokens (up to {longest}) and are left out, not cut"
+        )
+    return [ex for i, ex in enumerate(examples) if i not in long]
+
+
 # ------------------------------------------------------------------------------------------------
 # reading files
 
@@ -203,9 +261,18 @@ def _str_field(row: dict[str, Any], key: str, where: str, *, allow_empty: bool =
     return value
 
 
-def _custom_pair(row: Any, where: str) -> _Pair:
+Row = _Pair | Conversation
+"""A row before tokenization: a prompt/answer pair or a chat."""
+
+
+def _custom_row(row: Any, where: str) -> Row:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if "messages" in row:
+        try:
+            return parse_messages(row["messages"], where)
+        except ChatError as e:
+            raise DataError(str(e)) from None
     if "dialogue" in row or "summary" in row:
         return _Pair(
             samsum_prompt(_str_field(row, "dialogue", where)), _str_field(row, "summary", where)
@@ -216,31 +283,43 @@ def _custom_pair(row: Any, where: str) -> _Pair:
         return _Pair("", _str_field(row, "text", where))
     keys = ", ".join(sorted(row)) or "none"
     raise DataError(
-        f"{where}: expected fields dialogue+summary, prompt+completion or text; got {keys}"
+        f"{where}: expected fields dialogue+summary, prompt+completion, text or messages; "
+        f"got {keys}"
     )
 
 
-def _read_jsonl(path: Path) -> list[_Pair]:
-    """Every non-blank line of a JSONL file as a pair, or DataError "FILE:LINE: ..."."""
+def _json_lines(path: Path) -> Iterator[tuple[str, Any]]:
+    """(FILE:LINE, parsed object) of every non-blank line of a JSONL file."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from e
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
-    pairs = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
         try:
-            row = json.loads(line)
+            yield where, json.loads(line)
         except json.JSONDecodeError as e:
             raise DataError(f"{where}: bad JSON: {e.msg} (column {e.colno})") from e
-        pairs.append(_custom_pair(row, where))
-    if not pairs:
+
+
+def _read_jsonl(path: Path) -> list[Row]:
+    """Every non-blank line of a JSONL file as a row, or DataError "FILE:LINE: ..."."""
+    rows = [_custom_row(row, where) for where, row in _json_lines(path)]
+    if not rows:
         raise DataError(f"{path}: no rows")
-    return pairs
+    return rows
+
+
+def _chat_sample() -> list[Row]:
+    """The bundled samsum sample as chats (the `chat_sample` dataset)."""
+    return [
+        samsum_conversation(row["dialogue"], row["summary"], where)
+        for where, row in _json_lines(SAMSUM_SAMPLE)
+    ]
 
 
 def _json_array_with_lines(path: Path) -> list[tuple[int, Any]]:
@@ -320,25 +399,28 @@ def _hub_samsum(split: str) -> list[_Pair]:
     return pairs
 
 
-def _tail_split(pairs: list[_Pair], split: str, fraction: float) -> list[_Pair]:
+def _tail_split(pairs: Sequence[Row], split: str, fraction: float) -> list[Row]:
     """Last `fraction` of the rows (at least one) is validation, the rest train."""
     n_val = max(1, math.floor(len(pairs) * fraction)) if len(pairs) > 1 else 0
-    return pairs[len(pairs) - n_val :] if split == "validation" else pairs[: len(pairs) - n_val]
+    rows = list(pairs)
+    return rows[len(rows) - n_val :] if split == "validation" else rows[: len(rows) - n_val]
 
 
-def _pairs(cfg: TrainConfig, split: str) -> list[_Pair]:
+def _pairs(cfg: TrainConfig, split: str) -> list[Row]:
     if cfg.dataset == "samsum_sample":
         return _tail_split(_read_jsonl(SAMSUM_SAMPLE), split, VALIDATION_FRACTION)
+    if cfg.dataset == "chat_sample":
+        return _tail_split(_chat_sample(), split, VALIDATION_FRACTION)
     if cfg.dataset == "custom":
         assert cfg.data_path is not None  # TrainConfig validates it
         return _tail_split(_read_jsonl(Path(cfg.data_path)), split, VALIDATION_FRACTION)
     if cfg.dataset == "alpaca_dataset":
         assert cfg.data_path is not None
-        pairs = _read_alpaca(Path(cfg.data_path))
+        pairs: list[Row] = list(_read_alpaca(Path(cfg.data_path)))
         n_eval = max(1, int(len(pairs) * ALPACA_EVAL_FRACTION)) if len(pairs) > 1 else 0
         return pairs[:n_eval] if split == "validation" else pairs[n_eval:]
     if cfg.dataset == "samsum_dataset":
-        return _hub_samsum(split)
+        return list(_hub_samsum(split))
     raise DataError(f"--dataset: unknown dataset {cfg.dataset!r}")
 
 
@@ -361,7 +443,10 @@ def pack(examples: Sequence[Example], chunk: int) -> list[Example]:
 
 
 def build_dataset(
-    cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase, split: str
+    cfg: TrainConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    split: str,
+    notes: list[str] | None = None,
 ) -> list[Example]:
     """The tokenized `split` ("train" or "validation") of cfg.dataset, packed or truncated.
 
@@ -369,13 +454,15 @@ def build_dataset(
     ``--max_train_samples N`` the training split is its first N rows (every row is still read and
     checked; only those N are tokenized), as the Hugging Face example scripts'
     ``--max_train_samples`` selects before preprocessing; the validation split stays whole.
+    Chats longer than --context_length are left out and counted in a line appended to `notes`.
     """
     if split not in ("train", "validation"):
         raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
-    pairs = _pairs(cfg, split)
+    rows = _pairs(cfg, split)
     if split == "train" and cfg.max_train_samples:
-        pairs = pairs[: cfg.max_train_samples]
-    examples = _tokenize(tokenizer, pairs)
+        rows = rows[: cfg.max_train_samples]
+    examples = _tokenize_rows(tokenizer, rows, cfg.model_name)
+    examples = _drop_long_chats(rows, examples, cfg, split, notes)
     if cfg.batching_strategy == "packing":
         return pack(examples, cfg.context_length)
     n = cfg.context_length

@@ -163,8 +163,9 @@ class Trainer:
 
         # data
         pad_id = self.tokenizer.pad_token_id
+        self.data_notes: list[str] = []  # what the data left out, said once at the start
         self.batches = DistributedBatches(
-            build_dataset(cfg, self.tokenizer, "train"),
+            build_dataset(cfg, self.tokenizer, "train", self.data_notes),
             micro_batch_size=cfg.batch_size_training,
             grad_accum=cfg.gradient_accumulation_steps,
             rank=env.rank,
@@ -176,7 +177,7 @@ class Trainer:
         self.eval_data = None
         if cfg.run_validation:
             self.eval_data = eval_batches(
-                build_dataset(cfg, self.tokenizer, "validation"),
+                build_dataset(cfg, self.tokenizer, "validation", self.data_notes),
                 batch_size=cfg.val_batch_size,
                 rank=env.rank,
                 world_size=env.world_size,
@@ -687,8 +688,9 @@ class Trainer:
             f"{cfg.gradient_accumulation_steps} accumulation), {self.total_steps} steps{resumed}",
             flush=True,
         )
-        if self.precision_note:
-            print(self.precision_note, flush=True)
+        for line in [self.precision_note, *self.data_notes]:
+            if line:
+                print(line, flush=True)
         if self.peft is not None:
             from training.lora import describe
 

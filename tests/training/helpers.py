@@ -7,7 +7,8 @@ run as a script) executes the jobs in order inside one process group, recording 
 status and stderr of `training.finetune.main(argv)` plus any measurement the job asks for.
 Every child process gets OMP_NUM_THREADS=1 (two threads on two cores made a step 60x slower).
 
-Job kinds (dicts): {"kind": "train", "name", "argv"}; {"kind": "copy_checkpoint", "src", "dst",
+Job kinds (dicts): {"kind": "train", "name", "argv"} (with "stdout": true, each rank's stdout is
+kept in the result too); {"kind": "copy_checkpoint", "src", "dst",
 "step"} (copy one complete checkpoint folder); {"kind": "state_bytes", "name", "argv"} (one
 step, then per-rank local bytes of parameters, gradients and optimizer state); {"kind":
 "export_logits", "name", "argv", "out"} (train + export, then the trained model's logits on a
@@ -340,18 +341,24 @@ def _driver(jobs_file: str) -> None:
             gc.collect()  # the previous job's model and meshes go while the group is alive
             err = io.StringIO()
             graphs = _dynamo_graphs()
-            with contextlib.redirect_stderr(err):
+            out = io.StringIO()  # kept only for jobs that ask ("stdout": true)
+            keep_out = job.get("stdout", False)
+            with contextlib.redirect_stderr(err), contextlib.ExitStack() as stack:
+                if keep_out:
+                    stack.enter_context(contextlib.redirect_stdout(out))
                 rc = main(job["argv"])
             rcs: list[Any] = [None] * env.world_size
             after = _dynamo_graphs()
             compiled = (after[0] - graphs[0], after[1] - graphs[1])
-            dist.all_gather_object(rcs, (rc, err.getvalue(), compiled))
+            dist.all_gather_object(rcs, (rc, err.getvalue(), compiled, out.getvalue()))
             results[name] = {
-                "rc": [r for r, _, _ in rcs],
-                "stderr": [e for _, e, _ in rcs],
+                "rc": [r for r, _, _, _ in rcs],
+                "stderr": [e for _, e, _, _ in rcs],
                 # per rank: (graphs torch.compile made, graph breaks) during the job
-                "dynamo": [g for _, _, g in rcs],
+                "dynamo": [g for _, _, g, _ in rcs],
             }
+            if keep_out:
+                results[name]["stdout"] = [o for _, _, _, o in rcs]
         gc.collect()
         if env.is_main:
             out = Path(jobs_file).with_name("results.json")

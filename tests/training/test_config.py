@@ -215,7 +215,7 @@ BAD = [
     (
         ["--dataset", "samsum"],
         "--dataset: must be one of samsum_dataset, samsum_sample, alpaca_dataset, custom, "
-        "got 'samsum' (did you mean samsum_dataset or samsum_sample?)",
+        "chat_sample, got 'samsum' (did you mean samsum_dataset or samsum_sample?)",
     ),
     (["--dataset", "custom"], "--data_path: required with --dataset custom"),
     (["--dataset", "alpaca_dataset"], "--data_path: required with --dataset alpaca_dataset"),
@@ -379,7 +379,13 @@ def test_every_field_documented_and_in_help(capsys: pytest.CaptureFixture[str]) 
 
 def test_choices_constants_match_the_docs() -> None:
     assert SHARDING_STRATEGIES == ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
-    assert set(DATASETS) == {"samsum_dataset", "samsum_sample", "alpaca_dataset", "custom"}
+    assert set(DATASETS) == {
+        "samsum_dataset",
+        "samsum_sample",
+        "alpaca_dataset",
+        "custom",
+        "chat_sample",
+    }
 
 
 def test_no_flag_is_swallowed_by_torchrun() -> None:

@@ -280,7 +280,8 @@ BAD_ROWS = [
     (
         '{"question": "q", "answer": "a"}\n',
         1,
-        "expected fields dialogue+summary, prompt+completion or text; got answer, question",
+        "expected fields dialogue+summary, prompt+completion, text or messages; "
+        "got answer, question",
     ),
     ('{"dialogue": "", "summary": "s"}\n', 1, "field 'dialogue' is empty"),
 ]

@@ -111,7 +111,16 @@ def _campaign(base: Path) -> tuple[Path, dict[str, Any]]:
             "--plot_metrics=True",
         ],
     )
-    jobs: list[dict[str, Any]] = [{"kind": "train", "name": "full", "argv": full}]
+    chat = merge(
+        TINY,
+        FSDP2,
+        run_dirs(base, "chat"),
+        ["--dataset=chat_sample", "--context_length=160", "--max_train_step=2"],
+    )
+    jobs: list[dict[str, Any]] = [
+        {"kind": "train", "name": "full", "argv": full},
+        {"kind": "train", "name": "chat", "argv": chat, "stdout": True},
+    ]
     for name, (extra, _) in BAD_AT_WORLD_2.items():
         flags = [f.replace("BAD", str(bad)) for f in extra]
         # resume_other_model resumes from the tiny-llama-2l checkpoint of the "full" run.
@@ -139,6 +148,26 @@ def test_full_run_writes_every_output(campaign: tuple[Path, dict[str, Any]]) -> 
     assert (out / "hf" / "model.safetensors").is_file()
     ckpts = sorted(p.name for p in ckpt_dir(base, "full").iterdir())
     assert ckpts == ["step-000002", "step-000004"]
+
+
+@pytest.mark.slow
+def test_chat_run_learns_assistant_turns_and_says_what_it_left_out(
+    campaign: tuple[Path, dict[str, Any]],
+) -> None:
+    base, results = campaign
+    assert results["chat"]["rc"] == [0, 0], results["chat"]["stderr"]
+    out = results["chat"]["stdout"]
+    line = (
+        "data chat_sample (train): 70 of 256 conversations are longer than --context_length 160 "
+        "tokens (up to 186) and are left out, not cut"
+    )
+    assert line in out[0].splitlines() and line not in out[1]  # rank 0 says it, once
+    rows = [
+        json.loads(x) for x in (base / "chat" / "out" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in rows] == [1, 2]
+    # system and user turns are not learned: well under half the packed tokens carry labels
+    assert all(0 < r["label_tokens"] < 0.5 * r["tokens"] for r in rows)
 
 
 @pytest.mark.slow

@@ -1,0 +1,240 @@
+"""Chat data (`messages` rows, `--dataset chat_sample`): rendered with the tokenizer's chat
+template, loss on the assistant turns only (training/chat.py, training/data.py).
+
+If these fail, a chat model learns its users' and system prompts' text (labels not masked to the
+assistant turns), stops learning where a turn ends (the end-of-turn token not labelled), packing
+shifts the masks, a conversation longer than the context is silently cut, or a bad row / a
+tokenizer without a chat template gives a stack trace instead of one line.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from transformers import PreTrainedTokenizerBase
+
+from training.chat import speakers
+from training.config import TrainConfig
+from training.data import (
+    IGNORE_INDEX,
+    SAMSUM_SAMPLE,
+    DataError,
+    build_dataset,
+    load_tokenizer,
+    pack,
+)
+
+CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Hi there"},
+    {"role": "assistant", "content": "Hello!"},
+    {"role": "user", "content": "Who are you?"},
+    {"role": "assistant", "content": "A tiny model."},
+]
+LLAMA3_TEMPLATE = (  # Meta-Llama-3-8B-Instruct's chat template
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
+    "+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tok() -> PreTrainedTokenizerBase:
+    return load_tokenizer("tiny-llama")
+
+
+def _file(tmp_path: Path, rows: list[object], name: str = "chat.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _build(tok: PreTrainedTokenizerBase, path: Path, **kw: object) -> list[dict[str, list[int]]]:
+    cfg = TrainConfig(dataset="custom", data_path=str(path), batching_strategy="padding", **kw)  # type: ignore[arg-type]
+    return build_dataset(cfg, tok, "train")
+
+
+def _ids(tok: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+    text = tok.apply_chat_template(messages, tokenize=False)
+    return list(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def _expected_mask(tok: PreTrainedTokenizerBase, text: str, turns: list[str]) -> list[bool]:
+    """Per token: inside one of `turns` (each an assistant turn's exact text, found in order)."""
+    spans, pos = [], 0
+    for turn in turns:
+        start = text.index(turn, pos)
+        spans.append((start, start + len(turn)))
+        pos = start + len(turn)
+    offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    return [any(a <= s < b for a, b in spans) for s, _ in offsets]
+
+
+@pytest.mark.parametrize("template", ["bundled", "llama3"])
+def test_only_assistant_turns_are_learned_token_by_token(
+    tmp_path: Path, tok: PreTrainedTokenizerBase, template: str
+) -> None:
+    tok = copy.deepcopy(tok)
+    if template == "llama3":
+        tok.chat_template = LLAMA3_TEMPLATE
+        end, header = "<|eot_id|>", "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    else:
+        end, header = "</s>", "<|assistant|>\n"
+    ex = _build(tok, _file(tmp_path, [{"messages": CHAT}] * 2), context_length=4096)[0]
+    text = tok.apply_chat_template(CHAT, tokenize=False)
+    assert tok.decode(ex["input_ids"]) == text
+    assert ex["input_ids"] == tok(text, add_special_tokens=False)["input_ids"]
+    turns = ["Hello!" + end, "A tiny model." + end]
+    want = _expected_mask(tok, text, turns)
+    got = [label != IGNORE_INDEX for label in ex["labels"]]
+    assert got == want
+    for label, tid, learned in zip(ex["labels"], ex["input_ids"], got, strict=True):
+        assert label == (tid if learned else IGNORE_INDEX)
+    # the learned runs are exactly the two turns, each right after the assistant header
+    runs, cur = [], []
+    for tid, learned in zip(ex["input_ids"], got, strict=True):
+        if learned:
+            cur.append(tid)
+        elif cur:
+            runs, cur = [*runs, cur], []
+    runs += [cur] if cur else []
+    assert [tok.decode(r) for r in runs] == turns
+    assert text.count(header) == 2
+    assert tok.decode(ex["input_ids"]).startswith(tok.bos_token)  # the template's own bos, once
+    assert tok.decode(ex["input_ids"]).count(tok.bos_token) == 1
+
+
+def test_packing_keeps_each_turns_mask(tmp_path: Path, tok: PreTrainedTokenizerBase) -> None:
+    path = _file(tmp_path, [{"messages": CHAT}] * 9)
+    rows = _build(tok, path, context_length=4096)
+    packed = pack(rows, 100)  # a 75-token chat per row: chunks cut through conversations
+    assert len(packed) == 6 and len(rows[0]["input_ids"]) == 75
+    flat_labels = [x for ex in rows for x in ex["labels"]]
+    flat_ids = [x for ex in rows for x in ex["input_ids"]]
+    assert [x for ex in packed for x in ex["labels"]] == flat_labels[:600]
+    assert [x for ex in packed for x in ex["input_ids"]] == flat_ids[:600]
+    cfg = TrainConfig(dataset="custom", data_path=str(path), context_length=100)
+    assert build_dataset(cfg, tok, "train") == packed  # the packing strategy does the same
+
+
+def test_long_conversations_are_counted_and_left_out(
+    tmp_path: Path, tok: PreTrainedTokenizerBase
+) -> None:
+    long = [{"role": "user", "content": "word " * 80}, {"role": "assistant", "content": "ok"}]
+    c, g = {"messages": CHAT}, {"messages": long}
+    path = _file(tmp_path, [c, g, c, g, g, c, c])
+    n_long, n_short = (len(_ids(tok, x)) for x in (long, CHAT))
+    assert n_short < 100 < n_long
+    notes: list[str] = []
+    cfg = TrainConfig(dataset="custom", data_path=str(path), context_length=100)
+    packed = build_dataset(cfg, tok, "train", notes)  # 6 train rows, 3 of them long
+    assert notes == [
+        f"data custom (train): 3 of 6 conversations are longer than --context_length 100 tokens "
+        f"(up to {n_long}) and are left out, not cut"
+    ]
+    assert len(packed) == (3 * n_short) // 100
+    cfg = TrainConfig(dataset="custom", data_path=str(_file(tmp_path, [g] * 3, "l.jsonl")))
+    with pytest.raises(DataError) as err:
+        build_dataset(TrainConfig(**{**cfg.__dict__, "context_length": 100}), tok, "train")
+    assert str(err.value) == (
+        f"--context_length 100: every conversation of the train split is longer (up to {n_long} "
+        "tokens); raise --context_length"
+    )
+
+
+def test_pairs_and_chats_mix_in_file_order(tmp_path: Path, tok: PreTrainedTokenizerBase) -> None:
+    rows: list[object] = [{"prompt": "2+2=", "completion": "4"}, {"messages": CHAT}]
+    rows += [{"text": "learned"}, {"messages": CHAT[1:3]}]
+    out = _build(tok, _file(tmp_path, [rows[0], rows[1], rows[2], rows[3], rows[0]]))
+    assert tok.decode(out[0]["input_ids"]) == "<s>2+2=4</s>"
+    assert tok.decode(out[1]["input_ids"]) == tok.apply_chat_template(CHAT, tokenize=False)
+    assert tok.decode(out[2]["input_ids"]) == "<s>learned</s>"
+    assert tok.decode([t for t in out[3]["labels"] if t != IGNORE_INDEX]) == "Hello!</s>"
+
+
+def _messages(*msgs: object) -> dict[str, object]:
+    return {"messages": list(msgs)}
+
+
+U, A = {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}
+BAD_ROWS = [
+    (_messages(U, {"role": "bot", "content": "a"}), "message 2 has role 'bot'; expected one of system, user, assistant"),
+    (_messages(U), "no assistant message: nothing to learn"),
+    (_messages(U, A, {"role": "system", "content": "s"}), "message 3: a system message must come first"),
+    (_messages(U, {"role": "assistant", "content": 3}), "message 2 (assistant): content must be a string, got int"),
+    (_messages(U, {"role": "assistant"}), "message 2 (assistant): content must be a string, got missing"),
+    (_messages(U, {"role": "assistant", "content": "  "}), "message 2 (assistant) is empty: nothing to learn"),
+    ({"messages": "hi"}, "field 'messages' must be a non-empty list of {role, content} objects"),
+    (_messages(U, "a"), "message 2 must be an object, got str"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("row", "what"), BAD_ROWS)
+def test_bad_chat_rows_name_file_and_line(
+    tmp_path: Path, tok: PreTrainedTokenizerBase, row: object, what: str
+) -> None:
+    path = _file(tmp_path, [{"messages": CHAT}, row])
+    with pytest.raises(DataError) as err:
+        _build(tok, path)
+    assert str(err.value) == f"{path}:2: {what}"
+
+
+def test_templates_that_cannot_be_used_are_one_line(
+    tmp_path: Path, tok: PreTrainedTokenizerBase
+) -> None:
+    path = _file(tmp_path, [{"text": "plain"}, {"messages": CHAT}, {"text": "plain"}])
+    bare = copy.deepcopy(tok)
+    bare.chat_template = None
+    with pytest.raises(DataError) as err:
+        _build(bare, path, model_name="tiny-llama")
+    assert str(err.value) == (
+        "--model_name tiny-llama: its tokenizer has no chat template, which chat rows need "
+        f"({path}:2 is one); use a chat model's tokenizer"
+    )
+    strict = copy.deepcopy(tok)  # Mistral-style: refuses a system message
+    strict.chat_template = (
+        "{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate user/assistant') }}{% endif %}"
+        "{{ m['content'] }}{% endfor %}"
+    )
+    with pytest.raises(DataError) as err:
+        _build(strict, path)
+    assert str(err.value) == (
+        f"{path}:2: the chat template refuses this conversation: Conversation roles must "
+        "alternate user/assistant"
+    )
+    rewriting = copy.deepcopy(tok)  # renders the number of messages first
+    rewriting.chat_template = (
+        "{{ messages | length }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    )
+    with pytest.raises(DataError) as err:
+        _build(rewriting, path)
+    assert str(err.value) == (
+        f"{path}:2: the chat template does not render message 3 (assistant) as an addition "
+        "to the turns before it; cannot tell its tokens apart"
+    )
+
+
+def test_chat_sample_is_the_samsum_sample_as_two_exchanges(tok: PreTrainedTokenizerBase) -> None:
+    first = json.loads(SAMSUM_SAMPLE.read_text(encoding="utf-8").splitlines()[0])
+    cfg = TrainConfig(dataset="chat_sample", batching_strategy="padding", max_train_samples=4)
+    ex = build_dataset(cfg, tok, "train")[0]
+    learned = tok.decode([t for t in ex["labels"] if t != IGNORE_INDEX])
+    names = speakers(first["dialogue"])
+    assert len(names) >= 2
+    who = ", ".join(names[:-1]) + " and " + names[-1]
+    assert learned == f"{first['summary']}</s>{who}.</s>"
+    text = tok.decode(ex["input_ids"])
+    assert text.startswith("<s><|system|>\n") and first["dialogue"] in text
+    val = build_dataset(cfg, tok, "validation")
+    assert len(val) == 240  # the last tenth of the 2,400 rows, whole
+
+
+def test_speakers_in_order_of_appearance() -> None:
+    assert speakers("Anna: hi\r\nBob: hey\nAnna: bye\n no speaker here") == ["Anna", "Bob"]
