@@ -8,7 +8,9 @@ helpers.launch); tests only read the metrics and measurements those runs leave b
   world4: HYBRID_SHARD 2x2 and FULL_SHARD with 4 processes, state bytes.
 LoRA (--use_peft) runs ride along in world1 and world2: a 1-process reference, the 2-process
 parity run, a 1 -> 2 resume, state bytes, and the adapter / merged export of the local HF
-checkpoint.
+checkpoint. So do the model families (tests/training/families.py: Llama 3.x, Mistral, Qwen2,
+Qwen3): a 1-process run each in world1, the 2-process run with its export in world2, and a
+LoRA of Qwen3 on every linear layer at both world sizes.
 Both world1 and world2 also train two epochs of an 11-sample dataset (global batch 4 does not
 divide it): the last batch of each epoch is completed with masked filler rows.
 
@@ -26,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.shared import once, shared_dir
+from tests.training import families as family_models
 from tests.training.helpers import GLOBAL_BATCH, TINY, ckpt_dir, launch, merge, run_dirs
 
 STEPS = 6
@@ -127,13 +130,44 @@ def _hf_checkpoint(train_root: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def families(tmp_path_factory: pytest.TempPathFactory, train_root: Path) -> dict[str, Path]:
+    """{family: folder of its tiny random checkpoint} (tests/training/families.py)."""
+    return once(tmp_path_factory, "families", lambda _d: family_models.build(train_root))
+
+
+FAMILY_LORA = ("--use_peft", "--lora_dropout=0", "--lora_target_modules=all-linear")
+
+
+def _family_jobs(base: Path, world: int, families: dict[str, Path]) -> list[dict[str, Any]]:
+    """Every family trained STEPS steps (at world 2 also exported, with the trained logits),
+    and a LoRA of Qwen3."""
+    jobs = []
+    for family, path in families.items():
+        job = _train(base, f"fam_{family}", world, f"--model_name={path}")
+        if world > 1:
+            job["kind"] = "export_logits"
+            job["argv"] = merge(job["argv"], ["--save_model=True"])
+            job["out"] = str(base / f"fam_{family}" / "logits.pt")
+        jobs.append(job)
+    jobs.append(
+        _train(base, "fam_qwen3_lora", world, f"--model_name={families['qwen3']}", *FAMILY_LORA)
+    )
+    return jobs
+
+
+@pytest.fixture(scope="session")
 def world1(
-    tmp_path_factory: pytest.TempPathFactory, train_root: Path, hf_checkpoint: Path
+    tmp_path_factory: pytest.TempPathFactory,
+    train_root: Path,
+    hf_checkpoint: Path,
+    families: dict[str, Path],
 ) -> tuple[Path, dict[str, Any]]:
-    return once(tmp_path_factory, "world1", lambda _d: _world1(train_root, hf_checkpoint))
+    return once(tmp_path_factory, "world1", lambda _d: _world1(train_root, hf_checkpoint, families))
 
 
-def _world1(train_root: Path, hf_checkpoint: Path) -> tuple[Path, dict[str, Any]]:
+def _world1(
+    train_root: Path, hf_checkpoint: Path, families: dict[str, Path]
+) -> tuple[Path, dict[str, Any]]:
     base = train_root / "w1"
     # A checkpoint interrupted mid-write, and one renamed but never marked complete: both ignored.
     partial = ckpt_dir(base, "resume_w1")
@@ -151,6 +185,7 @@ def _world1(train_root: Path, hf_checkpoint: Path) -> tuple[Path, dict[str, Any]
         _filler_job(base, 1),
         _train(base, "lora_ref", 1, *LORA, f"--checkpoint_every={RESUME_AT}"),
         _train(base, "lora_dropout_ref", 1, "--use_peft", f"--max_train_step={LORA_KILL_STEPS}"),
+        *_family_jobs(base, 1, families),
     ]
     return base, launch(1, jobs, base)
 
@@ -161,12 +196,20 @@ def world2(
     train_root: Path,
     world1: tuple[Path, dict[str, Any]],
     hf_checkpoint: Path,
+    families: dict[str, Path],
 ) -> tuple[Path, dict[str, Any]]:
-    return once(tmp_path_factory, "world2", lambda _d: _world2(train_root, world1, hf_checkpoint))
+    return once(
+        tmp_path_factory,
+        "world2",
+        lambda _d: _world2(train_root, world1, hf_checkpoint, families),
+    )
 
 
 def _world2(
-    train_root: Path, world1: tuple[Path, dict[str, Any]], hf_checkpoint: Path
+    train_root: Path,
+    world1: tuple[Path, dict[str, Any]],
+    hf_checkpoint: Path,
+    families: dict[str, Path],
 ) -> tuple[Path, dict[str, Any]]:
     base = train_root / "w2"
     w1_base, _ = world1
@@ -257,6 +300,7 @@ def _world2(
             ),
             "out": str(base / "lora_export" / "logits.pt"),
         },
+        *_family_jobs(base, 2, families),
     ]
     return base, launch(2, jobs, base)
 
