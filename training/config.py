@@ -43,6 +43,7 @@ __all__ = [
     "AC_MODES",
     "BATCHING_STRATEGIES",
     "DATASETS",
+    "EXPORT_DTYPES",
     "PEFT_METHODS",
     "SHARDING_STRATEGIES",
     "ConfigError",
@@ -58,6 +59,7 @@ AC_MODES = ("full", "selective", "none")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DATASETS = ("samsum_dataset", "samsum_sample", "alpaca_dataset", "custom", "chat_sample")
 DATASETS_WITH_PATH = ("custom", "alpaca_dataset")
+EXPORT_DTYPES = ("auto", "fp32", "bf16", "fp16")
 PEFT_METHODS = ("lora",)
 """llama-recipes' --peft_method values this trainer runs (its llama_adapter and prefix are not)."""
 
@@ -121,7 +123,7 @@ class TrainConfig:
     output_dir: str = "runs/finetune"
     """Where metrics.jsonl, summary.json, the plot and the exported model go."""
     save_model: bool = True
-    """Export a consolidated Hugging Face folder at the end."""
+    """Export a servable Hugging Face folder at the end (sharded safetensors, configs, tokenizer)."""
     save_optimizer: bool = False
     """Accepted for llama-recipes compatibility; DCP checkpoints always hold the optimizer."""
     dist_checkpoint_root_folder: str = "runs/checkpoints"
@@ -156,6 +158,10 @@ class TrainConfig:
     """With --use_peft: comma-separated module names to adapt, or all-linear (every linear but lm_head)."""
     merge_adapters: bool = False
     """With --use_peft and --save_model: also export the base with the adapters merged into it."""
+    export_dtype: str = "auto"
+    """dtype of the exported weights: auto (bf16 on GPUs, the parameters' dtype on CPUs), fp32, bf16, fp16."""
+    export_max_shard_gb: float = 5.0
+    """Largest safetensors file of the export (GB); also the most the export holds in rank 0's memory."""
 
     # --- ours -----------------------------------------------------------------------------------
     resume: bool = False
@@ -291,6 +297,8 @@ def _validate(c: TrainConfig) -> None:
     one_of("sharding_strategy", SHARDING_STRATEGIES)
     one_of("dataset", DATASETS)
     one_of("ac_mode", AC_MODES)
+    one_of("export_dtype", EXPORT_DTYPES)
+    positive("export_max_shard_gb")
     if c.ac_mode == "selective" and not c.fsdp_activation_checkpointing:
         fail("ac_mode", "selective needs --fsdp_activation_checkpointing (or pass --ac_mode none)")
 

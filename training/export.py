@@ -1,86 +1,294 @@
-"""Export the trained model as a consolidated Hugging Face folder (safetensors + config + tokenizer).
+"""Export the trained model for serving: sharded safetensors, config, generation config, tokenizer.
 
-Every rank takes part in gathering the full state dict (`get_model_state_dict` with
-`full_state_dict=True, cpu_offload=True`: shards are gathered one parameter at a time into rank 0's
-CPU memory); rank 0 writes it with `save_pretrained`, so
-`AutoModelForCausalLM.from_pretrained(<output_dir>/hf)` gives the trained model back.
+`export_model` writes the Hugging Face layout that `AutoModelForCausalLM.from_pretrained`, vLLM
+and TGI load: `model-0000k-of-0000n.safetensors` shards of at most `--export_max_shard_gb` with
+`model.safetensors.index.json` (one `model.safetensors` when everything fits one shard, as
+`save_pretrained` does), `config.json` (the export dtype), `generation_config.json` (the base
+model's when it has one), and the tokenizer with its chat template.
+
+Gathered in pieces: the shards are planned from the parameters' global shapes before anything
+is gathered; then every rank all-gathers one parameter at a time (`DTensor.full_tensor`, the
+same order on every rank) and rank 0 keeps it, cast to the export dtype, only until its shard
+is written. Rank 0 holds at most one shard plus one parameter, never the whole model (a 70B
+model in bf16 is 140 GB; a shard is 5 GB by default), and the other ranks one parameter.
+Tied weights are written once (the input embedding), as `save_pretrained` does.
 
 With `--use_peft` the export is the adapter folder `<output_dir>/adapter` (only the trainable
 parameters are gathered), which `peft.PeftModel.from_pretrained(base, folder)` loads, and with
-`--merge_adapters` also `<output_dir>/hf`: the base with the adapters merged in.
+`--merge_adapters` also `<output_dir>/hf`: each adapted layer's weight merged as peft's
+`merge_and_unload` does (W + scaling * B @ A, in fp32), streamed the same way.
 """
 
 from __future__ import annotations
 
+import copy
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from training.dist import barrier
 
+if TYPE_CHECKING:
+    from training.config import TrainConfig
+    from training.model import ModelSpec
 
-def export_lora(
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+EXPORT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_LORA_ADAPTER = "default"  # training.lora.ADAPTER_NAME (that module needs peft; this one not)
+
+
+@dataclass
+class ExportReport:
+    """What `export_model` wrote (rank 0)."""
+
+    folder: Path
+    files: list[str]
+    """The weight files, in order."""
+    total_bytes: int
+    """Bytes of all exported tensors (the index's total_size)."""
+    max_held_bytes: int
+    """The most tensor bytes rank 0 held at once while gathering."""
+
+
+def export_dtype(choice: str, device: torch.device, param_dtype: torch.dtype) -> torch.dtype:
+    """--export_dtype: auto is bf16 on a GPU and the parameters' own dtype elsewhere."""
+    if choice == "auto":
+        return torch.bfloat16 if device.type == "cuda" else param_dtype
+    return EXPORT_DTYPES[choice]
+
+
+def shard_name(i: int, n: int) -> str:
+    return SINGLE_FILE if n == 1 else f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+
+
+def plan_shards(sizes: list[tuple[str, int]], max_bytes: int) -> list[list[str]]:
+    """Names grouped into shards in order, each at most `max_bytes` unless one tensor is larger
+    (it then gets a shard of its own), as `save_pretrained` splits."""
+    shards: list[list[str]] = []
+    used = max_bytes + 1
+    for name, size in sizes:
+        if used + size > max_bytes and (not shards or shards[-1]):
+            shards.append([])
+            used = 0
+        shards[-1].append(name)
+        used += size
+    return shards
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One exported tensor: its name, global shape, and the model tensors it is made of."""
+
+    name: str
+    shape: tuple[int, ...]
+    base: Any
+    lora: tuple[Any, Any, float] | None = None
+    """(lora_A weight, lora_B weight, scaling) to merge into `base`."""
+
+
+def _entries(model: nn.Module, merge_adapters: bool) -> list[_Entry]:
+    """The tensors to export, in state-dict order: tied weights once; with `merge_adapters`
+    each adapted linear layer as its merged weight under the base model's own name."""
+    sd = model.state_dict(keep_vars=True)
+    seen: set[int] = set()
+    out = []
+    for key, value in sd.items():
+        if id(value) in seen or ".lora_" in key:
+            continue
+        seen.add(id(value))
+        lora = None
+        if ".base_layer." in key:
+            if not merge_adapters:
+                raise ValueError(f"{key}: an adapted model is exported with merge_adapters")
+            module_name = key.split(".base_layer.")[0]
+            if key.endswith(".base_layer.weight"):
+                layer = model.get_submodule(module_name)
+                a = sd[f"{module_name}.lora_A.{_LORA_ADAPTER}.weight"]
+                b = sd[f"{module_name}.lora_B.{_LORA_ADAPTER}.weight"]
+                lora = (a, b, float(layer.scaling[_LORA_ADAPTER]))  # type: ignore[index]
+            key = key.replace(".base_layer.", ".")
+        out.append(_Entry(key, tuple(value.shape), value, lora))
+    return out
+
+
+def _full(t: Any) -> torch.Tensor:
+    """The whole tensor (collective for a DTensor: every rank calls it in the same order)."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        if t.device.type != t.device_mesh.device_type:  # CPU-offloaded shards
+            t = t.to(t.device_mesh.device_type)
+        t = t.full_tensor()
+    return t.detach()
+
+
+def _materialize(entry: _Entry, dtype: torch.dtype) -> torch.Tensor:
+    weight = _full(entry.base)
+    if entry.lora is not None:
+        a, b, scaling = entry.lora
+        delta = _full(b).float() @ _full(a).float()
+        weight = weight.float() + scaling * delta
+    return weight.to(dtype)
+
+
+def _gathered(
+    entries: list[_Entry], dtype: torch.dtype, main: bool
+) -> Iterator[tuple[str, torch.Tensor | None]]:
+    for entry in entries:
+        tensor = _materialize(entry, dtype)
+        yield entry.name, tensor.to("cpu").contiguous() if main else None
+        del tensor
+
+
+def export_model(
     model: nn.Module,
-    peft_model: Any,
     config: Any,
     tokenizer: Any,
     out_dir: Path,
     *,
-    merge: bool,
-) -> list[tuple[str, Path]]:
-    """Write `out_dir/adapter` and, with `merge`, `out_dir/hf` (collective); rank 0 returns
-    [(what, folder)], the others []."""
-    from training.lora import merged_state_dict, write_adapter_folder
+    dtype: torch.dtype,
+    max_shard_bytes: int,
+    merge_adapters: bool = False,
+    generation_source: str | None = None,
+) -> ExportReport | None:
+    """Write the servable folder `out_dir` (collective); rank 0 returns what it wrote."""
+    from safetensors.torch import save_file
 
     main = not dist.is_initialized() or dist.get_rank() == 0
-    written: list[tuple[str, Path]] = []
+    entries = _entries(model, merge_adapters)
+    width = torch.empty((), dtype=dtype).element_size()
+    sizes = [(e.name, width * _numel(e.shape)) for e in entries]
+    shards = plan_shards(sizes, max_shard_bytes)
+    shard_of = {name: i for i, names in enumerate(shards) for name in names}
+    size_of = dict(sizes)
+    if main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in [*out_dir.glob("model*.safetensors"), out_dir / INDEX_FILE]:
+            stale.unlink(missing_ok=True)  # an earlier export with another sharding
+    held: dict[str, torch.Tensor] = {}
+    held_bytes = max_held = 0
+    for name, tensor in _gathered(entries, dtype, main):
+        if tensor is None:
+            continue
+        held[name] = tensor
+        held_bytes += size_of[name]
+        max_held = max(max_held, held_bytes)
+        i = shard_of[name]
+        if name == shards[i][-1]:  # the shard is complete: write it, let its tensors go
+            save_file(held, str(out_dir / shard_name(i, len(shards))), metadata={"format": "pt"})
+            held, held_bytes = {}, 0
+    report = None
+    if main:
+        files = [shard_name(i, len(shards)) for i in range(len(shards))]
+        total = sum(size_of.values())
+        if len(shards) > 1:
+            index = {
+                "metadata": {"total_size": total},
+                "weight_map": {name: files[shard_of[name]] for name, _ in sizes},
+            }
+            (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+        _write_configs(model, config, tokenizer, out_dir, dtype, generation_source)
+        report = ExportReport(out_dir, files, total, max_held)
+    barrier()
+    return report
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _model_class(model: nn.Module) -> type:
+    """The model's own class: `fully_shard` and `replicate` swap in a subclass of it."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
+
+
+def _write_configs(
+    model: nn.Module,
+    config: Any,
+    tokenizer: Any,
+    out_dir: Path,
+    dtype: torch.dtype,
+    generation_source: str | None,
+) -> None:
+    """config.json (dtype, architectures), generation_config.json and the tokenizer (rank 0)."""
+    from transformers import GenerationConfig
+
+    config = copy.deepcopy(config)
+    config.dtype = dtype
+    config.architectures = [_model_class(model).__name__]
+    config.save_pretrained(str(out_dir))
+    generation = None
+    if generation_source is not None:
+        try:
+            generation = GenerationConfig.from_pretrained(generation_source)
+        except (OSError, ValueError):
+            generation = None  # the base has none: derived from its config below
+    if generation is None:
+        generation = GenerationConfig.from_model_config(config)
+    for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):  # where generation stops
+        if getattr(generation, attr, None) is None and tokenizer is not None:
+            setattr(generation, attr, getattr(tokenizer, attr, None))
+    generation.save_pretrained(str(out_dir))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(out_dir))
+
+
+def export_adapter(model: nn.Module, peft_model: Any, tokenizer: Any, out_dir: Path) -> Path | None:
+    """Write the adapter folder `out_dir` (collective): only the trainable parameters are
+    gathered. Returns the folder on rank 0, None elsewhere."""
+    from training.lora import write_adapter_folder
+
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
     trainable = get_model_state_dict(model, options=options)
-    if main:
-        folder = write_adapter_folder(peft_model, trainable, tokenizer, out_dir / "adapter")
-        written.append(("exported adapter", folder))
-    del trainable
-    if merge:
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        full = get_model_state_dict(model, options=options)
-        if main:
-            merged = merged_state_dict(full, config, peft_model.peft_config["default"])
-            written.append(
-                ("merged model", write_hf_folder(merged, config, tokenizer, out_dir / "hf"))
-            )
-        del full
-    barrier()
-    return written
-
-
-def export_hf(model: nn.Module, config: Any, tokenizer: Any, out_dir: Path) -> Path | None:
-    """Write `out_dir` (collective). Returns the folder on rank 0, None elsewhere."""
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    full = get_model_state_dict(model, options=options)
     path = None
     if not dist.is_initialized() or dist.get_rank() == 0:
-        path = write_hf_folder(full, config, tokenizer, out_dir)
+        path = write_adapter_folder(peft_model, trainable, tokenizer, out_dir)
     barrier()
     return path
 
 
-def write_hf_folder(state_dict: dict[str, Any], config: Any, tokenizer: Any, out_dir: Path) -> Path:
-    """save_pretrained a model of `config` holding `state_dict` (no second copy in memory)."""
-    from accelerate import init_empty_weights
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    with init_empty_weights(include_buffers=False):
-        shell = AutoModelForCausalLM.from_config(config)
-    dtype = next(iter(state_dict.values())).dtype
-    shell.config.dtype = dtype
-    shell.load_state_dict(state_dict, strict=False, assign=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    shell.save_pretrained(str(out_dir), safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(str(out_dir))
-    return out_dir
+def export_run(
+    cfg: TrainConfig,
+    model: nn.Module,
+    peft_model: Any,
+    spec: ModelSpec,
+    tokenizer: Any,
+    device: torch.device,
+) -> list[tuple[str, Path]]:
+    """What `--save_model` writes under --output_dir (collective): `hf/` (the model), or with
+    --use_peft `adapter/` and, with --merge_adapters, `hf/` merged. Rank 0 returns
+    [(what, folder)], the others []."""
+    out = Path(cfg.output_dir)
+    written: list[tuple[str, Path]] = []
+    if peft_model is not None:
+        path = export_adapter(model, peft_model, tokenizer, out / "adapter")
+        written += [("exported adapter", path)] if path is not None else []
+        if not cfg.merge_adapters:
+            return written
+    report = export_model(
+        model,
+        spec.config,
+        tokenizer,
+        out / "hf",
+        dtype=export_dtype(cfg.export_dtype, device, spec.dtype),
+        max_shard_bytes=int(cfg.export_max_shard_gb * 1e9),
+        merge_adapters=peft_model is not None,
+        generation_source=None if spec.is_preset else spec.name,
+    )
+    if report is not None:
+        what = "merged model" if peft_model is not None else "exported model"
+        written.append((what, report.folder))
+    return written

@@ -521,7 +521,7 @@ class Trainer:
         """Export the model, write summary.json and the plot, print the summary (rank 0)."""
         import torch.distributed as dist
 
-        from training.export import export_hf, export_lora
+        from training.export import export_run
         from training.metrics import (
             GOODPUT_FILE,
             format_summary,
@@ -532,18 +532,10 @@ class Trainer:
 
         self.metrics.close()
         exported: list[tuple[str, Path]] = []
-        if self.cfg.save_model and not preempted and self.peft is not None:
-            exported = export_lora(
-                self.model,
-                self.peft,
-                self.spec.config,
-                self.tokenizer,
-                self.out_dir,
-                merge=self.cfg.merge_adapters,
+        if self.cfg.save_model and not preempted:
+            exported = export_run(
+                self.cfg, self.model, self.peft, self.spec, self.tokenizer, self.env.device
             )
-        elif self.cfg.save_model and not preempted:
-            path = export_hf(self.model, self.spec.config, self.tokenizer, self.out_dir / "hf")
-            exported = [("exported model", path)] if path is not None else []
         import torch
 
         peak = torch.tensor([peak_memory_bytes(self.env.device)], dtype=torch.float64)

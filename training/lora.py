@@ -164,31 +164,5 @@ def write_adapter_folder(
     return out_dir
 
 
-def merged_state_dict(
-    full: dict[str, torch.Tensor], config: Any, peft_config: Any
-) -> dict[str, torch.Tensor]:
-    """The base weights with the adapters merged in (peft's `merge_and_unload`), from the
-    adapted HF model's full state dict (`q_proj.base_layer.weight`, `q_proj.lora_A.default.
-    weight`, ...); the keys are the base model's own. No second copy of the base: the shell's
-    parameters are the tensors of `full`."""
-    from accelerate import init_empty_weights
-    from peft import get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    with init_empty_weights(include_buffers=False):
-        shell = AutoModelForCausalLM.from_config(config)
-    with warnings.catch_warnings():
-        # as in apply_lora; and the shell's unnamed config renames base_model_name_or_path
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        adapted = get_peft_model(shell, copy.deepcopy(peft_config), low_cpu_mem_usage=True)
-    shell.load_state_dict(full, strict=False, assign=True)
-    missing = [n for n, p in shell.named_parameters() if p.device.type == "meta"]
-    if missing:
-        raise ModelError(f"--merge_adapters: no weights for {', '.join(missing[:3])}")
-    merged = adapted.merge_and_unload()
-    return dict(merged.state_dict())
-
-
 def read_adapter_config(folder: Path) -> dict[str, Any]:
     return json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))

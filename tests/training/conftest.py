@@ -273,6 +273,19 @@ def _world2(
             "argv": _argv(base, "export", 2, "--save_model=True", "--max_train_step=3"),
             "out": str(base / "export" / "logits.pt"),
         },
+        {
+            "kind": "export_logits",
+            "name": "export_sharded",  # ~0.32 M fp32 parameters: five shards of <= 300 kB
+            "argv": _argv(
+                base,
+                "export_sharded",
+                2,
+                "--save_model=True",
+                "--max_train_step=3",
+                "--export_max_shard_gb=0.0003",
+            ),
+            "out": str(base / "export_sharded" / "logits.pt"),
+        },
         _filler_job(base, 2),
         _train(base, "lora_full_shard", 2, *LORA),
         {

@@ -284,6 +284,14 @@ BAD = [
         ["--use_peft", "--merge_adapters", "--save_model=False"],
         "--merge_adapters: exports merged weights with --save_model; it is off",
     ),
+    (
+        ["--export_dtype", "bfloat16"],
+        "--export_dtype: must be one of auto, fp32, bf16, fp16, got 'bfloat16' (did you mean bf16?)",
+    ),
+    (
+        ["--export_max_shard_gb", "0"],
+        "--export_max_shard_gb: must be a finite number > 0, got 0.0",
+    ),
     (["--lr", "1e-4", "--lr", "2e-4"], "--lr: given more than once"),
     (["--lr=1e-4", "--lr", "2e-4"], "--lr: given more than once"),
     (["train.py"], "unexpected argument 'train.py' (flags look like --name value)"),
