@@ -1,7 +1,8 @@
 """The Pulumi program: the composition root. Reads the stack config once and wires components.
 
 Network -> Cluster -> GPU nodegroups -> device plugins -> shared storage (FSx, when configured)
-(-> workloads, appended below).
+-> observability -> workloads (the platform jobs run on: image, operator, etcd, claim). No job:
+jobs are submitted apart from the stack (``python -m jobs``).
 """
 
 import pulumi
@@ -118,8 +119,9 @@ if cfg.observability.enabled:
     )
     pulumi.export(OUTPUT_KEY, observability.port_forward)
 
-# --- workloads: training image, training operator, etcd, debug tools, the PyTorchJob ----------
-if cfg.job is not None:
+# --- workloads: training image, training operator, etcd, debug tools, checkpoint claim --------
+# The platform jobs run on; jobs themselves are submitted apart (python -m jobs, docs/jobs.md).
+if cfg.gpu_node_groups:
     deploy_workloads(
         cfg,
         cluster.provider,

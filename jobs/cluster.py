@@ -24,6 +24,7 @@ from jobs.kube import TIMEOUT, api_errors, object_not_found, stack_output
 from jobs.progress import from_prometheus, planned_steps
 from jobs.types import FINISHED, Condition, JobInfo, JobsError, Progress, Replica, Submitted
 from workloads.specs import pytorchjob as pj
+from workloads.specs.stack import job_workloads
 
 GROUP = "kubeflow.org"
 VERSION = "v1"
@@ -291,7 +292,7 @@ class ClusterBackend:
         )
 
     def _create(self, job_file: JobFile, image: str, generation: int) -> tuple[Any, str]:
-        w = job_file.workloads(image=image, generation=generation)
+        w = job_workloads(job_file, image=image, generation=generation)
         settings = w.job
         rdzv = manifest.fresh_rdzv_id(settings)
         settings = settings.replace(rdzv_id=rdzv)
@@ -320,7 +321,7 @@ class ClusterBackend:
 
     def submit(self, job: JobFile, *, image: str | None = None, replace: bool = False) -> Submitted:
         image = self.image_for(job, image)
-        job.workloads(image=image)  # every check before the first request
+        job_workloads(job, image=image)  # every check before the first request
         ns = job.config.namespace
         self.namespace = ns
         existing = self._get_job(job.name, ns)
@@ -530,7 +531,7 @@ class ClusterBackend:
         )
         generation = int(data.get(manifest.GENERATION_KEY, 1)) + 1
         image = data.get(manifest.IMAGE_KEY) or self.image_for(job_file, None)
-        w = job_file.workloads(image=image, generation=generation)
+        w = job_workloads(job_file, image=image, generation=generation)
         if not w.job.resumes:
             raise JobsError(
                 f"job {name} keeps its checkpoints per pod (no checkpointClaim, {w.job.workers} "

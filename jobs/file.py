@@ -9,7 +9,7 @@ platform's GPU nodegroups, shared storage and observability come from ``Pulumi.<
 Strict: an unknown key, a wrong type, a missing ``model`` or a nodegroup the stack lacks raise
 ``JobFileError`` with one line ``FILE:LINE: KEY: what is wrong``; no object is built before the
 whole file is valid. The manifest itself comes from the pure builders of ``workloads.specs``
-(``JobFile.workloads``), the same ones the local runner renders.
+(``workloads.specs.stack.job_workloads``), the same ones the local runner renders.
 """
 
 from __future__ import annotations
@@ -137,34 +137,18 @@ class JobFile:
     def device(self) -> str:
         return self.config.device
 
-    def workloads(self, *, image: str | None = None, generation: int = 1) -> Any:
-        """The job's ``workloads.specs.settings.Workloads`` (the pure builders' input), its
-        training flags checked with ``training.config`` (``JobFileError``)."""
-        from workloads.specs.settings import from_stack
-        from workloads.specs.stack import check_train_flags, training_image
-
-        try:
-            w = from_stack(
-                self.platform,
-                image=image or training_image(self.platform),
-                stack=self.stack,
-                generation=generation,
+    def locate(self, message: str) -> str:
+        """A builder's or ``training.config``'s one-line error, placed in the file: a training
+        flag's error names the key that set it (``FILE:LINE: KEY: ...``)."""
+        flag = _FLAG_MESSAGE.match(message)
+        if flag is not None:
+            name = flag["flag"]
+            key = FLAG_KEYS.get(name) or next(
+                (k for k in self.lines if k.startswith("args.") and _flag(k[5:]) == name),
+                f"args.{name}",
             )
-            check_train_flags(w, where=self.source)
-        except ValueError as err:
-            message = str(err.args[0] if err.args else err)
-            flag = _FLAG_MESSAGE.match(message)
-            if flag is not None:  # training.config names the flag: name the file's key
-                name = flag["flag"]
-                key = FLAG_KEYS.get(name) or next(
-                    (k for k in self.lines if k.startswith("args.") and _flag(k[5:]) == name),
-                    f"args.{name}",
-                )
-                message = f"{_where(self.source, self.lines, key)}: {key}: {flag['msg']}"
-            raise JobFileError(
-                message if message.startswith(self.source) else f"{self.source}: {message}"
-            ) from None
-        return w
+            message = f"{_where(self.source, self.lines, key)}: {key}: {flag['msg']}"
+        return message if message.startswith(self.source) else f"{self.source}: {message}"
 
     def dump(self) -> str:
         """The resolved job file as YAML (what ``submit`` records for ``resume``)."""

@@ -57,14 +57,21 @@ def stack_output(stack: str, key: str, *, secret: bool = False) -> Any:
     return value
 
 
-def api_client(kubeconfig: str | None = None, stack: str | None = None) -> Any:
-    """A ``kubernetes.client.ApiClient`` for ``--kubeconfig``, ``--stack`` or the default
-    kubeconfig, with retries off."""
+def api_client(
+    kubeconfig: str | None = None,
+    stack: str | None = None,
+    config_dict: Mapping[str, Any] | None = None,
+) -> Any:
+    """A ``kubernetes.client.ApiClient`` for ``--kubeconfig``, ``--stack``, a kubeconfig
+    already read (``config_dict``: a stack's output) or the default kubeconfig, with retries
+    off."""
     from kubernetes import client, config
 
     cfg = client.Configuration()
     try:
-        if kubeconfig:
+        if config_dict is not None:
+            config.load_kube_config_from_dict(dict(config_dict), client_configuration=cfg)
+        elif kubeconfig:
             if not Path(kubeconfig).is_file():
                 raise JobsError(f"--kubeconfig {kubeconfig}: no such file", status=2)
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)

@@ -32,6 +32,7 @@ from jobs.progress import from_rows, planned_steps, read_rows
 from jobs.types import FINISHED, Condition, JobInfo, JobsError, Replica, Submitted
 from localrun.result import complete_checkpoint_steps
 from workloads.specs.settings import JobSettings
+from workloads.specs.stack import job_workloads
 
 STATE_ENV = "EKS_FSDP_JOBS_DIR"
 DEFAULT_ROOT = Path("runs/jobs")
@@ -60,7 +61,7 @@ def local_settings(job_file: JobFile, *, generation: int, rdzv_id: str) -> tuple
     ``--log_every=1`` on CPU unless the file sets it (the runner's progress lines read every
     row, as ``python -m localrun`` does), no exporter port (two jobs at once would share
     it), and the submission's rendezvous id. ``localrun`` localizes the rest."""
-    w = job_file.workloads(generation=generation)
+    w = job_workloads(job_file, generation=generation)
     job: JobSettings = w.job
     args = job.train_args
     if w.device == "cpu" and not any(a.split("=", 1)[0] == "--log_every" for a in args):

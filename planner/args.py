@@ -67,8 +67,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", help="comma-separated node counts, e.g. 1,2,4,8,16")
     p.add_argument(
         "--stack",
-        help="read instance, nodes, model, batch, seq, sharding, dataset "
-        "and epochs from Pulumi.<stack>.yaml (flags given explicitly win)",
+        help="read instance, nodes, model, batch, seq, sharding, dataset and epochs from the "
+        "stack's example job jobs/examples/<stack>.yaml on Pulumi.<stack>.yaml (flags given "
+        "explicitly win)",
+    )
+    p.add_argument(
+        "--job",
+        type=Path,
+        help="plan this job file instead (on its stack, or on --stack)",
     )
     p.add_argument("--sharding", choices=STRATEGIES, help="default FULL_SHARD")
     p.add_argument(
@@ -166,15 +172,30 @@ def _nodes(text: str) -> list[int]:
     return counts
 
 
-def _from_stack(stack: str) -> dict[str, Any]:
+def _from_stack(stack: str | None, job_file: Path | None = None) -> dict[str, Any]:
+    """The plan's inputs from a job file on its stack: ``job_file`` (its ``stack`` unless
+    ``--stack`` names one), else the stack's example job ``jobs/examples/<stack>.yaml``."""
     from infra.config import ConfigError, load_stack_file
+    from jobs.file import load
 
+    path = job_file or Path(__file__).resolve().parents[1] / "jobs" / "examples" / f"{stack}.yaml"
+    flag = f"--job {job_file}" if job_file else f"--stack {stack}"
+    if stack is not None:
+        try:
+            load_stack_file(stack)  # a missing or invalid stack file is named first
+        except (ConfigError, ValueError, OSError) as e:
+            raise UsageError(f"--stack {stack}: {e}") from None
+    if job_file is None and not path.is_file():
+        raise UsageError(
+            f"--stack {stack}: no example job {path.name} in jobs/examples (--job FILE)"
+        )
     try:
-        cfg = load_stack_file(stack)
+        cfg = load(path, stack=stack).platform
     except (ConfigError, KeyError, ValueError, OSError) as e:
-        raise UsageError(f"--stack {stack}: {e}") from None
+        raise UsageError(f"{flag}: {e}") from None
     if cfg.job is None or cfg.job_node_group is None:
-        raise UsageError(f"--stack {stack}: the stack has no job (job.nodeGroup) to plan")
+        raise UsageError(f"{flag}: no job (nodeGroup) to plan")
+    stack = cfg.stack
     group, job = cfg.job_node_group, cfg.job
     return {
         "model": builtin_for_hub_id(job.model),
@@ -195,8 +216,8 @@ _AC_FLAGS = ("fsdp_activation_checkpointing", "nofsdp_activation_checkpointing",
 
 
 def _stack_ac(stack: str, extra_args: tuple[str, ...]) -> dict[str, Any]:
-    """The job's activation checkpointing, read from its ``extraArgs`` (each ``--flag`` or
-    ``--flag=value``, as ``infra.config`` checks) with the training CLI's own parser and
+    """The job's activation checkpointing, read from its training flags (a job file's
+    ``args``, each ``--flag=value``) with the training CLI's own parser and
     defaults (``training.config``: pure Python, no torch). Only the AC flags are parsed: the
     others' checks need the rest of the job's command (``--data_path`` needs its dataset)."""
     from training.config import ConfigError, parse_args
@@ -205,14 +226,15 @@ def _stack_ac(stack: str, extra_args: tuple[str, ...]) -> dict[str, Any]:
     try:
         cfg = parse_args(ours)
     except ConfigError as e:
-        raise UsageError(f"--stack {stack}: eks-fsdp:job.extraArgs: {e}") from None
+        raise UsageError(f"--stack {stack}: the job's args: {e}") from None
     on = cfg.fsdp_activation_checkpointing and cfg.ac_mode != "none"
     return {"ac": on, "ac_mode": cfg.ac_mode if on else None}
 
 
 def resolve_args(args: argparse.Namespace) -> _Resolved:
     """Flags (and the stack) -> a PlanInput; UsageError naming the flag on bad input."""
-    values: dict[str, Any] = _from_stack(args.stack) if args.stack else {}
+    job = getattr(args, "job", None)
+    values: dict[str, Any] = _from_stack(args.stack, job) if args.stack or job else {}
     for key in ("model", "instance", "nodes", "batch", "seq", "sharding", "epochs", "price"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
@@ -220,7 +242,7 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
         values.pop("dataset", None)
     for flag in ("model", "instance", "nodes"):
         if values.get(flag) is None:
-            raise UsageError(f"--{flag} is required (or --stack)")
+            raise UsageError(f"--{flag} is required (or --stack / --job)")
     _positive(values.get("batch"), "--batch")
     _positive(values.get("seq"), "--seq")
     _positive(values.get("epochs"), "--epochs")

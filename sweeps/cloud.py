@@ -1,12 +1,13 @@
 """Cloud mode: the sweep over node counts with Pulumi's Automation API.
 
 Before the first ``up`` it checks the prerequisites (:mod:`sweeps.prerequisites`) and prints the
-cost estimate. For each node count it sets the config (nodegroup maxSize, job size, a job name
-derived from the original), runs ``up`` (its output streamed), sets the nodegroup's size through
-the EKS API (the nodegroup leaves ``desiredSize`` to the operator after creation), watches the
-PyTorchJob and its pods (a Failed job, an image pull error or a crash loop stops the sweep at
-once) and the port-forward to the cluster's Prometheus (a dead one stops it too), measures, and
-saves the result at once. Whatever happens (success, an error, an interrupt),
+cost estimate. For each node count it sets the nodegroup's config (size, maxSize), runs ``up``
+(its output streamed), sets the nodegroup's size through the EKS API (the nodegroup leaves
+``desiredSize`` to the operator after creation), submits the stack's job file sized to the
+count under a name derived from the original (``python -m jobs``' cluster backend: the stack
+declares no job), watches the PyTorchJob and its pods (a Failed job, an image pull error or a
+crash loop stops the sweep at once) and the port-forward to the cluster's Prometheus (a dead
+one stops it too), measures, saves the result at once and deletes the job. Whatever happens (success, an error, an interrupt),
 ``Pulumi.<stack>.yaml`` is restored byte for byte and the stack is scaled back to its original
 size (the nodegroup's live scaling config as it was, then one more ``up``) (or destroyed, only
 with ``destroy=True``); each is retried, and the exact recovery commands are printed before the
@@ -24,8 +25,9 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sweeps.aws import (
     NODES_TIMEOUT_S,
@@ -56,6 +58,57 @@ from sweeps.prerequisites import (
 from sweeps.prometheus import steady_throughput, to_measurement
 from sweeps.pulumi_ops import PulumiOps, cleanup, interrupt_pulumi_children
 from sweeps.stackfile import StackFile
+
+
+class JobSubmitter(Protocol):
+    """Submits and deletes the sweep's jobs on the stack's cluster."""
+
+    def submit(self, name: str, workers: int, steps: int) -> None: ...
+
+    def delete(self, name: str) -> None: ...
+
+
+@dataclass
+class ClusterJobs:
+    """The job file of the plan, sized per count, through ``python -m jobs``' cluster backend
+    (the stack's kubeconfig output; its ``trainingImage`` unless the job file pins one)."""
+
+    outputs: dict[str, Any]
+    plan: Any
+    stack_name: str
+
+    def _backend(self) -> Any:
+        import json
+
+        from jobs.cluster import ClusterBackend
+        from jobs.kube import api_client
+
+        kubeconfig = self.outputs["kubeconfig"]
+        if isinstance(kubeconfig, str):
+            kubeconfig = json.loads(kubeconfig)
+        return ClusterBackend(api_client(config_dict=kubeconfig), namespace=self.plan.namespace)
+
+    def submit(self, name: str, workers: int, steps: int) -> None:
+        from jobs.file import load
+
+        sets = [f"workers={workers}", f"minWorkers={workers}", f"maxTrainStep={steps}"]
+        job = load(
+            self.plan.job_file,
+            sets=sets,
+            name=name,
+            stack=self.stack_name,
+            root=self.plan.stack_file.parent,
+        )
+        image = self.plan.image or self.outputs.get("trainingImage")
+        self._backend().submit(job, image=image)
+
+    def delete(self, name: str) -> None:
+        self._backend().cancel(name, purge=True)
+
+
+def cluster_jobs(outputs: dict[str, Any], plan: Any) -> JobSubmitter:
+    """The default :class:`JobSubmitter`."""
+    return ClusterJobs(outputs, plan, plan.stack_file.name[len("Pulumi.") : -len(".yaml")])
 
 
 def job_name_for(base: str, nodes: int, sweep_id: str) -> str:
@@ -92,6 +145,8 @@ def measure_cloud(
     log: Callable[[str], None] = print,
     interrupt: Callable[[], None] = interrupt_pulumi_children,
     step_times: Callable[[Sequence[int], str], Mapping[int, float]] = planner_step_times,
+    job: str | Path | None = None,
+    jobs: Callable[[dict[str, Any], Any], JobSubmitter] | None = None,
 ) -> list[Measurement]:
     """For each node count: set the config, ``up``, watch the job, measure, save; then restore.
 
@@ -105,6 +160,9 @@ def measure_cloud(
     ``step_times(nodes, stack_name)`` gives the planner's step time per count (the steps must
     span ``min_scrapes`` scrapes). ``interrupt`` stops the running ``pulumi`` child on a KeyboardInterrupt (default: SIGINT
     to it, :func:`interrupt_pulumi_children`); the clean-up waits for it to exit first.
+    ``job`` is the job file each count submits (default: the stack's example job in
+    ``work_dir``); ``jobs(outputs, plan)`` submits and deletes it (default:
+    :func:`cluster_jobs`, the job CLI's cluster backend with the stack's kubeconfig).
     """
     from pulumi.automation import ConfigValue
 
@@ -119,7 +177,8 @@ def measure_cloud(
     out_dir = Path(results).parent if results else Path(tempfile.mkdtemp(prefix="scaling-"))
     results_path = Path(results) if results else out_dir / "measured.json"
     stack = select_stack(stack_name=stack_name, work_dir=str(work))
-    plan = stack_plan(stack, stack_name, work)
+    plan = stack_plan(stack, stack_name, work, job)
+    jobs = jobs or cluster_jobs
     check_prerequisites(
         plan,
         nodes=nodes,
@@ -148,6 +207,7 @@ def measure_cloud(
     sweep = sweep_id or format(int(time.time()) % 36**4, "x")[-4:]
     stack_file = StackFile(plan.stack_file, out_dir)
     cd = f"cd {work}"
+    current: list[str] = []  # the job of the count being measured, until it is deleted
     recovery_up = [
         cd,
         f"cp {stack_file.backup} {plan.stack_file.name}",
@@ -175,11 +235,7 @@ def measure_cloud(
             g = f"gpuNodeGroups[{plan.group_index}]"
             put(f"{g}.desiredSize", n)
             put(f"{g}.maxSize", max(n, plan.max_size))
-            put("job.name", job)
-            put("job.workers", n)
-            put("job.minWorkers", n)
-            put("job.maxTrainStep", steps)
-            log(f"{n} node(s): pulumi up ({job})")
+            log(f"{n} node(s): pulumi up")
             ops.run(lambda: stack.up(on_output=stream), "up")
             outputs = {k: v.value for k, v in stack.outputs().items()}
             # The nodegroup leaves desiredSize to the operator after creation: scale it here.
@@ -194,6 +250,10 @@ def measure_cloud(
                 wait_for_nodes(
                     run, watch, group, n, timeout_s=nodes_timeout_s, poll_s=poll_s, log=log
                 )
+                submitter = jobs(outputs, plan)
+                log(f"{n} node(s): submit {job} ({n} workers, {steps} steps)")
+                submitter.submit(job, n, steps)
+                current[:] = [job]
                 with prometheus(outputs, plan.namespace) as pf:
                     wait_for_job(
                         pf,
@@ -216,16 +276,26 @@ def measure_cloud(
             m = to_measurement(n, job, time.monotonic() - t0, fig)
             measured.append(m)
             save_results(measured, results_path)
+            submitter.delete(job)  # frees the nodes; its metrics stay in Prometheus
+            current.clear()
             log(
                 f"{n} node(s): {m.tokens_per_s:,.0f} tokens/s (rate over steps {m.first_step}-"
                 f"{m.end_step}, {m.window_s:.0f} s, {m.scrapes} scrapes); saved to {results_path}"
             )
     finally:
         recovery = recovery_destroy if destroy else recovery_up
+        for name in current:  # the job of the count that failed or was interrupted
+            recovery.insert(1, f"python -m jobs cancel {name} --stack {stack_name} --purge")
         log(f"clean-up of {stack_name}; if it fails or is interrupted, run:")
         for cmd in recovery:
             log(f"    {cmd}")
         try:
+            for name in current:
+                try:
+                    jobs({k: v.value for k, v in stack.outputs().items()}, plan).delete(name)
+                    log(f"{name}: deleted")
+                except Exception as err:  # the stack's clean-up must still run
+                    log(f"{name}: could not delete it ({err}); run the first command above")
             restored = stack_file.restore()
             log(f"{plan.stack_file.name}: " + ("restored" if restored else "unchanged"))
             if ops.holder is not None:

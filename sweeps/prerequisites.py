@@ -1,6 +1,6 @@
-"""What a cloud sweep checks before its first ``up``: the stack's plan (nodegroup, job, price,
-ECR repository, deployed or not) and every prerequisite, reported in one line; the cost
-estimate."""
+"""What a cloud sweep checks before its first ``up``: the stack's plan (nodegroup, the job file
+it submits, price, ECR repository, deployed or not) and every prerequisite, reported in one
+line; the cost estimate."""
 
 from __future__ import annotations
 
@@ -34,30 +34,47 @@ class Plan:
     deployed: bool
     problems: list[str] = field(default_factory=list)
     repository: str | None = None
-    """The stack's ECR repository (``TrainingImage``), None when the job names its image."""
+    """The stack's ECR repository (``TrainingImage``; every stack builds the image)."""
     region: str | None = None
     """``aws:region`` of the stack."""
+    job_file: Path | None = None
+    """The job file each count submits (``python -m jobs``), with its size and steps set."""
+    image: str | None = None
+    """The image the job file pins (None: the stack's ``trainingImage`` output)."""
 
 
-def stack_plan(stack: Any, stack_name: str, work_dir: Path) -> Plan:
-    """The sweep's inputs from the stack file and the stack's outputs (deployed or not); a
-    config that cannot be swept raises :class:`PrerequisiteError`, other gaps are collected."""
+def stack_plan(stack: Any, stack_name: str, work_dir: Path, job: str | Path | None = None) -> Plan:
+    """The sweep's inputs from the stack file, the job file it measures (``job``, default
+    the stack's example ``jobs/examples/<stack>.yaml`` in ``work_dir``) and the stack's
+    outputs (deployed or not); a config that cannot be swept raises
+    :class:`PrerequisiteError`, other gaps are collected."""
     from infra.config import ConfigError, load_stack_file
+    from jobs.file import load
     from workloads.specs.image import repository_name
 
     path = work_dir / f"Pulumi.{stack_name}.yaml"
     problems: list[str] = []
     try:
-        cfg = load_stack_file(stack_name, root=work_dir)
+        load_stack_file(stack_name, root=work_dir)
     except (ConfigError, ValueError) as err:
         raise PrerequisiteError(f"{path.name}: {err}") from None
+    job_file = (
+        Path(job) if job is not None else work_dir / "jobs" / "examples" / f"{stack_name}.yaml"
+    )
+    if not job_file.is_file():
+        raise PrerequisiteError(
+            f"stack {stack_name}: no job to measure: {job_file} does not exist (job=FILE)"
+        )
+    try:
+        cfg = load(job_file, stack=stack_name, root=work_dir).platform
+    except (ConfigError, ValueError) as err:
+        raise PrerequisiteError(str(err)) from None
     if not cfg.observability.enabled:
         problems.append(
             f"stack {stack_name} has observability off (the sweep reads throughput from the "
             "cluster's Prometheus): set eks-fsdp:observability.enabled: true"
         )
-    if cfg.job is None or not cfg.job.enabled:
-        raise PrerequisiteError(f"stack {stack_name}: no enabled job to measure")
+    assert cfg.job is not None
     group = cfg.job_node_group or cfg.gpu_node_groups[0]
     index = [g.name for g in cfg.gpu_node_groups].index(group.name)
     if group.instance.efa_supported:
@@ -87,8 +104,10 @@ def stack_plan(stack: Any, stack_name: str, work_dir: Path) -> Plan:
         usd_per_node_hour=group.usd_per_hour,
         deployed=deployed,
         problems=problems,
-        repository=None if cfg.job.image else repository_name(PROJECT, stack_name),
+        repository=repository_name(PROJECT, stack_name),
         region=cfg.region,
+        job_file=job_file,
+        image=cfg.job.image,
     )
 
 

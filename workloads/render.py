@@ -1,6 +1,7 @@
-"""Render every Kubernetes object of a stack as YAML, for kubectl/GitOps users and validation.
+"""Render every Kubernetes object of a stack running a job as YAML, for kubectl/GitOps users
+and validation.
 
-    python -m workloads.render --stack dev --out out/dev
+    python -m workloads.render --stack dev --out out/dev [--job jobs/examples/dev.yaml]
 
 writes one file per component (``etcd.yaml``, ``pytorchjob.yaml``, ``workers-network-policy.yaml``
 (ingress to the workers only from their own job and the metrics scraper), ``debug-tools.yaml``
@@ -14,7 +15,10 @@ validated before anything is written (strict schemas for the stack's Kubernetes 
 PyTorchJob against the operator's SDK types). Secrets are referenced, never rendered: the
 PyTorchJob reads the Hugging Face token through a ``secretKeyRef``, Grafana its admin password
 from a Secret the user creates.
-The image comes from ``--image``, else ``job.image``, else the stack output ``trainingImage``;
+The job is ``--job FILE`` (a job file, ``jobs.file``), by default the stack's example
+``jobs/examples/<stack>.yaml`` (``python -m jobs submit`` creates the same PyTorchJob and
+NetworkPolicy on a cluster). The image comes from ``--image``, else the job file's ``image``,
+else the stack output ``trainingImage``;
 a job on GPU nodes refuses an image without a registry (it would be pulled from Docker Hub),
 the CPU dev job may use the local build's name.
 A bad stack name, an invalid config or an ``--out`` that cannot be written (a file, a
@@ -50,24 +54,35 @@ OPERATOR_DIR = "training-operator"
 OBSERVABILITY_DIR = "observability"
 
 
+def job_platform(stack: str, job: Path | str | None = None) -> Any:
+    """The stack's config with the job of ``job`` (default: ``jobs/examples/<stack>.yaml``)
+    bound to it, as ``resolve_image`` reads it."""
+    from infra.config import load_stack_file
+    from jobs.file import load as load_job
+    from workloads.specs.stack import example_job
+
+    load_stack_file(stack)  # a missing or invalid stack file is named first
+    return load_job(job if job is not None else example_job(stack), stack=stack).platform
+
+
 def render(
     stack: str,
     out: Path,
     *,
+    job: Path | str | None = None,
     image: str | None = None,
     generation: int | None = None,
     fsx_id: str | None = None,
     fsx_mount_name: str | None = None,
     debug_tools: bool = False,
 ) -> list[Path]:
-    """Write the stack's objects under ``out``; return the files written. ``debug_tools``
-    renders the opt-in debug DaemonSets even when the stack leaves ``debugTools`` off."""
-    from infra.config import load_stack_file
-
-    stack_cfg = load_stack_file(stack)
+    """Write the objects of the stack running ``job`` (default: the stack's example job)
+    under ``out``; return the files written. ``debug_tools`` renders the opt-in debug
+    DaemonSets even when the stack leaves ``debugTools`` off."""
+    stack_cfg = job_platform(stack, job)
     kubernetes_version = stack_cfg.kubernetes_version
     image = resolve_image(stack, stack_cfg, image)
-    w = load(stack, image=image, generation=generation)
+    w = load(stack, job=job, image=image, generation=generation)
     if debug_tools:
         w = dataclasses.replace(w, debug_tools=True)
     file_system = storage.file_system_ref(
@@ -189,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m workloads.render", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml)")
+    parser.add_argument(
+        "--job",
+        type=Path,
+        help="job file (default: jobs/examples/<stack>.yaml; python -m jobs submits one)",
+    )
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument(
         "--image",
@@ -218,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         files = render(
             args.stack,
             args.out,
+            job=args.job,
             image=args.image,
             generation=args.generation,
             fsx_id=args.fsx_id,
@@ -240,13 +261,11 @@ def main(argv: list[str] | None = None) -> int:
         "secret: kubectl create secret generic <job.hfTokenSecretName> "
         "--from-literal=token=$HF_TOKEN  (never rendered)"
     )
-    from infra.config import load_stack_file
-
-    stack_cfg = load_stack_file(args.stack)
+    stack_cfg = job_platform(args.stack, args.job)
     if stack_cfg.observability.enabled:
         for cmd in helm_commands(obs.settings_from_stack(stack_cfg), args.out):
             print(f"observability: {cmd}")
-    w = load(args.stack, image=args.image, generation=args.generation)
+    w = load(args.stack, job=args.job, image=args.image, generation=args.generation)
     job = w.job
     if not has_registry(job.image):
         print(

@@ -1,4 +1,6 @@
-"""The job section (``job``): the fine-tuning PyTorchJob the workloads build."""
+"""The job's schema (``JobConfig``, ``parse_job``): what a job file (``jobs.file``) carries,
+checked against the stack's GPU nodegroups. A stack file no longer has a ``job`` section
+(``infra.config.stack`` refuses one); jobs are submitted apart from the cluster."""
 
 from __future__ import annotations
 
@@ -10,11 +12,9 @@ from typing import Any
 from infra.config.fields import (
     _DNS_LABEL,
     _bool,
-    _check_keys,
     _choice,
     _fail,
     _int,
-    _mapping,
     _opt_int,
     _opt_str,
     _str,
@@ -28,39 +28,13 @@ DEVICES = ("cuda", "cpu")
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
-_JOB_KEYS = (
-    "enabled",
-    "name",
-    "nodeGroup",
-    "workers",
-    "minWorkers",
-    "maxRestarts",
-    "rdzvBackend",
-    "model",
-    "dataset",
-    "numEpochs",
-    "batchSize",
-    "contextLength",
-    "shardingStrategy",
-    "maxTrainStep",
-    "checkpointEvery",
-    "extraArgs",
-    "image",
-    "hfTokenSecretName",
-    "device",
-    "generation",
-    "checkpointClaim",
-    "namespace",
-    "preflight",
-)
-
 
 @dataclass(frozen=True, kw_only=True)
 class JobConfig:
-    """The fine-tuning job (``job``); the workloads build the PyTorchJob from it."""
+    """The fine-tuning job of a job file; the workloads build the PyTorchJob from it."""
 
     enabled: bool = True
-    """Whether the stack deploys the job."""
+    """Whether the job is rendered (always, for a job file)."""
     name: str = "llama-finetune"
     """PyTorchJob name (DNS label)."""
     node_group: str
@@ -98,7 +72,7 @@ class JobConfig:
     device: str = "cuda"
     """``cuda`` on the cluster; ``cpu`` for the local run of the dev stack."""
     generation: int = 1
-    """Submission counter (part of the rendezvous id); bump it to resubmit an unchanged job."""
+    """Submission counter (part of the rendezvous id); ``python -m jobs resume`` bumps it."""
     checkpoint_claim: str | None = None
     """PVC every worker mounts at the checkpoint folder (then the command carries ``--resume``).
     With ``sharedStorage.type: fsx`` the stack creates this claim (default
@@ -110,24 +84,11 @@ class JobConfig:
     job's nodegroup attaches EFA)."""
 
 
-def _parse_job(value: Any, groups: tuple[GpuNodeGroupConfig, ...]) -> JobConfig | None:
-    path = "job"
-    obj = _mapping(value if value is not None else {}, path)
-    _check_keys(obj, _JOB_KEYS, path)
-    enabled = _bool(obj.get("enabled", True), f"{path}.enabled")
-    if not groups:
-        if enabled and obj:
-            raise _fail(f"{path}.nodeGroup", "there is no GPU nodegroup to run the job on")
-        return None
-    return parse_job(obj, groups, path=path)
-
-
 def parse_job(
     obj: Mapping[str, Any], groups: tuple[GpuNodeGroupConfig, ...], *, path: str = "job"
 ) -> JobConfig:
-    """A job's keys (the stack's ``job`` section or a job file, ``jobs.file``) checked against
-    the platform's GPU nodegroups; unknown keys are the caller's to refuse. ``ConfigError``
-    names ``eks-fsdp:<path>.<key>``."""
+    """A job file's keys (``jobs.file``) checked against the platform's GPU nodegroups;
+    unknown keys are the caller's to refuse. ``ConfigError`` names ``eks-fsdp:<path>.<key>``."""
     if not groups:
         raise _fail(f"{path}.nodeGroup", "there is no GPU nodegroup to run the job on")
     enabled = _bool(obj.get("enabled", True), f"{path}.enabled")

@@ -4,7 +4,7 @@ validates each section in turn (the sections only know the ones they depend on).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from infra import versions
@@ -15,7 +15,7 @@ from infra.config.cluster import (
     _parse_kubernetes_version,
 )
 from infra.config.fields import _bool, _fail, _opt_str
-from infra.config.job import JobConfig, _parse_job
+from infra.config.job import JobConfig
 from infra.config.network import DEFAULT_SERVICE_CIDR, _parse_network
 from infra.config.nodegroups import (
     GpuNodeGroupConfig,
@@ -24,11 +24,7 @@ from infra.config.nodegroups import (
     _parse_system,
 )
 from infra.config.observability import ObservabilityConfig, _parse_observability
-from infra.config.storage import (
-    DEFAULT_CHECKPOINT_CLAIM,
-    SharedStorageConfig,
-    _parse_shared_storage,
-)
+from infra.config.storage import SharedStorageConfig, _parse_shared_storage
 from infra.subnets import SubnetPlan, plan_subnets
 
 TOP_LEVEL_KEYS = (
@@ -107,7 +103,8 @@ class StackConfig:
     gpu_node_groups: tuple[GpuNodeGroupConfig, ...] = ()
     """The GPU nodegroups."""
     job: JobConfig | None = None
-    """The fine-tuning job (None when there is no GPU nodegroup to run it on)."""
+    """The job a job file binds to this platform (``jobs.file``); a stack file never carries
+    one (``parse`` refuses a ``job`` block)."""
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
     """Observability switches."""
     shared_storage: SharedStorageConfig = field(default_factory=SharedStorageConfig)
@@ -135,6 +132,22 @@ class StackConfig:
         return self.node_group(self.job.node_group) if self.job else None
 
 
+JOB_MOVED = (
+    "jobs are not part of the cluster stack any more: move this block to a job file (keys as "
+    "in jobs/examples/), submit it with `python -m jobs submit FILE --stack {stack}` and remove "
+    "it from the stack; docs/jobs.md says how to keep a running job"
+)
+"""Why a ``job`` block is refused: ignored, a user would believe the next ``pulumi up`` submits
+it (and that ``up`` deletes the job it created before; docs/jobs.md)."""
+
+
+def _refuse_job(value: Any, stack: str = "<stack>") -> None:
+    """``job`` may only be the empty default ``Pulumi.yaml`` declares."""
+    if value in (None, {}, "{}", ""):
+        return
+    raise _fail("job", JOB_MOVED.format(stack=stack))
+
+
 def parse(
     raw: Mapping[str, Any], *, stack: str = "dev", secrets: Secrets | None = None
 ) -> StackConfig:
@@ -160,11 +173,12 @@ def parse(
     system = _parse_system(raw.get("systemNodeGroup", {}))
     access = _parse_access_entries(raw.get("accessEntries", []))
     groups = _parse_gpu_groups(raw.get("gpuNodeGroups", []), azs)
-    job = _parse_job(raw.get("job"), groups)
-    job_group = next((g for g in groups if job and g.name == job.node_group), None)
-    shared_storage = _parse_shared_storage(raw.get("sharedStorage"), azs, job_group)
-    if job is not None and shared_storage.is_fsx and job.checkpoint_claim is None:
-        job = replace(job, checkpoint_claim=DEFAULT_CHECKPOINT_CLAIM)
+    _refuse_job(raw.get("job"), stack)
+    # FSx goes to the zone of the first GPU nodegroup unless sharedStorage names one (a job's
+    # nodegroup chose it while the stack carried a job; every shipped stack has one group).
+    shared_storage = _parse_shared_storage(
+        raw.get("sharedStorage"), azs, groups[0] if groups else None
+    )
     return StackConfig(
         stack=stack,
         region=region,
@@ -181,7 +195,7 @@ def parse(
         ),
         access_entries=access,
         gpu_node_groups=groups,
-        job=job,
+        job=None,
         observability=_parse_observability(raw.get("observability")),
         shared_storage=shared_storage,
         secrets=secrets or Secrets(),

@@ -17,6 +17,7 @@ import yaml
 
 from infra import config, versions
 from infra.config import ConfigError, load_stack_file, parse, project_defaults
+from infra.config.job import parse_job
 
 GROUP: dict[str, Any] = {
     "name": "gpu",
@@ -48,10 +49,6 @@ def with_top(**changes: Any) -> dict[str, Any]:
     raw = copy.deepcopy(BASE)
     raw.update(changes)
     return raw
-
-
-def with_job(**job: Any) -> dict[str, Any]:
-    return with_top(job=job)
 
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
@@ -228,61 +225,6 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "eks-fsdp:systemNodeGroup.desiredSize: 9 is outside [minSize 1, maxSize 3]",
     ),
     (
-        "job-unknown-nodegroup",
-        with_job(nodeGroup="nope"),
-        "eks-fsdp:job.nodeGroup: 'nope' is not a GPU nodegroup (gpu)",
-    ),
-    (
-        "job-workers-above-max-size",
-        with_job(workers=3),
-        "eks-fsdp:job.workers: 3 is greater than maxSize 2 of nodegroup gpu",
-    ),
-    (
-        "job-min-workers-above-workers",
-        with_job(workers=2, minWorkers=3),
-        "eks-fsdp:job.minWorkers: 3 is greater than workers 2",
-    ),
-    (
-        "job-bad-rdzv-backend",
-        with_job(rdzvBackend="zookeeper"),
-        "eks-fsdp:job.rdzvBackend: 'zookeeper' is not one of etcd, c10d",
-    ),
-    (
-        "job-bad-sharding",
-        with_job(shardingStrategy="ZERO3"),
-        "eks-fsdp:job.shardingStrategy: 'ZERO3' is not one of FULL_SHARD",
-    ),
-    (
-        "job-extra-arg-not-a-flag",
-        with_job(extraArgs=["lr=1e-4"]),
-        "eks-fsdp:job.extraArgs[0]: 'lr=1e-4' is not a --flag or --flag=value",
-    ),
-    (
-        "job-typo",
-        with_job(worker=2),
-        "eks-fsdp:job.worker: unknown key (known: enabled, name, nodeGroup,",
-    ),
-    (
-        "job-without-gpu-nodegroup",
-        with_top(gpuNodeGroups=[], job={"workers": 1}),
-        "eks-fsdp:job.nodeGroup: there is no GPU nodegroup to run the job on",
-    ),
-    (
-        "job-generation-zero",
-        with_job(generation=0),
-        "eks-fsdp:job.generation: 0 is below the minimum 1",
-    ),
-    (
-        "job-claim-not-dns-1123",
-        with_job(checkpointClaim="FSx_Checkpoints"),
-        "eks-fsdp:job.checkpointClaim: 'FSx_Checkpoints' is not a DNS-1123 name",
-    ),
-    (
-        "job-bad-namespace",
-        with_job(namespace="Training.NS"),
-        "eks-fsdp:job.namespace: 'Training.NS' is not a DNS label",
-    ),
-    (
         "storage-unknown-type",
         with_top(sharedStorage={"type": "efs"}),
         "eks-fsdp:sharedStorage.type: 'efs' is not one of none, fsx",
@@ -346,6 +288,62 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
+JOB_BAD: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "job-unknown-nodegroup",
+        dict(nodeGroup="nope"),
+        "eks-fsdp:job.nodeGroup: 'nope' is not a GPU nodegroup (gpu)",
+    ),
+    (
+        "job-workers-above-max-size",
+        dict(workers=3),
+        "eks-fsdp:job.workers: 3 is greater than maxSize 2 of nodegroup gpu",
+    ),
+    (
+        "job-min-workers-above-workers",
+        dict(workers=2, minWorkers=3),
+        "eks-fsdp:job.minWorkers: 3 is greater than workers 2",
+    ),
+    (
+        "job-bad-rdzv-backend",
+        dict(rdzvBackend="zookeeper"),
+        "eks-fsdp:job.rdzvBackend: 'zookeeper' is not one of etcd, c10d",
+    ),
+    (
+        "job-bad-sharding",
+        dict(shardingStrategy="ZERO3"),
+        "eks-fsdp:job.shardingStrategy: 'ZERO3' is not one of FULL_SHARD",
+    ),
+    (
+        "job-extra-arg-not-a-flag",
+        dict(extraArgs=["lr=1e-4"]),
+        "eks-fsdp:job.extraArgs[0]: 'lr=1e-4' is not a --flag or --flag=value",
+    ),
+    (
+        "job-without-gpu-nodegroup",
+        {"workers": 1},
+        "eks-fsdp:job.nodeGroup: there is no GPU nodegroup to run the job on",
+    ),
+    (
+        "job-generation-zero",
+        dict(generation=0),
+        "eks-fsdp:job.generation: 0 is below the minimum 1",
+    ),
+    (
+        "job-claim-not-dns-1123",
+        dict(checkpointClaim="FSx_Checkpoints"),
+        "eks-fsdp:job.checkpointClaim: 'FSx_Checkpoints' is not a DNS-1123 name",
+    ),
+    (
+        "job-bad-namespace",
+        dict(namespace="Training.NS"),
+        "eks-fsdp:job.namespace: 'Training.NS' is not a DNS label",
+    ),
+]
+"""A job's keys (``infra.config.job.parse_job``, the schema job files share; the file's own
+checks, unknown keys and lines, are ``tests/jobs/test_file.py``'s)."""
+
+
 @pytest.mark.parametrize(("raw", "expected"), [(r, e) for _, r, e in BAD], ids=[i for i, *_ in BAD])
 def test_bad_config_stops_with_one_line_naming_the_key(raw: dict[str, Any], expected: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -356,6 +354,35 @@ def test_bad_config_stops_with_one_line_naming_the_key(raw: dict[str, Any], expe
     assert isinstance(err.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    ("job", "expected"), [(r, e) for _, r, e in JOB_BAD], ids=[i for i, *_ in JOB_BAD]
+)
+def test_bad_job_keys_stop_with_one_line_naming_the_key(job: dict[str, Any], expected: str) -> None:
+    groups = (
+        ()
+        if expected.endswith("no GPU nodegroup to run the job on")
+        else parse(BASE).gpu_node_groups
+    )
+    with pytest.raises(ConfigError) as err:
+        parse_job(job, groups)
+    message = str(err.value)
+    assert message.startswith(expected), message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("stack", ["dev", "p5-16"])
+def test_a_job_block_in_a_stack_is_refused_with_the_way_out(stack: str) -> None:
+    """Jobs are not part of the cluster stack: a leftover ``job`` block would otherwise read as
+    submitted by the next ``pulumi up`` (and that ``up`` deletes the job it created before)."""
+    with pytest.raises(ConfigError) as err:
+        parse(with_top(job={"name": "x", "workers": 1}), stack=stack)
+    message = str(err.value)
+    assert message.startswith("eks-fsdp:job: jobs are not part of the cluster stack any more")
+    assert f"python -m jobs submit FILE --stack {stack}" in message and "\n" not in message
+    # Pulumi.yaml still declares the key with an empty default: that one passes
+    assert parse(with_top(job={})).job is None
+
+
 def test_defaults_derive_from_the_catalog_and_the_nodegroup() -> None:
     cfg = parse(BASE)
     group = cfg.gpu_node_groups[0]
@@ -364,11 +391,11 @@ def test_defaults_derive_from_the_catalog_and_the_nodegroup() -> None:
     assert group.root_volume_gib == 500
     assert str(group.taint) == "nvidia.com/gpu=true:NoSchedule"
     assert group.usd_per_hour == pytest.approx(27.45)
-    assert cfg.job is not None
-    assert (cfg.job.node_group, cfg.job.workers, cfg.job.min_workers) == ("gpu", 2, 2)
-    assert (cfg.job.rdzv_backend, cfg.job.max_restarts, cfg.job.device) == ("etcd", 3, "cuda")
+    job = parse_job({}, cfg.gpu_node_groups)
+    assert (job.node_group, job.workers, job.min_workers) == ("gpu", 2, 2)
+    assert (job.rdzv_backend, job.max_restarts, job.device) == ("etcd", 3, "cuda")
     assert cfg.kubernetes_version == versions.KUBERNETES_VERSION
-    assert cfg.job_node_group is group
+    assert cfg.job is None and cfg.job_node_group is None
 
 
 def test_reservation_turns_the_default_placement_group_off() -> None:
@@ -386,21 +413,21 @@ def test_engine_shaped_values_are_accepted() -> None:
     assert group.usd_per_hour == 9.0
 
 
-def test_job_disabled_without_gpu_nodegroups_is_none() -> None:
+def test_a_stack_file_binds_no_job() -> None:
     assert parse(with_top(gpuNodeGroups=[])).job is None
+    assert parse(BASE).job is None
 
 
 def test_shipped_stack_files_parse() -> None:
     dev = load_stack_file("dev")
     p4de = load_stack_file("p4de-odcr")
     p5 = load_stack_file("p5-16")
-    # dev idles at zero GPU nodes (costs nothing); its job still asks for 2 workers.
+    # dev idles at zero GPU nodes (costs nothing); no stack carries a job (jobs/examples/).
     assert [(g.instance_type, g.min_size, g.desired_size, g.efa) for g in dev.gpu_node_groups] == [
         ("g5.xlarge", 0, 0, False)
     ]
-    assert dev.job is not None and dev.job.workers == 2
+    assert dev.job is None and p4de.job is None and p5.job is None
     assert dev.nat_gateways == "single" and len(dev.availability_zones) == 2
-    assert dev.job is not None and dev.job.device == "cpu" and dev.job.model == "tiny-llama"
     (g4,) = p4de.gpu_node_groups
     assert (g4.instance_type, g4.desired_size, g4.placement_group) == ("p4de.24xlarge", 2, "none")
     assert g4.capacity_reservation_id is not None and g4.capacity_type == "on-demand"
@@ -411,7 +438,6 @@ def test_shipped_stack_files_parse() -> None:
         "capacity-block",
     )
     assert g5.placement_group == "none" and g5.efa
-    assert p5.job is not None and (p5.job.batch_size, p5.job.context_length) == (3, 4096)
 
 
 def test_pulumi_yaml_declares_every_key_with_a_description() -> None:
@@ -474,11 +500,12 @@ def test_pulumi_yaml_defaults_are_the_parser_defaults() -> None:
 
 
 def test_job_generation_claim_and_namespace_are_read() -> None:
-    job = parse(with_job(generation="3", checkpointClaim="shared.ckpt", namespace="train")).job
-    assert job is not None
+    groups = parse(BASE).gpu_node_groups
+    job = parse_job(
+        {"generation": "3", "checkpointClaim": "shared.ckpt", "namespace": "train"}, groups
+    )
     assert (job.generation, job.checkpoint_claim, job.namespace) == (3, "shared.ckpt", "train")
-    defaults = parse(BASE).job
-    assert defaults is not None
+    defaults = parse_job({}, groups)
     assert (defaults.generation, defaults.checkpoint_claim, defaults.namespace) == (
         1,
         None,
@@ -486,10 +513,10 @@ def test_job_generation_claim_and_namespace_are_read() -> None:
     )
 
 
-def test_shared_storage_defaults_follow_the_job() -> None:
-    """fsx: the zone defaults to the job's nodegroup zone and the job's claim to the one the
-    stack creates; a claim the stack file names is kept (the stack creates it under that name);
-    none (the default) changes nothing."""
+def test_shared_storage_defaults_follow_the_first_gpu_nodegroup() -> None:
+    """fsx: the zone defaults to the first GPU nodegroup's zone (a job file's claim defaults
+    to the one the stack creates: tests/jobs/test_file.py); none (the default) changes
+    nothing."""
     off = parse(BASE)
     assert off.shared_storage == config.SharedStorageConfig()
     assert not off.shared_storage.is_fsx
@@ -498,9 +525,6 @@ def test_shared_storage_defaults_follow_the_job() -> None:
     assert storage.is_fsx
     assert (storage.availability_zone, storage.storage_capacity_gib) == ("us-east-1a", 1200)
     assert (storage.deployment_type, storage.per_unit_storage_throughput) == ("SCRATCH_2", None)
-    assert on.job is not None and on.job.checkpoint_claim == config.DEFAULT_CHECKPOINT_CLAIM
-    named = parse({**with_job(checkpointClaim="ckpt"), "sharedStorage": {"type": "fsx"}})
-    assert named.job is not None and named.job.checkpoint_claim == "ckpt"
     persistent = parse(
         with_top(
             sharedStorage={

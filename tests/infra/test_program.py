@@ -429,10 +429,10 @@ def test_secrets_stay_outputs_and_typos_stop_the_program(tmp_path: Path) -> None
         "cfg = from_pulumi()\n"
         "pulumi.export('hf', cfg.secrets.hf_token)\n"
         "pulumi.export('grafana_unset', cfg.secrets.grafana_admin_password is None)\n"
-        "pulumi.export('workers', cfg.job.workers)\n"
+        "pulumi.export('groups', [g.name for g in cfg.gpu_node_groups])\n"
     )
     run = run_program("dev", secrets={"hfToken": "hf_secret"}, program=program)
-    assert run.outputs == {"hf": "hf_secret", "grafana_unset": True, "workers": 2}
+    assert run.outputs == {"hf": "hf_secret", "grafana_unset": True, "groups": ["gpu-g5"]}
     assert run.secret_outputs == {"hf"}
     # The optional secrets are not declared in Pulumi.yaml (no default, not required): unset
     # reads as None and nothing asks for them.

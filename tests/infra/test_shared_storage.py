@@ -4,14 +4,16 @@ Mocked, and why: there is no Pulumi CLI/engine, no AWS account and no Kubernetes
 here, so ``tests/pulumi_mocks.run_program`` replaces the engine's resource monitor with Pulumi's
 unit-test mocks. Providers echo their inputs plus made-up ids; the mocked FSx for Lustre file
 system returns an ``fs-`` id, a DNS name and a mount name as AWS would compute them, so the
-wiring from the file system to the PersistentVolume can be followed. The jobs pin an image
-(``job.image``) so no image build has to be mocked. Everything else is the real program.
+wiring from the file system to the PersistentVolume can be followed. The stacks declare no job:
+the example jobs (``jobs/examples/<stack>.yaml``) are rendered by the pure builders and must
+mount the claim the program creates. Everything else is the real program.
 
 If these fail, ``pulumi up`` on p4de-odcr / p5-16 would leave multi-node jobs unable to resume:
 no file system, one in another zone than the GPU nodes (or unreachable on the Lustre ports), no
 CSI driver to mount it (or one holding AmazonFSxFullAccess it never needs), a PersistentVolume
-naming another file system, a claim bound to nothing, or a PyTorchJob that does not mount the claim or does not pass
-``--resume``; and the dev stack would pay for an FSx file system it does not use.
+naming another file system, a claim bound to nothing or under another name than the jobs
+mount, or an example job that does not mount it or does not pass ``--resume``; and the dev
+stack would pay for an FSx file system it does not use.
 """
 
 from __future__ import annotations
@@ -22,24 +24,31 @@ import pytest
 
 from infra import outputs, versions
 from infra.cluster import FSX_CSI_SERVICE_ACCOUNT
-from infra.config import load_stack_file
+from infra.config import DEFAULT_CHECKPOINT_CLAIM, load_stack_file
 from infra.shared_storage import LUSTRE_PORTS, SharedStorageArgs
-from tests.pulumi_mocks import ProgramRun, RecordedResource, run_program, stack_config
+from tests.pulumi_mocks import ProgramRun, RecordedResource, run_program
+from workloads.specs.pytorchjob import pytorchjob
+from workloads.specs.stack import JOBS_NAMESPACE, load
 
 FSX_STACKS = ("p4de-odcr", "p5-16")
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 ADDON = "aws:eks/addon:Addon"
 PV = "kubernetes:core/v1:PersistentVolume"
 PVC = "kubernetes:core/v1:PersistentVolumeClaim"
-JOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
 INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
 SECRETS = {"hfToken": "hf_mock", "grafanaAdminPassword": "mock-password"}
 IMAGE = "example.com/train:v1.2.3"
 
 
 def _run(stack: str) -> ProgramRun:
-    job = stack_config(stack)["job"]
-    return run_program(stack, overrides={"job": {**job, "image": IMAGE}}, secrets=SECRETS)
+    return run_program(stack, secrets=SECRETS)
+
+
+def _example_pod(stack: str) -> dict[str, Any]:
+    """The pod spec of the stack's example job, as ``python -m jobs submit`` creates it."""
+    w = load(stack, image=IMAGE)
+    job = pytorchjob(w.job, w.etcd.host)
+    return job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +62,12 @@ def _component_of(run: ProgramRun, resource: RecordedResource) -> str:
     return parent.type
 
 
-def _container(job: RecordedResource) -> dict[str, Any]:
-    return job.inputs["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
-
-
 @pytest.mark.parametrize("stack", FSX_STACKS)
 def test_one_lustre_file_system_in_the_jobs_zone(runs: dict[str, ProgramRun], stack: str) -> None:
     run, cfg = runs[stack], load_stack_file(stack)
     fs = run.one(LUSTRE)
     assert _component_of(run, fs) == "eks-fsdp:infra:SharedStorage"
-    zone = cfg.job_node_group.availability_zone  # type: ignore[union-attr]
+    zone = cfg.gpu_node_groups[0].availability_zone  # the example job's nodegroup (one per stack)
     assert cfg.shared_storage.availability_zone == zone
     subnet = run.one("aws:ec2/subnet:Subnet", f"network-private-{zone}")
     assert subnet.inputs["availabilityZone"] == zone
@@ -154,23 +159,26 @@ def test_volume_and_claim_name_the_file_system(runs: dict[str, ProgramRun], stac
     assert pv.inputs["spec"]["capacity"] == {
         "storage": f"{cfg.shared_storage.storage_capacity_gib}Gi"
     }
-    assert cfg.job is not None and cfg.job.checkpoint_claim == "fsx-checkpoints"
-    assert pvc.inputs["metadata"]["name"] == cfg.job.checkpoint_claim
-    assert pvc.inputs["metadata"]["namespace"] == cfg.job.namespace
+    assert pvc.inputs["metadata"]["name"] == DEFAULT_CHECKPOINT_CLAIM
+    assert pvc.inputs["metadata"]["namespace"] == JOBS_NAMESPACE
+    assert run.outputs["checkpointClaims"] == [DEFAULT_CHECKPOINT_CLAIM]
     assert pvc.inputs["spec"]["storageClassName"] == ""
     assert pvc.inputs["spec"]["volumeName"] == pv.inputs["metadata"]["name"]
     assert pv.inputs["spec"]["claimRef"] == {
-        "namespace": cfg.job.namespace,
-        "name": cfg.job.checkpoint_claim,
+        "namespace": JOBS_NAMESPACE,
+        "name": DEFAULT_CHECKPOINT_CLAIM,
     }
     assert pv.urn in pvc.dependencies
 
 
 @pytest.mark.parametrize("stack", FSX_STACKS)
-def test_job_mounts_the_claim_and_resumes(runs: dict[str, ProgramRun], stack: str) -> None:
+def test_the_example_job_mounts_the_claim_and_resumes(
+    runs: dict[str, ProgramRun], stack: str
+) -> None:
     run = runs[stack]
-    job, pvc = run.one(JOB), run.one(PVC)
-    pod = _container(job)
+    pvc = run.one(PVC)
+    pod = _example_pod(stack)
+    assert load(stack, image=IMAGE).job.namespace == pvc.inputs["metadata"]["namespace"]
     (volume,) = [v for v in pod["volumes"] if v["name"] == "checkpoints"]
     assert volume == {
         "name": "checkpoints",
@@ -181,8 +189,6 @@ def test_job_mounts_the_claim_and_resumes(runs: dict[str, ProgramRun], stack: st
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["checkpoints"] == "/checkpoints"
     assert "--dist_checkpoint_root_folder=/checkpoints" in container["command"]
-    # The job is submitted after its claim exists.
-    assert pvc.urn in job.dependencies
 
 
 def test_dev_has_no_shared_storage(runs: dict[str, ProgramRun]) -> None:
@@ -198,7 +204,8 @@ def test_dev_has_no_shared_storage(runs: dict[str, ProgramRun]) -> None:
     }
     assert "aws-fsx-csi-driver" not in {a.inputs["addonName"] for a in run.of_type(ADDON)}
     assert outputs.SHARED_FILE_SYSTEM_ID not in run.outputs
-    (container,) = _container(run.one(JOB))["containers"]
+    assert run.outputs["checkpointClaims"] == []
+    (container,) = _example_pod("dev")["containers"]
     assert "--resume" not in container["command"]  # two workers, one emptyDir each
 
 

@@ -31,6 +31,7 @@ from jobs import file as jobfile
 from jobs.manifest import record_name
 from tests.jobs.fake_kube import FakeKube
 from workloads.specs import pytorchjob as pj
+from workloads.specs.stack import job_workloads
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 P4DE = str(EXAMPLES / "p4de-odcr.yaml")
@@ -167,7 +168,7 @@ def test_submit_creates_the_builders_job_its_policy_and_its_record(
     created = fake.get("pytorchjobs", NAME)
     rdzv = created["spec"]["elasticPolicy"]["rdzvId"]
     job = jobfile.load(P4DE)
-    w = job.workloads(image=IMAGE)
+    w = job_workloads(job, image=IMAGE)
     want = pj.pytorchjob(w.job.replace(rdzv_id=rdzv), w.etcd.host)
     for key in ("uid", "creationTimestamp", "resourceVersion", "namespace"):
         created["metadata"].pop(key)
@@ -330,3 +331,40 @@ def test_the_stack_output_key_is_the_programs() -> None:
     from jobs.kube import KUBECONFIG_OUTPUT
 
     assert KUBECONFIG_OUTPUT == outputs.KUBECONFIG
+
+
+def test_the_scaling_sweep_submits_and_deletes_through_this_backend(
+    kube: tuple[FakeKube, str],
+) -> None:
+    """``sweeps.cloud.ClusterJobs``: the stack's job file sized to a count, with the stack's
+    kubeconfig output and its ``trainingImage``; deleting it leaves no record behind."""
+    from sweeps.cloud import ClusterJobs
+    from sweeps.prerequisites import Plan
+
+    fake, kubeconfig = kube
+    root = EXAMPLES.parents[1]
+    plan = Plan(
+        stack_file=root / "Pulumi.p5-16.yaml",
+        group_index=0,
+        group_name="p5-block",
+        min_size=0,
+        max_size=16,
+        base_job="llama2-7b-samsum-128gpu",
+        namespace="default",
+        usd_per_node_hour=1.0,
+        deployed=True,
+        job_file=EXAMPLES / "p5-16.yaml",
+    )
+    outputs = {
+        "kubeconfig": json.dumps(yaml.safe_load(Path(kubeconfig).read_text())),
+        "trainingImage": IMAGE,
+    }
+    jobs = ClusterJobs(outputs, plan, "p5-16")
+    jobs.submit("llama2-7b-4n-ab12", 4, 40)
+    job = fake.get("pytorchjobs", "llama2-7b-4n-ab12")
+    elastic = job["spec"]["elasticPolicy"]
+    assert (elastic["minReplicas"], elastic["maxReplicas"]) == (4, 4)
+    container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert container["image"] == IMAGE and "--max_train_step=40" in container["command"]
+    jobs.delete("llama2-7b-4n-ab12")
+    assert fake.objects == {}

@@ -15,6 +15,7 @@ import pytest
 
 from jobs import file as jobfile
 from workloads.specs import pytorchjob as pj
+from workloads.specs.stack import job_workloads
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp-training:sha-1"
@@ -42,7 +43,7 @@ def test_each_example_loads_and_renders_a_valid_pytorchjob(stack: str) -> None:
 
     job = jobfile.load(EXAMPLES / f"{stack}.yaml")
     assert job.stack == stack
-    w = job.workloads(image=IMAGE)
+    w = job_workloads(job, image=IMAGE)
     obj = pj.pytorchjob(w.job, w.etcd.host)
     validate_pytorchjob(obj)
     assert obj["metadata"]["name"] == job.name
@@ -50,7 +51,7 @@ def test_each_example_loads_and_renders_a_valid_pytorchjob(stack: str) -> None:
 
 def test_dev_example_is_the_demo_job() -> None:
     """What the dev stack's job block held: the demo's model, data, size and flags."""
-    w = jobfile.load(EXAMPLES / "dev.yaml").workloads()
+    w = job_workloads(jobfile.load(EXAMPLES / "dev.yaml"))
     job = w.job
     assert (job.name, job.workers, job.min_workers, job.rdzv_backend) == (
         "llama-finetune-dev",
@@ -75,7 +76,7 @@ def test_dev_example_is_the_demo_job() -> None:
 
 def test_gpu_examples_mount_the_stacks_fsx_claim_and_use_c10d() -> None:
     for stack, workers, min_workers in (("p4de-odcr", 2, 2), ("p5-16", 16, 14)):
-        job = jobfile.load(EXAMPLES / f"{stack}.yaml").workloads(image=IMAGE).job
+        job = job_workloads(jobfile.load(EXAMPLES / f"{stack}.yaml"), image=IMAGE).job
         assert job.checkpoint_claim == "fsx-checkpoints"
         assert (job.workers, job.min_workers, job.rdzv_backend) == (workers, min_workers, "c10d")
         assert job.resumes
@@ -137,7 +138,7 @@ def test_bad_job_files_are_one_line_naming_the_key(
 ) -> None:
     path = _write(tmp_path, text)
     with pytest.raises(jobfile.JobFileError) as err:
-        jobfile.load(path, sets=sets).workloads()
+        job_workloads(jobfile.load(path, sets=sets))
     text_err = str(err.value)
     assert "\n" not in text_err
     assert text_err.startswith(message.replace("job.yaml", str(path))) or (

@@ -12,8 +12,9 @@ Automation API's ``Stack`` (:class:`FakeStack`: like the CLI it rewrites the sta
 own ``ConcurrentUpdateError`` on a locked stack, and can fail ``up``/``destroy``; an
 interrupted update is a ``pulumi`` child process (:data:`FAKE_PULUMI`) that the sweep's own
 ``interrupt_pulumi_children`` finds and sends SIGINT, and that keeps the lock for seconds
-after it (or for good when killed)), EKS with its training operator (each
-``up`` starts the job as a thread that logs steps at a fixed pace into a real ``PrometheusSink``)
+after it (or for good when killed)), EKS with its training operator (each job the sweep
+submits, :class:`FakeJobs` in place of the job CLI's cluster backend, starts as a thread that
+logs steps at a fixed pace into a real ``PrometheusSink``)
 the Kubernetes API server the job watch reads (:meth:`FakeCluster.kube_get` answers with
 PyTorchJob, Pod and Node objects shaped like the API's), and the ``aws``/``docker`` CLIs
 (:class:`FakeAws`: credentials, the EKS nodegroup's scaling config validated as the EKS API does
@@ -126,7 +127,7 @@ class RunningJob:
 
 @dataclass
 class FakeCluster:
-    """EKS + the training operator + the kubelet, for the jobs the fake stack's ``up`` applies."""
+    """EKS + the training operator + the kubelet, for the jobs the sweep submits."""
 
     tmp: Path
     fail_job: dict[int, int] = field(default_factory=dict)
@@ -362,6 +363,8 @@ class FakeStack:
     destroy_failures: int = 0
     results: Path | None = None
     calls: list[str] = field(default_factory=list)
+    job_calls: list[str] = field(default_factory=list)
+    """What the sweep asked of the job CLI (``submit NAME N STEPS``, ``delete NAME``)."""
     ups: list[dict[str, Any]] = field(default_factory=list)
     results_at_up: list[int] = field(default_factory=list)
     aws: FakeAws = field(init=False)
@@ -411,10 +414,10 @@ class FakeStack:
             text = self.results.read_text() if self.results.exists() else "[]"
             self.results_at_up.append(len(json.loads(text)))
         cfg = infra_config.load_stack_file(STACK, root=self.work)  # the program reads the file
-        assert cfg.job is not None
+        assert cfg.job is None  # the stack declares no job: the sweep submits them
         self.ups.append(infra_config.stack_file_values(STACK, root=self.work))
         if on_output:
-            on_output(f"Updating ({STACK}): {cfg.job.name}\n")
+            on_output(f"Updating ({STACK}): {cfg.cluster_name}\n")
         if n_up == self.interrupt_up:
             self.updating.set()
             try:
@@ -422,7 +425,6 @@ class FakeStack:
             finally:
                 self.updating.clear()
             raise auto.CommandError(CommandResult("", "error: update canceled", 255))
-        self.cluster.apply(cfg.job.name, cfg.job.workers or 0, cfg.job.max_train_step or 0)
         self.deployed = True
         self.lock.unlink()
 
@@ -495,7 +497,27 @@ def work(tmp_path: Path) -> Path:
     w.mkdir()
     for name in ("Pulumi.yaml", f"Pulumi.{STACK}.yaml", "Pulumi.dev.yaml"):
         shutil.copy2(ROOT / name, w / name)
+    (w / "jobs" / "examples").mkdir(parents=True)
+    shutil.copy2(ROOT / "jobs" / "examples" / f"{STACK}.yaml", w / "jobs" / "examples")
     return w
+
+
+@dataclass
+class FakeJobs:
+    """``python -m jobs``' cluster backend as the sweep uses it: a submitted job starts on the
+    fake cluster; a deleted one is recorded."""
+
+    cluster: FakeCluster
+    calls: list[str]
+    plan: Any
+
+    def submit(self, name: str, workers: int, steps: int) -> None:
+        assert self.plan.job_file.name == f"{STACK}.yaml" and self.plan.namespace == "default"
+        self.calls.append(f"submit {name} {workers} {steps}")
+        self.cluster.apply(name, workers, steps)
+
+    def delete(self, name: str) -> None:
+        self.calls.append(f"delete {name}")
 
 
 @pytest.fixture
@@ -568,6 +590,7 @@ def sweep(
         "wait_timeout_s": 600,
         "poll_s": 0.3,
         "log": lines.append,
+        "jobs": lambda outputs, plan: FakeJobs(stack.cluster, stack.job_calls, plan),
         **kw,
     }
     return measure_cloud(nodes, **options)
@@ -598,18 +621,22 @@ def test_sweep_measures_saves_each_count_restores_and_scales_back(
     rows = scaling_table(measured)
     for r, n in zip(rows, [1, 2, 4], strict=True):
         assert r["efficiency"] == pytest.approx(efficiency(n), rel=0.1)
-    assert stack.calls[:8] == [
+    assert stack.calls[:4] == [
         "set gpuNodeGroups[0].desiredSize=1",
         "set gpuNodeGroups[0].maxSize=16",
-        f"set job.name={BASE_JOB}-1n-t1",
-        "set job.workers=1",
-        "set job.minWorkers=1",
-        f"set job.maxTrainStep={STEPS}",
         "up",
         "aws scale 1",  # the nodegroup ignores desiredSize after creation: the EKS API scales
     ]
+    # The stack declares no job: each count's job is the job file, submitted once its nodes
+    # are Ready, and deleted once measured (the stack file never names a job).
+    assert stack.job_calls == [
+        c
+        for n in (1, 2, 4)
+        for c in (f"submit {BASE_JOB}-{n}n-t1 {n} {STEPS}", f"delete {BASE_JOB}-{n}n-t1")
+    ]
+    assert not any(c.startswith("set job") for c in stack.calls)
     # The nodegroup back to its live size first (the restored maxSize may be below the largest
-    # count), then the up that restores the job.
+    # count), then the up that restores the config.
     assert stack.calls[-2:] == ["aws scale 16", "up"]
     assert stack.aws.scaling == {"minSize": 0, "maxSize": 16, "desiredSize": 16}
     # Saved as soon as measured: each up saw the counts measured before it.
@@ -646,6 +673,11 @@ def test_a_failed_job_stops_the_sweep_and_keeps_what_was_measured(
     assert [m["nodes"] for m in json.loads(stack.results.read_text())] == [1]
     assert stack.calls.count("up") == 3  # 1, 2, then the scale-back; 4 never started
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw and stack.ups[-1] == values
+    # the failed job is deleted in the clean-up (its nodes are scaled back anyway)
+    assert stack.job_calls[-2:] == [
+        f"submit {BASE_JOB}-2n-t1 2 {STEPS}",
+        f"delete {BASE_JOB}-2n-t1",
+    ]
 
 
 def test_an_image_pull_error_stops_the_sweep_at_once(work: Path, cluster: FakeCluster) -> None:
@@ -899,10 +931,10 @@ def test_config_paths_with_real_automation_api(
         "scaling", project_name="eks-fsdp", program=lambda: None, opts=opts
     )
     values = infra_config.stack_file_values(STACK)
-    for key in ("gpuNodeGroups", "job"):
-        stack.set_config(f"eks-fsdp:{key}", auto.ConfigValue(value=json.dumps(values[key])))
-    stack.set_config("eks-fsdp:job.workers", auto.ConfigValue(value="4"), path=True)
-    assert json.loads(stack.get_config("eks-fsdp:job").value)["workers"] in (4, "4")
+    key = "gpuNodeGroups"
+    stack.set_config(f"eks-fsdp:{key}", auto.ConfigValue(value=json.dumps(values[key])))
+    stack.set_config("eks-fsdp:gpuNodeGroups[0].maxSize", auto.ConfigValue(value="4"), path=True)
+    assert json.loads(stack.get_config("eks-fsdp:gpuNodeGroups").value)[0]["maxSize"] in (4, "4")
 
 
 def test_job_watch_reads_conditions_and_container_reasons() -> None:

@@ -123,9 +123,9 @@ def test_human_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_stack_file_supplies_instance_nodes_model_and_batch(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from infra.config import load_stack_file
+    from jobs.file import load
 
-    cfg = load_stack_file("p5-16")
+    cfg = load(Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml").platform
     assert cfg.job is not None and cfg.job_node_group is not None
     rows = _json(capsys, "--stack", "p5-16")
     assert len(rows) == 1
@@ -140,11 +140,15 @@ def test_stack_file_supplies_instance_nodes_model_and_batch(
     override = _json(capsys, "--stack", "p5-16", "--nodes", "1,16", "--batch", "1")
     assert [x["nodes"] for x in override] == [1, 16]
     assert override[0]["micro_batch"] == 1
+    # --stack reads the stack's example job; --job any job file (on its own stack)
+    assert _json(capsys, "--job", "jobs/examples/p5-16.yaml") == rows
+    assert main(["--stack", "nope"]) == 2
+    assert "Pulumi.nope.yaml" in capsys.readouterr().err
 
 
 def test_ac_mode_and_the_stack_jobs_own_checkpointing(capsys: pytest.CaptureFixture[str]) -> None:
     """--ac-mode selective plans op-level SAC (between full AC and none, faster than full AC);
-    --stack reads the job's activation checkpointing from its extraArgs with the training
+    --stack reads its example job's activation checkpointing from its args with the training
     CLI's parser: the dev stack turns it off (--fsdp_activation_checkpointing=False), p5-16
     leaves the training default (full AC)."""
     full, sac, off = (
@@ -164,9 +168,9 @@ def test_ac_mode_and_the_stack_jobs_own_checkpointing(capsys: pytest.CaptureFixt
 
 
 def test_stack_ac_reads_only_the_ac_flags_of_extra_args() -> None:
-    """The AC flags in every form extraArgs allows; the other flags are left to the job's own
-    check (a --data_path alone would fail the training CLI without its --dataset); a bad AC
-    value is one line naming the stack and its extraArgs."""
+    """The AC flags in every form a job's flags allow; the other flags are left to the job's
+    own check (a --data_path alone would fail the training CLI without its --dataset); a bad AC
+    value is one line naming the stack and the job's args."""
     from planner.args import UsageError, _stack_ac
 
     assert _stack_ac("s", ("--data_path=/data/x.jsonl", "--ac_mode=selective")) == {
@@ -177,7 +181,7 @@ def test_stack_ac_reads_only_the_ac_flags_of_extra_args() -> None:
     assert _stack_ac("s", ("--fsdp-activation-checkpointing=false",))["ac"] is False
     assert _stack_ac("s", ("--ac_mode=none",)) == {"ac": False, "ac_mode": None}
     assert _stack_ac("s", ()) == {"ac": True, "ac_mode": "full"}  # the training defaults
-    with pytest.raises(UsageError, match=r"^--stack s: eks-fsdp:job.extraArgs: --ac_mode"):
+    with pytest.raises(UsageError, match=r"^--stack s: the job's args: --ac_mode"):
         _stack_ac("s", ("--ac_mode=layer",))
 
 

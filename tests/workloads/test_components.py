@@ -7,10 +7,12 @@ and the pushed image reference (with a digest), and the ECR image lookup (``aws:
 answers "no such tag" except where a test says the tag was pushed before. The kustomize ``Directory`` is a remote
 component: under mocks only its inputs are seen, nothing is fetched.
 
-If these fail, ``pulumi up`` would submit a different job than ``workloads.render`` shows: a
-PyTorchJob without its rendezvous id or on the wrong provider, the Hugging Face token inside the
-job object instead of a Secret, an image tag that is not the content hash, an operator install
-that is not the pinned overlay, or workloads outside their components.
+If these fail, ``pulumi up`` would prepare a different platform than jobs expect: etcd
+unreachable from a job's pods, the Hugging Face token anywhere but its Secret (or a Secret
+under another name than a job file's default), an image tag that is not the content hash, an
+operator install that is not the pinned overlay, workloads on the wrong provider or outside
+their components, or missing outputs a job is submitted with. (No stack declares a job:
+``tests/jobs/test_platform_stack.py``.)
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from typing import Any
 import pytest
 
 import tests.pulumi_mocks as pm
-from infra.config import load_stack_file
 from tests.pulumi_mocks import ProgramRun, run_program
+from tests.workloads.conftest import stack_workloads
 from workloads.specs import pytorchjob as spec
 from workloads.specs.image import CACHE_TAG, content_tag, repository_name
-from workloads.specs.settings import EtcdSettings, JobSettings, from_stack
+from workloads.specs.settings import EtcdSettings
 from workloads.training_operator import MANIFEST_DIR
 
 TOKEN = "hf_mock_secret_token_0123456789"
@@ -36,7 +38,6 @@ WORKLOAD_TYPES = {
     "eks-fsdp:workloads:TrainingImage",
     "eks-fsdp:workloads:TrainingOperator",
     "eks-fsdp:workloads:Etcd",
-    "eks-fsdp:workloads:PyTorchJob",
 }
 
 _plain_outputs = pm._mock_outputs
@@ -65,15 +66,6 @@ def runs() -> dict[str, ProgramRun]:
     try:
         secrets = {"hfToken": TOKEN, "grafanaAdminPassword": "mock-password"}
         out = {s: run_program(s, secrets=secrets) for s in ("dev", "p4de-odcr", "p5-16")}
-        dev = pm.stack_config("dev")
-        out["pinned-image"] = run_program(
-            "dev",
-            overrides={"job": {**dev["job"], "image": "example.com/train:v1.2.3"}},
-            secrets=secrets,
-        )
-        out["no-job"] = run_program(
-            "dev", overrides={"job": {**dev["job"], "enabled": False}}, secrets=secrets
-        )
         out["no-token"] = run_program("dev", secrets={"grafanaAdminPassword": "x"})
     finally:
         patch.undo()
@@ -99,21 +91,17 @@ def _workload_resources(run: ProgramRun) -> list[pm.RecordedResource]:
 def test_components_wrap_the_specs_on_the_cluster_provider(
     runs: dict[str, ProgramRun], stack: str
 ) -> None:
+    """Every stack prepares the same platform (the shared etcd whatever a job's backend)."""
     run = runs[stack]
-    job_cfg = load_stack_file(stack).job
-    assert job_cfg is not None
-    uses_etcd = job_cfg.rdzv_backend != "c10d"
-    expected_types = WORKLOAD_TYPES if uses_etcd else WORKLOAD_TYPES - {"eks-fsdp:workloads:Etcd"}
-    assert {r.type for r in run.resources} >= expected_types
+    assert {r.type for r in run.resources} >= WORKLOAD_TYPES
     provider = run.one("pulumi:providers:kubernetes", "cluster-k8s")
     k8s = [r for r in _workload_resources(run) if r.type.startswith("kubernetes:") and r.custom]
     kinds = sorted(r.type.split(":")[-1] for r in k8s)
-    # The debug DaemonSets are opt-in (debugTools); the workers have their own NetworkPolicy.
-    etcd_kinds = ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass", "Service"]
-    assert kinds == sorted(
-        ["NetworkPolicy", "PyTorchJob", "Secret", *(etcd_kinds if uses_etcd else [])]
-    )
-    for r in k8s:
+    # The debug DaemonSets are opt-in (debugTools); etcd has two NetworkPolicies (its own,
+    # and the one admitting any job's pods).
+    etcd_kinds = ["Deployment", "NetworkPolicy", "NetworkPolicy", "PodDisruptionBudget"]
+    assert kinds == sorted([*etcd_kinds, "PriorityClass", "Service"])
+    for r in [*k8s, run.one("kubernetes:core/v1:Secret", "hf-token")]:
         assert r.provider.startswith(provider.urn + "::"), (r.name, r.provider)
     kustomize = run.one("kubernetes:kustomize/v2:Directory")
     assert kustomize.inputs["directory"] == str(MANIFEST_DIR)
@@ -121,26 +109,43 @@ def test_components_wrap_the_specs_on_the_cluster_provider(
 
 
 @pytest.mark.parametrize("stack", ["dev", "p4de-odcr", "p5-16"])
-def test_job_object_is_the_rendered_spec_with_the_pushed_image(
-    runs: dict[str, ProgramRun], stack: str
-) -> None:
+def test_outputs_are_what_a_job_is_submitted_with(runs: dict[str, ProgramRun], stack: str) -> None:
+    """The example job, rendered with the stack's outputs, reaches the stack's etcd through
+    its Service and mounts the claims the stack lists."""
     run = runs[stack]
-    job = run.one(JOB_TYPE)
     image = f"{repo_url(stack)}:{content_tag()}@{DIGEST}"
-    cfg = load_stack_file(stack)
-    assert cfg.job is not None
-    w = from_stack(cfg, image=image, stack=stack)
-    expected = spec.pytorchjob(w.job, w.etcd.host)
-    assert job.inputs["apiVersion"] == "kubeflow.org/v1" and job.inputs["kind"] == "PyTorchJob"
-    assert _same(job.inputs["spec"], expected["spec"])
-    assert job.inputs["metadata"]["name"] == cfg.job.name
-    assert run.outputs["rdzvId"] == expected["spec"]["elasticPolicy"]["rdzvId"]
     assert run.outputs["trainingImage"] == image
-    # The job waits for the operator's install (CRDs) and for etcd (the component's children).
-    deps = {r.type for u in job.dependencies if (r := run.by_urn(u))}
-    assert {"kubernetes:kustomize/v2:Directory", "kubernetes:core/v1:Secret"} <= deps
-    if cfg.job.rdzv_backend != "c10d":
-        assert {"kubernetes:apps/v1:Deployment", "kubernetes:core/v1:Service"} <= deps
+    assert run.outputs["jobsNamespace"] == "default"
+    assert run.outputs["hfTokenSecret"] == "hf-token"
+    w = stack_workloads(stack, image=image)
+    assert run.outputs["etcdEndpoint"] == f"{w.etcd.host}:{w.etcd.client_port}"
+    assert w.job.namespace == run.outputs["jobsNamespace"]
+    assert w.job.hf_token_secret == run.outputs["hfTokenSecret"]
+    if w.job.checkpoint_claim:
+        assert w.job.checkpoint_claim in run.outputs["checkpointClaims"]
+    assert {"jobName", "rdzvId"}.isdisjoint(run.outputs)
+
+
+def test_any_jobs_pods_may_reach_etcd(runs: dict[str, ProgramRun]) -> None:
+    """The extra NetworkPolicy selects etcd's pods and admits every pod template the builders
+    make (``workloads.specs.pytorchjob``), whatever the job's name."""
+    run = runs["dev"]
+    (policy,) = [
+        r
+        for r in run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+        if r.inputs["metadata"]["name"] == "etcd-jobs"
+    ]
+    deployment = run.one("kubernetes:apps/v1:Deployment")
+    etcd_labels = deployment.inputs["spec"]["template"]["metadata"]["labels"]
+    assert policy.inputs["spec"]["podSelector"]["matchLabels"].items() <= etcd_labels.items()
+    w = stack_workloads("dev")
+    for name in ("llama-finetune-dev", "someone-elses-job"):
+        job = spec.pytorchjob(w.job.replace(name=name), w.etcd.host)
+        pod_labels = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+        (rule,) = policy.inputs["spec"]["ingress"]
+        (source,) = rule["from"]
+        assert source["podSelector"]["matchLabels"].items() <= pod_labels.items()
+        assert _same(rule["ports"], [{"protocol": "TCP", "port": w.etcd.client_port}])
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -155,18 +160,22 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def test_hf_token_only_in_the_secret(runs: dict[str, ProgramRun]) -> None:
+    """The token is in the Secret the stack creates, under the name a job file's default
+    ``hfTokenSecretName`` references (the example jobs' pods read it through a secretKeyRef)."""
     run = runs["dev"]
     holders = [r for r in run.resources if TOKEN in json.dumps(r.inputs, default=str)]
     assert [r.type for r in holders] == ["kubernetes:core/v1:Secret"]
     secret = holders[0]
     assert secret.inputs["metadata"]["name"] == "hf-token"
-    env = run.one(JOB_TYPE).inputs["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"][
-        "containers"
-    ][0]["env"]
+    w = stack_workloads("dev")
+    env = spec.pytorchjob(w.job, w.etcd.host)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"][
+        "spec"
+    ]["containers"][0]["env"]
     ref = next(e for e in env if e["name"] == "HF_TOKEN")
     assert ref["valueFrom"]["secretKeyRef"]["name"] == "hf-token"
     assert TOKEN not in json.dumps(run.outputs, default=str)
     assert not runs["no-token"].of_type("kubernetes:core/v1:Secret")
+    assert "hfTokenSecret" not in runs["no-token"].outputs
 
 
 @pytest.mark.parametrize("stack", ["dev", "p5-16"])
@@ -212,8 +221,8 @@ def test_repositories_of_two_stacks_differ(runs: dict[str, ProgramRun]) -> None:
 
 def test_a_pushed_tag_is_reused_not_rebuilt(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tag is already in ECR (an earlier ``up``, another machine, a lost state): no Image
-    resource is declared (an IMMUTABLE push of that tag would fail) and the job runs the image
-    the registry holds, by digest."""
+    resource is declared (an IMMUTABLE push of that tag would fail) and the stack's
+    ``trainingImage`` (what jobs run by default) is the image the registry holds, by digest."""
     pushed = "sha256:" + "cd" * 32
     looked_up: list[dict[str, Any]] = []
     plain_call = pm.Mocks.call
@@ -232,39 +241,14 @@ def test_a_pushed_tag_is_reused_not_rebuilt(monkeypatch: pytest.MonkeyPatch) -> 
     assert run.one("aws:ecr/repository:Repository")  # the repository stays managed
     expected = f"{repo_url('p5-16')}:{content_tag()}@{pushed}"
     assert run.outputs["trainingImage"] == expected
-    container = run.one(JOB_TYPE).inputs["spec"]["pytorchReplicaSpecs"]["Worker"]["template"][
-        "spec"
-    ]["containers"][0]
-    assert container["image"] == expected
-
-
-def test_pinned_image_skips_the_build_and_disabled_job_skips_the_job(
-    runs: dict[str, ProgramRun],
-) -> None:
-    pinned = runs["pinned-image"]
-    assert not pinned.of_type("docker-build:index:Image")
-    assert not pinned.of_type("aws:ecr/repository:Repository")
-    job = pinned.one(JOB_TYPE)
-    container = job.inputs["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"][
-        "containers"
-    ][0]
-    assert container["image"] == "example.com/train:v1.2.3"
-    none = runs["no-job"]
-    assert not none.of_type(JOB_TYPE)
-    assert none.of_type("kubernetes:apps/v1:Deployment")  # etcd and the operator stay
-    assert "rdzvId" not in none.outputs
 
 
 def test_component_args_are_checked_before_any_child() -> None:
     from workloads.etcd import EtcdArgs
-    from workloads.pytorch_job import PyTorchJobArgs
     from workloads.training_image import TrainingImageArgs
 
     with pytest.raises(ValueError, match=r"EtcdArgs\.settings"):
         EtcdArgs(settings="etcd")  # type: ignore[arg-type]
-    job = JobSettings(name="j", image="r/i:t", instance_type="g5.xlarge", workers=1, min_workers=1)
-    with pytest.raises(ValueError, match=r"PyTorchJobArgs\.etcd_host"):
-        PyTorchJobArgs(settings=job, image="r/i:t", etcd_host="")
     with pytest.raises(ValueError, match=r"TrainingImageArgs\.tag"):
         TrainingImageArgs(repository_name="r", tag="latest")
     with pytest.raises(ValueError, match=r"TrainingImageArgs\.tag"):

@@ -1,4 +1,4 @@
-"""``job.preflight``: parsed from the stack, rendered into the PyTorchJob's command.
+"""A job file's ``preflight``: parsed against the stack, rendered into the PyTorchJob's command.
 
 If this fails, an EFA stack's job would start without checking its nodes (or a CPU stack
 would be held to GPU thresholds), or the thresholds in the pod would stop being the
@@ -10,30 +10,29 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import ConfigError, load_stack_file, parse, project_defaults, stack_file_values
 from infra.instances import lookup
+from jobs.file import JobFileError
 from planner.expect import expectations
-from tests.workloads.conftest import stack_workloads
+from tests.workloads.conftest import job_stack, stack_workloads
 from training.config import parse_args
 from training.preflight import parse_expect
 from workloads.specs import pytorchjob
 
 
 def _flags(stack: str, **job: object) -> list[str]:
+    """The example job's command, with ``job`` keys set as ``--set`` would."""
     if not job:
         return pytorchjob.train_command(stack_workloads(stack).job)
-    from workloads.specs.settings import from_stack
-    from workloads.specs.stack import training_image
+    from jobs.file import load
+    from workloads.specs.stack import example_job, job_workloads
 
-    raw = {**project_defaults(), **stack_file_values(stack)}
-    raw["job"] = {**raw["job"], **job}
-    cfg = parse(raw, stack=stack)
-    return pytorchjob.train_command(from_stack(cfg, image=training_image(cfg), stack=stack).job)
+    sets = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in job.items()]
+    return pytorchjob.train_command(job_workloads(load(example_job(stack), sets=sets)).job)
 
 
 @pytest.mark.parametrize(("stack", "on"), [("dev", False), ("p4de-odcr", True), ("p5-16", True)])
 def test_preflight_defaults_to_on_for_efa_stacks(stack: str, on: bool) -> None:
-    cfg = load_stack_file(stack)
+    cfg = job_stack(stack)
     assert cfg.job is not None and cfg.job_node_group is not None
     assert cfg.job.preflight is on is cfg.job_node_group.efa
     assert ("--preflight" in _flags(stack)) is on
@@ -41,7 +40,7 @@ def test_preflight_defaults_to_on_for_efa_stacks(stack: str, on: bool) -> None:
 
 @pytest.mark.parametrize("stack", ["p4de-odcr", "p5-16"])
 def test_rendered_thresholds_are_the_catalog_expectations(stack: str) -> None:
-    cfg = load_stack_file(stack)
+    cfg = job_stack(stack)
     assert cfg.job is not None and cfg.job_node_group is not None
     flags = _flags(stack)
     (arg,) = [f for f in flags if f.startswith("--preflight_expect=")]
@@ -62,5 +61,5 @@ def test_preflight_can_be_switched_and_cpu_jobs_measure_only() -> None:
     cpu = _flags("dev", preflight=True)
     assert "--preflight" in cpu
     assert not [f for f in cpu if f.startswith("--preflight_expect")]
-    with pytest.raises(ConfigError, match=r"job\.preflight"):
+    with pytest.raises(JobFileError, match=r"p5-16\.yaml: preflight: expected true or false"):
         _flags("p5-16", preflight="sometimes")

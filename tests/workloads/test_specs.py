@@ -21,10 +21,9 @@ import pytest
 import yaml
 
 from infra import versions
-from infra.config import load_stack_file
 from infra.instances import lookup
 from localrun.operator_env import operator_env
-from tests.workloads.conftest import STACKS, stack_workloads
+from tests.workloads.conftest import STACKS, job_stack, stack_workloads
 from workloads.specs import debug, etcd, operator, pytorchjob
 from workloads.specs.settings import EtcdSettings, JobSettings, OperatorSettings
 from workloads.specs.stack import check_train_flags
@@ -90,7 +89,7 @@ def test_spec_modules_import_neither_pulumi_nor_torch() -> None:
 
 def test_every_object_validates_strictly(stack_objects: Any) -> None:
     stack, _, objs = stack_objects
-    cfg = load_stack_file(stack)
+    cfg = job_stack(stack)
     version = cfg.kubernetes_version
     kinds = sorted(o["kind"] for o in objs)
     storage = ["PersistentVolume", "PersistentVolumeClaim"] if cfg.shared_storage.is_fsx else []
@@ -194,7 +193,7 @@ def test_elastic_policy_points_at_the_rendezvous(stack_objects: Any) -> None:
     stack, w, objs = stack_objects
     job = _job(objs)
     ep = job["spec"]["elasticPolicy"]
-    job_cfg = load_stack_file(stack).job
+    job_cfg = job_stack(stack).job
     assert job_cfg is not None
     assert ep["rdzvBackend"] == job_cfg.rdzv_backend
     if ep["rdzvBackend"] == "c10d":
@@ -248,7 +247,7 @@ def test_preemption_budget_derives_grace_shutdown_and_checkpoints_together() -> 
         storage_mb_per_s,
     )
 
-    cfg = load_stack_file("p5-16")
+    cfg = job_stack("p5-16")
     mbps = storage_mb_per_s(replace(cfg.shared_storage, storage_capacity_gib=1200))
     # SCRATCH_2 writes are bound by the file servers' disk: 100 MB/s per TiB (planner.storage)
     assert mbps == 100 * 1200 / 1024
@@ -402,7 +401,7 @@ def test_pod_template_shm_checkpoints_scheduling(stack_objects: Any) -> None:
     assert "emptyDir" in vols["checkpoints"] or "persistentVolumeClaim" in vols["checkpoints"]
     mounts = {m["name"]: m["mountPath"] for m in _container(_job(objs))["volumeMounts"]}
     assert mounts == {"dshm": "/dev/shm", "checkpoints": w.job.checkpoint_mount}
-    group = load_stack_file(stack).job_node_group
+    group = job_stack(stack).job_node_group
     assert group is not None
     assert pod["nodeSelector"]["eks-fsdp/nodegroup"] == group.name
     assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == group.instance_type
@@ -569,7 +568,7 @@ def test_debug_daemonsets_tolerate_gpus_and_see_host_processes(stack_objects: An
         assert all(
             labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items()
         )
-    types_ = sorted({g.instance_type for g in load_stack_file(stack).gpu_node_groups})
+    types_ = sorted({g.instance_type for g in job_stack(stack).gpu_node_groups})
     for ds in sets.values():
         pod = ds["spec"]["template"]["spec"]
         assert pod["hostPID"] is True
@@ -612,7 +611,7 @@ def test_observability_makes_training_pods_scrapable() -> None:
     from workloads.specs.prometheus_files import TRAINING_METRICS_PORT, training_pod_annotations
     from workloads.specs.settings import from_stack
 
-    cfg = load_stack_file("p5-16")
+    cfg = job_stack("p5-16")
     for enabled in (False, True):
         stack_cfg = replace(cfg, observability=replace(cfg.observability, enabled=enabled))
         w = from_stack(stack_cfg, image="repo/train:sha-1234")
@@ -641,7 +640,7 @@ def test_max_restarts_zero_is_kept() -> None:
 
     from workloads.specs.settings import from_stack
 
-    cfg = load_stack_file("p4de-odcr")
+    cfg = job_stack("p4de-odcr")
     assert cfg.job is not None
     stack_cfg = replace(cfg, job=replace(cfg.job, max_restarts=0))
     w = from_stack(stack_cfg, image="repo/train:sha-1234")

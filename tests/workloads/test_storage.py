@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from infra import versions
-from infra.config import DEFAULT_CHECKPOINT_CLAIM, load_stack_file
-from tests.workloads.conftest import stack_workloads
+from infra.config import DEFAULT_CHECKPOINT_CLAIM
+from tests.workloads.conftest import job_stack, stack_workloads
 from workloads import render
 from workloads.specs import pytorchjob, storage
 from workloads.specs.settings import from_stack
@@ -92,7 +92,7 @@ def test_file_system_ref_needs_every_part() -> None:
 
 @pytest.mark.parametrize("stack", ["p4de-odcr", "p5-16"])
 def test_fsx_stacks_mount_the_claim_they_create_and_resume(stack: str) -> None:
-    cfg = load_stack_file(stack)
+    cfg = job_stack(stack)
     w = stack_workloads(stack)
     assert w.checkpoint_volume is not None
     assert w.checkpoint_volume.claim_name == w.job.checkpoint_claim == DEFAULT_CHECKPOINT_CLAIM
@@ -112,11 +112,11 @@ def test_fsx_stacks_mount_the_claim_they_create_and_resume(stack: str) -> None:
 
 def test_an_existing_claim_is_mounted_without_creating_one() -> None:
     """sharedStorage none + job.checkpointClaim: the job mounts a claim made outside the stack."""
-    cfg = load_stack_file("p5-16")
+    cfg = job_stack("p5-16")
     assert cfg.job is not None
     cfg = replace(
         cfg,
-        shared_storage=load_stack_file("dev").shared_storage,
+        shared_storage=job_stack("dev").shared_storage,
         job=replace(cfg.job, checkpoint_claim="team-efs"),
     )
     w = from_stack(cfg, image=IMAGE)
