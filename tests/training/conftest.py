@@ -288,6 +288,8 @@ def _world2(
         },
         _filler_job(base, 2),
         _train(base, "lora_full_shard", 2, *LORA),
+        _train(base, "lora_bf16_mixed", 2, *LORA, "--mixed_precision=True", "--force_bf16"),
+        _train(base, "lora_pure_bf16", 2, *LORA, "--pure_bf16"),
         {
             "kind": "copy_checkpoint",
             "src": str(ckpt_dir(w1_base, "lora_ref")),
