@@ -44,6 +44,10 @@ class ModelShape:
     """Whether lm_head shares the embedding matrix."""
     max_position_embeddings: int = 4096
     """Longest sequence the model supports."""
+    qkv_bias: bool = False
+    """Biases on the q, k and v projections (Qwen2, Qwen2.5; Llama's ``attention_bias``)."""
+    qk_norm: bool = False
+    """An RMSNorm of head_dim on each query and key head (Qwen3)."""
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -86,6 +90,8 @@ class ModelShape:
             (h, i),  # gate, up, down
             (h,),
             (h,),  # input_layernorm, post_attention_layernorm
+            *([(self.q_size,), (self.kv_size,), (self.kv_size,)] if self.qkv_bias else []),
+            *([(self.head_dim,), (self.head_dim,)] if self.qk_norm else []),  # q_norm, k_norm
         ]
 
     def root_param_shapes(self) -> list[tuple[int, ...]]:
@@ -144,7 +150,16 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def _llama(
-    name: str, v: int, h: int, i: int, layers: int, heads: int, kv: int, pos: int
+    name: str,
+    v: int,
+    h: int,
+    i: int,
+    layers: int,
+    heads: int,
+    kv: int,
+    pos: int,
+    head_dim: int | None = None,
+    **extra: bool,
 ) -> ModelShape:
     return ModelShape(
         name=name,
@@ -154,18 +169,33 @@ def _llama(
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=kv,
-        head_dim=h // heads,
+        head_dim=head_dim or h // heads,
         max_position_embeddings=pos,
+        **extra,
     )
 
 
-# The public config.json of each checkpoint (meta-llama/Llama-2-*-hf, meta-llama/Meta-Llama-3-*).
+# The public config.json of each checkpoint (meta-llama/Llama-2-*-hf, meta-llama/Meta-Llama-3-*,
+# meta-llama/Llama-3.1-*, meta-llama/Llama-3.2-*, Qwen/Qwen2.5-*, Qwen/Qwen3-*); the parameter
+# counts equal the checkpoints' (tests/planner/test_lora_memory.py).
 BUILTIN: dict[str, ModelShape] = {
     "llama2-7b": _llama("llama2-7b", 32000, 4096, 11008, 32, 32, 32, 4096),
     "llama2-13b": _llama("llama2-13b", 32000, 5120, 13824, 40, 40, 40, 4096),
     "llama2-70b": _llama("llama2-70b", 32000, 8192, 28672, 80, 64, 8, 4096),
     "llama3-8b": _llama("llama3-8b", 128256, 4096, 14336, 32, 32, 8, 8192),
     "llama3-70b": _llama("llama3-70b", 128256, 8192, 28672, 80, 64, 8, 8192),
+    "llama3.1-8b": _llama("llama3.1-8b", 128256, 4096, 14336, 32, 32, 8, 131072),
+    "llama3.1-70b": _llama("llama3.1-70b", 128256, 8192, 28672, 80, 64, 8, 131072),
+    "llama3.2-1b": _llama(
+        "llama3.2-1b", 128256, 2048, 8192, 16, 32, 8, 131072, 64, tie_word_embeddings=True
+    ),
+    "llama3.2-3b": _llama(
+        "llama3.2-3b", 128256, 3072, 8192, 28, 24, 8, 131072, 128, tie_word_embeddings=True
+    ),
+    "qwen2.5-7b": _llama("qwen2.5-7b", 152064, 3584, 18944, 28, 28, 4, 32768, qkv_bias=True),
+    "qwen2.5-72b": _llama("qwen2.5-72b", 152064, 8192, 29568, 80, 64, 8, 32768, qkv_bias=True),
+    "qwen3-8b": _llama("qwen3-8b", 151936, 4096, 12288, 36, 32, 8, 40960, 128, qk_norm=True),
+    "qwen3-32b": _llama("qwen3-32b", 151936, 5120, 25600, 64, 64, 8, 40960, 128, qk_norm=True),
 }
 
 _REQUIRED = (
@@ -204,6 +234,8 @@ def from_config_dict(cfg: dict[str, object], name: str) -> ModelShape:
         head_dim=(hidden // heads if heads else 0) if head_dim is None else _int("head_dim"),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         max_position_embeddings=_int("max_position_embeddings", 4096),
+        qkv_bias=bool(cfg.get("attention_bias", False)) or cfg.get("model_type") == "qwen2",
+        qk_norm=cfg.get("model_type") == "qwen3",
     )
 
 
