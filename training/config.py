@@ -57,7 +57,14 @@ __all__ = [
 BATCHING_STRATEGIES = ("packing", "padding")
 AC_MODES = ("full", "selective", "none")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
-DATASETS = ("samsum_dataset", "samsum_sample", "alpaca_dataset", "custom", "chat_sample")
+DATASETS = (
+    "samsum_dataset",
+    "samsum_sample",
+    "alpaca_dataset",
+    "custom",
+    "chat_sample",
+    "hf_dataset",
+)
 DATASETS_WITH_PATH = ("custom", "alpaca_dataset")
 EXPORT_DTYPES = ("auto", "fp32", "bf16", "fp16")
 PEFT_METHODS = ("lora",)
@@ -115,9 +122,17 @@ class TrainConfig:
     val_batch_size: int = 1
     """Validation micro-batch size per rank."""
     dataset: str = "samsum_dataset"
-    """samsum_dataset (hub), samsum_sample (bundled), alpaca_dataset (JSON), custom (JSONL), chat_sample (bundled chats)."""
+    """samsum_dataset (hub), samsum_sample (bundled), alpaca_dataset (JSON), custom (JSONL), chat_sample (bundled chats), hf_dataset."""
     data_path: str | None = None
     """File for --dataset custom (JSONL) or alpaca_dataset (JSON list)."""
+    hf_dataset: str = ""
+    """With --dataset hf_dataset: a hub name, a save_to_disk folder, or a .json/.jsonl/.csv/.parquet file."""
+    hf_split: str = "train"
+    """With --dataset hf_dataset: the training split (its last 10% validate unless --hf_eval_split)."""
+    hf_eval_split: str = ""
+    """With --dataset hf_dataset: the validation split; empty = the last 10% of --hf_split."""
+    hf_columns: str = ""
+    """With --dataset hf_dataset: ours=theirs column renames, e.g. messages=conversations."""
     max_train_samples: int = 0
     """Tokenize and train on the first N rows of the training split only (smoke runs); 0 = all."""
     output_dir: str = "runs/finetune"
@@ -319,6 +334,7 @@ def _validate(c: TrainConfig) -> None:
         if getattr(c, flag) > 0 and not c.hsdp:
             fail(flag, "only used with --hsdp")
     _validate_peft(c, fail)
+    _validate_hf(c, fail)
     if c.pure_bf16 and c.use_fp16:
         fail("pure_bf16", "cannot be combined with --use_fp16")
     if c.use_fp16 and c.mixed_precision:
@@ -329,6 +345,26 @@ def _validate(c: TrainConfig) -> None:
             "fp16 training needs loss scaling, which this trainer does not do with FSDP2; "
             "use bf16 (the default --mixed_precision) or --mixed_precision=False",
         )
+
+
+def _validate_hf(c: TrainConfig, fail: typing.Callable[[str, str], typing.NoReturn]) -> None:
+    """--hf_* only with --dataset hf_dataset, which needs --hf_dataset; column renames parse."""
+    from training.hf_data import HFDataError, parse_columns  # stdlib-only at import
+
+    defaults = {f.name: f.default for f in dataclasses.fields(c)}
+    if c.dataset != "hf_dataset":
+        for flag in ("hf_dataset", "hf_split", "hf_eval_split", "hf_columns"):
+            if getattr(c, flag) != defaults[flag]:
+                fail(flag, f"only used with --dataset hf_dataset, not {c.dataset}")
+        return
+    if not c.hf_dataset.strip():
+        fail("hf_dataset", "required with --dataset hf_dataset")
+    if not c.hf_split.strip():
+        fail("hf_split", "must not be empty")
+    try:
+        parse_columns(c.hf_columns)
+    except HFDataError as e:
+        raise ConfigError(str(e)) from None
 
 
 _PEFT_ONLY = ("peft_method", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")

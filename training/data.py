@@ -19,6 +19,9 @@ prompt tokens get label IGNORE_INDEX so only the answer is learned):
   10% of rows (at least one) are the validation split.
 - `chat_sample`: the bundled samsum sample as two-exchange chats (training.chat
   `samsum_conversation`), rendered like `messages` rows; the last 10% are the validation split.
+- `hf_dataset`: a Hugging Face dataset (--hf_dataset: hub name, save_to_disk folder or data
+  file; training.hf_data) whose rows, columns renamed by --hf_columns, take the `custom`
+  shapes; --hf_eval_split, or else the last 10% of --hf_split, is the validation split.
 
 Malformed rows raise DataError "FILE:LINE: what is wrong", a single line. A chat longer than
 --context_length is left out, never cut, and counted in a line the trainer prints (`notes`).
@@ -54,6 +57,7 @@ from training.chat import (
     samsum_conversation,
     tokenize_chats,
 )
+from training.hf_data import HFDataError, hub_samsum, load_rows, parse_columns
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -372,31 +376,24 @@ def _read_alpaca(path: Path) -> list[_Pair]:
 
 
 def _hub_samsum(split: str) -> list[_Pair]:
-    hint = "use --dataset samsum_sample for the bundled sample"
     try:
-        import datasets  # lazy and optional: not in training/requirements.txt
-    except ImportError:
-        raise DataError(
-            f"--dataset samsum_dataset: the 'datasets' package is not installed; {hint}"
-        ) from None
+        rows = hub_samsum(split)
+    except HFDataError as e:
+        raise DataError(str(e)) from None
+    return [_Pair(samsum_prompt(dialogue), summary) for dialogue, summary in rows]
 
-    errors = []
-    for name in ("knkarthick/samsum", "samsum"):
-        try:
-            ds = datasets.load_dataset(name, split=split)
-            break
-        except Exception as e:  # offline, not found, script datasets refused, ...
-            errors.append(f"{name}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}")
-    else:
-        raise DataError(
-            f"--dataset samsum_dataset: cannot load it from the hub ({'; '.join(errors)}); {hint}"
-        )
-    pairs = []
-    for row in ds:
-        dialogue, summary = row.get("dialogue"), row.get("summary")
-        if isinstance(dialogue, str) and isinstance(summary, str) and dialogue and summary:
-            pairs.append(_Pair(samsum_prompt(dialogue), summary))
-    return pairs
+
+def _hf_rows(cfg: TrainConfig, split: str) -> list[Row]:
+    """--dataset hf_dataset: its --hf_split (the last 10% for validation), or --hf_eval_split."""
+    columns = parse_columns(cfg.hf_columns)
+    name = cfg.hf_eval_split if cfg.hf_eval_split and split == "validation" else cfg.hf_split
+    try:
+        rows = [_custom_row(row, where) for where, row in load_rows(cfg.hf_dataset, name, columns)]
+    except HFDataError as e:
+        raise DataError(str(e)) from None
+    if not rows:
+        raise DataError(f"--hf_dataset {cfg.hf_dataset} [{name}]: no rows")
+    return rows if cfg.hf_eval_split else _tail_split(rows, split, VALIDATION_FRACTION)
 
 
 def _tail_split(pairs: Sequence[Row], split: str, fraction: float) -> list[Row]:
@@ -411,6 +408,8 @@ def _pairs(cfg: TrainConfig, split: str) -> list[Row]:
         return _tail_split(_read_jsonl(SAMSUM_SAMPLE), split, VALIDATION_FRACTION)
     if cfg.dataset == "chat_sample":
         return _tail_split(_chat_sample(), split, VALIDATION_FRACTION)
+    if cfg.dataset == "hf_dataset":
+        return _hf_rows(cfg, split)
     if cfg.dataset == "custom":
         assert cfg.data_path is not None  # TrainConfig validates it
         return _tail_split(_read_jsonl(Path(cfg.data_path)), split, VALIDATION_FRACTION)
