@@ -73,7 +73,7 @@ def phase_of(job: dict[str, Any]) -> str:
 def _replica(pod: dict[str, Any]) -> Replica:
     status = pod.get("status") or {}
     containers = status.get("containerStatuses") or []
-    main = next((c for c in containers if c.get("name") == pj.CONTAINER), {})
+    main: dict[str, Any] = next((c for c in containers if c.get("name") == pj.CONTAINER), {})
     restarts = int(main.get("restartCount", 0))
     state = main.get("state") or {}
     last = (main.get("lastState") or {}).get("terminated") or {}

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -304,7 +304,7 @@ class LocalBackend:
         )
 
     @staticmethod
-    def _next(name: str, phase: str, steps: list[int]) -> str:
+    def _next(name: str, phase: str, steps: Sequence[int]) -> str:
         if phase in ("Pending", "Running", "Restarting"):
             return f"python -m jobs logs --local {name} --follow"
         if phase == "Succeeded":

@@ -197,16 +197,13 @@ def test_resume_creates_the_next_generation_which_succeeds(
         "command"
     ]
     assert "--resume" in command
-    pods = wait_for(
-        "generation 2 running",
-        lambda: (
-            (p := _workers(client))
-            and len(p) == 2
-            and all(x["status"].get("phase") == "Running" for x in p)
-            and p
-        ),
-        timeout=TIMEOUT_S,
-    )
+
+    def running() -> list[dict[str, Any]] | None:
+        pods = _workers(client)
+        ok = len(pods) == 2 and all(x["status"].get("phase") == "Running" for x in pods)
+        return pods if ok else None
+
+    pods = wait_for("generation 2 running", running, timeout=TIMEOUT_S)
     first_pod = client.read(pods[0])
     first_pod["metadata"].setdefault("annotations", {})[nodes.EXIT_CODE_ANNOTATION] = "0"
     client.request("PUT", client.path(first_pod), first_pod)
@@ -233,11 +230,12 @@ def test_a_user_without_the_role_gets_one_forbidden_line(
         "metadata": {"name": "nobody", "namespace": NS},
     }
     client.create(account)
-    token = client.request(
+    answer: dict[str, Any] = client.request(
         "POST",
         f"/api/v1/namespaces/{NS}/serviceaccounts/nobody/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )["status"]["token"]
+    )
+    token = answer["status"]["token"]
     admin = yaml.safe_load(Path(kubeconfig).read_text())
     cluster_entry = admin["clusters"][0]
     ca = Path(cluster_entry["cluster"]["certificate-authority"]).read_bytes()

@@ -215,6 +215,7 @@ class FakeKube:
                 self._send(h, 200, text, "text/plain")
                 return
             if method == "POST":
+                assert body is not None
                 if ns not in self.namespaces:
                     self._send(
                         h,

@@ -48,6 +48,13 @@ def kube(tmp_path: Path) -> Iterator[tuple[FakeKube, str]]:
         fake.stop()
 
 
+def _obj(fake: FakeKube, plural: str, name: str) -> dict[str, Any]:
+    """An object the fake API server holds (``AssertionError`` when it does not)."""
+    found = fake.get(plural, name)
+    assert found is not None, f"{plural}/{name} does not exist"
+    return found
+
+
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
@@ -165,7 +172,7 @@ def test_submit_creates_the_builders_job_its_policy_and_its_record(
     code, out, err = _submit(capsys, kubeconfig)
     assert code == 0, err
     assert out.startswith(f"submitted {NAME} (cluster in namespace default, generation 1")
-    created = fake.get("pytorchjobs", NAME)
+    created = _obj(fake, "pytorchjobs", NAME)
     rdzv = created["spec"]["elasticPolicy"]["rdzvId"]
     job = jobfile.load(P4DE)
     w = job_workloads(job, image=IMAGE)
@@ -178,7 +185,7 @@ def test_submit_creates_the_builders_job_its_policy_and_its_record(
     (policy,) = fake.of("networkpolicies")
     assert policy["metadata"]["name"] == f"{NAME}-workers"
     assert policy["metadata"]["ownerReferences"][0]["kind"] == pj.KIND
-    record = fake.get("configmaps", record_name(NAME))
+    record = _obj(fake, "configmaps", record_name(NAME))
     assert yaml.safe_load(record["data"]["job.yaml"]) == job.values
     assert record["data"]["rdzvId"] == rdzv and record["data"]["image"] == IMAGE
     code, _, err = _submit(capsys, kubeconfig)
@@ -221,19 +228,19 @@ def test_cancel_keeps_the_record_and_resume_makes_the_next_generation(
     fake, kubeconfig = kube
     assert _submit(capsys, kubeconfig)[0] == 0
     _operate(fake, NAME)
-    first = fake.get("pytorchjobs", NAME)["spec"]["elasticPolicy"]["rdzvId"]
+    first = _obj(fake, "pytorchjobs", NAME)["spec"]["elasticPolicy"]["rdzvId"]
     code, out, _ = _cli(capsys, "cancel", NAME, "--kubeconfig", kubeconfig)
     assert code == 0 and "checkpoints stay on the claim" in out
     assert fake.get("pytorchjobs", NAME) is None
     assert fake.of("pods") == [] and fake.of("networkpolicies") == []  # owned: collected
-    assert "cancelled" in fake.get("configmaps", record_name(NAME))["data"]
+    assert "cancelled" in _obj(fake, "configmaps", record_name(NAME))["data"]
     code, out, _ = _cli(capsys, "list", "--kubeconfig", kubeconfig)
     assert out.splitlines()[1].split()[:2] == [NAME, "Cancelled"]
     code, out, _ = _cli(capsys, "resume", NAME, "--kubeconfig", kubeconfig)
     assert code == 0 and out.startswith(
         f"resumed {NAME} (cluster in namespace default, generation 2"
     )
-    again = fake.get("pytorchjobs", NAME)
+    again = _obj(fake, "pytorchjobs", NAME)
     rdzv = again["spec"]["elasticPolicy"]["rdzvId"]
     assert rdzv.startswith(f"{NAME}-g2-") and rdzv != first
     assert (
@@ -243,13 +250,13 @@ def test_cancel_keeps_the_record_and_resume_makes_the_next_generation(
         ]
     )
     assert again["metadata"]["labels"]["eks-fsdp/generation"] == "2"
-    record = fake.get("configmaps", record_name(NAME))["data"]
+    record = _obj(fake, "configmaps", record_name(NAME))["data"]
     assert record["generation"] == "2" and record["rdzvId"] == rdzv and "cancelled" not in record
     code, _, err = _cli(capsys, "resume", NAME, "--kubeconfig", kubeconfig)
     assert code == 1 and "is Pending: nothing to resume" in err
     code, _, err = _submit(capsys, kubeconfig, "--replace")
     assert code == 2 and f"--replace: job '{NAME}' is Pending; only a finished job" in err
-    fake.get("pytorchjobs", NAME)["status"] = {
+    _obj(fake, "pytorchjobs", NAME)["status"] = {
         "conditions": [
             {
                 "type": "Failed",
@@ -263,7 +270,7 @@ def test_cancel_keeps_the_record_and_resume_makes_the_next_generation(
     assert code == 0 and out.startswith(
         f"submitted {NAME} (cluster in namespace default, generation 1"
     )
-    assert fake.get("configmaps", record_name(NAME))["data"]["generation"] == "1"
+    assert _obj(fake, "configmaps", record_name(NAME))["data"]["generation"] == "1"
     code, out, _ = _cli(capsys, "cancel", NAME, "--kubeconfig", kubeconfig, "--purge")
     assert code == 0 and fake.get("configmaps", record_name(NAME)) is None
 
@@ -361,7 +368,7 @@ def test_the_scaling_sweep_submits_and_deletes_through_this_backend(
     }
     jobs = ClusterJobs(outputs, plan, "p5-16")
     jobs.submit("llama2-7b-4n-ab12", 4, 40)
-    job = fake.get("pytorchjobs", "llama2-7b-4n-ab12")
+    job = _obj(fake, "pytorchjobs", "llama2-7b-4n-ab12")
     elastic = job["spec"]["elasticPolicy"]
     assert (elastic["minReplicas"], elastic["maxReplicas"]) == (4, 4)
     container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]

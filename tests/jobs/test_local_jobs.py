@@ -146,7 +146,9 @@ def test_two_local_jobs_run_at_once_apart(home: Path, running: dict[str, Any]) -
     ports = {}
     for name in ("job-a", "job-b"):
         text = (home / name / "runner.log").read_text()
-        ports[name] = re.search(r"rendezvous: etcd \S+ at 127\.0\.0\.1:(\d+)", text).group(1)
+        found = re.search(r"rendezvous: etcd \S+ at 127\.0\.0\.1:(\d+)", text)
+        assert found is not None, text
+        ports[name] = found.group(1)
         assert (home / name / "etcd-data").is_dir()
     assert ports["job-a"] != ports["job-b"]
     # status while running: step, loss, tokens/s, goodput, an ETA to the planned total
