@@ -39,6 +39,7 @@ LONG_FIRST = (
     "tests/observability/test_notebook.py",
     "tests/training/test_parity.py",
     "tests/planner/test_calibration.py",
+    "tests/jobs/test_local_jobs.py",
     "tests/training/test_finetune_cli.py",
     "tests/planner/test_memory_vs_cpu.py",
     "tests/observability/test_scaling_cloud.py",

@@ -41,7 +41,7 @@ class SharedStorageConfig:
     per_unit_storage_throughput: int | None = None
     """PERSISTENT_2 only: MB/s per TiB, 125 | 250 | 500 | 1000 (default 125)."""
     availability_zone: str | None = None
-    """Zone of the file system (its subnet); defaults to the job's nodegroup zone at parse time."""
+    """Zone of the file system (its subnet); defaults to the first GPU nodegroup's zone at parse time."""
 
     @property
     def is_fsx(self) -> bool:
@@ -91,7 +91,7 @@ def _parse_shared_storage(
         if az is None:
             raise _fail(
                 f"{path}.availabilityZone",
-                "is required with type fsx when the job's nodegroup is not pinned to a zone",
+                "is required with type fsx when the first GPU nodegroup is not pinned to a zone",
             )
     return SharedStorageConfig(
         type=kind,

@@ -277,7 +277,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
             **with_group(availabilityZone=None, efa=False, placementGroup="none"),
             "sharedStorage": {"type": "fsx"},
         },
-        "eks-fsdp:sharedStorage.availabilityZone: is required with type fsx when the job's"
+        "eks-fsdp:sharedStorage.availabilityZone: is required with type fsx when the first GPU"
         " nodegroup is not pinned to a zone",
     ),
     (
