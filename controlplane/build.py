@@ -189,11 +189,22 @@ def go_binary() -> str:
 
 
 def go_version() -> str:
-    """``go env GOVERSION`` (``BuildError`` without a Go toolchain)."""
-    out = subprocess.run(
-        [go_binary(), "env", "GOVERSION"], capture_output=True, text=True, check=True
-    )
-    return out.stdout.strip()
+    """``go env GOVERSION`` (``BuildError``, one line, without a working Go toolchain)."""
+    go = go_binary()
+    try:
+        out = subprocess.run(
+            [go, "env", "GOVERSION"], capture_output=True, text=True, check=False, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise BuildError(f"{go} env GOVERSION: {err}") from None
+    version = out.stdout.strip()
+    if out.returncode != 0 or not version.startswith("go"):
+        lines = (out.stderr.strip() or out.stdout.strip() or "no output").splitlines()
+        raise BuildError(
+            f"{go} env GOVERSION failed (exit {out.returncode}): {lines[-1]}; "
+            "fix the Go toolchain (Go >= 1.26, https://go.dev/dl)"
+        )
+    return version
 
 
 def cache_key(go: str) -> str:

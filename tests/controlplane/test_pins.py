@@ -108,3 +108,17 @@ def test_kubebuilder_assets_supply_etcd_and_the_apiserver(
     monkeypatch.setenv(build.ENVTEST_ENV, str(tmp_path))
     given = build._envtest_binaries()
     assert given == {"etcd": tmp_path / "etcd", "kube-apiserver": tmp_path / "kube-apiserver"}
+
+
+def test_a_broken_go_toolchain_is_a_one_line_build_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    go.write_text("#!/bin/sh\necho 'go: cannot find GOROOT directory: /nowhere' >&2\nexit 2\n")
+    go.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(build.BuildError) as err:
+        build.go_version()
+    message = str(err.value)
+    assert "\n" not in message
+    assert "exit 2" in message and "cannot find GOROOT" in message
