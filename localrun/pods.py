@@ -30,6 +30,20 @@ STOP_WAIT_S = 4.0
 _SCRUB_PREFIXES = ("PET_", "TORCHELASTIC_", "MASTER_", "LOCAL_RANK", "RANK", "WORLD_SIZE")
 
 
+def pod_name(job_name: str, index: int) -> str:
+    """Worker ``index``'s pod name, as the training operator names it (``GenGeneralName`` in its
+    ``pkg/core/utils.go``: ``<job>-<replica type, lower case>-<index>``)."""
+    return f"{job_name}-worker-{index}"
+
+
+def restart_policy(job_obj: dict[str, Any]) -> str:
+    """The worker pods' ``restartPolicy`` as the local run applies it: the Worker replica's
+    (``Never`` when unset); ``ExitCode`` is ``Never`` on the pod, as the operator sets it
+    (``SetRestartPolicy`` in its ``pkg/core/pod.go``)."""
+    policy = job_obj["spec"]["pytorchReplicaSpecs"]["Worker"].get("restartPolicy", "Never")
+    return "Never" if policy == "ExitCode" else str(policy)
+
+
 def pod_env(job_obj: dict[str, Any], device: str, pod: str) -> dict[str, str]:
     """The environment of one worker pod: host basics + container env + operator env."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB_PREFIXES)}
@@ -125,7 +139,7 @@ class Pods:
         """Restart a failed pod as the kubelet would (restartPolicy OnFailure, backoffLimit)."""
         pod = self.results[index]
         spec = self.job_obj["spec"]
-        policy = spec["pytorchReplicaSpecs"]["Worker"].get("restartPolicy", "Never")
+        policy = restart_policy(self.job_obj)
         limit = (spec.get("runPolicy") or {}).get("backoffLimit", 0)
         # training-operator v1.9 pkg/core/job.go, PastBackoffLimit: the job fails once the sum
         # of restartCount over its Running pods reaches backoffLimit (0: at the first restart);

@@ -21,7 +21,7 @@ from localrun.etcd_server import LocalEtcd, free_port
 from localrun.faults import FaultInjector, fault_figures
 from localrun.job import local_job_settings, localize
 from localrun.options import LocalOptions, LocalRunError
-from localrun.pods import Pods
+from localrun.pods import Pods, pod_name
 from localrun.prometheus import LocalPrometheusHook
 from localrun.result import PodResult, RunResult
 from localrun.summary import read_pod_logs
@@ -110,7 +110,7 @@ class Runner:
             ckpt_root = self.shared / job.name
             pods = [
                 PodResult(
-                    name=f"{job.name}-worker-{i}", log=self.logs / f"{job.name}-worker-{i}.log"
+                    name=pod_name(job.name, i), log=self.logs / f"{pod_name(job.name, i)}.log"
                 )
                 for i in range(job.workers)
             ]

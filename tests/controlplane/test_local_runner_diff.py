@@ -2,11 +2,27 @@
 
 ``localrun`` runs a PyTorchJob without a cluster: it starts each worker with the container's
 command and env plus the variables it believes the operator injects
-(``localrun.operator_env``: PET_*, PYTHONUNBUFFERED). Here the real operator reconciles the
-same rendered PyTorchJob and the test diffs the operator's pod specs against what
-``localrun.pods`` would run: the env (every name and value, the secret reference aside), the
-command, the pod names. If this fails, the local run no longer matches the cluster (a variable
-added, dropped or changed on either side): fix ``localrun`` (or the spec) so they agree again.
+(``localrun.operator_env``: PET_*, PYTHONUNBUFFERED), names each pod
+(``localrun.pods.pod_name``) and restarts a failed one by the restart policy it applies
+(``localrun.pods.restart_policy``). Here the real operator reconciles the same rendered
+PyTorchJob, and for each of the operator's worker pods, matched to the local one by its
+``training.kubeflow.org/replica-index`` label, the test compares:
+
+- the pod name with ``pod_name(<job>, <index>)``;
+- the ``pytorch`` container's env with ``localrun.pods.pod_env``'s, every name and value.
+  Exceptions: a ``secretKeyRef`` variable is compared by name only (the local run takes its
+  value from the developer's ``HF_TOKEN``); ``HOSTNAME`` is compared with what the container
+  runtime sets in a real pod (``spec.hostname``, else the pod name), as the pod spec does not
+  carry it; the ``LOCAL_ONLY`` variables are local-only by design (each with its reason
+  below), so the operator's pods must not have them and the local run's are not compared;
+- the command (the local run's interpreter stands for the image's ``python``) and that the
+  container has no ``args`` (the local run passes none);
+- the pod's ``restartPolicy`` with ``restart_policy(<job>)``.
+
+Not compared: the image, resources, volumes, node selection (the local run has no image or
+node). If this fails, the local run no longer matches the cluster (a variable added, dropped
+or changed on either side, a pod renamed, a restart rule changed): fix ``localrun`` (or the
+spec) so they agree again.
 """
 
 from __future__ import annotations
@@ -25,14 +41,15 @@ from tests.controlplane.helpers import delete_and_wait, namespaces_of, relocate,
 
 pytestmark = pytest.mark.controlplane
 JOB_LABEL = "training.kubeflow.org/job-name"
+INDEX_LABEL = "training.kubeflow.org/replica-index"
+TYPE_LABEL = "training.kubeflow.org/replica-type"
 SECRET = "<from the secret>"
 LOCAL_ONLY = {
-    "HOSTNAME": "the container runtime sets it (to the pod name) in a real pod, not the pod spec",
     "OMP_NUM_THREADS": "the local runner's processes share the machine's cores",
     "PYTHONPATH": "the local runner runs the checkout, not the image's installed packages",
     "CUDA_VISIBLE_DEVICES": "CPU jobs: no GPU may be picked up on the developer's machine",
 }
-"""Variables only the local runner sets, each with its reason."""
+"""Variables only the local runner sets, by design, each with its reason."""
 
 
 def _operator_env(pod: dict[str, Any]) -> dict[str, str]:
@@ -54,12 +71,19 @@ def local_env(job: dict[str, Any], pod: str, monkeypatch: pytest.MonkeyPatch) ->
 def mismatch(
     job: dict[str, Any], pod: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> list[str]:
-    """How the local runner's env for ``pod`` differs from the operator's (empty: equal)."""
-    pod_name = pod["metadata"]["name"]
+    """How the local runner's env for the operator's ``pod`` (the local pod of the same
+    replica index) differs from the operator's (empty: equal)."""
+    index = int(pod["metadata"]["labels"][INDEX_LABEL])
     real = _operator_env(pod)
-    local = local_env(job, pod_name, monkeypatch)
-    out = [] if local.pop("HOSTNAME") == pod_name else ["HOSTNAME"]
-    for var in LOCAL_ONLY:
+    local = local_env(job, local_pods.pod_name(job["metadata"]["name"], index), monkeypatch)
+    runtime_hostname = pod["spec"].get("hostname") or pod["metadata"]["name"]
+    hostname = local.pop("HOSTNAME", None)
+    out = (
+        []
+        if hostname == runtime_hostname
+        else [f"HOSTNAME: local {hostname!r}, pod's {runtime_hostname!r}"]
+    )
+    for var in LOCAL_ONLY:  # set by the operator's pod too: reported as "only operator"
         local.pop(var, None)
     out += [f"only local: {k}" for k in sorted(local.keys() - real.keys())]
     out += [f"only operator: {k}" for k in sorted(real.keys() - local.keys())]
@@ -92,15 +116,19 @@ def test_local_runner_matches_the_operator(
             ),
             timeout=90,
         )
-        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-            assert not mismatch(job, pod, monkeypatch), (
-                f"{stack}: {mismatch(job, pod, monkeypatch)}"
-            )
+        by_index = {int(p["metadata"]["labels"][INDEX_LABEL]): p for p in pods}
+        assert sorted(by_index) == list(range(replicas))
+        command = local_pods.pod_command(job)
+        for index, pod in sorted(by_index.items()):
+            assert pod["metadata"]["labels"][TYPE_LABEL] == "worker"
+            assert pod["metadata"]["name"] == local_pods.pod_name(name, index)
+            problems = mismatch(job, pod, monkeypatch)
+            assert not problems, f"{stack} {pod['metadata']['name']}: {problems}"
             (c,) = [c for c in pod["spec"]["containers"] if c["name"] == "pytorch"]
-            command = local_pods.pod_command(job)
             assert command[0] == sys.executable and c["command"][0] == "python"
             assert command[1:] == c["command"][1:]
-            assert pod["spec"]["restartPolicy"] == "OnFailure"
+            assert not c.get("args"), c["args"]
+            assert pod["spec"]["restartPolicy"] == local_pods.restart_policy(job)
         # The diff is strict: one variable of the emulation changed makes it fail.
         emulated = local_pods.operator_env
 
@@ -108,6 +136,8 @@ def test_local_runner_matches_the_operator(
             return {**emulated(j), "PYTHONUNBUFFERED": "0"}
 
         monkeypatch.setattr(local_pods, "operator_env", changed)
-        assert mismatch(job, pods[0], monkeypatch) == ["PYTHONUNBUFFERED: local '0', operator '1'"]
+        assert mismatch(job, by_index[0], monkeypatch) == [
+            "PYTHONUNBUFFERED: local '0', operator '1'"
+        ]
     finally:
         delete_and_wait(client, objs)
