@@ -118,3 +118,17 @@ def condition(obj: dict[str, Any], kind: str) -> str | None:
         if c["type"] == kind:
             return str(c["status"])
     return None
+
+
+def job_quota(job: dict[str, Any]) -> dict[str, str]:
+    """The job's total requests (what one admitted job uses), as quantities Kueue reads:
+    whole numbers where the total is whole, millis (``1500m``) otherwise."""
+    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+    (c,) = [c for c in worker["template"]["spec"]["containers"] if c["name"] == "pytorch"]
+    total = {}
+    for res, qty in c["resources"]["requests"].items():
+        value = quantity(qty)
+        assert value is not None, f"{res}: {qty!r} is not a quantity"
+        milli = round(value * worker["replicas"] * 1000)
+        total[res] = str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+    return total

@@ -3,10 +3,12 @@
 A ResourceFlavor for the dev stack's GPU group, a ClusterQueue with quota for one job (the
 job's CPU, memory and GPUs), a LocalQueue; two jobs labelled for the queue are suspended by
 Kueue's webhook at creation; one is admitted (unsuspended, its pods created by the operator),
-the other waits with its Workload not admitted. If this fails, queueing jobs with Kueue (the
-shared-cluster work) would not behave as the project assumes: Kueue's webhooks are not
-served, its CRDs' conversion or CEL rules reject our objects, or its PyTorchJob integration
-does not see the operator's jobs.
+the other waits with its Workload not admitted, and quota is why (its ``QuotaReserved``
+condition: ``insufficient unused quota``). Once the admitted job is deleted, the other is
+admitted in turn. If this fails, queueing jobs with Kueue (the shared-cluster work) would not
+behave as the project assumes: Kueue's webhooks are not served, its CRDs' conversion or CEL
+rules reject our objects, its PyTorchJob integration does not see the operator's jobs, or a
+finished job's quota is not released.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ import pytest
 from controlplane import nodes
 from controlplane.client import wait_for
 from controlplane.cluster import ControlPlane
-from tests.controlplane.helpers import delete_and_wait, namespaces_of, relocate, rendered_objects
+from tests.controlplane.helpers import (
+    delete_and_wait,
+    job_quota,
+    namespaces_of,
+    relocate,
+    rendered_objects,
+)
 
 pytestmark = pytest.mark.controlplane
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -28,16 +36,11 @@ KUEUE = "kueue.x-k8s.io/v1beta2"
 TIMEOUT_S = 90.0
 
 
-def _quota(job: dict[str, Any]) -> dict[str, str]:
-    """The job's total requests (what one admitted job uses)."""
-    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
-    (c,) = [c for c in worker["template"]["spec"]["containers"] if c["name"] == "pytorch"]
-    reqs = c["resources"]["requests"]
-    total = {}
-    for res, qty in reqs.items():
-        num, unit = (qty[:-2], qty[-2:]) if qty.endswith("Gi") else (qty, "")
-        total[res] = f"{int(num) * worker['replicas']}{unit}"
-    return total
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    for c in obj.get("status", {}).get("conditions", []) or []:
+        if c["type"] == kind:
+            return dict(c)
+    return {}
 
 
 def _suspended(job: dict[str, Any]) -> bool:
@@ -53,7 +56,7 @@ def test_one_of_two_jobs_is_admitted(control_plane: ControlPlane, tmp_path: Path
     group = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"][
         nodes.NODEGROUP_LABEL
     ]
-    quota = _quota(job)
+    quota = job_quota(job)
     flavor = {
         "apiVersion": KUEUE,
         "kind": "ResourceFlavor",
@@ -128,6 +131,34 @@ def test_one_of_two_jobs_is_admitted(control_plane: ControlPlane, tmp_path: Path
             return got if got == (1, 1) else None
 
         wait_for("ClusterQueue status: 1 admitted, 1 pending", counts, timeout=TIMEOUT_S)
+
+        # Quota is why the other one waits.
+        def quota_reason() -> dict[str, Any] | None:
+            (w,) = [
+                w
+                for w in client.items(KUEUE, "Workload", ns)
+                if w["metadata"]["ownerReferences"][0]["name"] == waiting["metadata"]["name"]
+            ]
+            cond = _condition(w, "QuotaReserved")
+            return cond if "insufficient unused quota" in cond.get("message", "") else None
+
+        cond = wait_for("the waiting Workload's QuotaReserved", quota_reason, timeout=TIMEOUT_S)
+        assert cond["status"] == "False", cond
+        assert "kueue-test-gpu" in cond["message"], cond
+
+        # The admitted job deleted, its quota goes to the one that waited.
+        client.delete(running)
+        wait_for(
+            "the waiting job admitted once the other is deleted",
+            lambda: not _suspended(client.read(waiting)),
+            timeout=TIMEOUT_S,
+        )
+        label = f"training.kubeflow.org/job-name={waiting['metadata']['name']}"
+        wait_for(
+            "the second job's pods",
+            lambda: len(client.items("v1", "Pod", ns, labelSelector=label)) == replicas,
+            timeout=TIMEOUT_S,
+        )
     finally:
         for j in jobs:
             client.delete(j)
