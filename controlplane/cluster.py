@@ -2,21 +2,35 @@
 kube-scheduler, kwok with fake nodes, the training operator and Kueue.
 
 What runs where (docs/adr/0009): every component is a local process bound to 127.0.0.1 on a
-free port, with its own log file under the state folder. The API server is started as
-controller-runtime's envtest starts it (``pkg/internal/testing/controlplane/apiserver.go``:
-etcd, a serving cert for 127.0.0.1, a client CA, service-account keys, RBAC,
-``--endpoint-reconciler-type=none``), plus the controller-manager (service accounts and their
-tokens, garbage collection, namespace deletion, the PV binder) and the scheduler, which
-places pods on the fake nodes by their labels, taints and resources; kwok then plays each
-node's kubelet. Every component authenticates with the admin client certificate
-(``system:masters``): RBAC is enforced for nothing here but what the tests impersonate.
+free port, with its own log file under the state folder and an environment of its own
+(``procs.child_env``). The API server is started as controller-runtime's envtest starts it
+(``defaultArgs`` in ``pkg/internal/testing/controlplane/apiserver.go``: etcd, a serving cert for
+127.0.0.1, a client CA, service-account keys, RBAC), plus two flags of ours, neither envtest's:
+
+- ``--endpoint-reconciler-type=none``: the default (``lease``) reconciler writes the API
+  server's advertise address into the ``kubernetes`` Service's endpoints, and 127.0.0.1 is an
+  address endpoint validation refuses (``ValidateEndpointIP`` in k8s.io/kubernetes
+  ``pkg/apis/core/validation/validation.go``); nothing here dials that Service;
+- ``--kubelet-preferred-address-types=InternalIP`` (``KUBELET_ADDRESS_TYPES``): pods/log, exec,
+  attach and port-forward dial a node's kubelet at the first address of the preferred types
+  (``GetConnectionInfo`` in ``pkg/kubelet/client/kubelet_client.go``, ``GetPreferredNodeAddress``
+  in ``pkg/util/node/node.go``), and the default list starts with ``Hostname``
+  (``cmd/kube-apiserver/app/options/options.go``), a name the host's resolver would look up.
+  Every fake node's ``InternalIP`` is 127.0.0.1 (``nodes.NODE_IP``, also kwok's ``--node-ip``)
+  and its ``Hostname`` ``localhost``.
+
+The controller-manager runs service accounts and their tokens, garbage collection, namespace
+deletion and the PV binder; the scheduler places pods on the fake nodes by their labels, taints
+and resources (a ``KubeSchedulerConfiguration`` file, as its deprecated ``--kubeconfig`` flag
+asks); kwok then plays each node's kubelet. Every component authenticates with the admin
+client certificate (``system:masters``): RBAC is enforced for nothing here but what the tests
+impersonate.
 
 ``ControlPlane`` is what ``python -m controlplane up`` and the tests' session fixture use.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import urllib.request
@@ -37,6 +51,10 @@ START_TIMEOUT_S = 120.0
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """An opener that never goes through an ``http_proxy`` (every URL here is on loopback)."""
 FIELD_MANAGER = "eks-fsdp-controlplane"
+KWOK_NODE_LEASE_S = 40
+"""kwok renews each fake node's Lease (``kube-node-lease``) for this long, as a kubelet does."""
+KUBELET_ADDRESS_TYPES = "InternalIP"
+"""``--kubelet-preferred-address-types``: the API server dials a kubelet at 127.0.0.1 only."""
 
 
 @dataclass
@@ -54,7 +72,6 @@ class ControlPlane:
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds from the start until each component was ready."""
     _client: Client | None = None
-    _created_runtime_cert: bool = False
 
     # --- paths -------------------------------------------------------------------------------
     @property
@@ -141,15 +158,7 @@ class ControlPlane:
 
     def stop(self) -> dict[str, int | None]:
         """Stop every component (newest first); the exit codes. Idempotent."""
-        codes = procs.stop(reversed(self.procs))
-        if self._created_runtime_cert:
-            for name in ("tls.crt", "tls.key"):
-                (operators.RUNTIME_CERT_DIR / name).unlink(missing_ok=True)
-            for folder in (operators.RUNTIME_CERT_DIR, operators.RUNTIME_CERT_DIR.parent):
-                with contextlib.suppress(OSError):
-                    folder.rmdir()  # only when empty
-            self._created_runtime_cert = False
-        return codes
+        return procs.stop(reversed(self.procs))
 
     def __enter__(self) -> ControlPlane:
         return self.start()
@@ -166,8 +175,18 @@ class ControlPlane:
 
         return check
 
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.procs.append(procs.start(name, argv, self.logs / f"{name}.log", env=env))
+    def _spawn(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        home: Path | None = None,
+    ) -> None:
+        """Start a component: log ``logs/<name>.log``, ``HOME`` = ``home`` (default
+        ``home/<name>`` under the state folder), its environment ``procs.child_env``'s."""
+        home = home if home is not None else self.state / "home" / name
+        log = self.logs / f"{name}.log"
+        self.procs.append(procs.start(name, argv, log, env=env, home=home))
 
     def _wait_http(self, name: str, url: str, expect: bytes = b"ok") -> None:
         def probe() -> bool:
@@ -245,17 +264,17 @@ class ControlPlane:
                 "--authorization-mode=RBAC",
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
+                f"--kubelet-preferred-address-types={KUBELET_ADDRESS_TYPES}",
             ],
         )
 
     def _component_auth(self) -> list[str]:
+        """The serving flags both components take: loopback, the admin kubeconfig."""
         k = str(self.kubeconfig)
         return [
-            f"--kubeconfig={k}",
             f"--authentication-kubeconfig={k}",
             f"--authorization-kubeconfig={k}",
             "--bind-address=127.0.0.1",
-            "--leader-elect=false",
         ]
 
     def _start_controller_manager(self, certs: pki.ClusterPki) -> None:
@@ -263,6 +282,8 @@ class ControlPlane:
             "kube-controller-manager",
             [
                 self.bin("kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
                 *self._component_auth(),
                 f"--secure-port={self.ports['kube-controller-manager']}",
                 f"--service-account-private-key-file={certs.sa_key}",
@@ -274,10 +295,13 @@ class ControlPlane:
         )
 
     def _start_scheduler(self) -> None:
+        config = self.state / "kube-scheduler.yaml"
+        config.write_text(yaml.safe_dump(scheduler_configuration(self.kubeconfig), sort_keys=False))
         self._spawn(
             "kube-scheduler",
             [
                 self.bin("kube-scheduler"),
+                f"--config={config}",
                 *self._component_auth(),
                 f"--secure-port={self.ports['kube-scheduler']}",
             ],
@@ -295,10 +319,13 @@ class ControlPlane:
                 f"--kubeconfig={self.kubeconfig}",
                 f"--config={config}",
                 f"--manage-nodes-with-annotation-selector={nodes.KWOK_NODE_ANNOTATION}=fake",
-                "--node-ip=127.0.0.1",
+                f"--node-ip={nodes.NODE_IP}",
+                # kwok's default (40 s) does not survive a --config file here: without leases
+                # the node-lifecycle controller found every node not Ready about once a minute.
+                f"--node-lease-duration-seconds={KWOK_NODE_LEASE_S}",
             ],
-            env={"HOME": str(folder)},
-        )  # kwok also reads ~/.kwok/kwok.yaml
+            home=folder,  # kwok also reads ~/.kwok/kwok.yaml
+        )
 
     def _nodes_ready(self) -> bool:
         want = {n for s in self.shapes for n in s.node_names()}
@@ -351,24 +378,25 @@ class ControlPlane:
         self.apply_all(operators.webhook_configurations(docs, server, webhook, certs.ca.cert_b64()))
         tmpdir = folder / "tmp"
         certs.write_serving_folder(tmpdir / "k8s-webhook-server" / "serving-certs")
-        if not (operators.RUNTIME_CERT_DIR / "tls.crt").exists():
-            certs.write_serving_folder(operators.RUNTIME_CERT_DIR)
-            self._created_runtime_cert = True
-        self._spawn(
-            "training-operator",
-            [
-                self.bin("training-operator"),
-                f"--metrics-bind-address=127.0.0.1:{metrics}",
-                f"--health-probe-bind-address=127.0.0.1:{health}",
-                f"--webhook-server-port={webhook}",
-            ],
-            env={
-                "KUBECONFIG": str(self.kubeconfig),
-                "TMPDIR": str(tmpdir),
-                "MY_POD_NAMESPACE": server.namespace,
-            },
-        )
-        self._wait_http("training-operator", f"http://127.0.0.1:{health}/readyz")
+        lock = self.build.root.parent / "runtime-cert.lock"
+        # Its /readyz answers once the rotator found the certificate (operators.runtime_cert).
+        with operators.runtime_cert(certs.serving.cert_pem(), lock):
+            self._spawn(
+                "training-operator",
+                [
+                    self.bin("training-operator"),
+                    f"--metrics-bind-address=127.0.0.1:{metrics}",
+                    f"--health-probe-bind-address=127.0.0.1:{health}",
+                    f"--webhook-server-port={webhook}",
+                ],
+                env={
+                    "KUBECONFIG": str(self.kubeconfig),
+                    "TMPDIR": str(tmpdir),
+                    "MY_POD_NAMESPACE": server.namespace,
+                },
+                home=folder,
+            )
+            self._wait_http("training-operator", f"http://127.0.0.1:{health}/readyz")
 
     def _start_kueue(self) -> None:
         folder = self.state / "kueue"
@@ -404,6 +432,7 @@ class ControlPlane:
                 "--feature-gates=VisibilityOnDemand=false",
             ],
             env={"KUBECONFIG": str(self.kubeconfig)},
+            home=folder,
         )
         self._wait_http("kueue", f"http://127.0.0.1:{health}/readyz")
 
@@ -419,6 +448,17 @@ class ControlPlane:
     def version(self) -> dict[str, Any]:
         """The API server's ``/version`` (the stamped gitVersion)."""
         return dict(self.client.get("/version"))
+
+
+def scheduler_configuration(kubeconfig: Path) -> dict[str, Any]:
+    """kube-scheduler's ``--config`` (``kubescheduler.config.k8s.io/v1``): the admin
+    kubeconfig, no leader election; every other field is the scheduler's default."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "leaderElection": {"leaderElect": False},
+    }
 
 
 def expected_git_version() -> str:

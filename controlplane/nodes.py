@@ -37,6 +37,12 @@ EXIT_CODE_ANNOTATION = "controlplane.eks-fsdp/exit-code"
 """On a pod (or a PyTorchJob's pod template): kwok ends the running pod with this exit code."""
 EXIT_DELAY_ANNOTATION = "controlplane.eks-fsdp/exit-delay"
 """How long the pod runs before it exits (a Go duration, e.g. ``3s``)."""
+NODE_IP = "127.0.0.1"
+"""Every fake node's ``InternalIP`` (kwok's ``--node-ip`` too): where the API server dials a
+node's kubelet (``cluster.KUBELET_ADDRESS_TYPES``)."""
+NODE_HOSTNAME = "localhost"
+"""Every fake node's ``Hostname`` address. The API server never uses it (it dials
+``InternalIP`` only); were it to, ``localhost`` resolves from ``/etc/hosts``, not through DNS."""
 POD_EXIT_STAGE = "eks-fsdp-pod-exit"
 MAX_NODES_PER_GROUP = 16
 """Fake nodes per group: the group's ``maxSize``, at most this many."""
@@ -140,7 +146,15 @@ def stack_shapes(stacks: Iterable[str]) -> list[NodeShape]:
 
 
 def node_objects(shape: NodeShape) -> list[dict[str, Any]]:
-    """The Node objects of ``shape`` (status with capacity = allocatable; kwok keeps them)."""
+    """The Node objects of ``shape``: status with capacity = allocatable and the addresses
+    (``InternalIP`` ``NODE_IP``, ``Hostname`` ``NODE_HOSTNAME``); kwok keeps them.
+
+    The addresses are set here, not left to kwok: its ``node-initialize`` stage (kwok v0.8.0
+    ``kustomize/stage/node/fast/node-initialize.yaml``), which runs again whenever a node is
+    not Ready (as the node-lifecycle controller marks a node whose Lease lapsed), writes an
+    empty ``addresses`` list over a node that has an ``InternalIP`` but no ``Hostname``
+    address (kwok's ``--node-name`` is unset), leaving the node with no address until its next
+    heartbeat (seen: nodes without addresses for a minute at a time)."""
     nodes = []
     for name in shape.node_names():
         nodes.append(
@@ -153,7 +167,14 @@ def node_objects(shape: NodeShape) -> list[dict[str, Any]]:
                     "labels": {**shape.labels, "kubernetes.io/hostname": name},
                 },
                 "spec": {"taints": [dict(t) for t in shape.taints]},
-                "status": {"capacity": dict(shape.capacity), "allocatable": dict(shape.capacity)},
+                "status": {
+                    "capacity": dict(shape.capacity),
+                    "allocatable": dict(shape.capacity),
+                    "addresses": [
+                        {"type": "InternalIP", "address": NODE_IP},
+                        {"type": "Hostname", "address": NODE_HOSTNAME},
+                    ],
+                },
             }
         )
     return nodes

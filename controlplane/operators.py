@@ -8,11 +8,15 @@ anything, so ``prepare_*`` pre-seeds what the rotator checks:
 
 - the Secret (``ca.crt``, ``ca.key``, ``tls.crt``, ``tls.key``) must exist before the rotator
   starts: its first refresh ``Get``s it and the manager exits if it is missing;
-- the serving files: the rotator only ``stat``s ``<CertDir>/tls.crt`` (``ensureCertsMounted``,
-  exponential back-off over about 17 minutes, then the manager exits); controller-runtime's
-  webhook server reads ``tls.crt``/``tls.key`` from its own ``CertDir``;
-- every configuration the rotator injects into must exist with a ``clientConfig`` (for a CRD,
-  ``spec.conversion.webhook.clientConfig``), or ``ensureReady`` never completes.
+- the serving files: the rotator only ``stat``s ``<CertDir>/tls.crt``, once, at start
+  (``ensureCertsMounted``, exponential back-off over about 17 minutes, then it gives up and
+  the operator never becomes ready); controller-runtime's webhook server reads
+  ``tls.crt``/``tls.key`` from its own ``CertDir``;
+- the configurations the rotator injects into exist before it starts, each with a
+  ``clientConfig`` (for a CRD, ``spec.conversion.webhook.clientConfig``). A missing one is
+  only logged (``Webhook not found. Unable to update certificate.``, ``ensureCerts``) and
+  skipped, so it would later be served with no CA of ours; one present without a
+  ``clientConfig`` fails the injection, and ``ensureReady`` then never completes.
 
 The certificates are valid for the DNS name the rotator checks *and* 127.0.0.1, so the rotator
 keeps them and the caBundle stays the CA that signed the files.
@@ -28,9 +32,11 @@ Training operator (kubeflow/training-operator ``cmd/training-operator.v1/main.go
 its rotator's ``CertDir`` is a constant (``certDir``, ``RUNTIME_CERT_DIR`` here) while its
 webhook server (no ``CertDir`` option) reads ``$TMPDIR/k8s-webhook-server/serving-certs``
 (``os.TempDir()``, controller-runtime ``pkg/webhook/server.go``). The process gets a
-``TMPDIR`` of its own holding the real files; the constant path only needs a ``tls.crt`` to
-exist. Its webhook server takes only ``--webhook-server-port`` and so listens on every
-interface (``webhook.Options{Port: …}``); nothing dials it but the API server over loopback.
+``TMPDIR`` of its own holding the real files; the constant path, in the world-shared temp
+folder, only needs a ``tls.crt`` to exist until the operator is ready (``runtime_cert``: the
+certificate alone, never the key). Its webhook server takes only ``--webhook-server-port``
+and so listens on every interface (``webhook.Options{Port: …}``); nothing dials it but the
+API server over loopback.
 
 Kueue (sigs.k8s.io/kueue ``pkg/util/cert/cert.go``, ``apis/config/v1beta2/defaults.go`` at the
 pin): Secret ``kueue-webhook-server-cert`` in ``kueue-system``, CA ``kueue-ca``, DNS name
@@ -43,8 +49,11 @@ the same constant folder as the operator's, hence a folder of its own).
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Iterable
+import fcntl
+import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +65,44 @@ from infra import versions
 
 RUNTIME_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 """The training operator's rotator ``CertDir`` (a constant in its ``pkg/cert/cert.go``)."""
+
+
+@contextlib.contextmanager
+def runtime_cert(cert_pem: bytes, lock: Path, folder: Path = RUNTIME_CERT_DIR) -> Iterator[bool]:
+    """``<folder>/tls.crt`` exists while the block runs; yields whether it was written here.
+
+    The training operator's rotator ``stat``s that file once, at start, and its ``/readyz``
+    answers only after the rotator is ready (``setupProbeEndpoints`` in its
+    ``cmd/training-operator.v1/main.go``), so a block that waits for ``/readyz`` needs the
+    file no longer. Written only when absent (``O_EXCL``; a file already there is someone
+    else's and stays as it is), only the certificate (nothing reads a key there), removed
+    afterwards with the folders made for it. ``lock`` (an ``flock``) holds off a second
+    control plane until the first one's operator is ready, so neither removes the file
+    while the other's rotator still looks for it."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        made = []
+        for path in reversed((folder, *folder.parents)):
+            if not path.exists():
+                path.mkdir()
+                made.append(path)
+        cert = folder / "tls.crt"
+        try:
+            fd = os.open(cert, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except FileExistsError:
+            fd = -1
+        if fd >= 0:
+            with os.fdopen(fd, "wb") as out:
+                out.write(cert_pem)
+        try:
+            yield fd >= 0
+        finally:
+            if fd >= 0:
+                cert.unlink(missing_ok=True)
+            for path in reversed(made):
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # only when empty
 
 
 @dataclass(frozen=True, kw_only=True)

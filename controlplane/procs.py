@@ -8,8 +8,11 @@ to SIGKILL, so a parent that dies without cleaning up takes its components with 
 ``/proc/<pid>/fd`` socket inodes looked up in ``/proc/<pid>/net/{tcp,tcp6,udp,udp6}``) and
 records any peer address outside 127.0.0.0/8 (or ::1): a component that dialled a cluster IP,
 a node or pod IP, or anything off the machine. It runs for the whole session, so a connection
-attempt that lasts a fraction of a second may slip between two samples; one that retries (as
-clients of an unreachable address do) does not.
+attempt that lasts a fraction of a second may slip between two samples, and a DNS query
+even more so; one that retries (as clients of an unreachable address do) does not.
+``controlplane.loopback`` holds the checks that do not depend on timing.
+
+Each component gets a minimal environment (``child_env``), not the parent's.
 """
 
 from __future__ import annotations
@@ -23,14 +26,14 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 _PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 10.0
 """SIGTERM, then SIGKILL after this long."""
-_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
 def free_port() -> int:
@@ -45,10 +48,18 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The parent's environment without proxies (every address here is loopback)."""
-    env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARS}
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+def child_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A component's whole environment: the parent's ``PATH``, ``HOME`` = ``home`` and
+    ``TMPDIR`` = ``home/tmp`` (both created), then ``extra`` (what the component needs).
+
+    Nothing else of the parent's environment reaches a component: a variable from a
+    developer's shell (``KUBEFLOW_NAMESPACE`` narrows the training operator to one namespace,
+    ``KUBECONFIG`` or ``KUBERNETES_SERVICE_HOST`` point a client elsewhere, ``HTTPS_PROXY`` makes
+    a Go client dial a proxy) cannot change what runs here, and ``HOME`` keeps the
+    developer's ``~/.kube`` and ``~/.kwok`` out of reach."""
+    tmp = home / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {"PATH": os.environ.get("PATH") or os.defpath, "HOME": str(home), "TMPDIR": str(tmp)}
     env.update(extra or {})
     return env
 
@@ -83,10 +94,13 @@ def start(
     log: Path,
     *,
     env: dict[str, str] | None = None,
+    home: Path | None = None,
     cwd: Path | None = None,
 ) -> Process:
-    """Start ``argv`` with stdout and stderr to ``log``."""
+    """Start ``argv`` with stdout and stderr to ``log``, in ``child_env(home, env)`` (``home``
+    defaults to ``<log folder>/<name>.home``)."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    home = home if home is not None else log.parent / f"{name}.home"
     with log.open("ab") as fh:
         fh.write(f"$ {' '.join(argv)}\n".encode())
         fh.flush()
@@ -95,7 +109,7 @@ def start(
             stdout=fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=child_env(env),
+            env=child_env(home, env),
             cwd=cwd,
             start_new_session=True,
             preexec_fn=_die_with_parent,  # only prctl: no locks taken
@@ -188,12 +202,22 @@ def sockets(pid: int) -> list[Socket]:
     return out
 
 
+class Watched(Protocol):
+    """What ``LoopbackWatch`` needs of a process: a name and a pid."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def pid(self) -> int: ...
+
+
 @dataclass
 class LoopbackWatch:
-    """Samples the sockets of ``procs`` every ``interval`` s; ``violations`` lists each peer
-    outside loopback once, with the component that held it."""
+    """Samples the sockets of ``procs`` (``Process``es, or anything with a name and a pid)
+    every ``interval`` s; ``violations`` lists each peer outside loopback once, with the
+    component that held it."""
 
-    procs: list[Process]
+    procs: Sequence[Watched]
     interval: float = 0.5
     violations: list[str] = field(default_factory=list)
     samples: int = 0

@@ -6,10 +6,17 @@ session, from the binaries ``make controlplane`` built (a cold build outlasts an
 timeout, so the fixture never builds: it skips, naming the command, unless
 ``EKS_FSDP_REQUIRE_CONTROLPLANE=1``, which ``make test`` sets, turns that into a failure).
 
-At teardown it stops every component and asserts that none is left running and that no
-component process held a connection to an address outside 127.0.0.0/8 during the session
-(``controlplane.procs.LoopbackWatch``). The state folder (certificates, etcd data, one log per
-component) is removed when every test passed and kept, with its path printed, otherwise.
+At teardown it asserts that nothing was dialled outside 127.0.0.0/8, in two ways:
+
+- by the sockets each component process held (``controlplane.procs.LoopbackWatch``, sampling
+  from before the first component starts until after the last one stopped);
+- without depending on timing (``controlplane.loopback``), before stopping: no webhook,
+  conversion webhook or APIService names a Service, every Node's ``InternalIP`` is 127.0.0.1;
+  after stopping: no component's log reports a dial or a name lookup off loopback.
+
+It also asserts that no component is left running. The state folder (certificates, etcd data,
+one log per component) is removed when every test passed and kept, with its path printed,
+otherwise.
 
 If this file breaks, every test under tests/controlplane errors at setup or teardown.
 """
@@ -22,7 +29,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane import build, nodes, procs
+from controlplane import build, loopback, nodes, procs
 from controlplane.__main__ import all_stacks
 from controlplane.cluster import ControlPlane
 
@@ -48,17 +55,20 @@ def control_plane(
     plane = ControlPlane(build=built, state=state, shapes=nodes.stack_shapes(all_stacks()))
     failed_before = request.session.testsfailed
     watch = procs.LoopbackWatch(plane.procs).start()  # the list the components join
+    api: list[str] = []
     try:
         plane.start()
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(f"controlplane: ready after (s) {plane.timings}")
         yield plane
+        api = loopback.api_violations(plane.client)
     finally:
-        violations = watch.stop()
         codes = plane.stop()
+        violations = watch.stop()  # after the stop: it watched the components shut down
+        logs = loopback.log_violations(sorted(plane.logs.glob("*.log")))
         left = [p.name for p in plane.procs if p.alive()]
-        failed = request.session.testsfailed > failed_before or violations or left
+        failed = request.session.testsfailed > failed_before or violations or api or logs or left
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
         if failed:
             if reporter is not None:
@@ -68,3 +78,5 @@ def control_plane(
     assert not left, f"still running after stop: {left}"
     assert watch.samples > 0
     assert not violations, "connections outside 127.0.0.0/8:\n" + "\n".join(violations)
+    assert not api, "the API server could dial outside 127.0.0.0/8:\n" + "\n".join(api)
+    assert not logs, "the logs report dials or lookups off loopback:\n" + "\n".join(logs)

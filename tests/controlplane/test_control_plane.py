@@ -2,8 +2,10 @@
 
 If this fails, the control plane the other tests use is not what they assume: the binaries
 are not the pinned, version-stamped builds (kwok and Kueue read ``/version``), a component
-listens beyond 127.0.0.1, the fake nodes lack their GPUs, or ``python -m controlplane up``
-leaves processes behind after Ctrl-C.
+listens beyond 127.0.0.1, the API server would dial a node's kubelet by a name rather than at
+127.0.0.1, a component inherits the developer's environment, the fake nodes lack their GPUs,
+or ``python -m controlplane up`` leaves processes behind after Ctrl-C (however it was
+started: ``.ci/run`` runs that test again with SIGINT ignored) or dials off loopback.
 """
 
 from __future__ import annotations
@@ -11,15 +13,19 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from controlplane import nodes, procs
-from controlplane.cluster import ControlPlane
+from controlplane import loopback, nodes, procs
+from controlplane.client import ApiError
+from controlplane.cluster import KUBELET_ADDRESS_TYPES, ControlPlane
+from controlplane.nodes import NODE_HOSTNAME, NODE_IP
 from infra import versions
 from tests.controlplane.helpers import quantity
 
@@ -72,6 +78,77 @@ def test_components_listen_on_loopback_only(control_plane: ControlPlane) -> None
     assert not wide, wide
 
 
+def test_nodes_are_reached_at_127_0_0_1_only(control_plane: ControlPlane) -> None:
+    """Every Node's ``InternalIP`` is kwok's ``--node-ip``, and the API server reaches a kubelet
+    at that address only (``--kubelet-preferred-address-types=InternalIP``)."""
+    assert loopback.node_address_problems(control_plane.client) == []
+    for node in control_plane.client.items("v1", "Node"):
+        assert node["status"]["addresses"] == [
+            {"type": "InternalIP", "address": NODE_IP},
+            {"type": "Hostname", "address": NODE_HOSTNAME},
+        ], node["metadata"]["name"]
+    (apiserver,) = [p for p in control_plane.procs if p.name == "kube-apiserver"]
+    assert f"--kubelet-preferred-address-types={KUBELET_ADDRESS_TYPES}" in apiserver.argv
+    assert KUBELET_ADDRESS_TYPES == "InternalIP"
+
+
+def test_pod_logs_dial_the_node_ip_not_its_hostname(control_plane: ControlPlane) -> None:
+    """pods/log makes the API server dial the pod's node. A node (not kwok's) whose first
+    address is ``Hostname: localhost`` (a name ``/etc/hosts`` resolves: no DNS query even if
+    the flag were lost) and whose ``InternalIP`` is 127.0.0.1: the request must go to
+    127.0.0.1:10250, where no kubelet listens, and the error says so. With the API server's
+    default address order it would go to ``localhost:10250``."""
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", 10250)) == 0:
+            pytest.skip("something listens on 127.0.0.1:10250 (a kubelet?) on this machine")
+    client = control_plane.client
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "kubelet-address-probe"},
+        "status": {
+            "addresses": [
+                {"type": "Hostname", "address": "localhost"},
+                {"type": "InternalIP", "address": NODE_IP},
+            ]
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "kubelet-address-probe", "namespace": "default"},
+        "spec": {
+            "nodeName": node["metadata"]["name"],
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    try:
+        created = client.create(node)
+        if not created.get("status", {}).get("addresses"):
+            client.replace_status({**created, "status": node["status"]})
+        client.create(pod)
+        with pytest.raises(ApiError) as err:
+            client.get(f"{client.path(pod)}/log")
+        message = str(err.value)
+        assert f"{NODE_IP}:10250" in message, message
+        assert "localhost" not in message, message
+    finally:
+        client.request("DELETE", client.path(pod), query={"gracePeriodSeconds": "0"})
+        client.delete(node)
+
+
+def test_components_get_a_minimal_environment(control_plane: ControlPlane) -> None:
+    """No variable of the parent's environment but PATH reaches a component (a developer's
+    ``KUBEFLOW_NAMESPACE`` would narrow the operator to one namespace)."""
+    extra = {"training-operator": {"KUBECONFIG", "MY_POD_NAMESPACE"}, "kueue": {"KUBECONFIG"}}
+    for p in control_plane.procs:
+        raw = Path(f"/proc/{p.pid}/environ").read_bytes().split(b"\0")
+        env = dict(v.decode().split("=", 1) for v in raw if v)
+        assert set(env) == {"PATH", "HOME", "TMPDIR", *extra.get(p.name, ())}, (p.name, env)
+        assert env["PATH"] == os.environ["PATH"]
+        assert Path(env["HOME"]).is_relative_to(control_plane.state), (p.name, env)
+
+
 def test_kubeconfig_is_usable(control_plane: ControlPlane) -> None:
     import yaml
 
@@ -108,11 +185,23 @@ def test_up_prints_the_kubeconfig_and_ctrl_c_stops_everything(
             break
     out = "".join(lines)
     assert f"export KUBECONFIG={tmp_path / 'kubeconfig'}" in out, out
-    pids = [int(m) for m in re.findall(r"pid (\d+)", out)]
-    assert len(pids) == 5, out  # etcd, apiserver, controller-manager, scheduler, kwok
+    components = [
+        SimpleNamespace(name=m.group(1), pid=int(m.group(2)))
+        for m in re.finditer(r"^\s+(\S+)\s+pid (\d+)", out, re.MULTILINE)
+    ]
+    # etcd, apiserver, controller-manager, scheduler, kwok
+    assert len(components) == 5, out
+    watch = procs.LoopbackWatch(components).start()
+    time.sleep(2)  # a few samples of the running components
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)
+    violations = watch.stop()
     assert proc.returncode == 0, out + rest
-    for pid in pids:
+    for c in components:
         with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+            os.kill(c.pid, 0)
+    assert watch.samples > 0
+    assert not violations, violations
+    logs = sorted((tmp_path / "logs").glob("*.log"))
+    assert len(logs) == 5, logs
+    assert loopback.log_violations(logs) == []

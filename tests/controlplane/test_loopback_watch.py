@@ -10,6 +10,8 @@ or the outside world. No packet leaves the machine here: the "outside" peer is s
 from __future__ import annotations
 
 import ipaddress
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import procs
+from controlplane import loopback, procs
 
 CHILD = """
 import socket, sys, time
@@ -88,3 +90,135 @@ def test_stop_leaves_nothing_running(tmp_path: Path) -> None:
     codes = procs.stop([p], timeout=5)
     assert codes == {"sleeper": -15}
     assert subprocess.run(["kill", "-0", str(p.pid)], capture_output=True).returncode != 0
+
+
+# --- the checks that do not depend on timing (controlplane.loopback) --------------------------
+@pytest.mark.parametrize(
+    ("line", "found"),
+    [
+        ('E0101 dial tcp 127.0.0.1:10250: connect: connection refused"', []),
+        ("dial tcp [::1]:443: connect: connection refused", []),
+        ("dial tcp localhost:6443: i/o timeout", []),
+        ('{"error":"dial tcp 10.96.0.1:443: i/o timeout"}', ["dial 10.96.0.1"]),
+        ("dial udp 192.0.2.1:53: connect: network is unreachable", ["dial 192.0.2.1"]),
+        ("dial tcp [2001:db8::1]:443: connect: refused", ["dial [2001:db8::1]"]),
+        (
+            'Get "https://p5-block-3:10250/containerLogs": dial tcp: lookup p5-block-3 on '
+            "127.0.0.53:53: no such host",
+            ["lookup p5-block-3"],
+        ),
+        (
+            "lookup kueue-webhook-service.kueue-system.svc: no such host",
+            ["lookup kueue-webhook-service.kueue-system.svc"],
+        ),
+        ("lookup localhost on 10.0.0.2:53: no such host", []),
+        ("Starting workers (lookup table ready)", []),
+    ],
+)
+def test_log_lines_that_leave_loopback_are_found(line: str, found: list[str]) -> None:
+    assert loopback.log_line_violations(line) == found
+
+
+def test_log_violations_name_the_file_and_line(tmp_path: Path) -> None:
+    log = tmp_path / "kube-apiserver.log"
+    log.write_text("ok\ndial tcp 127.0.0.1:1: refused\nW dial tcp 10.96.0.1:443: i/o timeout\n")
+    (got,) = loopback.log_violations([log, tmp_path / "missing.log"])
+    assert got.startswith("kube-apiserver.log:3: dial 10.96.0.1 | W dial tcp 10.96.0.1:443")
+
+
+class _Api:
+    """The lists ``loopback.service_references`` and ``node_address_problems`` read."""
+
+    def __init__(self, lists: dict[str, list[dict]]) -> None:
+        self.lists = lists
+
+    def items(self, api_version: str, kind: str) -> list[dict]:
+        return self.lists.get(kind, [])
+
+
+def test_service_references_are_found() -> None:
+    ok = {"url": "https://127.0.0.1:9443/validate", "caBundle": "x"}
+    api = _Api(
+        {
+            "ValidatingWebhookConfiguration": [
+                {"metadata": {"name": "v"}, "webhooks": [{"name": "a", "clientConfig": ok}]}
+            ],
+            "MutatingWebhookConfiguration": [
+                {
+                    "metadata": {"name": "m"},
+                    "webhooks": [
+                        {"name": "b", "clientConfig": {"service": {"name": "s", "namespace": "n"}}},
+                        {"name": "c", "clientConfig": {"url": "https://10.0.0.1:443/x"}},
+                    ],
+                }
+            ],
+            "CustomResourceDefinition": [
+                {"metadata": {"name": "plain"}, "spec": {"conversion": {"strategy": "None"}}},
+                {
+                    "metadata": {"name": "conv"},
+                    "spec": {
+                        "conversion": {
+                            "strategy": "Webhook",
+                            "webhook": {"clientConfig": {"service": {"name": "s"}}},
+                        }
+                    },
+                },
+            ],
+            "APIService": [
+                {"metadata": {"name": "v1."}, "spec": {"service": None}},
+                {"metadata": {"name": "v1beta1.visibility"}, "spec": {"service": {"name": "s"}}},
+            ],
+        }
+    )
+    got = loopback.service_references(api)  # type: ignore[arg-type]
+    assert [g.split(":")[0] for g in got] == [
+        "MutatingWebhookConfiguration m webhook b",
+        "MutatingWebhookConfiguration m webhook c",
+        "CustomResourceDefinition conv conversion webhook",
+        "APIService v1beta1.visibility",
+    ]
+
+
+def test_node_addresses_other_than_127_0_0_1_are_found() -> None:
+    def node(name: str, *addresses: tuple[str, str]) -> dict:
+        return {
+            "metadata": {"name": name},
+            "status": {"addresses": [{"type": t, "address": a} for t, a in addresses]},
+        }
+
+    api = _Api(
+        {
+            "Node": [
+                node("ok", ("InternalIP", "127.0.0.1"), ("Hostname", "ok")),
+                node("far", ("InternalIP", "10.0.0.5")),
+                node("ext", ("InternalIP", "127.0.0.1"), ("ExternalIP", "203.0.113.9")),
+                node("none", ("Hostname", "none")),
+            ]
+        }
+    )
+    assert loopback.node_address_problems(api) == [  # type: ignore[arg-type]
+        "Node far: InternalIP 10.0.0.5",
+        "Node ext: ExternalIP 203.0.113.9",
+        "Node none: no InternalIP address",
+    ]
+
+
+def test_components_do_not_inherit_the_parent_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBEFLOW_NAMESPACE", "someone-elses")
+    monkeypatch.setenv("HTTPS_PROXY", "http://192.0.2.1:3128")
+    log = tmp_path / "env.log"
+    code = "import json, os; print(json.dumps(dict(os.environ)))"
+    p = procs.start("env", [sys.executable, "-c", code], log, env={"KUBECONFIG": "k"})
+    p.popen.wait(timeout=30)
+    env = json.loads(log.read_text().splitlines()[-1])
+    env.pop("LC_CTYPE", None)  # set by the Python child itself (PEP 538 locale coercion)
+    home = tmp_path / "env.home"
+    assert env == {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "TMPDIR": str(home / "tmp"),
+        "KUBECONFIG": "k",
+    }
+    assert (home / "tmp").is_dir()

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controlplane import nodes, operators
+from controlplane import cluster, nodes, operators
 from controlplane.__main__ import all_stacks
 from infra.config import load_stack_file
+from tests.controlplane.helpers import job_quota
 
 
 @pytest.mark.parametrize("stack", all_stacks())
@@ -124,3 +125,63 @@ def test_kueue_configuration_binds_loopback_only(tmp_path: Path) -> None:
     assert cfg["health"]["healthProbeBindAddress"] == "127.0.0.1:2"
     assert cfg["metrics"]["bindAddress"] == "0"
     assert "kubeflow.org/pytorchjob" in cfg["integrations"]["frameworks"]
+
+
+def test_runtime_cert_is_the_certificate_only_and_goes_away(tmp_path: Path) -> None:
+    """The training operator's rotator folder (world-shared in a real run) gets ``tls.crt``
+    only, only while the operator starts, and only when it has none."""
+    folder = tmp_path / "shared" / "k8s-webhook-server" / "serving-certs"
+    lock = tmp_path / "cache" / "runtime-cert.lock"
+    (tmp_path / "shared").mkdir()  # the world-shared temp folder
+    with operators.runtime_cert(b"CERT", lock, folder) as wrote:
+        assert wrote
+        assert sorted(p.name for p in folder.iterdir()) == ["tls.crt"]
+        assert (folder / "tls.crt").read_bytes() == b"CERT"
+    assert not (tmp_path / "shared" / "k8s-webhook-server").exists()
+    assert (tmp_path / "shared").is_dir()  # not made for it: left alone
+
+    folder.mkdir(parents=True)
+    (folder / "tls.crt").write_bytes(b"SOMEONE ELSE'S")
+    with operators.runtime_cert(b"CERT", lock, folder) as wrote:
+        assert not wrote
+    assert (folder / "tls.crt").read_bytes() == b"SOMEONE ELSE'S"
+
+
+def test_scheduler_runs_from_a_configuration_file(tmp_path: Path) -> None:
+    cfg = cluster.scheduler_configuration(tmp_path / "kubeconfig")
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert cfg["clientConnection"] == {"kubeconfig": str(tmp_path / "kubeconfig")}
+    assert cfg["leaderElection"] == {"leaderElect": False}
+
+
+def test_job_quota_sums_the_workers_requests_millis_included() -> None:
+    job = {
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": 3,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "pytorch",
+                                    "resources": {
+                                        "requests": {
+                                            "cpu": "500m",
+                                            "memory": "1536Mi",
+                                            "nvidia.com/gpu": "8",
+                                        }
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                }
+            }
+        }
+    }
+    assert job_quota(job) == {
+        "cpu": "1500m",
+        "memory": str(3 * 1536 * 2**20),
+        "nvidia.com/gpu": "24",
+    }
