@@ -9,9 +9,15 @@ Grafana server exists here, so the structure of the SDK's JSON is asserted.
 from __future__ import annotations
 
 import json
+import re
 
 from training.prometheus import METRIC_NAMES
 from workloads.specs.dashboard import DASHBOARD_UID, build_dashboard, dashboard_json
+from workloads.specs.prometheus_files import (
+    JOB_NAME_POD_LABEL,
+    TRAINING_SCRAPE_JOB,
+    kubernetes_scrape_configs,
+)
 
 DCGM = [
     "DCGM_FI_DEV_GPU_UTIL",
@@ -95,3 +101,30 @@ def test_json_is_stable_and_ids_unique() -> None:
                 assert (x, y) not in cells, p["title"]
                 cells.add((x, y))
         assert g["x"] + g["w"] <= 24
+
+
+def test_job_selector_uses_the_label_the_scrape_job_writes() -> None:
+    """Many jobs share a cluster: the ``job`` variable lists the values of the label the scrape
+    relabelling copies from the operator's ``training.kubeflow.org/job-name`` pod label, and
+    every training panel selects on it. Catches a renamed target label (an empty selector and
+    blank panels) or a panel that mixes all jobs' series."""
+    (training,) = [j for j in kubernetes_scrape_configs() if j["job_name"] == TRAINING_SCRAPE_JOB]
+    pod_label = "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", JOB_NAME_POD_LABEL)
+    (label,) = [
+        r["target_label"]
+        for r in training["relabel_configs"]
+        if r.get("source_labels") == [pod_label] and "target_label" in r
+    ]
+    dash = build_dashboard()
+    job = next(v for v in dash["templating"]["list"] if v["name"] == "job")
+    metric = job["query"].removeprefix("label_values(").split(",")[0]
+    assert job["query"] == f"label_values({metric}, {label})"
+    assert metric in METRIC_NAMES
+    train = panels_under(dash, "Training")
+    assert len(train) == len(TRAINING)
+    for p in train:
+        (target,) = p["targets"]
+        assert f'{{{label}=~"$job"}}' in target["expr"], p["title"]
+        assert f"max by ({label}" in target["expr"], p["title"]
+    # The GPU row stays per node: DCGM series carry no job label.
+    assert all("$job" not in p["targets"][0]["expr"] for p in panels_under(dash, "GPUs (DCGM)"))

@@ -21,6 +21,7 @@ from localrun.prometheus import worker_targets
 from workloads.specs.prometheus_files import (
     ALERT_NAMES,
     DCGM_SCRAPE_JOB,
+    JOB_LABEL,
     TRAINING_SCRAPE_JOB,
     AlertThresholds,
     kubernetes_scrape_configs,
@@ -127,6 +128,19 @@ def test_cluster_and_local_jobs_share_relabelling() -> None:
     assert keep[0]["source_labels"] == ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"]
     assert keep[1]["source_labels"] == [
         "__meta_kubernetes_pod_label_training_kubeflow_org_job_name"
+    ]
+    # The per-job label every training series carries (alerts group by it, the dashboard's job
+    # variable selects on it) is the operator's job-name pod label.
+    job_label = [
+        r
+        for r in cluster[TRAINING_SCRAPE_JOB]["relabel_configs"]
+        if r.get("target_label") == JOB_LABEL
+    ]
+    assert job_label == [
+        {
+            "source_labels": ["__meta_kubernetes_pod_label_training_kubeflow_org_job_name"],
+            "target_label": "training_job",
+        }
     ]
     assert [j["job_name"] for j in kubernetes_scrape_configs(dcgm=False)] == [TRAINING_SCRAPE_JOB]
     assert training_pod_annotations() == {

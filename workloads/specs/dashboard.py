@@ -3,7 +3,8 @@
 Built with grafana-foundation-sdk (typed builders, no hand-written JSON). Layout:
 
 - Variables: ``datasource`` (any Prometheus), ``job`` (``training_job`` label of the training
-  series; multi-select, All) and ``node`` (``node`` label of the DCGM series; multi-select, All).
+  series, ``prometheus_files.JOB_LABEL``, written by the scrape relabelling from the operator's
+  pod label; multi-select, All) and ``node`` (``node`` label of the DCGM series; multi-select, All).
 - Row "GPUs (DCGM)": the six DCGM panels, filtered by ``node``.
 - Row "Training": tokens/s, MFU, loss, step time, goodput, peak memory, filtered by ``job``. Every node of
   a job reports the job-wide value, so the panels aggregate with ``max by (training_job)``.
@@ -23,6 +24,8 @@ from grafana_foundation_sdk.builders import timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
 
+from workloads.specs.prometheus_files import JOB_LABEL
+
 DASHBOARD_UID = "eksfsdp-overview"
 DASHBOARD_TITLE = "eks-fsdp: GPUs and training"
 DATASOURCE_VAR = "datasource"
@@ -31,7 +34,9 @@ NODE_VAR = "node"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VAR}}}")
 
 NODE_SEL = f'node=~"${NODE_VAR}"'
-JOB_SEL = f'training_job=~"${JOB_VAR}"'
+JOB_SEL = f'{JOB_LABEL}=~"${JOB_VAR}"'
+JOB_VAR_METRIC = "eksfsdp_step"
+"""Series whose ``JOB_LABEL`` values fill the ``job`` variable (every training pod serves it)."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,7 @@ def _variables() -> list[Any]:
         gd.QueryVariable(JOB_VAR)
         .label("Training job")
         .datasource(DATASOURCE)
-        .query("label_values(eksfsdp_step, training_job)")
+        .query(f"label_values({JOB_VAR_METRIC}, {JOB_LABEL})")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .multi(True)
         .include_all(True)

@@ -36,7 +36,12 @@ DCGM_PORT = 9400
 DCGM_APP_LABEL = "dcgm-exporter"
 """Value of ``app.kubernetes.io/name`` on the dcgm-exporter chart's pods."""
 JOB_NAME_POD_LABEL = "training.kubeflow.org/job-name"
-"""Label the training operator sets on every PyTorchJob pod."""
+"""Label the training operator sets on every PyTorchJob pod, valued with the job's name
+(``JobNameLabel`` in kubeflow/training-operator ``pkg/apis/kubeflow.org/v1/common_types.go``,
+release-1.9)."""
+JOB_LABEL = "training_job"
+"""Target label that carries ``JOB_NAME_POD_LABEL`` on every training series: the per-job label
+the alert rules group by and the dashboard's ``job`` variable selects on."""
 
 ANNOTATION_SCRAPE = "prometheus.io/scrape"
 ANNOTATION_PORT = "prometheus.io/port"
@@ -159,7 +164,7 @@ def kubernetes_scrape_configs(*, dcgm: bool = True) -> list[dict[str, Any]]:
             },
             {
                 "source_labels": [f"__meta_kubernetes_pod_label_{_meta(JOB_NAME_POD_LABEL)}"],
-                "target_label": "training_job",
+                "target_label": JOB_LABEL,
             },
             {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
             {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
