@@ -251,10 +251,49 @@ class CheckpointError(ValueError):
     """A checkpoint that does not fit this run (another model, say); one line naming --resume."""
 
 
-def load(path: Path, state: dict[str, Stateful]) -> dict[str, Any]:
-    """Load `state` in place from a complete checkpoint; returns its meta.json."""
+SETTINGS = "settings"
+"""meta.json's key for the flags a checkpoint fits only with (`--model_name`, the adapters)."""
+
+
+def check_settings(path: Path, meta: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Stop with one line naming the first flag whose value differs from the checkpoint's.
+
+    Needed because a LoRA checkpoint leaves the frozen base out and loads non-strictly: DCP
+    would silently take adapters made with another alpha, dropout, rank subset or base of the
+    same shape. A checkpoint without recorded settings (older ones) is not checked."""
+    saved = meta.get(SETTINGS)
+    if not isinstance(saved, dict):
+        return
+    for flag in sorted(set(saved) | set(settings)):
+        made, now = saved.get(flag), settings.get(flag)
+        if made != now:
+            raise CheckpointError(
+                f"--resume: checkpoint {path.name} was made with --{flag} {_flag_value(made)}, "
+                f"this run has {_flag_value(now)}"
+            )
+
+
+def _flag_value(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def load(
+    path: Path, state: dict[str, Stateful], settings: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Load `state` in place from a complete checkpoint; returns its meta.json.
+
+    `settings`: the run's flags a checkpoint must have been made with (`check_settings`),
+    compared before any tensor is read."""
     from torch.distributed.checkpoint.api import CheckpointException
 
+    meta_path = path / "meta.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    if settings is not None:
+        check_settings(path, meta, settings)
     try:
         dcp.load(state, checkpoint_id=str(path))
     except CheckpointException as e:  # raised on every rank: DCP gathers the planning errors
@@ -262,8 +301,7 @@ def load(path: Path, state: dict[str, Stateful]) -> dict[str, Any]:
         raise CheckpointError(
             f"--resume: {path} does not fit this run ({lines[-1] if lines else e!r})"
         ) from None
-    meta_path = path / "meta.json"
-    return json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    return meta
 
 
 def shutdown_timeout_s(env: dict[str, str] | None = None) -> float:

@@ -134,6 +134,7 @@ class Trainer:
         from training import checkpoint
         from training.data import DistributedBatches, build_dataset, eval_batches, load_tokenizer
         from training.dist import broadcast_object, checkpoint_group, device_type
+        from training.lora import checkpoint_settings as lora_settings
         from training.metrics import (
             GOODPUT_FILE,
             Goodput,
@@ -221,6 +222,8 @@ class Trainer:
             "data": self.batches,
             "trainer": self.state,
         }
+        # the flags a checkpoint fits only with: recorded in meta.json, compared by --resume
+        self._settings = lora_settings(cfg)
         self.resumed_from: Path | None = None
         self._saved_at: tuple[int, int] | None = None
         if env.is_main:  # writes that never finished (a killed pod, a cut-off emergency save)
@@ -234,7 +237,7 @@ class Trainer:
         if cfg.resume:
             latest = checkpoint.latest_complete(self.ckpt_root)
             if latest is not None:
-                checkpoint.load(latest, self.stateful)
+                checkpoint.load(latest, self.stateful, self._settings)
                 self.resumed_from = latest
                 self._saved_at = (self.state.step, self.state.epoch)
         self.stop = checkpoint.StopSignal()
@@ -505,11 +508,14 @@ class Trainer:
         background: `self.checkpointer.wait()` blocks until it is complete)."""
         if self._saved_at == (self.state.step, self.state.epoch):
             return  # nothing changed since the last checkpoint
+        from training.checkpoint import SETTINGS
+
         meta = {
             **self.state.state_dict(),
             "world_size": self.env.world_size,
             "model_name": self.cfg.model_name,
             "layout": self.dims.describe(),
+            SETTINGS: self._settings,
         }
         stall = self.checkpointer.save(self.state.step, meta)
         self.history["ckpt_stall"].append(stall)

@@ -166,3 +166,21 @@ def write_adapter_folder(
 
 def read_adapter_config(folder: Path) -> dict[str, Any]:
     return json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+
+
+def checkpoint_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """The flags a checkpoint fits only with, by name, as meta.json records them: the base
+    (`--model_name`) and, for a LoRA run, the adapter settings (the LoraConfig essentials).
+
+    Target modules are compared as a set (`k_proj,q_proj` is `q_proj,k_proj`)."""
+    settings: dict[str, Any] = {"model_name": cfg.model_name, "use_peft": cfg.use_peft}
+    if cfg.use_peft:
+        targets = target_modules(cfg)
+        settings.update(
+            peft_method=cfg.peft_method,
+            lora_r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            lora_target_modules=targets if isinstance(targets, str) else ",".join(sorted(targets)),
+        )
+    return settings

@@ -24,7 +24,9 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from training.checkpoint import (
     MARKER,
+    SETTINGS,
     Checkpointer,
+    CheckpointError,
     StopSignal,
     emergency_checkpoint_fits,
     latest_complete,
@@ -69,6 +71,35 @@ def test_sync_and_async_saves_publish_complete_loadable_checkpoints(tmp_path: Pa
         load(step_dir(root, 3), {"box": fresh})
         assert torch.equal(fresh.t, torch.full((1000,), 1.0))
         assert not list(root.glob("*.tmp"))
+
+
+def test_resume_refuses_a_checkpoint_made_with_other_settings(tmp_path: Path) -> None:
+    """A LoRA checkpoint loads non-strictly (the frozen base is left out), so DCP alone would
+    take adapters made with another alpha or base of the same shape; the recorded settings
+    stop that with one line naming the flag, before any tensor is read."""
+    root = tmp_path / "ck"
+    made = {"model_name": "tiny-llama-2l", "use_peft": True, "lora_r": 8, "lora_alpha": 32}
+    ck = Checkpointer(root, {"box": _Box(1.0)}, use_async=False)
+    ck.save(7, {"step": 7, SETTINGS: made})
+    path = step_dir(root, 7)
+    for flag, value, message in [
+        ("lora_alpha", 16, "--lora_alpha 32, this run has 16"),
+        ("model_name", "other", "--model_name tiny-llama-2l, this run has other"),
+        ("use_peft", False, "--use_peft on, this run has off"),
+    ]:
+        fresh = _Box(0.0)
+        with pytest.raises(CheckpointError) as err:
+            load(path, {"box": fresh}, {**made, flag: value})
+        assert str(err.value) == f"--resume: checkpoint step-000007 was made with {message}"
+        assert torch.equal(fresh.t, torch.zeros(1000))  # nothing was loaded
+    with pytest.raises(CheckpointError, match=r"made with --lora_dropout unset, this run has 0\.1"):
+        load(path, {"box": _Box(0.0)}, {**made, "lora_dropout": 0.1})
+    fresh = _Box(0.0)
+    assert load(path, {"box": fresh}, dict(made))[SETTINGS] == made  # same settings: loads
+    assert torch.equal(fresh.t, torch.ones(1000))
+    # a checkpoint that recorded no settings (an older one) is not checked
+    ck.save(8, {"step": 8})
+    load(step_dir(root, 8), {"box": _Box(0.0)}, {**made, "lora_alpha": 16})
 
 
 def test_resaving_a_step_never_leaves_it_missing(tmp_path: Path) -> None:

@@ -78,7 +78,11 @@ BAD_AT_WORLD_2: dict[str, tuple[list[str], str]] = {
         "--context_length 8192 exceeds the model's max_position_embeddings 4096",
     ),
     "no_such_model": (["--model_name=/nonexistent/model"], "--model_name /nonexistent/model"),
-    "resume_other_model": (["--model_name=tiny-llama", "--resume"], "does not fit this run"),
+    "resume_other_model": (
+        ["--model_name=tiny-llama", "--resume"],
+        "--resume: checkpoint step-000004 was made with --model_name tiny-llama-2l, "
+        "this run has tiny-llama",
+    ),
     "bad_row": (["--dataset=custom", "--data_path=BAD"], "bad.jsonl:2: missing field 'summary'"),
     "lora_target_missing": (
         ["--use_peft", "--lora_target_modules=q_proj,qkv_proj"],

@@ -116,6 +116,10 @@ def test_checkpoints_hold_the_adapters_only(world1: tuple[Path, dict[str, Any]])
     model_keys = [k for k in keys if k.startswith("app.model.")]
     assert model_keys and all(".lora_A." in k or ".lora_B." in k for k in model_keys), model_keys
     assert len(model_keys) == 8
+    # the adapter settings travel with it, so --resume can refuse other ones (test_checkpoint)
+    settings = json.loads((latest / "meta.json").read_text())["settings"]
+    assert settings["use_peft"] is True and settings["lora_dropout"] == 0
+    assert settings["lora_target_modules"] == "q_proj,v_proj"
 
 
 @pytest.mark.slow
@@ -278,3 +282,21 @@ def test_describe_prints_peft_figures() -> None:
         "peft lora r=4 alpha=32 dropout=0.05 on q_proj,v_proj: trainable params: 20 || "
         "all params: 130 || trainable%: 15.3846"
     )
+
+
+def test_checkpoint_settings_name_the_base_and_the_adapters() -> None:
+    from training.config import TrainConfig
+    from training.lora import checkpoint_settings
+
+    full = checkpoint_settings(TrainConfig(model_name="tiny-llama-2l"))
+    assert full == {"model_name": "tiny-llama-2l", "use_peft": False}
+    lora = checkpoint_settings(TrainConfig(use_peft=True, lora_target_modules="v_proj, q_proj"))
+    assert lora == {
+        "model_name": "tiny-llama",
+        "use_peft": True,
+        "peft_method": "lora",
+        "lora_r": 8,
+        "lora_alpha": 32,
+        "lora_dropout": 0.05,
+        "lora_target_modules": "q_proj,v_proj",
+    }
