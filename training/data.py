@@ -24,7 +24,8 @@ prompt tokens get label IGNORE_INDEX so only the answer is learned):
   shapes; --hf_eval_split, or else the last 10% of --hf_split, is the validation split.
 
 Malformed rows raise DataError "FILE:LINE: what is wrong", a single line. A chat longer than
---context_length is left out, never cut, and counted in a line the trainer prints (`notes`).
+--context_length is left out, never cut, and counted in a line the trainer prints (`notes`);
+packing chats, that line also counts the tail tokens dropped.
 
 Batching (`--batching_strategy`): `packing` concatenates all examples of a split and cuts them into
 chunks of exactly context_length tokens, dropping the incomplete tail (llama-recipes'
@@ -222,32 +223,26 @@ def _tokenize_rows(
 
 
 def _drop_long_chats(
-    rows: Sequence[Row],
-    examples: list[Example],
-    cfg: TrainConfig,
-    split: str,
-    notes: list[str] | None,
-) -> list[Example]:
-    """Leave out the chats longer than --context_length (never cut a conversation short) and say
-    how many in `notes`; all of them too long is an error."""
+    rows: Sequence[Row], examples: list[Example], cfg: TrainConfig, split: str
+) -> tuple[list[Example], list[str] | None]:
+    """Leave out the chats longer than --context_length (never cut a conversation short); the
+    kept examples and what to say about that (None without chats); all too long is an error."""
     limit = cfg.context_length
     chats = [i for i, r in enumerate(rows) if isinstance(r, Conversation)]
     long = {i for i in chats if len(examples[i]["input_ids"]) > limit}
     if not long:
-        return examples
+        return examples, ([] if chats else None)
     longest = max(len(examples[i]["input_ids"]) for i in long)
-    what = f"{len(long)} of {len(chats)} conversations"
     if len(long) == len(examples):
         raise DataError(
             f"--context_length {limit}: every conversation of the {split} split is longer "
             f"(up to {longest} tokens); raise --context_length"
         )
-    if notes is not None:
-        notes.append(
-            f"data {cfg.dataset} ({split}): {what} are longer than --context_length {limit} "
-            f"tokens (up to {longest}) and are left out, not cut"
-        )
-    return [ex for i, ex in enumerate(examples) if i not in long]
+    said = (
+        f"{len(long)} of {len(chats)} conversations are longer than --context_length {limit} "
+        f"tokens (up to {longest}) and are left out, not cut"
+    )
+    return [ex for i, ex in enumerate(examples) if i not in long], [said]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -453,7 +448,8 @@ def build_dataset(
     ``--max_train_samples N`` the training split is its first N rows (every row is still read and
     checked; only those N are tokenized), as the Hugging Face example scripts'
     ``--max_train_samples`` selects before preprocessing; the validation split stays whole.
-    Chats longer than --context_length are left out and counted in a line appended to `notes`.
+    Chats longer than --context_length are left out and counted in a line appended to `notes`,
+    with packing also the tokens of the incomplete tail it drops.
     """
     if split not in ("train", "validation"):
         raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
@@ -461,11 +457,21 @@ def build_dataset(
     if split == "train" and cfg.max_train_samples:
         rows = rows[: cfg.max_train_samples]
     examples = _tokenize_rows(tokenizer, rows, cfg.model_name)
-    examples = _drop_long_chats(rows, examples, cfg, split, notes)
-    if cfg.batching_strategy == "packing":
-        return pack(examples, cfg.context_length)
+    examples, said = _drop_long_chats(rows, examples, cfg, split)
     n = cfg.context_length
-    return [{k: v[:n] for k, v in ex.items()} for ex in examples]
+    if cfg.batching_strategy == "packing":
+        out = pack(examples, n)
+        if said is not None:  # chats: packing cuts through them and loses the incomplete tail
+            tail = sum(len(ex["input_ids"]) for ex in examples) - len(out) * n
+            said.append(
+                f"packing splits conversations across rows of {n} tokens and drops the last "
+                f"{tail} (--batching_strategy padding keeps each whole)"
+            )
+    else:
+        out = [{k: v[:n] for k, v in ex.items()} for ex in examples]
+    if said and notes is not None:
+        notes.append(f"data {cfg.dataset} ({split}): " + "; ".join(said))
+    return out
 
 
 def collate(examples: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:

@@ -134,11 +134,27 @@ def test_long_conversations_are_counted_and_left_out(
     notes: list[str] = []
     cfg = TrainConfig(dataset="custom", data_path=str(path), context_length=100)
     packed = build_dataset(cfg, tok, "train", notes)  # 6 train rows, 3 of them long
+    tail = 3 * n_short % 100  # the kept chats' tokens that fill no whole row
+    assert tail > 0
     assert notes == [
         f"data custom (train): 3 of 6 conversations are longer than --context_length 100 tokens "
-        f"(up to {n_long}) and are left out, not cut"
+        f"(up to {n_long}) and are left out, not cut; packing splits conversations across rows "
+        f"of 100 tokens and drops the last {tail} (--batching_strategy padding keeps each whole)"
     ]
     assert len(packed) == (3 * n_short) // 100
+    assert sum(len(ex["input_ids"]) for ex in packed) + tail == 3 * n_short
+    notes = []  # padding keeps each conversation whole: only the long ones are mentioned
+    cfg = TrainConfig(**{**cfg.__dict__, "batching_strategy": "padding"})
+    assert len(build_dataset(cfg, tok, "train", notes)) == 3
+    assert notes[0].endswith("and are left out, not cut")
+    notes = []  # nothing too long: the packing note alone
+    short = _file(tmp_path, [c] * 5, "s.jsonl")  # 4 train rows
+    cfg = TrainConfig(dataset="custom", data_path=str(short), context_length=100)
+    build_dataset(cfg, tok, "train", notes)
+    assert notes == [
+        f"data custom (train): packing splits conversations across rows of 100 tokens and drops "
+        f"the last {4 * n_short % 100} (--batching_strategy padding keeps each whole)"
+    ]
     cfg = TrainConfig(dataset="custom", data_path=str(_file(tmp_path, [g] * 3, "l.jsonl")))
     with pytest.raises(DataError) as err:
         build_dataset(TrainConfig(**{**cfg.__dict__, "context_length": 100}), tok, "train")

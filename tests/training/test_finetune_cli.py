@@ -163,7 +163,8 @@ def test_chat_run_learns_assistant_turns_and_says_what_it_left_out(
     out = results["chat"]["stdout"]
     line = (
         "data chat_sample (train): 70 of 256 conversations are longer than --context_length 160 "
-        "tokens (up to 186) and are left out, not cut"
+        "tokens (up to 186) and are left out, not cut; packing splits conversations across rows "
+        "of 160 tokens and drops the last 80 (--batching_strategy padding keeps each whole)"
     )
     assert line in out[0].splitlines() and line not in out[1]  # rank 0 says it, once
     rows = [
