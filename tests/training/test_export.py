@@ -116,7 +116,36 @@ def tied_model() -> Any:
     return model, tok
 
 
-def test_rank_zero_holds_one_shard_at_a_time(tmp_path: Path, tied_model: Any) -> None:
+def test_rank_zero_holds_one_shard_at_a_time(
+    tmp_path: Path, tied_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Measured from outside export_model: every tensor the gather helper returns is tracked
+    until it is freed (weakref.finalize), and the bytes still alive are summed at each gather
+    and at each shard write; gathering the whole state dict first would hold them all."""
+    import weakref
+
+    import safetensors.torch
+
+    from training import export
+
+    live: dict[int, int] = {}  # id of a gathered tensor still alive -> its bytes
+    seen: list[int] = []  # the live bytes at each gather and each write
+    gather, write = export._materialize, safetensors.torch.save_file
+
+    def tracked_gather(entry: Any, dtype: torch.dtype) -> torch.Tensor:
+        tensor = gather(entry, dtype)
+        key = id(tensor)
+        live[key] = tensor.numel() * tensor.element_size()
+        weakref.finalize(tensor, live.pop, key, None)
+        seen.append(sum(live.values()))
+        return tensor
+
+    def tracked_write(tensors: dict[str, torch.Tensor], *args: Any, **kwargs: Any) -> None:
+        seen.append(sum(live.values()))
+        write(tensors, *args, **kwargs)
+
+    monkeypatch.setattr(export, "_materialize", tracked_gather)
+    monkeypatch.setattr(safetensors.torch, "save_file", tracked_write)
     model, tok = tied_model
     limit = 100_000
     report = export_model(
@@ -126,7 +155,9 @@ def test_rank_zero_holds_one_shard_at_a_time(tmp_path: Path, tied_model: Any) ->
     largest = max(p.numel() * 4 for p in model.parameters())
     total = sum(p.numel() * 4 for p in model.parameters())  # tied: the embedding counted once
     assert report.total_bytes == total
-    assert report.max_held_bytes <= max(limit, largest) < total / 2
+    assert len(seen) == len(list(model.state_dict())) - 1 + len(report.files)  # tied: once
+    assert max(seen) <= limit + largest < total / 2  # one shard and the tensor being gathered
+    assert report.max_held_bytes <= max(limit, largest)
     assert len(report.files) >= 4
     index = json.loads((tmp_path / INDEX_FILE).read_text())
     assert "lm_head.weight" not in index["weight_map"]  # tied: written once, as save_pretrained
