@@ -483,12 +483,16 @@ def test_every_rule_has_a_broken_input_and_the_pack_shares_the_infra_facts() -> 
 
 
 ENGINE_CHECK = """
-import json, subprocess, sys
+import json, os, subprocess, sys
 import grpc
 from google.protobuf import empty_pb2, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
-pack = subprocess.Popen([sys.executable, "policy"], stdout=subprocess.PIPE, text=True)
+# pulumi_policy (policy.py, PolicyPack.__init__) writes the port to sys.stdout.buffer without a
+# flush: on a pipe it would sit in the buffer until the pack exits unless Python runs
+# unbuffered, which the test must not leave to the caller's environment.
+pack = subprocess.Popen([sys.executable, "policy"], stdout=subprocess.PIPE, text=True,
+                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
 try:
     port = int(pack.stdout.readline().strip())  # the engine reads the port the same way
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
