@@ -1,7 +1,7 @@
 """Fake nodes (kwok) shaped like the stacks' node groups, and the kwok stages that run pods.
 
 A GPU node carries what the stack's managed node group gives a real one: the labels
-``infra.gpu_nodegroup.node_labels`` sets (a test checks these are a superset), the group's
+``infra.config.nodegroups.node_labels`` gives the managed node groups, the group's
 taint, and the capacity the device plugins advertise (``nvidia.com/gpu`` per the instance
 catalog, ``vpc.amazonaws.com/efa`` = its EFA interfaces when the group enables EFA), besides
 the instance's vCPUs and memory. kwok keeps a node's ``status.allocatable`` as given, so the
@@ -25,12 +25,10 @@ from typing import Any
 
 import yaml
 
+from infra.config.nodegroups import NODEGROUP_LABEL, node_labels
+
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 """Nodes kwok manages (``--manage-nodes-with-annotation-selector``), as kwok's docs mark them."""
-NODEGROUP_LABEL = "eks-fsdp/nodegroup"
-"""``infra.gpu_nodegroup.NODEGROUP_LABEL`` (a test checks)."""
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-EFA_PRESENT_LABEL = "vpc.amazonaws.com/efa.present"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 EXIT_CODE_ANNOTATION = "controlplane.eks-fsdp/exit-code"
@@ -65,19 +63,6 @@ class NodeShape:
         return [f"{self.group}-{i}" for i in range(self.count)]
 
 
-def gpu_group_labels(group: Any) -> dict[str, str]:
-    """The labels a GPU node group's nodes carry (``infra.gpu_nodegroup.node_labels``)."""
-    labels = {
-        **dict(group.labels),
-        NODEGROUP_LABEL: group.name,
-        "node.kubernetes.io/instance-type": group.instance_type,
-        GPU_PRESENT_LABEL: "true",
-    }
-    if group.efa:
-        labels[EFA_PRESENT_LABEL] = "true"
-    return labels
-
-
 def _common_labels(group: str, zone: str | None) -> dict[str, str]:
     labels = {
         "kubernetes.io/os": "linux",
@@ -105,7 +90,7 @@ def gpu_shape(group: Any, *, count: int | None = None) -> NodeShape:
     return NodeShape(
         group=group.name,
         count=count if count is not None else min(group.max_size, MAX_NODES_PER_GROUP),
-        labels={**_common_labels(group.name, group.availability_zone), **gpu_group_labels(group)},
+        labels={**_common_labels(group.name, group.availability_zone), **node_labels(group)},
         taints=({"key": taint.key, "value": taint.value, "effect": taint.effect},),
         capacity=capacity,
     )

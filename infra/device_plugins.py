@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 
 from infra import versions
 from infra.config import Taint
-from infra.gpu_nodegroup import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL
+from infra.config.nodegroups import EFA_PRESENT_LABEL, GPU_PRESENT_LABEL
 
 TYPE_TOKEN = "eks-fsdp:infra:DevicePlugins"
 NAMESPACE = "kube-system"

@@ -37,16 +37,12 @@ import pulumi_aws as aws
 
 from infra import versions
 from infra.config import GpuNodeGroupConfig
+from infra.config.nodegroups import NODEGROUP_LABEL, node_labels
 from infra.instances import InstanceType
 
 TYPE_TOKEN = "eks-fsdp:infra:GpuNodeGroup"
 ROOT_DEVICE = "/dev/xvda"
 """Root device of the AL2023 EKS AMIs."""
-NODEGROUP_LABEL = "eks-fsdp/nodegroup"
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-"""Matched by the NVIDIA device plugin's node affinity."""
-EFA_PRESENT_LABEL = "vpc.amazonaws.com/efa.present"
-"""Matched by the EFA device plugin's node affinity."""
 IMDS_HOP_LIMIT = 1
 """IMDSv2 PUT response hop limit on GPU nodes (see the module docstring)."""
 UPDATE_STRATEGY = "MINIMAL"
@@ -83,19 +79,6 @@ def efa_network_interfaces(
             }
         )
     return interfaces
-
-
-def node_labels(group: GpuNodeGroupConfig) -> dict[str, str]:
-    """Kubernetes labels of the group's nodes (config labels first, ours win)."""
-    labels = {
-        **dict(group.labels),
-        NODEGROUP_LABEL: group.name,
-        "node.kubernetes.io/instance-type": group.instance_type,
-        GPU_PRESENT_LABEL: "true",
-    }
-    if group.efa:
-        labels[EFA_PRESENT_LABEL] = "true"
-    return labels
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -315,3 +315,24 @@ def _parse_gpu_groups(groups_raw: Any, azs: tuple[str, ...]) -> tuple[GpuNodeGro
             raise _fail(f"gpuNodeGroups[{i}].name", f"{group.name!r} is used twice")
         seen.add(group.name)
     return groups
+
+
+NODEGROUP_LABEL = "eks-fsdp/nodegroup"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+"""Matched by the NVIDIA device plugin's node affinity."""
+EFA_PRESENT_LABEL = "vpc.amazonaws.com/efa.present"
+"""Matched by the EFA device plugin's node affinity."""
+
+
+def node_labels(group: GpuNodeGroupConfig) -> dict[str, str]:
+    """Kubernetes labels of the group's nodes (config labels first, ours win): what the managed
+    node group sets (``infra.gpu_nodegroup``) and the local control plane's fake nodes carry."""
+    labels = {
+        **dict(group.labels),
+        NODEGROUP_LABEL: group.name,
+        "node.kubernetes.io/instance-type": group.instance_type,
+        GPU_PRESENT_LABEL: "true",
+    }
+    if group.efa:
+        labels[EFA_PRESENT_LABEL] = "true"
+    return labels

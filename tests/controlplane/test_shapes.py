@@ -16,13 +16,12 @@ import yaml
 from controlplane import cluster, nodes, operators
 from controlplane.__main__ import all_stacks
 from infra.config import load_stack_file
+from infra.config.nodegroups import node_labels
 from tests.controlplane.helpers import job_quota
 
 
 @pytest.mark.parametrize("stack", all_stacks())
 def test_gpu_nodes_carry_what_the_node_group_gives_them(stack: str) -> None:
-    from infra.gpu_nodegroup import node_labels  # imports pulumi: the tests may
-
     cfg = load_stack_file(stack)
     for group in cfg.gpu_node_groups:
         shape = nodes.gpu_shape(group)
@@ -48,14 +47,6 @@ def test_p5_nodes_have_8_gpus_and_32_efa_interfaces() -> None:
     assert p5.capacity[nodes.EFA_RESOURCE] == "32"
     assert p5.count == 16
     assert "system" in shapes
-
-
-def test_label_constants_match_the_infra_modules() -> None:
-    from infra import gpu_nodegroup
-
-    assert nodes.NODEGROUP_LABEL == gpu_nodegroup.NODEGROUP_LABEL
-    assert nodes.GPU_PRESENT_LABEL == gpu_nodegroup.GPU_PRESENT_LABEL
-    assert nodes.EFA_PRESENT_LABEL == gpu_nodegroup.EFA_PRESENT_LABEL
 
 
 def test_kwok_config_holds_upstream_stages_then_ours(tmp_path: Path) -> None:

@@ -16,8 +16,9 @@ import pytest
 from infra import instances
 from infra.cluster import ClusterArgs, ebs_csi_trust_policy
 from infra.config import GpuNodeGroupConfig, Taint, parse_taint
+from infra.config.nodegroups import node_labels
 from infra.device_plugins import DevicePluginsArgs, nvidia_values, plugin_tolerations
-from infra.gpu_nodegroup import GpuNodeGroupArgs, efa_network_interfaces, node_labels
+from infra.gpu_nodegroup import GpuNodeGroupArgs, efa_network_interfaces
 from infra.network import NetworkArgs, plan_subnets
 from infra.outputs import next_steps
 

@@ -17,7 +17,7 @@ import pytest
 from pulumi.runtime import rpc
 
 from infra import versions
-from infra.gpu_nodegroup import GPU_PRESENT_LABEL
+from infra.config.nodegroups import GPU_PRESENT_LABEL
 from tests.pulumi_mocks import run_program
 from workloads.observability import OUTPUT_KEY, TYPE_TOKEN, ObservabilityArgs
 from workloads.specs import observability as spec

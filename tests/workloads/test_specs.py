@@ -434,7 +434,7 @@ def test_pod_template_shm_checkpoints_scheduling(stack_objects: Any) -> None:
 
 
 def test_nodegroup_label_matches_the_infra() -> None:
-    from infra.gpu_nodegroup import NODEGROUP_LABEL
+    from infra.config.nodegroups import NODEGROUP_LABEL
     from workloads.specs.settings import NODEGROUP_LABEL as OURS
 
     assert OURS == NODEGROUP_LABEL

@@ -57,7 +57,7 @@ GRAFANA_LOCAL_PORT = 3000
 PROMETHEUS_LOCAL_PORT = 9090
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-"""Node label the GPU nodegroups carry (``infra.gpu_nodegroup.GPU_PRESENT_LABEL``; a test pins it)."""
+"""Node label the GPU nodegroups carry (``infra.config.nodegroups.GPU_PRESENT_LABEL``; a test pins it)."""
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 

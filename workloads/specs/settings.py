@@ -34,7 +34,7 @@ ETCD_CLIENT_PORT = 2379
 C10D_PORT = 29400
 CHECKPOINT_MOUNT = "/checkpoints"
 NODEGROUP_LABEL = "eks-fsdp/nodegroup"
-"""Node label naming the GPU node group (``infra.gpu_nodegroup.NODEGROUP_LABEL``; a test checks)."""
+"""Node label naming the GPU node group (``infra.config.nodegroups.NODEGROUP_LABEL``; a test checks)."""
 HF_TOKEN_KEY = "token"
 """Key of the Hugging Face token inside its Secret."""
 
