@@ -46,6 +46,7 @@ __all__ = [
     "EXPORT_DTYPES",
     "PEFT_METHODS",
     "SHARDING_STRATEGIES",
+    "TRACKERS",
     "ConfigError",
     "TrainConfig",
     "field_docs",
@@ -212,6 +213,36 @@ class TrainConfig:
     preflight_expect: str = ""
     """--preflight thresholds, e.g. intra_busbw=288,inter_busbw=225,tflops=445,net=OFI,gpus=8."""
 
+    # --- experiment tracking and profiling (llama-cookbook train_config / wandb_config) ---------
+    use_wandb: bool = False
+    """Log the run to Weights & Biases from rank 0 (llama-cookbook's use_wandb; = --tracker wandb)."""
+    tracker: str = "none"
+    """Experiment tracker rank 0 logs to: none, wandb, mlflow or tensorboard (training.trackers)."""
+    wandb_project: str = "llama_cookbook"
+    """W&B project (llama-cookbook's wandb_config.project)."""
+    wandb_entity: str | None = None
+    """W&B entity, a user or team; None = the account's default (wandb_config.entity)."""
+    wandb_job_type: str | None = None
+    """W&B job type, e.g. fine-tune (wandb_config.job_type)."""
+    wandb_tags: str | None = None
+    """W&B tags, comma-separated or as a list [a,b] (wandb_config.tags)."""
+    wandb_group: str | None = None
+    """W&B group that gathers related runs (wandb_config.group)."""
+    wandb_notes: str | None = None
+    """W&B notes, a longer description of the run (wandb_config.notes)."""
+    wandb_mode: str | None = None
+    """W&B mode: online, offline, disabled or shared; None = WANDB_MODE or online (wandb_config.mode)."""
+    use_profiler: bool = False
+    """torch.profiler traces of steps 4-6 (1 skipped, 2 warm-up, 3 recorded) on every rank."""
+    profiler_dir: str = ""
+    """Folder of the --use_profiler traces (Perfetto / TensorBoard); empty = <output_dir>/profiler."""
+    flop_counter: bool = False
+    """Count the FLOPs of one step (torch FlopCounterMode) on every rank; report them beside 6N+12LdS."""
+    flop_counter_start: int = 3
+    """With --flop_counter: warm-up steps before the counted step (llama-cookbook's default 3)."""
+    save_metrics: bool = False
+    """Also write llama-cookbook's metrics_data_<rank>-<time>.json (step and epoch losses) on rank 0."""
+
     def __post_init__(self) -> None:
         _check_types(self)
         _validate(self)
@@ -335,6 +366,7 @@ def _validate(c: TrainConfig) -> None:
             fail(flag, "only used with --hsdp")
     _validate_peft(c, fail)
     _validate_hf(c, fail)
+    _validate_tracking(c, fail)
     if c.pure_bf16 and c.use_fp16:
         fail("pure_bf16", "cannot be combined with --use_fp16")
     if c.use_fp16 and c.mixed_precision:
@@ -365,6 +397,52 @@ def _validate_hf(c: TrainConfig, fail: typing.Callable[[str, str], typing.NoRetu
         parse_columns(c.hf_columns)
     except HFDataError as e:
         raise ConfigError(str(e)) from None
+
+
+TRACKERS = ("none", "wandb", "mlflow", "tensorboard")
+WANDB_MODES = ("online", "offline", "disabled", "shared")
+"""wandb.init's modes (wandb/sdk/wandb_init.py at 0.31.0, the `mode` Literal)."""
+PROFILER_STEPS = 6
+"""Steps --use_profiler needs: llama-cookbook's schedule, wait 1 + warm-up 2 + active 3."""
+
+
+def _validate_tracking(c: TrainConfig, fail: typing.Callable[[str, str], typing.NoReturn]) -> None:
+    """--tracker / --use_wandb / --wandb_*, --use_profiler, --flop_counter: values and pairings."""
+    defaults = {f.name: f.default for f in dataclasses.fields(c)}
+    if c.tracker not in TRACKERS:
+        hint = _suggest(c.tracker, TRACKERS)
+        fail("tracker", f"must be one of {', '.join(TRACKERS)}, got {c.tracker!r}{hint}")
+    if c.use_wandb and c.tracker not in ("none", "wandb"):
+        fail("use_wandb", f"logs to W&B; it cannot be combined with --tracker {c.tracker}")
+    if not (c.use_wandb or c.tracker == "wandb"):
+        for name in defaults:
+            if name.startswith("wandb_") and getattr(c, name) != defaults[name]:
+                fail(name, "only used with --use_wandb (or --tracker wandb)")
+    if not c.wandb_project.strip():
+        fail("wandb_project", "must not be empty")
+    if c.wandb_mode is not None and c.wandb_mode not in WANDB_MODES:
+        hint = _suggest(c.wandb_mode, WANDB_MODES)
+        fail("wandb_mode", f"must be one of {', '.join(WANDB_MODES)}, got {c.wandb_mode!r}{hint}")
+    if c.use_profiler and c.flop_counter:  # as llama-cookbook's train_utils.profile
+        fail(
+            "flop_counter", "cannot be combined with --use_profiler (the profiler counts FLOPs too)"
+        )
+    if c.profiler_dir and not c.use_profiler:
+        fail("profiler_dir", "only used with --use_profiler")
+    if c.use_profiler and 0 < c.max_train_step < PROFILER_STEPS:
+        fail(
+            "use_profiler",
+            f"needs at least {PROFILER_STEPS} steps, --max_train_step is {c.max_train_step}",
+        )
+    if c.flop_counter_start < 0:
+        fail("flop_counter_start", f"must be >= 0, got {c.flop_counter_start}")
+    if c.flop_counter_start != defaults["flop_counter_start"] and not c.flop_counter:
+        fail("flop_counter_start", "only used with --flop_counter")
+    if c.flop_counter and 0 < c.max_train_step <= c.flop_counter_start:
+        fail(
+            "flop_counter",
+            f"counts step {c.flop_counter_start + 1}, --max_train_step is {c.max_train_step}",
+        )
 
 
 _PEFT_ONLY = ("peft_method", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
