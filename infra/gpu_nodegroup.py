@@ -2,7 +2,7 @@
 
 pulumi-eks has no capacity-reservation argument, so each GPU nodegroup owns an EC2 launch
 template carrying what the managed nodegroup API cannot: every EFA interface of the type
-(``efa_network_interfaces``), the ODCR / capacity-block target, the placement group, the
+laid out as the current EC2 guide recommends (``efa_network_interfaces``), the ODCR / capacity-block target, the placement group, the
 encrypted gp3 root volume and IMDSv2 with hop limit 1. The nodegroup itself
 (``aws.eks.NodeGroup``, a plain resource: testable under mocks) uses the EKS-optimized NVIDIA
 AMI, the GPU taint and labels, and only the private subnet of its zone.
@@ -47,6 +47,10 @@ IMDS_HOP_LIMIT = 1
 """IMDSv2 PUT response hop limit on GPU nodes (see the module docstring)."""
 UPDATE_STRATEGY = "MINIMAL"
 """EKS managed nodegroup update strategy: terminate before launch (no surge)."""
+ENA_INTERFACE = "interface"
+"""``InterfaceType`` of the ENA primary (the EC2 guide's run-instances example)."""
+EFA_ONLY_INTERFACE = "efa-only"
+"""``InterfaceType`` of an EFA device without ENA (no IP address)."""
 DESIRED_SIZE_PATH = "scalingConfig.desiredSize"
 """Left to the operator after creation (``ignore_changes``)."""
 _EFFECTS = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE",
@@ -58,26 +62,37 @@ def efa_network_interfaces(
 ) -> list[dict[str, object]]:
     """Launch-template network interfaces attaching every EFA of ``instance``.
 
-    Network card 0 carries the primary interface: an ``efa`` interface (EFA + ENA, IP traffic)
-    at device index 0. Cards 1..N-1 carry ``efa-only`` interfaces (no IP address, so the VPC
-    CNI and the subnet are not charged for them) at device index 1.
-    32 interfaces on p5.48xlarge, 16 on p5en.48xlarge, 4 on p4d/p4de.24xlarge.
+    The layout of the EC2 user guide, "Maximize network bandwidth on Amazon EC2 instances with
+    multiple network cards" (docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html,
+    current English page; older translations still show an ``efa`` primary):
+
+    - the primary interface (network card 0, device index 0) is an ENA interface
+      (``interface``): an EFA-only interface cannot be the primary;
+    - network card 0 also carries an ``efa-only`` interface at device index 1;
+    - every other network card carries one ``efa-only`` interface at device index 0.
+
+    ``efa-only`` interfaces take no IP address, so the VPC CNI and the subnet are not charged
+    for them; one EFA (or EFA-only) interface per network card is the most a card takes
+    (EC2 user guide, "Network cards"). So a type with N cards gets N EFA devices: 32 on
+    p5/p5e.48xlarge, 16 on p5en.48xlarge, 8 on p6-b200.48xlarge, 4 on p4d/p4de.24xlarge,
+    1 on g5/g6.48xlarge (one card: the ENA primary and one ``efa-only`` beside it).
     """
     if not instance.efa_supported:
         raise ValueError(f"instance: {instance.name} has no EFA interfaces")
     if not security_group_ids:
         raise ValueError("security_group_ids: EFA interfaces need at least one security group")
-    interfaces: list[dict[str, object]] = []
-    for card in range(instance.efa_interfaces):
-        interfaces.append(
-            {
-                "network_card_index": card,
-                "device_index": 0 if card == 0 else 1,
-                "interface_type": "efa" if card == 0 else "efa-only",
-                "delete_on_termination": "true",
-                "security_groups": list(security_group_ids),
-            }
-        )
+
+    def nic(card: int, device: int, kind: str) -> dict[str, object]:
+        return {
+            "network_card_index": card,
+            "device_index": device,
+            "interface_type": kind,
+            "delete_on_termination": "true",
+            "security_groups": list(security_group_ids),
+        }
+
+    interfaces = [nic(0, 0, ENA_INTERFACE), nic(0, 1, EFA_ONLY_INTERFACE)]
+    interfaces += [nic(card, 0, EFA_ONLY_INTERFACE) for card in range(1, instance.efa_interfaces)]
     return interfaces
 
 

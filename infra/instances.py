@@ -6,7 +6,9 @@ pod requests, whether the job needs ``FI_*`` environment variables, and the plan
 (GPU memory, peak FLOP/s, NVLink and EFA bandwidth, price).
 
 Sources: AWS EC2 accelerated-computing instance pages and NVIDIA data sheets (dense, no
-sparsity). Prices are us-east-1 on-demand list prices per hour after the June 2025 reduction
+sparsity); network cards from the EC2 user guide's "Network cards" table (using-eni.html),
+EFA interfaces = the type's ``MaximumEfaInterfaces`` (every card of these types supports EFA,
+so it equals the cards; p6-b300, whose card 0 takes no EFA, is not in the catalog). Prices are us-east-1 on-demand list prices per hour after the June 2025 reduction
 for P4/P5; a stack can override them (``gpuNodeGroups[].pricePerHour``) for reservations.
 This module imports nothing outside the standard library.
 """
@@ -34,6 +36,9 @@ class InstanceType:
     """Intra-node bandwidth per GPU, one direction, GB/s (NVLink; PCIe where there is none)."""
     efa_interfaces: int
     """EFA interfaces the instance supports (one per network card); 0 = no EFA."""
+    network_cards: int = 1
+    """Network cards (EC2 user guide, "Network cards" table in "Elastic network interfaces";
+    a type missing from that table has one). One EFA or EFA-only interface fits on each card."""
     network_gbps: float
     """Total network bandwidth of the instance, Gbit/s."""
     needs_fi_env: bool
@@ -78,26 +83,34 @@ CATALOG: dict[str, InstanceType] = {
     for it in (
         # H100 SXM5: 989 TFLOP/s dense bf16, NVLink 4 = 900 GB/s bidirectional per GPU.
         _row(name="p5.48xlarge", gpu_model="H100-SXM-80GB", gpus=8, gpu_memory_gib=80,
-             peak_bf16_tflops=989.0, nvlink_gbytes_per_s=450.0, efa_interfaces=32,
+             peak_bf16_tflops=989.0, nvlink_gbytes_per_s=450.0, efa_interfaces=32, network_cards=32,
              network_gbps=3200, needs_fi_env=False, vcpus=192, memory_gib=2048,
              usd_per_hour=55.04),
         # H200 SXM: same compute as H100, 141 GB HBM3e.
         _row(name="p5e.48xlarge", gpu_model="H200-SXM-141GB", gpus=8, gpu_memory_gib=141,
-             peak_bf16_tflops=989.0, nvlink_gbytes_per_s=450.0, efa_interfaces=32,
+             peak_bf16_tflops=989.0, nvlink_gbytes_per_s=450.0, efa_interfaces=32, network_cards=32,
              network_gbps=3200, needs_fi_env=False, vcpus=192, memory_gib=2048,
              usd_per_hour=60.00),
         # p5en: H200 with EFAv3 on 16 network cards, 3200 Gbit/s.
         _row(name="p5en.48xlarge", gpu_model="H200-SXM-141GB", gpus=8, gpu_memory_gib=141,
-             peak_bf16_tflops=989.0, nvlink_gbytes_per_s=450.0, efa_interfaces=16,
+             peak_bf16_tflops=989.0, nvlink_gbytes_per_s=450.0, efa_interfaces=16, network_cards=16,
              network_gbps=3200, needs_fi_env=False, vcpus=192, memory_gib=2048,
              usd_per_hour=63.30),
+        # p6-b200: 8x B200 (1,440 GB HBM3e per instance: 180 GB each), NVLink 5 = 1.8 TB/s
+        # bidirectional per GPU, 2.25 PFLOP/s dense bf16 (HGX B200: 36 PFLOP/s sparse for 8);
+        # EFAv4 on 8 network cards, 3200 Gbit/s; 192 vCPUs, 2 TiB. Price: on-demand list price
+        # at launch (check the EC2 pricing page; pricePerHour overrides it for a reservation).
+        _row(name="p6-b200.48xlarge", gpu_model="B200-180GB", gpus=8, gpu_memory_gib=180,
+             peak_bf16_tflops=2250.0, nvlink_gbytes_per_s=900.0, efa_interfaces=8,
+             network_cards=8, network_gbps=3200, needs_fi_env=False, vcpus=192,
+             memory_gib=2048, usd_per_hour=113.93),
         # A100 SXM4: 312 TFLOP/s dense bf16, NVLink 3 = 600 GB/s bidirectional per GPU.
         _row(name="p4d.24xlarge", gpu_model="A100-SXM-40GB", gpus=8, gpu_memory_gib=40,
-             peak_bf16_tflops=312.0, nvlink_gbytes_per_s=300.0, efa_interfaces=4,
+             peak_bf16_tflops=312.0, nvlink_gbytes_per_s=300.0, efa_interfaces=4, network_cards=4,
              network_gbps=400, needs_fi_env=True, vcpus=96, memory_gib=1152,
              usd_per_hour=21.96),
         _row(name="p4de.24xlarge", gpu_model="A100-SXM-80GB", gpus=8, gpu_memory_gib=80,
-             peak_bf16_tflops=312.0, nvlink_gbytes_per_s=300.0, efa_interfaces=4,
+             peak_bf16_tflops=312.0, nvlink_gbytes_per_s=300.0, efa_interfaces=4, network_cards=4,
              network_gbps=400, needs_fi_env=True, vcpus=96, memory_gib=1152,
              usd_per_hour=27.45),
         # A10G (g5) and L4 (g6): cheap dev stacks; PCIe Gen4 x16 between GPUs, no NVLink.

@@ -106,13 +106,19 @@ def test_launch_template_attaches_every_efa_interface(
     run = runs[stack]
     lt = gpu_lt(run)
     nics = lt.inputs.get("networkInterfaces", [])
-    assert len(nics) == count
+    efa = [n for n in nics if n["interfaceType"] == "efa-only"]
+    assert len(efa) == count
     if count:
+        # The EC2 guide's layout (tests/infra/test_efa_layout.py): ENA primary at (0, 0),
+        # efa-only at (0, 1) and at device 0 of every other card.
         cluster_sg = run.one("eks:index:Cluster").outputs["clusterSecurityGroupId"]
         efa_sg = run.one("aws:ec2/securityGroup:SecurityGroup", "network-efa-sg").id
-        assert [n["networkCardIndex"] for n in nics] == list(range(count))
-        assert [n["interfaceType"] for n in nics] == ["efa"] + ["efa-only"] * (count - 1)
-        assert [n["deviceIndex"] for n in nics] == [0] + [1] * (count - 1)
+        assert len(nics) == count + 1
+        assert (nics[0]["networkCardIndex"], nics[0]["deviceIndex"]) == (0, 0)
+        assert nics[0]["interfaceType"] == "interface"
+        assert [(n["networkCardIndex"], n["deviceIndex"]) for n in efa] == [(0, 1)] + [
+            (card, 0) for card in range(1, count)
+        ]
         assert all(n["securityGroups"] == [cluster_sg, efa_sg] for n in nics)
 
 

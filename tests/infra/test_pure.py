@@ -52,21 +52,6 @@ def test_plan_subnets_rejects_too_small_a_vpc() -> None:
         plan_subnets("10.0.0.0/26", ["a", "b", "c"])
 
 
-@pytest.mark.parametrize(
-    ("instance_type", "count"),
-    [("p5.48xlarge", 32), ("p5e.48xlarge", 32), ("p5en.48xlarge", 16), ("p4de.24xlarge", 4),
-     ("p4d.24xlarge", 4), ("g6.48xlarge", 1)],
-)  # fmt: skip
-def test_efa_interfaces_one_per_network_card(instance_type: str, count: int) -> None:
-    nics = efa_network_interfaces(instances.lookup(instance_type), ["sg-cluster", "sg-efa"])
-    assert len(nics) == count
-    assert [n["network_card_index"] for n in nics] == list(range(count))
-    assert (nics[0]["interface_type"], nics[0]["device_index"]) == ("efa", 0)
-    assert all((n["interface_type"], n["device_index"]) == ("efa-only", 1) for n in nics[1:])
-    assert all(n["security_groups"] == ["sg-cluster", "sg-efa"] for n in nics)
-    assert all(n["delete_on_termination"] == "true" for n in nics)
-
-
 def test_efa_interfaces_refuse_a_type_without_efa() -> None:
     with pytest.raises(ValueError, match=r"^instance: g5.xlarge has no EFA"):
         efa_network_interfaces(instances.lookup("g5.xlarge"), ["sg"])
