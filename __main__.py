@@ -56,6 +56,9 @@ gpu_node_groups = {
     )
     for group in cfg.gpu_node_groups
 }
+# Bound on every path: a stack without GPU node groups (a CPU-only or observability-only
+# stack) has no device plugins, and nothing below may name an unbound variable for it.
+device_plugins: DevicePlugins | None = None
 if cfg.gpu_node_groups:
     device_plugins = DevicePlugins(
         "device-plugins",
@@ -121,7 +124,7 @@ if cfg.observability.enabled:
 
 # --- workloads: training image, training operator, etcd, debug tools, checkpoint claim --------
 # The platform jobs run on; jobs themselves are submitted apart (python -m jobs, docs/jobs.md).
-if cfg.gpu_node_groups:
+if device_plugins is not None:
     deploy_workloads(
         cfg,
         cluster.provider,
