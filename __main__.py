@@ -41,6 +41,7 @@ cluster = Cluster(
         access_entries=cfg.access_entries,
         cloudwatch_observability=cfg.cloudwatch_observability,
         fsx_csi_driver=cfg.shared_storage.is_fsx,
+        node_monitoring_agent=cfg.node_monitoring_agent,
     ),
 )
 gpu_node_groups = {

@@ -9,7 +9,8 @@ the VPC CNI's network-policy agent is on, so the NetworkPolicies the workloads d
 are enforced: the VPC CNI enforces them only with ``enableNetworkPolicy`` (EKS user guide,
 "Limit Pod traffic with Kubernetes network policies"; off by default).
 Everything that needs a node to become healthy is created here, after the system nodegroup:
-CoreDNS, the EBS CSI driver (with its IRSA role), optionally the FSx CSI driver (for
+CoreDNS, the EBS CSI driver (with its IRSA role), the EKS node monitoring agent (node
+conditions for GPU/XID, network, kernel and storage faults; off with ``nodeMonitoringAgent``), optionally the FSx CSI driver (for
 ``sharedStorage.type: fsx``; no IAM role, see ``FSX_CSI_SERVICE_ACCOUNT``) and, optionally,
 CloudWatch Observability.
 The node IAM role (worker, CNI, ECR read-only, SSM, CloudWatch agent) is shared with the GPU
@@ -97,6 +98,10 @@ class ClusterArgs:
     fsx_csi_driver: bool = False
     """Install the aws-fsx-csi-driver add-on (no IAM role: static volumes only) for FSx for
     Lustre volumes."""
+    node_monitoring_agent: bool = True
+    """Install the eks-node-monitoring-agent add-on: a DaemonSet on every node that turns GPU
+    (XID, DCGM), NCCL/EFA networking, kernel and storage faults into node conditions, which
+    node auto repair on the GPU groups and the node-condition alerts act on."""
     tags: dict[str, str] | None = None
     """Extra tags on every AWS resource."""
 
@@ -389,6 +394,14 @@ class Cluster(pulumi.ComponentResource):
             # No service-account role: static provisioning only (see FSX_CSI_SERVICE_ACCOUNT).
             self.fsx_csi_addon = addon(
                 "fsx-csi", "aws-fsx-csi-driver", versions.FSX_CSI_ADDON_VERSION
+            )
+        if args.node_monitoring_agent:
+            # EKS user guide, "Detect node health issues and enable automatic node repair":
+            # the agent needs no IAM role; its DaemonSet runs on every Linux node.
+            addon(
+                "node-monitoring",
+                "eks-node-monitoring-agent",
+                versions.NODE_MONITORING_AGENT_ADDON_VERSION,
             )
         if args.cloudwatch_observability:
             # The agent uses the node role (CloudWatchAgentServerPolicy is attached above).

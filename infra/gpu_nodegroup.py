@@ -247,6 +247,12 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 desired_size=group.desired_size,
                 max_size=group.max_size,
             ),
+            # EKS node auto repair acts on the node monitoring agent's conditions (the
+            # eks-node-monitoring-agent add-on, infra/cluster.py): a GPU with XID faults
+            # (AcceleratedHardwareReady) is rebooted or replaced after 10 minutes (EKS user
+            # guide, "Automatically repair nodes in EKS clusters"). On by default; off with
+            # gpuNodeGroups[].nodeRepair: false.
+            node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=group.node_repair),
             labels=node_labels(group),
             taints=[
                 aws.eks.NodeGroupTaintArgs(

@@ -135,6 +135,11 @@ EBS_CSI_ADDON_VERSION = "v1.57.1-eksbuild.1"
 FSX_CSI_ADDON_VERSION = "v1.9.0-eksbuild.1"
 """aws-fsx-csi-driver add-on (only on stacks with ``sharedStorage.type: fsx``)."""
 CLOUDWATCH_OBSERVABILITY_ADDON_VERSION = "v5.3.0-eksbuild.1"
+NODE_MONITORING_AGENT_ADDON_VERSION = "v1.6.2-eksbuild.1"
+"""eks-node-monitoring-agent (agent v1.6.2, 2026-03-23, github.com/aws/eks-node-monitoring-agent;
+an EKS 1.35 cluster pins this build, ministryofjustice analytical-platform
+``eks_cluster_addon_versions``). Node conditions for GPU/XID, networking, kernel and storage
+faults; node auto repair acts on them."""
 
 # --- Shared storage ---------------------------------------------------------------------------
 FSX_LUSTRE_VERSION = "2.15"

@@ -50,6 +50,7 @@ _NODEGROUP_KEYS = (
     "pricePerHour",
     "labels",
     "taint",
+    "nodeRepair",
 )
 _SYSTEM_KEYS = ("instanceType", "minSize", "desiredSize", "maxSize")
 
@@ -123,6 +124,11 @@ class GpuNodeGroupConfig:
         default_factory=lambda: Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
     )
     """Taint on every node of the group; GPU pods tolerate it."""
+    node_repair: bool = True
+    """EKS node auto repair (``nodeRepairConfig.enabled``): nodes whose node-monitoring-agent
+    conditions (``AcceleratedHardwareReady`` for GPU/XID faults, ``NetworkingReady``, ...) stay
+    unhealthy are rebooted or replaced by EKS (EKS user guide, "Automatically repair nodes in
+    EKS clusters")."""
 
     @property
     def instance(self) -> instances.InstanceType:
@@ -285,6 +291,7 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
             raise _fail(f"{path}.labels", f"{key!r} is not a Kubernetes label key")
         labels[key] = _str(str(val), f"{path}.labels.{key}")
     taint = parse_taint(obj.get("taint", DEFAULT_GPU_TAINT), f"{path}.taint")
+    node_repair = _bool(obj.get("nodeRepair", True), f"{path}.nodeRepair")
     return GpuNodeGroupConfig(
         name=name,
         instance_type=instance_type,
@@ -301,6 +308,7 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
         price_per_hour=price,
         labels=labels,
         taint=taint,
+        node_repair=node_repair,
     )
 
 

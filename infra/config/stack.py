@@ -43,6 +43,7 @@ TOP_LEVEL_KEYS = (
     "observability",
     "sharedStorage",
     "debugTools",
+    "nodeMonitoringAgent",
 )
 SECRET_KEYS = ("hfToken", "grafanaAdminPassword")
 """Declared in Pulumi.yaml with ``default: ""`` and without ``secret: true`` (see the comment
@@ -113,6 +114,8 @@ class StackConfig:
     """Secret values (Outputs), never plain strings."""
     debug_tools: bool = False
     """Deploy the htop/nvtop debug DaemonSets (opt-in)."""
+    node_monitoring_agent: bool = True
+    """Install the eks-node-monitoring-agent add-on (node conditions for auto repair)."""
 
     @property
     def subnets(self) -> list[SubnetPlan]:
@@ -200,4 +203,5 @@ def parse(
         shared_storage=shared_storage,
         secrets=secrets or Secrets(),
         debug_tools=_bool(raw.get("debugTools", False), "debugTools"),
+        node_monitoring_agent=_bool(raw.get("nodeMonitoringAgent", True), "nodeMonitoringAgent"),
     )

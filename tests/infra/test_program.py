@@ -93,7 +93,10 @@ def test_components_and_resource_counts(runs: dict[str, ProgramRun], stack: str)
             g.creates_placement_group for g in cfg.gpu_node_groups
         ),
         RELEASE: 1 + any(g.efa for g in cfg.gpu_node_groups),
-        "aws:eks/addon:Addon": 2 + cfg.cloudwatch_observability + cfg.shared_storage.is_fsx,
+        "aws:eks/addon:Addon": 2
+        + cfg.node_monitoring_agent
+        + cfg.cloudwatch_observability
+        + cfg.shared_storage.is_fsx,
     }
     infra = [r for r in run.resources if is_infra(r)]
     assert {t: sum(r.type == t for r in infra) for t in counts} == counts
@@ -303,6 +306,8 @@ def test_cluster_control_plane_and_addons(runs: dict[str, ProgramRun], stack: st
     assert eks.inputs["corednsAddonOptions"]["enabled"] is False  # ours, after the nodes
     addons = {a.inputs["addonName"]: a for a in run.of_type("aws:eks/addon:Addon")}
     expected = {"coredns", "aws-ebs-csi-driver"}
+    if cfg.node_monitoring_agent:
+        expected.add("eks-node-monitoring-agent")
     if cfg.cloudwatch_observability:
         expected.add("amazon-cloudwatch-observability")
     if cfg.shared_storage.is_fsx:
