@@ -68,19 +68,21 @@ ETCD_VERSION = "3.5.21"
 ETCD_IMAGE = f"quay.io/coreos/etcd:v{ETCD_VERSION}"
 
 # --- Workloads: training operator, training image, debug tools --------------------------------
-TRAINING_OPERATOR_VERSION = "v1.9.3"
-"""Kubeflow training operator release (kubeflow.org/v1 PyTorchJob); the repository is now
-github.com/kubeflow/trainer, whose v1.9.x tags still carry the v1 operator."""
+TRAINING_OPERATOR_VERSION = "v1.9.4"
+"""Kubeflow training operator release (kubeflow.org/v1 PyTorchJob), the latest v1 release
+(2026-08, release-1.9 branch); the repository is now github.com/kubeflow/trainer, whose v1.9.x
+tags still carry the v1 operator (Trainer v2's TrainJob replaced it upstream; v1 is kept for
+elastic jobs, docs/jobs.md)."""
 TRAINING_OPERATOR_KUSTOMIZE_URL = (
     "https://github.com/kubeflow/trainer.git/manifests/overlays/standalone"
     f"?ref={TRAINING_OPERATOR_VERSION}"
 )
 """The upstream standalone overlay (namespace ``kubeflow``, CRDs, RBAC, Deployment), pinned by tag."""
 TRAINING_OPERATOR_IMAGE_NAME = "ghcr.io/kubeflow/training-v1/training-operator"
-"""The image name the v1.9.3 base Deployment uses (manifests/base/deployment.yaml); a kustomize
+"""The image name the v1.9.4 base Deployment uses (manifests/base/deployment.yaml); a kustomize
 ``images:`` override matches by this exact name (``kubeflow/training-operator`` matches nothing)."""
-TRAINING_OPERATOR_IMAGE_TAG = "v1-d6eb98e"
-"""The tag the v1.9.3 standalone overlay itself pins (manifests/overlays/standalone
+TRAINING_OPERATOR_IMAGE_TAG = "v1-93c5489"
+"""The tag the v1.9.4 standalone overlay itself pins (manifests/overlays/standalone
 ``images: newTag``): the operator build of that release."""
 TRAINING_OPERATOR_IMAGE = f"{TRAINING_OPERATOR_IMAGE_NAME}:{TRAINING_OPERATOR_IMAGE_TAG}"
 """Operator image the install ships (kustomize ``images:`` override)."""
@@ -99,6 +101,15 @@ KWOK_VERSION = "v0.8.0"
 """``sigs.k8s.io/kwok``: fake nodes and pod lifecycles for the local control plane."""
 KUEUE_VERSION = "v0.17.0"
 """``sigs.k8s.io/kueue`` release (job queueing, quotas, admission of suspended jobs)."""
+KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
+"""Kueue's Helm chart as upstream publishes it (``charts/kueue/README.md`` at the tag); the
+cluster stack installs it (``workloads/kueue.py``)."""
+KUEUE_CHART_VERSION = KUEUE_VERSION.removeprefix("v")
+"""The chart's version is the release's (``charts/kueue/Chart.yaml`` at the tag: 0.17.0)."""
+KUEUE_IMAGE_NAME = "registry.k8s.io/kueue/kueue"
+"""The released controller image (tagged ``KUEUE_VERSION``); the chart's source values name a
+staging image that release packaging replaces."""
+KUEUE_NAMESPACE = "kueue-system"
 
 # --- The training image (training/Dockerfile; built by workloads/training_image.py) ----------
 # Only the pins below reach the image, as build arguments; the image's tag hashes them and the

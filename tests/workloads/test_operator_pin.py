@@ -1,12 +1,12 @@
 """The training operator's image pin names an image the upstream overlay really uses.
 
 Nothing is mocked. kustomize's ``images:`` entry rewrites only images whose name equals its
-``name``; the v1.9.3 base Deployment (kubeflow/trainer manifests/base/deployment.yaml) runs
+``name``; the v1.9.4 base Deployment (kubeflow/trainer manifests/base/deployment.yaml) runs
 ``ghcr.io/kubeflow/training-v1/training-operator`` and the standalone overlay pins it to
-``v1-d6eb98e``, so the old override ``kubeflow/training-operator`` matched nothing. Building the
-kustomization offline over a checkout of kubeflow/trainer at v1.9.3 (``kubectl kustomize``
+``v1-93c5489``, so the old override ``kubeflow/training-operator`` matched nothing. Building the
+kustomization offline over a checkout of kubeflow/trainer at v1.9.4 (``kubectl kustomize``
 v5.5.0 and ``workloads.specs.operator.build_objects`` agree) gives exactly
-``ghcr.io/kubeflow/training-v1/training-operator:v1-d6eb98e``; with the old name it gives the
+``ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489``; with the old name it gives the
 same image with the override ignored.
 
 The tests build a miniature of that layout (base Deployment, overlay with its own ``images:``,
@@ -95,7 +95,7 @@ def test_the_pin_is_the_image_the_release_ships() -> None:
     s = OperatorSettings()
     (entry,) = operator.kustomization(s)["images"]
     assert entry == {"name": BASE_IMAGE, "newTag": versions.TRAINING_OPERATOR_IMAGE_TAG}
-    assert f"{BASE_IMAGE}:v1-d6eb98e" == versions.TRAINING_OPERATOR_IMAGE
+    assert f"{BASE_IMAGE}:v1-93c5489" == versions.TRAINING_OPERATOR_IMAGE
     assert s.kustomize_url.endswith(f"?ref={versions.TRAINING_OPERATOR_VERSION}")
 
 

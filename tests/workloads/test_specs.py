@@ -468,7 +468,7 @@ def test_every_image_is_pinned(stack_objects: Any) -> None:
     k = operator.kustomization(OperatorSettings())
     assert k["resources"][0].endswith(f"?ref={versions.TRAINING_OPERATOR_VERSION}")
     assert k["images"] == [
-        {"name": "ghcr.io/kubeflow/training-v1/training-operator", "newTag": "v1-d6eb98e"}
+        {"name": "ghcr.io/kubeflow/training-v1/training-operator", "newTag": "v1-93c5489"}
     ]
     with pytest.raises(ValueError, match=r"operator\.kustomize_url"):
         OperatorSettings(kustomize_url="https://github.com/kubeflow/trainer.git/x?ref=master")
