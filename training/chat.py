@@ -11,6 +11,12 @@ are character ranges of the full text; `training.data` tokenizes the text once a
 tokens that start inside a span. A template that does not render a conversation turn by turn
 (one that rewrites earlier turns, say) is refused for that row with a one-line error.
 
+A template with `{% generation %}` markers (TRL's training variants, e.g. Qwen3's, which
+`training.chat_templates` swaps in for the model's own, or a `--chat_template` file) marks the
+assistant's tokens itself: they are taken from `apply_chat_template(...,
+return_assistant_tokens_mask=True)`, as TRL's SFTTrainer takes them, and no prefix rendering is
+needed.
+
 This module is a leaf (no torch, no transformers import; `training.data` calls it):
 `ChatError` is one line, "FILE:LINE: what is wrong" for a bad row.
 """
@@ -21,6 +27,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from training.chat_templates import has_generation_markers, training_template
 
 ROLES = ("system", "user", "assistant")
 SYSTEM_PROMPT = "You are a helpful assistant who summarizes dialogs."
@@ -81,8 +89,9 @@ def has_chat_template(tokenizer: Any) -> bool:
 def tokenize_chats(
     tokenizer: Any, chats: Sequence[Conversation], model_name: str, ignore_index: int
 ) -> list[dict[str, list[int]]]:
-    """Render each chat with the tokenizer's template and tokenize it once; labels are the ids of
-    the assistant turns' tokens and `ignore_index` elsewhere (input_ids, labels, attention_mask)."""
+    """Render each chat with the tokenizer's template (or its training variant,
+    `training.chat_templates`) and tokenize it once; labels are the ids of the assistant turns'
+    tokens and `ignore_index` elsewhere (input_ids, labels, attention_mask)."""
     if not has_chat_template(tokenizer):
         raise ChatError(
             f"--model_name {model_name}: its tokenizer has no chat template, which chat rows "
@@ -90,6 +99,10 @@ def tokenize_chats(
         )
     if not getattr(tokenizer, "is_fast", False):
         raise ChatError(f"--model_name {model_name}: chat rows need a fast tokenizer (offsets)")
+    own = tokenizer.chat_template
+    template = training_template(own) or own
+    if has_generation_markers(template):
+        return _tokenize_marked(tokenizer, chats, template, ignore_index)
     texts, spans = [], []
     for conv in chats:
         try:
@@ -116,6 +129,44 @@ def tokenize_chats(
     return out
 
 
+def _tokenize_marked(
+    tokenizer: Any, chats: Sequence[Conversation], template: str, ignore_index: int
+) -> list[dict[str, list[int]]]:
+    """Chats under a template with `{% generation %}` markers: the tokens transformers marks in
+    `assistant_masks` are learned (TRL's `assistant_only_loss`); a row with none is an error."""
+    out = []
+    for conv in chats:
+        try:
+            enc = tokenizer.apply_chat_template(
+                conv.as_dicts(),
+                chat_template=template,
+                tokenize=True,
+                return_dict=True,
+                return_assistant_tokens_mask=True,
+            )
+        except Exception as e:  # jinja2's TemplateError and whatever a template raises
+            raise ChatError(f"{conv.where}: {_refusal(e)}") from e
+        ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
+        if not any(mask):
+            raise ChatError(
+                f"{conv.where}: the chat template's {{% generation %}} blocks mark no token of "
+                "this conversation; nothing to learn"
+            )
+        out.append(
+            {
+                "input_ids": ids,
+                "labels": [t if m else ignore_index for t, m in zip(ids, mask, strict=True)],
+                "attention_mask": [1] * len(ids),
+            }
+        )
+    return out
+
+
+def _refusal(e: Exception) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return f"the chat template refuses this conversation: {first}"
+
+
 def render(tokenizer: Any, conv: Conversation) -> tuple[str, list[tuple[int, int]]]:
     """(the conversation's text, the character spans of its assistant turns).
 
@@ -130,8 +181,7 @@ def render(tokenizer: Any, conv: Conversation) -> tuple[str, list[tuple[int, int
                 messages[:upto], tokenize=False, add_generation_prompt=generation_prompt
             )
         except Exception as e:  # jinja2's TemplateError and whatever a template raises
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ChatError(f"the chat template refuses this conversation: {first}") from e
+            raise ChatError(_refusal(e)) from e
         return str(out)
 
     full = text(len(messages), False)
@@ -143,7 +193,8 @@ def render(tokenizer: Any, conv: Conversation) -> tuple[str, list[tuple[int, int
         if not (upto.startswith(before) and full.startswith(upto)):
             raise ChatError(
                 f"the chat template does not render message {i + 1} (assistant) as an "
-                "addition to the turns before it; cannot tell its tokens apart"
+                "addition to the turns before it; cannot tell its tokens apart (give "
+                "--chat_template a template with {% generation %} markers)"
             )
         spans.append((len(before), len(upto)))
     return full, spans

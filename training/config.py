@@ -134,6 +134,8 @@ class TrainConfig:
     """With --dataset hf_dataset: the validation split; empty = the last 10% of --hf_split."""
     hf_columns: str = ""
     """With --dataset hf_dataset: ours=theirs column renames, e.g. messages=conversations."""
+    chat_template: str = ""
+    """A Jinja file to use as the tokenizer's chat template (for chat rows and the export)."""
     max_train_samples: int = 0
     """Tokenize and train on the first N rows of the training split only (smoke runs); 0 = all."""
     output_dir: str = "runs/finetune"
@@ -358,6 +360,9 @@ def _validate(c: TrainConfig) -> None:
             "data_path",
             f"only used with --dataset {' or '.join(DATASETS_WITH_PATH)}, not {c.dataset}",
         )
+
+    if c.chat_template and not Path(c.chat_template).is_file():
+        fail("chat_template", f"no such file: {c.chat_template}")
 
     if c.hsdp and c.sharding_strategy != "HYBRID_SHARD":
         fail("hsdp", f"requires --sharding_strategy HYBRID_SHARD, got {c.sharding_strategy}")

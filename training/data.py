@@ -56,6 +56,7 @@ from training.batches import (
     to_device,
 )
 from training.chat import ChatError, Conversation, tokenize_chats
+from training.chat_templates import ChatTemplateError, read_template
 from training.examples import IGNORE_INDEX, DataError, Example
 from training.rows import (
     ALPACA_PROMPT_INPUT,
@@ -95,6 +96,7 @@ __all__ = [
     "steps_per_epoch",
     "to_device",
     "tokenize_pair",
+    "use_chat_template",
 ]
 
 TOKENIZER_DIR = ASSETS / "tokenizer"
@@ -117,12 +119,14 @@ def is_tiny_preset(model_name: str) -> bool:
 
 
 def load_tokenizer(model_name: str) -> PreTrainedTokenizerBase:
-    """The tokenizer for `model_name`, with bos, eos and pad tokens set.
+    """The tokenizer for `model_name`, with eos and pad tokens set.
 
     Tiny presets get the bundled byte-level BPE in training/assets/tokenizer (no network);
     len(tokenizer) is the vocabulary size the presets are built with. Anything else is loaded
     with AutoTokenizer.from_pretrained (local folder or hub name); a missing pad token becomes
     eos, as llama-recipes does (padding carries IGNORE_INDEX labels, so it is never learned).
+    A tokenizer without a bos token is fine: Qwen's have none (`"bos_token": null` in
+    Qwen/Qwen3-*'s tokenizer_config.json), and prompt/answer rows then start with the prompt.
     """
     from transformers import AutoTokenizer
 
@@ -134,15 +138,26 @@ def load_tokenizer(model_name: str) -> PreTrainedTokenizerBase:
         raise DataError(f"--model_name {model_name}: cannot load its tokenizer: {first}") from e
     if tok.eos_token_id is None:
         raise DataError(f"--model_name {model_name}: tokenizer has no eos token")
-    if tok.bos_token_id is None:
-        raise DataError(f"--model_name {model_name}: tokenizer has no bos token")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
 
 
+def use_chat_template(tokenizer: PreTrainedTokenizerBase, path: str) -> None:
+    """`--chat_template PATH`: the Jinja file becomes the tokenizer's chat template, for the chat
+    rows and the export (TRL's `chat_template_path` with a .jinja file does the same); "" keeps
+    the tokenizer's own. DataError naming the flag when the file cannot be read."""
+    if not path:
+        return
+    try:
+        tokenizer.chat_template = read_template(path)
+    except ChatTemplateError as e:
+        raise DataError(str(e)) from None
+
+
 def tokenize_pair(tokenizer: PreTrainedTokenizerBase, prompt: str, answer: str) -> Example:
-    """bos + prompt (labels IGNORE_INDEX), then answer + eos (labels = ids), as llama-recipes."""
+    """bos + prompt (labels IGNORE_INDEX), then answer + eos (labels = ids), as llama-recipes;
+    no bos for a tokenizer that has none."""
     return _tokenize(tokenizer, [Pair(prompt, answer)])[0]
 
 
@@ -154,7 +169,7 @@ def _tokenize(tokenizer: PreTrainedTokenizerBase, pairs: Sequence[Pair]) -> list
     answers = tokenizer([p.answer for p in pairs], add_special_tokens=False)["input_ids"]
     out = []
     for p_ids, a_ids in zip(prompts, answers, strict=True):
-        prompt = [bos, *p_ids]
+        prompt = [bos, *p_ids] if bos is not None else list(p_ids)
         answer = [*a_ids, eos]
         out.append(
             {

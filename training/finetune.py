@@ -132,7 +132,13 @@ class Trainer:
         import torch
 
         from training import checkpoint
-        from training.data import DistributedBatches, build_dataset, eval_batches, load_tokenizer
+        from training.data import (
+            DistributedBatches,
+            build_dataset,
+            eval_batches,
+            load_tokenizer,
+            use_chat_template,
+        )
         from training.dist import broadcast_object, checkpoint_group, device_type
         from training.lora import checkpoint_settings as lora_settings
         from training.metrics import (
@@ -159,6 +165,7 @@ class Trainer:
 
         # tokenizer and model config first: a wrong --model_name fails before any data work
         self.tokenizer = load_tokenizer(cfg.model_name)
+        use_chat_template(self.tokenizer, cfg.chat_template)  # --chat_template: chats, export
         dtype = torch.bfloat16 if cfg.pure_bf16 else torch.float32
         self.spec = model_spec(cfg.model_name, len(self.tokenizer), cfg.context_length, dtype)
 

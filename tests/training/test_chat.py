@@ -4,7 +4,10 @@ template, loss on the assistant turns only (training/chat.py, training/data.py).
 If these fail, a chat model learns its users' and system prompts' text (labels not masked to the
 assistant turns), stops learning where a turn ends (the end-of-turn token not labelled), packing
 shifts the masks, a conversation longer than the context is silently cut, or a bad row / a
-tokenizer without a chat template gives a stack trace instead of one line.
+tokenizer without a chat template gives a stack trace instead of one line. The Qwen3 tests: a
+multi-turn Qwen3 chat is refused (its template rewrites earlier turns) or learns the wrong tokens
+instead of TRL's training template's `{% generation %}` spans, `--chat_template` no longer
+replaces the template, or a tokenizer without a bos token (Qwen's) cannot be loaded.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from pathlib import Path
 import pytest
 from transformers import PreTrainedTokenizerBase
 
-from training.chat import speakers
-from training.config import TrainConfig
+from training.chat import ChatError, parse_messages, render, speakers
+from training.chat_templates import TEMPLATES, has_generation_markers, training_template
+from training.config import ConfigError, TrainConfig, parse_args
 from training.data import (
     IGNORE_INDEX,
     SAMSUM_SAMPLE,
@@ -25,6 +29,7 @@ from training.data import (
     build_dataset,
     load_tokenizer,
     pack,
+    use_chat_template,
 )
 
 CHAT = [
@@ -233,7 +238,8 @@ def test_templates_that_cannot_be_used_are_one_line(
         _build(rewriting, path)
     assert str(err.value) == (
         f"{path}:2: the chat template does not render message 3 (assistant) as an addition "
-        "to the turns before it; cannot tell its tokens apart"
+        "to the turns before it; cannot tell its tokens apart (give --chat_template a template "
+        "with {% generation %} markers)"
     )
 
 
@@ -254,3 +260,142 @@ def test_chat_sample_is_the_samsum_sample_as_two_exchanges(tok: PreTrainedTokeni
 
 def test_speakers_in_order_of_appearance() -> None:
     assert speakers("Anna: hi\r\nBob: hey\nAnna: bye\n no speaker here") == ["Anna", "Bob"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Qwen3 and --chat_template: templates with {% generation %} markers
+
+QWEN3_CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Hi there"},
+    {"role": "assistant", "content": "<think>A greeting.</think>Hello!"},
+    {"role": "user", "content": "Who are you?"},
+    {"role": "assistant", "content": "A tiny model."},
+    {"role": "user", "content": "Bye"},
+    {"role": "assistant", "content": "Bye!"},
+]
+
+
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory: pytest.TempPathFactory, tok: PreTrainedTokenizerBase) -> Path:
+    """A tiny tokenizer laid out as Qwen/Qwen3-*'s (tokenizer_config.json there): the ChatML
+    tokens special, <think> and </think> added as plain tokens, eos <|im_end|>, pad
+    <|endoftext|>, no bos, and Qwen3's own chat template (TRL 1.16's copy, bundled)."""
+    qwen = copy.deepcopy(tok)
+    qwen.add_special_tokens(
+        {"additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]}
+    )
+    qwen.add_tokens(["<think>", "</think>"])
+    qwen.eos_token, qwen.pad_token, qwen.bos_token = "<|im_end|>", "<|endoftext|>", None
+    qwen.chat_template = (TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")
+    path = tmp_path_factory.mktemp("qwen3-tokenizer")
+    qwen.save_pretrained(str(path))
+    return path
+
+
+def test_qwen3s_own_template_is_not_rendered_turn_by_turn(qwen3_dir: Path) -> None:
+    """Why the training variant is needed: Qwen3's template drops an earlier turn's <think>
+    block once a later user message exists, so prefix rendering cannot find that turn."""
+    qwen = load_tokenizer(str(qwen3_dir))
+    first = qwen.apply_chat_template(QWEN3_CHAT[:3], tokenize=False)
+    full = qwen.apply_chat_template(QWEN3_CHAT, tokenize=False)
+    assert "<think>\nA greeting.\n</think>\n\nHello!" in first
+    assert "A greeting." not in full and not full.startswith(first)
+    with pytest.raises(ChatError, match=r"does not render message 3 \(assistant\) as an addition"):
+        render(qwen, parse_messages(QWEN3_CHAT, "test:1"))
+
+
+def test_qwen3_multi_turn_learns_only_the_assistant_turns_token_by_token(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """Every assistant turn, <think> block and <|im_end|>\\n included, as TRL's
+    qwen3_training.jinja wraps it in {% generation %}; nothing else."""
+    qwen = load_tokenizer(str(qwen3_dir))
+    assert qwen.bos_token_id is None and qwen.eos_token == "<|im_end|>"
+    variant = training_template(qwen.chat_template)
+    assert variant is not None and has_generation_markers(variant)
+    assert variant == (TEMPLATES / "qwen3_training.jinja").read_text(encoding="utf-8")
+    own = qwen.chat_template
+    path = _file(tmp_path, [{"messages": QWEN3_CHAT}] * 2)
+    ex = _build(qwen, path, model_name=str(qwen3_dir), context_length=4096)[0]
+    assert qwen.chat_template == own  # the export keeps the model's own template
+    text = qwen.apply_chat_template(QWEN3_CHAT, tokenize=False, chat_template=variant)
+    assert ex["input_ids"] == qwen(text, add_special_tokens=False)["input_ids"]
+    turns = [
+        "<think>\nA greeting.\n</think>\n\nHello!<|im_end|>\n",
+        "<think>\n\n</think>\n\nA tiny model.<|im_end|>\n",
+        "<think>\n\n</think>\n\nBye!<|im_end|>\n",
+    ]
+    want = _expected_mask(qwen, text, turns)
+    got = [label != IGNORE_INDEX for label in ex["labels"]]
+    assert len(got) == len(want) and got == want
+    for label, tid, learned in zip(ex["labels"], ex["input_ids"], got, strict=True):
+        assert label == (tid if learned else IGNORE_INDEX)
+    runs, cur = [], []
+    for tid, learned in zip(ex["input_ids"], got, strict=True):
+        if learned:
+            cur.append(tid)
+        elif cur:
+            runs, cur = [*runs, cur], []
+    runs += [cur] if cur else []
+    assert [qwen.decode(r) for r in runs] == turns
+    assert text.count("<|im_start|>assistant\n") == 3  # the headers are prompt, not learned
+    im_end = qwen.convert_tokens_to_ids("<|im_end|>")
+    assert sum(1 for t in ex["labels"] if t == im_end) == 3  # learns to stop, each turn
+
+
+def test_chat_template_flag_replaces_a_template_that_cannot_be_used(
+    tmp_path: Path, tok: PreTrainedTokenizerBase
+) -> None:
+    """A template that rewrites earlier turns is refused; --chat_template with {% generation %}
+    markers trains the same rows, and the tokenizer (so the export) carries the file's text."""
+    rows = [{"messages": CHAT}] * 2
+    path = _file(tmp_path, rows)
+    marked = tmp_path / "marked.jinja"
+    marked.write_text(
+        "{% for m in messages %}{% if m['role'] == 'assistant' %}<A>{% generation %}"
+        "{{ m['content'] }}{{ eos_token }}{% endgeneration %}{% else %}<{{ m['role'] }}>"
+        "{{ m['content'] }}{% endif %}{% endfor %}",
+        encoding="utf-8",
+    )
+    cfg = parse_args(
+        ["--dataset", "custom", "--data_path", str(path), "--chat_template", str(marked)]
+    )
+    assert cfg.chat_template == str(marked)
+    tuned = load_tokenizer("tiny-llama")
+    use_chat_template(tuned, cfg.chat_template)
+    assert tuned.chat_template == marked.read_text(encoding="utf-8")
+    ex = _build(tuned, path)[0]
+    learned = [t for t in ex["labels"] if t != IGNORE_INDEX]
+    assert tuned.decode(learned) == "Hello!</s>A tiny model.</s>"
+    text = tuned.decode(ex["input_ids"])
+    assert (
+        text == "<system>Be brief.<user>Hi there<A>Hello!</s><user>Who are you?<A>A tiny model.</s>"
+    )
+    empty = tmp_path / "empty-marks.jinja"  # markers around nothing: nothing to learn
+    empty.write_text(
+        "{% for m in messages %}{{ m['content'] }}{% generation %}{% endgeneration %}{% endfor %}",
+        encoding="utf-8",
+    )
+    with pytest.raises(DataError) as err:
+        use_chat_template(tuned, str(empty))
+        _build(tuned, path)
+    assert str(err.value) == (
+        f"{path}:1: the chat template's {{% generation %}} blocks mark no token of this "
+        "conversation; nothing to learn"
+    )
+    with pytest.raises(DataError) as err:
+        use_chat_template(tuned, str(tmp_path))  # a folder, not a file
+    assert str(err.value).startswith(f"--chat_template {tmp_path}: cannot read")
+    with pytest.raises(ConfigError) as cerr:
+        parse_args(["--chat_template", str(tmp_path / "missing.jinja")])
+    assert "\n" not in str(cerr.value) and "missing.jinja" in str(cerr.value)
+    assert str(cerr.value).startswith("--chat_template")
+
+
+def test_pairs_without_a_bos_token_start_with_the_prompt(tmp_path: Path, qwen3_dir: Path) -> None:
+    qwen = load_tokenizer(str(qwen3_dir))
+    path = _file(tmp_path, [{"prompt": "2+2=", "completion": "4"}] * 2)
+    ex = _build(qwen, path)[0]
+    assert qwen.decode(ex["input_ids"]) == "2+2=4<|im_end|>"
+    assert qwen.decode([t for t in ex["labels"] if t != IGNORE_INDEX]) == "4<|im_end|>"
