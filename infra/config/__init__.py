@@ -21,6 +21,7 @@ way, ``fields`` <- sections <- ``stack`` <- ``sources``:
 - ``job``: the fine-tuning job,
 - ``storage``: shared checkpoint storage (FSx for Lustre),
 - ``observability``: the observability switches,
+- ``teams``: the teams sharing the cluster (namespaces, principals, GPU quotas, priorities),
 - ``stack``: ``StackConfig``, the top-level and secret keys, ``parse``,
 - ``sources``: ``project_defaults``, ``stack_file_values``, ``load_stack_file``, ``from_pulumi``.
 """
@@ -65,11 +66,13 @@ from infra.config.storage import (
     SHARED_STORAGE_TYPES,
     SharedStorageConfig,
 )
+from infra.config.teams import DEFAULT_PRIORITY, PRIORITIES, TeamConfig, pool_gpus
 
 __all__ = [
     "CAPACITY_TYPES",
     "DEFAULT_CHECKPOINT_CLAIM",
     "DEFAULT_GPU_TAINT",
+    "DEFAULT_PRIORITY",
     "DEFAULT_ROOT_VOLUME_GIB",
     "DEFAULT_SERVICE_CIDR",
     "DEVICES",
@@ -81,6 +84,7 @@ __all__ = [
     "NAT_MODES",
     "PLACEMENT_CREATE",
     "PLACEMENT_NONE",
+    "PRIORITIES",
     "RDZV_BACKENDS",
     "REPO_ROOT",
     "SECRET_KEYS",
@@ -98,10 +102,12 @@ __all__ = [
     "StackConfig",
     "SystemNodeGroupConfig",
     "Taint",
+    "TeamConfig",
     "from_pulumi",
     "load_stack_file",
     "parse",
     "parse_taint",
+    "pool_gpus",
     "project_defaults",
     "stack_file_values",
 ]

@@ -25,6 +25,7 @@ from infra.config.nodegroups import (
 )
 from infra.config.observability import ObservabilityConfig, _parse_observability
 from infra.config.storage import SharedStorageConfig, _parse_shared_storage
+from infra.config.teams import TeamConfig, _parse_teams
 from infra.subnets import SubnetPlan, plan_subnets
 
 TOP_LEVEL_KEYS = (
@@ -44,6 +45,7 @@ TOP_LEVEL_KEYS = (
     "sharedStorage",
     "debugTools",
     "nodeMonitoringAgent",
+    "teams",
 )
 SECRET_KEYS = ("hfToken", "grafanaAdminPassword")
 """Declared in Pulumi.yaml with ``default: ""`` and without ``secret: true`` (see the comment
@@ -58,6 +60,7 @@ STRUCTURED_KEYS = (
     "job",
     "observability",
     "sharedStorage",
+    "teams",
 )
 
 
@@ -116,6 +119,8 @@ class StackConfig:
     """Deploy the htop/nvtop debug DaemonSets (opt-in)."""
     node_monitoring_agent: bool = True
     """Install the eks-node-monitoring-agent add-on (node conditions for auto repair)."""
+    teams: tuple[TeamConfig, ...] = ()
+    """Teams sharing the cluster: a namespace, queues and quotas each (``infra.config.teams``)."""
 
     @property
     def subnets(self) -> list[SubnetPlan]:
@@ -204,4 +209,5 @@ def parse(
         secrets=secrets or Secrets(),
         debug_tools=_bool(raw.get("debugTools", False), "debugTools"),
         node_monitoring_agent=_bool(raw.get("nodeMonitoringAgent", True), "nodeMonitoringAgent"),
+        teams=_parse_teams(raw.get("teams", []), groups, access),
     )
