@@ -46,6 +46,11 @@ OUTPUT_HF_TOKEN_SECRET = "hfTokenSecret"
 """Name of the Secret holding the Hugging Face token (stacks with ``hfToken``)."""
 HF_TOKEN_SECRET = "hf-token"
 """The Secret's name: a job file's default ``hfTokenSecretName``."""
+OLD_JOB_COMPONENT = ("eks-fsdp:workloads:PyTorchJob", "pytorch-job")
+"""(type, name) of the component that owned the Secret while the stack declared the job
+(``workloads/pytorch_job.py``, removed when jobs left the stack)."""
+OLD_HF_TOKEN_NAME = "pytorch-job-hf-token"
+"""The Secret's logical name as that component's child (``f"{name}-hf-token"``)."""
 PLACEHOLDER_IMAGE = "pending/training:built-by-the-stack"
 """Stands in for the built image while settings are validated (replaced by the Output)."""
 
@@ -108,12 +113,21 @@ def deploy(
     apply_object("etcd", etcd_clients_policy(p["etcd"]), pulumi.ResourceOptions(parent=etcd))
     hf_token = None
     if cfg.secrets.hf_token is not None:
+        # The same Secret the job's component created before: a stack updated from then moves
+        # it in its state (the alias) instead of creating a second "hf-token", which the API
+        # server would refuse (AlreadyExists), and deleting the old one.
+        old_parent = pulumi.create_urn(OLD_JOB_COMPONENT[1], OLD_JOB_COMPONENT[0])
         hf_token = k8s.core.v1.Secret(
             "hf-token",
             metadata={"name": HF_TOKEN_SECRET, "namespace": p["namespace"]},
             type="Opaque",
             string_data={HF_TOKEN_KEY: pulumi.Output.secret(cfg.secrets.hf_token)},
-            opts=k8s_opts,
+            opts=pulumi.ResourceOptions.merge(
+                k8s_opts,
+                pulumi.ResourceOptions(
+                    aliases=[pulumi.Alias(name=OLD_HF_TOKEN_NAME, parent=old_parent)]
+                ),
+            ),
         )
         pulumi.export(OUTPUT_HF_TOKEN_SECRET, HF_TOKEN_SECRET)
     debug = (

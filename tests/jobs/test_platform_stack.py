@@ -91,3 +91,36 @@ def test_a_leftover_job_block_stops_the_program_with_the_way_out() -> None:
     # Pulumi.yaml's declared empty default is what the engine hands over: it passes
     assert run_program("dev", overrides={"job": {}}, secrets=SECRETS).resources
     assert pm.stack_config("dev")["job"] == {}
+
+
+def test_the_hf_token_secret_keeps_its_state_from_when_the_job_owned_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before jobs left the stack, the Secret was ``pytorch-job-hf-token``, a child of the
+    ``eks-fsdp:workloads:PyTorchJob`` component ``pytorch-job`` (``workloads/pytorch_job.py`` in
+    git history). Without an alias to that URN, the first ``up`` of an old stack would create
+    ``hf-token`` (refused: the Kubernetes Secret of that name exists, pulumi-kubernetes 4.34
+    fails with AlreadyExists) and delete the old one. The alias is read from the
+    RegisterResource request the engine would get (the mock monitor records it)."""
+    seen: dict[str, list[Any]] = {}
+    register = pm.RecordingMockMonitor.RegisterResource
+
+    def recording(self: Any, request: Any) -> Any:
+        seen[request.name] = list(request.aliases)
+        return register(self, request)
+
+    monkeypatch.setattr(pm.RecordingMockMonitor, "RegisterResource", recording)
+    run = run_program("p5-16", secrets=SECRETS)
+    secret = run.one("kubernetes:core/v1:Secret", "hf-token")
+    assert secret.inputs["metadata"]["name"] == "hf-token"
+    assert secret.parent == "urn:pulumi:p5-16::eks-fsdp::pulumi:pulumi:Stack::eks-fsdp-p5-16"
+    (alias,) = seen["hf-token"]
+    spec = alias.spec
+    # the old component was a child of the stack: its URN carries no parent type
+    assert (spec.name, spec.type, spec.parentUrn, spec.noParent) == (
+        "pytorch-job-hf-token",
+        "",  # the type is the Secret's, as it was
+        "urn:pulumi:p5-16::eks-fsdp::eks-fsdp:workloads:PyTorchJob::pytorch-job",
+        False,
+    )
+    assert "hf-token" not in {r.name for r in run_program("dev").resources}  # no hfToken
