@@ -135,3 +135,29 @@ if device_plugins is not None:
         ],
         shared_storage=shared_storage,
     )
+
+# --- queues and teams: Kueue (workloads/kueue.py), a namespace and queues per team -----------
+if device_plugins is not None:
+    from workloads.kueue import (
+        OUTPUT_CLUSTER_QUEUES,
+        OUTPUT_TEAM_NAMESPACES,
+        Kueue,
+        KueueArgs,
+    )
+    from workloads.team import Team, TeamArgs
+
+    kueue = Kueue(
+        "kueue",
+        KueueArgs.from_stack(cfg),
+        opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[device_plugins]),
+    )
+    teams = {
+        team.name: Team(
+            f"team-{team.name}",
+            TeamArgs.from_stack(team, cfg, cluster.cluster_name),
+            opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[kueue]),
+        )
+        for team in cfg.teams
+    }
+    pulumi.export(OUTPUT_CLUSTER_QUEUES, kueue.cluster_queues)
+    pulumi.export(OUTPUT_TEAM_NAMESPACES, {name: t.namespace for name, t in teams.items()})

@@ -9,7 +9,9 @@ when the stack sets ``debugTools``),
 ``training-operator/kustomization.yaml`` (the operator install, pinned), on stacks with
 ``sharedStorage.type: fsx`` ``checkpoint-volume.yaml`` (the FSx PersistentVolume and the claim
 the job mounts; ``--fsx-id``/``--fsx-mount-name`` fill in the file system, placeholders
-otherwise) and, when the stack enables observability, ``observability.yaml`` (namespace, dashboard ConfigMap) with the pinned
+otherwise), ``kueue/`` (the pinned Kueue chart's values, ``queues.yaml``: flavors, ClusterQueues,
+LocalQueues, priorities; ``teams.yaml``: each team's namespace, queues, RBAC and policies) and,
+when the stack enables observability, ``observability.yaml`` (namespace, dashboard ConfigMap) with the pinned
 Helm charts' values under ``observability/``. Each object is
 validated before anything is written (strict schemas for the stack's Kubernetes version; the
 PyTorchJob against the operator's SDK types). Secrets are referenced, never rendered: the
@@ -52,6 +54,7 @@ OUTPUT_TRAINING_IMAGE = "trainingImage"
 
 OPERATOR_DIR = "training-operator"
 OBSERVABILITY_DIR = "observability"
+KUEUE_DIR = "kueue"
 
 
 def job_platform(stack: str, job: Path | str | None = None) -> Any:
@@ -109,6 +112,32 @@ def render(
         written += _render_observability(
             obs.settings_from_stack(stack_cfg), out, kubernetes_version
         )
+    if stack_cfg.gpu_node_groups:
+        written += _render_kueue(stack_cfg, out / KUEUE_DIR, kubernetes_version)
+    return written
+
+
+def _render_kueue(stack_cfg: Any, out: Path, k8s_version: str) -> list[Path]:
+    """Kueue's chart values, the queues (``queues.yaml``) and each team's objects
+    (``teams.yaml``), validated: Kueue's kinds against its CRDs at the pin, the rest strictly.
+    A folder of its own: applied after Kueue's CRDs are established."""
+    from workloads.specs import kueue, teams
+
+    queues = kueue.cluster_objects(stack_cfg)
+    team_objs = [o for t in stack_cfg.teams for o in teams.objects(t, stack_cfg)]
+    for obj in (*queues, *team_objs):
+        if kueue.is_kueue(obj):
+            kueue.validate(obj)
+        else:
+            validate(obj, k8s_version)
+    out.mkdir(exist_ok=True)
+    values = out / "values.yaml"
+    values.write_text(yaml.safe_dump(kueue.chart_values(), sort_keys=False))
+    written = [values, out / "queues.yaml"]
+    written[-1].write_text(dump_all_yaml(queues))
+    if team_objs:
+        written.append(out / "teams.yaml")
+        written[-1].write_text(dump_all_yaml(team_objs))
     return written
 
 
@@ -262,6 +291,14 @@ def main(argv: list[str] | None = None) -> int:
         "--from-literal=token=$HF_TOKEN  (never rendered)"
     )
     stack_cfg = job_platform(args.stack, args.job)
+    if stack_cfg.gpu_node_groups:
+        from workloads.specs.kueue import helm_command
+
+        kueue_dir = args.out / KUEUE_DIR
+        print(f"kueue: {helm_command(kueue_dir / 'values.yaml')}")
+        print(f"       kubectl apply -f {kueue_dir / 'queues.yaml'}  (after Kueue's CRDs)")
+        if stack_cfg.teams:
+            print(f"       kubectl apply -f {kueue_dir / 'teams.yaml'}")
     if stack_cfg.observability.enabled:
         for cmd in helm_commands(obs.settings_from_stack(stack_cfg), args.out):
             print(f"observability: {cmd}")

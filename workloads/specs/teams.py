@@ -1,0 +1,244 @@
+"""A team's objects on the cluster, as plain data: its namespace and what may happen in it.
+
+For each ``teams[]`` entry (``infra.config.teams``):
+
+- the **Namespace** named for the team, and a **ServiceAccount** ``jobs`` its jobs' pods run
+  as (no API token mounted: the training program never calls the Kubernetes API);
+- a **NetworkPolicy** that denies traffic across namespaces, both ways: pods of the namespace
+  reach each other (the workers' rendezvous and NCCL bootstrap), Prometheus in ``monitoring``
+  scrapes them, and they reach DNS, the shared etcd (``default``, the job's rendezvous) and
+  addresses outside the VPC and the service range (model hubs, S3); nothing else in the
+  cluster. EFA traffic bypasses the kernel's network stack and is not subject to it. A second
+  policy in the jobs namespace lets the team's training pods into etcd (policies add up; the
+  stack's ``etcd-jobs`` admits only pods of its own namespace);
+- a **Role** ``job-submitter`` and its **RoleBinding** to the Kubernetes group the team's EKS
+  access entries carry (``group_name``): create, watch and delete PyTorchJobs and TrainJobs,
+  the NetworkPolicy and record ConfigMap ``python -m jobs submit`` makes with each job, read
+  pods, logs, events and the queue's state (Kueue Workloads, LocalQueues), in this namespace
+  only. The access entries (``workloads.team``) also associate ``AmazonEKSViewPolicy`` scoped
+  to the namespace. Why a Role of our own: an EKS access policy is a fixed set of rules
+  "similar to the Kubernetes user-facing cluster roles" (EKS user guide, "Review access policy
+  permissions"), ``AmazonEKSEditPolicy`` being ``edit``; the training operator's CRDs do not
+  aggregate to ``edit`` (its v1.9.4 ``standalone`` overlay, which the stack installs, ships no
+  aggregated ClusterRole; the ``kubeflow`` overlay's ``kubeflow-training-edit`` aggregates to
+  Kubeflow's own ``kubeflow-edit``), and ``edit`` would let a member create bare pods on the
+  GPUs outside any queue. So members get ``view`` (read) from EKS and the job verbs from this
+  Role;
+- a **LocalQueue** per GPU pool (``workloads.specs.kueue.team_local_queues``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.config.teams import TeamConfig
+from workloads.specs import etcd, kueue, pytorchjob
+from workloads.specs.common import PART_OF, K8sObject
+from workloads.specs.settings import ETCD_CLIENT_PORT
+
+TEAM_LABEL = "eks-fsdp/team"
+"""Label on a team's namespace (and objects) naming the team."""
+SERVICE_ACCOUNT = "jobs"
+"""The ServiceAccount a team's job pods run as (``spec.serviceAccountName``)."""
+ROLE = "job-submitter"
+NETWORK_POLICY = "deny-other-namespaces"
+VIEW_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
+"""The EKS access policy a member's access entry gets, scoped to the team's namespace."""
+MONITORING_NAMESPACE = "monitoring"
+"""Where Prometheus runs (``workloads.specs.observability.ObservabilitySettings.namespace``)."""
+DNS_PORT = 53
+ETCD_COMPONENT = etcd.COMPONENT
+"""The label of the shared etcd's pods."""
+TRAINING_COMPONENT = pytorchjob.COMPONENT
+"""The label of every training pod."""
+
+JOB_VERBS = ("get", "list", "watch", "create", "delete")
+
+
+def group_name(team: str) -> str:
+    """The Kubernetes group a team member's access entry carries (``kind: Group`` subject)."""
+    return f"eks-fsdp-team-{team}"
+
+
+def _meta(name: str, team: TeamConfig, namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {
+            "app.kubernetes.io/component": "team",
+            "app.kubernetes.io/part-of": PART_OF,
+            TEAM_LABEL: team.name,
+        },
+    }
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return meta
+
+
+def namespace(team: TeamConfig) -> K8sObject:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(team.namespace, team)}
+
+
+def service_account(team: TeamConfig) -> K8sObject:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(SERVICE_ACCOUNT, team, team.namespace),
+        "automountServiceAccountToken": False,
+    }
+
+
+def _ns_selector(name: str) -> dict[str, Any]:
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+
+def network_policy(
+    team: TeamConfig,
+    *,
+    private_cidrs: tuple[str, ...],
+    jobs_namespace: str = kueue.JOBS_NAMESPACE,
+    etcd_port: int = ETCD_CLIENT_PORT,
+) -> K8sObject:
+    """Default deny across namespaces for every pod of the team (see the module text);
+    ``private_cidrs`` (the VPC and the service range) are cut out of the internet rule."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(NETWORK_POLICY, team, team.namespace),
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {"from": [{"podSelector": {}}]},
+                {"from": [_ns_selector(MONITORING_NAMESPACE)]},
+            ],
+            "egress": [
+                {"to": [{"podSelector": {}}]},
+                {
+                    "to": [
+                        {
+                            **_ns_selector("kube-system"),
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ],
+                    "ports": [
+                        {"protocol": "UDP", "port": DNS_PORT},
+                        {"protocol": "TCP", "port": DNS_PORT},
+                    ],
+                },
+                {
+                    "to": [
+                        {
+                            **_ns_selector(jobs_namespace),
+                            "podSelector": {
+                                "matchLabels": {"app.kubernetes.io/component": ETCD_COMPONENT}
+                            },
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": etcd_port}],
+                },
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(private_cidrs)}}]},
+            ],
+        },
+    }
+
+
+def etcd_policy(
+    team: TeamConfig,
+    *,
+    jobs_namespace: str = kueue.JOBS_NAMESPACE,
+    etcd_port: int = ETCD_CLIENT_PORT,
+) -> K8sObject:
+    """Ingress to the shared etcd from the team's training pods (in the jobs namespace)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(f"etcd-team-{team.name}", team, jobs_namespace),
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/component": ETCD_COMPONENT}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            **_ns_selector(team.namespace),
+                            "podSelector": {
+                                "matchLabels": {
+                                    "app.kubernetes.io/component": TRAINING_COMPONENT,
+                                    "app.kubernetes.io/part-of": PART_OF,
+                                }
+                            },
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": etcd_port}],
+                }
+            ],
+        },
+    }
+
+
+def role(team: TeamConfig) -> K8sObject:
+    """What a member may do in the team's namespace (and nowhere else)."""
+    read = ["get", "list", "watch"]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(ROLE, team, team.namespace),
+        "rules": [
+            {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"], "verbs": list(JOB_VERBS)},
+            {
+                "apiGroups": ["trainer.kubeflow.org"],
+                "resources": ["trainjobs"],
+                "verbs": list(JOB_VERBS),
+            },
+            {
+                "apiGroups": ["networking.k8s.io"],
+                "resources": ["networkpolicies"],
+                "verbs": ["get", "list", "create", "delete"],
+            },
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "verbs": [*JOB_VERBS, "patch"],
+            },
+            {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": read},
+            {
+                "apiGroups": ["kueue.x-k8s.io"],
+                "resources": ["workloads", "localqueues"],
+                "verbs": read,
+            },
+        ],
+    }
+
+
+def role_binding(team: TeamConfig) -> K8sObject:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(ROLE, team, team.namespace),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE},
+        "subjects": [
+            {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Group",
+                "name": group_name(team.name),
+            }
+        ],
+    }
+
+
+def private_cidrs(stack_cfg: Any) -> tuple[str, ...]:
+    """The stack's VPC and Kubernetes service ranges."""
+    return (stack_cfg.vpc_cidr, stack_cfg.kubernetes_service_cidr)
+
+
+def objects(team: TeamConfig, stack_cfg: Any) -> list[K8sObject]:
+    """Every Kubernetes object of ``team`` on ``stack_cfg``, the Namespace first."""
+    return [
+        namespace(team),
+        service_account(team),
+        network_policy(team, private_cidrs=private_cidrs(stack_cfg)),
+        etcd_policy(team),
+        role(team),
+        role_binding(team),
+        *kueue.team_local_queues(team, stack_cfg.gpu_node_groups),
+    ]
