@@ -86,6 +86,26 @@ pulumi.export(
         if ng.placement_group_name is not None
     },
 )
+# --- Capacity blocks: scaled up at the start, to zero before the end; the end told to jobs -----
+from infra.capacity_schedule import OUTPUT_KEY as CAPACITY_BLOCKS_OUTPUT  # noqa: E402
+from infra.capacity_schedule import CapacitySchedule, CapacityScheduleArgs, output_value  # noqa: E402
+from workloads.specs.capacity import capacity_block_configmap  # noqa: E402
+from workloads.specs.stack import JOBS_NAMESPACE as CAPACITY_NAMESPACE  # noqa: E402
+
+capacity_schedules = {
+    group.name: CapacitySchedule(
+        f"capacity-{group.name}",
+        CapacityScheduleArgs(
+            group=group,
+            node_group_resources=gpu_node_groups[group.name].node_group_resources,
+            configmap=capacity_block_configmap(group.name, output_value(group), CAPACITY_NAMESPACE),
+        ),
+        opts=pulumi.ResourceOptions(providers=[cluster.provider]),
+    )
+    for group in cfg.gpu_node_groups
+    if group.capacity_block is not None
+}
+pulumi.export(CAPACITY_BLOCKS_OUTPUT, {name: s.window for name, s in capacity_schedules.items()})
 shared_storage = None
 if cfg.shared_storage.is_fsx:
     shared_storage = SharedStorage(

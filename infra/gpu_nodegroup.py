@@ -140,6 +140,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
     """Launch template id."""
     placement_group_name: pulumi.Output[str] | None
     """Placement group the instances launch into (None without one)."""
+    node_group_resources: pulumi.Output[list]
+    """``aws.eks.NodeGroup.resources``: the Auto Scaling group EKS made for the group
+    (``infra.capacity_schedule`` schedules its scaling)."""
 
     def __init__(
         self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None
@@ -270,6 +273,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ),
         )
         self.node_group_name = ng.node_group_name
+        self.node_group_resources = ng.resources
         self.register_outputs(
             {
                 "nodeGroupName": self.node_group_name,

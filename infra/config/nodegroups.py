@@ -3,6 +3,7 @@ instance type, sizes, EFA, capacity reservations, placement groups, taints)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,14 @@ PLACEMENT_NONE = "none"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DEFAULT_GPU_TAINT = "nvidia.com/gpu=true:NoSchedule"
 DEFAULT_ROOT_VOLUME_GIB = 500
+EC2_TERMINATION_LEAD_MINUTES = 30
+"""EKS user guide, "Create self-managed nodes with Capacity Blocks for ML" (and the managed
+node group page it points to): "we suggest that you schedule scaling to scale to zero more
+than 30 minutes before the Capacity Block reservation end time" -- EC2 starts terminating a
+block's instances ahead of its end. A scale-down margin must exceed it."""
+DEFAULT_SCALE_DOWN_MINUTES = 60
+"""Default margin: the 30 minutes EC2 takes plus 30 for the job to checkpoint and the pods to
+drain (a checkpoint of the shipped jobs writes in 3-22 min on their FSx, Pulumi.p5-16.yaml)."""
 
 _CR_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 _RG_ARN = re.compile(r"^arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[A-Za-z0-9._-]+$")
@@ -51,7 +60,9 @@ _NODEGROUP_KEYS = (
     "labels",
     "taint",
     "nodeRepair",
+    "capacityBlock",
 )
+_CAPACITY_BLOCK_KEYS = ("start", "end", "scaleDownMinutesBeforeEnd")
 _SYSTEM_KEYS = ("instanceType", "minSize", "desiredSize", "maxSize")
 
 
@@ -86,6 +97,28 @@ class SystemNodeGroupConfig:
     """Desired number of nodes."""
     max_size: int = 3
     """Maximum number of nodes."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityBlockWindow:
+    """When a Capacity Block for ML runs (``gpuNodeGroups[].capacityBlock``), in UTC."""
+
+    start: dt.datetime
+    """The block's start (aware, UTC)."""
+    end: dt.datetime
+    """The block's end (aware, UTC)."""
+    scale_down_minutes_before_end: int = DEFAULT_SCALE_DOWN_MINUTES
+    """How long before ``end`` the group is scaled to zero (> 30: EC2's termination lead)."""
+
+    @property
+    def scale_down_at(self) -> dt.datetime:
+        """When the group is scaled to zero."""
+        return self.end - dt.timedelta(minutes=self.scale_down_minutes_before_end)
+
+
+def iso_utc(moment: dt.datetime) -> str:
+    """``2026-12-10T11:30:00Z``: the form the Auto Scaling API and the stack file use."""
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +157,9 @@ class GpuNodeGroupConfig:
         default_factory=lambda: Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
     )
     """Taint on every node of the group; GPU pods tolerate it."""
+    capacity_block: CapacityBlockWindow | None = None
+    """The Capacity Block's window (capacity-block groups): the stack scales the group up at its
+    start and to zero ``scaleDownMinutesBeforeEnd`` before its end (``infra.capacity_schedule``)."""
     node_repair: bool = True
     """EKS node auto repair (``nodeRepairConfig.enabled``): nodes whose node-monitoring-agent
     conditions (``AcceleratedHardwareReady`` for GPU/XID faults, ``NetworkingReady``, ...) stay
@@ -171,6 +207,53 @@ def _sizes(obj: Mapping[str, Any], path: str, defaults: tuple[int, int, int]) ->
     if not lo <= desired <= hi:
         raise _fail(f"{path}.desiredSize", f"{desired} is outside [minSize {lo}, maxSize {hi}]")
     return lo, desired, hi
+
+
+def _utc(value: Any, path: str) -> dt.datetime:
+    """An ISO 8601 instant with an explicit UTC offset (``Z`` or ``+00:00``)."""
+    if isinstance(value, dt.datetime):  # YAML turns an unquoted timestamp into a datetime
+        moment = value
+    elif isinstance(value, str):
+        try:
+            moment = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise _fail(
+                path, f"{value!r} is not an ISO 8601 time like 2026-12-10T11:30:00Z"
+            ) from None
+    else:
+        raise _fail(path, f"expected an ISO 8601 UTC time like 2026-12-10T11:30:00Z, got {value!r}")
+    if moment.tzinfo is None or moment.utcoffset() != dt.timedelta(0):
+        raise _fail(path, f"{value!s} is not in UTC: end it with Z (capacity blocks run in UTC)")
+    return moment.astimezone(dt.UTC)
+
+
+def _parse_capacity_block(value: Any, path: str) -> CapacityBlockWindow:
+    obj = _mapping(value, path)
+    _check_keys(obj, _CAPACITY_BLOCK_KEYS, path)
+    for key in ("start", "end"):
+        if key not in obj:
+            raise _fail(f"{path}.{key}", "is required (the block's times, UTC)")
+    start = _utc(obj["start"], f"{path}.start")
+    end = _utc(obj["end"], f"{path}.end")
+    if end <= start:
+        raise _fail(f"{path}.end", f"{iso_utc(end)} is not after the start {iso_utc(start)}")
+    margin = _int(
+        obj.get("scaleDownMinutesBeforeEnd", DEFAULT_SCALE_DOWN_MINUTES),
+        f"{path}.scaleDownMinutesBeforeEnd",
+    )
+    if margin <= EC2_TERMINATION_LEAD_MINUTES:
+        raise _fail(
+            f"{path}.scaleDownMinutesBeforeEnd",
+            f"{margin} min is not more than the {EC2_TERMINATION_LEAD_MINUTES} min EKS asks for"
+            " (EC2 starts terminating the block's instances before its end)",
+        )
+    window = CapacityBlockWindow(start=start, end=end, scale_down_minutes_before_end=margin)
+    if window.scale_down_at <= start:
+        raise _fail(
+            f"{path}.scaleDownMinutesBeforeEnd",
+            f"{margin} min before {iso_utc(end)} is before the block starts ({iso_utc(start)})",
+        )
+    return window
 
 
 def parse_taint(text: str, path: str = "taint") -> Taint:
@@ -292,6 +375,14 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
         labels[key] = _str(str(val), f"{path}.labels.{key}")
     taint = parse_taint(obj.get("taint", DEFAULT_GPU_TAINT), f"{path}.taint")
     node_repair = _bool(obj.get("nodeRepair", True), f"{path}.nodeRepair")
+    capacity_block = None
+    if obj.get("capacityBlock") is not None:
+        if capacity_type != "capacity-block":
+            raise _fail(
+                f"{path}.capacityBlock",
+                f"is only for capacityType capacity-block (this group is {capacity_type})",
+            )
+        capacity_block = _parse_capacity_block(obj["capacityBlock"], f"{path}.capacityBlock")
     return GpuNodeGroupConfig(
         name=name,
         instance_type=instance_type,
@@ -309,6 +400,7 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
         labels=labels,
         taint=taint,
         node_repair=node_repair,
+        capacity_block=capacity_block,
     )
 
 
