@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from planner.assumptions import DATASETS, DEFAULT
 from planner.catalog import lookup
+from planner.lora import LINEAR, LoraSpec
 from planner.memory import AC_MODES, PRECISIONS, STRATEGIES
 from planner.predict import PlanInput
 from planner.shapes import ShapeError, resolve
@@ -115,6 +116,25 @@ def parser() -> argparse.ArgumentParser:
         "PERSISTENT_2:<GiB>:<MB/s/TiB> (FSx for Lustre; --stack: its sharedStorage)",
     )
     p.add_argument("--price", type=float, help="USD per node-hour (default: catalog on-demand)")
+    lora = p.add_argument_group("LoRA on a frozen base (training's --use_peft)")
+    lora.add_argument(
+        "--lora",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="plan a LoRA (the --lora-* flags imply it; --stack: on when the job has "
+        "--use_peft); --no-lora plans a full fine-tune",
+    )
+    lora.add_argument("--lora-r", type=int, help="rank of each adapter (default 8, as --lora_r)")
+    lora.add_argument(
+        "--lora-targets",
+        help=f"adapted layers, comma-separated ({','.join(LINEAR)}) or all-linear "
+        "(default q_proj,v_proj, as --lora_target_modules)",
+    )
+    lora.add_argument(
+        "--lora-dropout",
+        type=float,
+        help="as --lora_dropout (default 0.05); 0 keeps fewer activations",
+    )
     p.add_argument(
         "--json", action="store_true", help="print a JSON list, one object per node count"
     )
@@ -209,6 +229,7 @@ def _from_stack(stack: str | None, job_file: Path | None = None) -> dict[str, An
         "price": group.price_per_hour,
         "storage": from_stack_config(getattr(cfg, "shared_storage", None)),
         **_stack_ac(stack, job.extra_args),
+        **_stack_lora(stack, job.extra_args),
     }
 
 
@@ -229,6 +250,61 @@ def _stack_ac(stack: str, extra_args: tuple[str, ...]) -> dict[str, Any]:
         raise UsageError(f"--stack {stack}: the job's args: {e}") from None
     on = cfg.fsdp_activation_checkpointing and cfg.ac_mode != "none"
     return {"ac": on, "ac_mode": cfg.ac_mode if on else None}
+
+
+_LORA_FLAGS = ("use_peft", "peft_method", "lora_r", "lora_dropout", "lora_target_modules")
+
+
+def _stack_lora(stack: str, extra_args: tuple[str, ...]) -> dict[str, Any]:
+    """The job's LoRA (``--use_peft`` and its flags), read as ``_stack_ac`` reads AC."""
+    from training.config import ConfigError, parse_args
+
+    ours = [a for a in extra_args if a[2:].partition("=")[0].replace("-", "_") in _LORA_FLAGS]
+    try:
+        cfg = parse_args(ours)
+    except ConfigError as e:
+        raise UsageError(f"--stack {stack}: the job's args: {e}") from None
+    if not cfg.use_peft:
+        return {}
+    return {
+        "lora": {
+            "r": cfg.lora_r,
+            "targets": cfg.lora_target_modules,
+            "dropout": cfg.lora_dropout,
+            "flag": f"--stack {stack}: the job's --lora_target_modules",
+        }
+    }
+
+
+def _lora_spec(args: argparse.Namespace, stack: dict[str, Any] | None) -> LoraSpec | None:
+    """--lora and its flags over the stack job's LoRA; None: a full fine-tune."""
+    given = [f for f in ("lora_r", "lora_targets", "lora_dropout") if getattr(args, f) is not None]
+    if args.lora is False:
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise UsageError(f"--no-lora: contradicts {flag} (drop one)")
+        return None
+    if not (args.lora or given or stack):
+        return None
+    base = stack or {"r": 8, "targets": "q_proj,v_proj", "dropout": 0.05}
+    r = args.lora_r if args.lora_r is not None else base["r"]
+    _positive(r, "--lora-r")
+    dropout = args.lora_dropout if args.lora_dropout is not None else base["dropout"]
+    if not 0.0 <= dropout < 1.0:
+        raise UsageError(f"--lora-dropout {dropout}: must be in [0, 1)")
+    text = args.lora_targets if args.lora_targets is not None else base["targets"]
+    flag = "--lora-targets" if args.lora_targets is not None else base.get("flag", "--lora-targets")
+    if text.strip() == "all-linear":
+        targets = LINEAR
+    else:
+        targets = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = [t for t in targets if t not in LINEAR]
+    if unknown or not targets:
+        raise UsageError(
+            f"{flag} {text}: the planner models {', '.join(LINEAR)} or all-linear"
+            + (f" (not {', '.join(unknown)})" if unknown else "")
+        )
+    return LoraSpec(r=r, targets=tuple(dict.fromkeys(targets)), dropout=dropout > 0)
 
 
 def resolve_args(args: argparse.Namespace) -> _Resolved:
@@ -259,6 +335,12 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
     else:
         ac = values.get("ac", True) if args.ac is None else args.ac
     ac_mode = args.ac_mode if args.ac_mode not in (None, "none") else values.get("ac_mode")
+    lora = _lora_spec(args, values.get("lora"))
+    if lora is not None and ac and ac_mode == "selective":
+        raise UsageError(
+            "--ac-mode selective: not modelled for LoRA (its rule counts the adapters' matmuls "
+            "too); use --ac-mode full"
+        )
     if values.get("price") is not None and values["price"] < 0:
         raise UsageError(f"--price {values['price']}: must be >= 0")
     nodes = _nodes(str(values["nodes"]))
@@ -325,6 +407,7 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
         usd_per_hour=values.get("price"),
         storage=storage,
         assumptions=DEFAULT,
+        lora=lora,
     )
     return _Resolved(inp=inp, nodes=nodes)
 

@@ -102,6 +102,34 @@ def adapter_bytes(p: Precision) -> int:
     return 4 if p.name == "pure_bf16" else p.compute
 
 
+def first_layer_skipped_flops(shape: ModelShape, spec: LoraSpec) -> int:
+    """Backward GEMM FLOPs per token the first decoder layer does not run with LoRA: autograd
+    computes an input's gradient only when the input requires one (torch's autograd engine
+    prunes the graph to the inputs that need gradients), and the frozen embedding's output does
+    not. So the q/k/v projections (and their lora_A) never get an input gradient there; o_proj
+    gets one only when an attention projection is adapted, the MLP's input only when the
+    attention block is, down_proj's input only when gate/up or the MLP input needs one.
+    Checked against ``torch.utils.flop_counter`` in tests/planner/test_lora_memory.py."""
+    dims = linear_dims(shape)
+    targets = set(spec.targets)
+
+    def skip(*names: str) -> int:
+        base = sum(2 * dims[n][0] * dims[n][1] for n in names)
+        adapters = sum(2 * spec.r * dims[n][0] for n in names if n in targets)  # lora_A's
+        return base + adapters
+
+    skipped = skip("q_proj", "k_proj", "v_proj")
+    attention_grad = bool(targets & {"q_proj", "k_proj", "v_proj"})
+    if not attention_grad:
+        skipped += skip("o_proj")
+    mlp_input_grad = attention_grad or "o_proj" in targets
+    if not mlp_input_grad:
+        skipped += skip("gate_proj", "up_proj")
+    if not (mlp_input_grad or targets & {"gate_proj", "up_proj"}):
+        skipped += skip("down_proj")
+    return skipped
+
+
 def lora_activations(
     shape: ModelShape, p: Precision, spec: LoraSpec, *, on_cpu: bool = False
 ) -> ActivationModel:

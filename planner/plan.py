@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from planner.assumptions import generation
-from planner.predict import PlanInput, Prediction, checkpoint_time, predict
+from planner.lora import adapter_params
+from planner.predict import PlanInput, Prediction, checkpoint_size, checkpoint_time, predict
 from planner.recommend import recommend
-from planner.storage import checkpoint_bytes
 
 
 def plan(inp: PlanInput, node_counts: list[int]) -> list[dict[str, Any]]:
@@ -47,6 +47,14 @@ def row(inp: PlanInput, pr: Prediction, base: Prediction) -> dict[str, Any]:
         "micro_batch": inp.batch,
         "seq": inp.seq,
         "precision": inp.precision.name,
+        "lora": None
+        if inp.lora is None
+        else {
+            "r": inp.lora.r,
+            "targets": list(inp.lora.targets),
+            "dropout": inp.lora.dropout,
+            "adapter_params": adapter_params(inp.shape, inp.lora),
+        },
         "fits": pr.fits,
         "mem_per_gpu_bytes": pr.memory.total,
         "gpu_memory_bytes": it.gpu_memory_bytes,
@@ -74,9 +82,7 @@ def row(inp: PlanInput, pr: Prediction, base: Prediction) -> dict[str, Any]:
         else pr.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu,
         "job_scaling_efficiency": _ratio(pr.job_tokens_per_s, base.job_tokens_per_s, pr.nodes),
         "scaling_baseline_fits": base.fits,
-        "checkpoint_bytes": checkpoint_bytes(
-            inp.shape.n_params, inp.precision.param, inp.precision.optim
-        ),
+        "checkpoint_bytes": checkpoint_size(inp),
         "checkpoint_s": checkpoint_time(inp, pr.nodes),
         "storage": inp.storage.describe(),
         "epoch": pr.epoch.as_dict() if pr.epoch is not None else None,

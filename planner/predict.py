@@ -12,6 +12,14 @@ from typing import Any
 from infra.instances import InstanceType
 from planner.assumptions import DEFAULT, Assumptions, GpuGeneration, generation
 from planner.epoch import EpochTime, eval_steps, steps_per_epoch
+from planner.lora import (
+    LoraSpec,
+    adapter_bytes,
+    adapter_params,
+    adapter_shapes,
+    first_layer_skipped_flops,
+    lora_memory,
+)
 from planner.memory import (
     Layout,
     MemoryBreakdown,
@@ -69,6 +77,14 @@ class PlanInput:
     """Where checkpoints are written (the stack's ``sharedStorage``; default node-local gp3)."""
     gpu: GpuGeneration | None = None
     """Measured efficiencies of the GPU (``planner.calibrate``); None: ``generation()``'s row."""
+    lora: LoraSpec | None = None
+    """LoRA on a frozen base (training's ``--use_peft``); None: full fine-tuning."""
+
+    def __post_init__(self) -> None:
+        if self.lora is not None and self.ac > 0 and self.ac_mode != "full":
+            raise ValueError(
+                f"ac_mode {self.ac_mode}: not modelled for LoRA (planner.lora); use full AC"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,9 +126,20 @@ def predict(inp: PlanInput, nodes: int) -> Prediction:
     gen = inp.gpu or generation(it.gpu_model)
     world = nodes * it.gpus
     lay = layout(inp.strategy, world, it.gpus, inp.hsdp_group)
-    mem = memory(shape, lay, p, batch=inp.batch, seq=inp.seq, ac=inp.ac, ac_mode=inp.ac_mode, a=a)
     elems = shard_elements(shape.param_shapes(), lay.shard)
     tokens = inp.batch * inp.seq
+    lora = inp.lora
+    if lora is None:
+        mem = memory(
+            shape, lay, p, batch=inp.batch, seq=inp.seq, ac=inp.ac, ac_mode=inp.ac_mode, a=a
+        )
+        trained, frozen, adapters, per_layer, skipped = elems, 0, None, None, 0
+    else:
+        mem = lora_memory(shape, lay, p, lora, batch=inp.batch, seq=inp.seq, ac=inp.ac, a=a)
+        trained = shard_elements(adapter_shapes(shape, lora), lay.shard)
+        frozen, adapters = elems, adapter_params(shape, lora)
+        per_layer = adapters // shape.num_layers
+        skipped = first_layer_skipped_flops(shape, lora)
     comp = compute_time(
         shape,
         it,
@@ -122,20 +149,25 @@ def predict(inp: PlanInput, nodes: int) -> Prediction:
         seq=inp.seq,
         ac=inp.ac,
         ac_mode=inp.ac_mode,
-        shard_elems=elems,
+        shard_elems=trained,
+        frozen_elems=frozen,
+        lora_params=adapters,
+        lora_skipped=skipped,
         a=a,
     )
     recompute = recompute_share(shape, inp.ac, inp.ac_mode)
-    comm = comm_time(shape, lay, it, gen, p, comp, recompute, a)
+    comm = comm_time(shape, lay, it, gen, p, comp, recompute, a, lora_per_layer=per_layer)
     micro_s = comp.total_s + comm.exposed_s + comm.interference_s
     # Gradient accumulation: the cross-replica all-reduce runs on the last micro-batch only.
     step_s = micro_s
     if inp.grad_accum > 1:
-        quiet = comm_time(shape, lay, it, gen, p, comp, recompute, a, replica_sync=False)
+        quiet = comm_time(
+            shape, lay, it, gen, p, comp, recompute, a, replica_sync=False, lora_per_layer=per_layer
+        )
         quiet_s = comp.total_s + quiet.exposed_s + quiet.interference_s
         step_s += (inp.grad_accum - 1) * quiet_s
     tps = tokens * inp.grad_accum / step_s
-    fpt = model_flops_per_token(shape, inp.seq)
+    fpt = model_flops_per_token(shape, inp.seq, adapters)
     mfu = fpt * tps / (it.peak_bf16_tflops * 1e12)
     epoch = _epoch(inp, lay, nodes, step_s, comp, elems) if inp.dataset_tokens else None
     price = inp.usd_per_hour if inp.usd_per_hour is not None else it.usd_per_hour
@@ -196,10 +228,20 @@ def _epoch(
     )
 
 
+def checkpoint_size(inp: PlanInput) -> int:
+    """Bytes of one checkpoint: the model and its AdamW state; with LoRA the adapters and
+    theirs only (``training.checkpoint``'s ``trainable_only``), in the adapters' dtype."""
+    p = inp.precision
+    if inp.lora is None:
+        return checkpoint_bytes(inp.shape.n_params, p.param, p.optim)
+    ca = adapter_bytes(p)
+    n = adapter_params(inp.shape, inp.lora)
+    return checkpoint_bytes(n, max(p.param, ca), max(p.optim, ca))
+
+
 def checkpoint_time(inp: PlanInput, nodes: int) -> float:
     """Seconds of one checkpoint: model + optimizer bytes over the storage's write bandwidth."""
-    total = checkpoint_bytes(inp.shape.n_params, inp.precision.param, inp.precision.optim)
-    return checkpoint_seconds(total, inp.storage, nodes)
+    return checkpoint_seconds(checkpoint_size(inp), inp.storage, nodes)
 
 
 def with_changes(inp: PlanInput, **changes: Any) -> PlanInput:

@@ -22,6 +22,16 @@ def _ac(fraction: float, mode: str = "full") -> str:
     return f"on{how}" if fraction >= 1 else f"on {fraction:.0%} of layers{how}"
 
 
+def _lora(lora: dict[str, Any] | None) -> str:
+    if not lora:
+        return ""
+    dropout = "" if lora["dropout"] else ", no dropout"
+    return (
+        f", LoRA r {lora['r']} on {','.join(lora['targets'])}{dropout} "
+        f"({lora['adapter_params'] / 1e6:.1f} M trainable)"
+    )
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The plan as aligned text: memory, time, throughput, scaling, cost, recommendation."""
     if not rows:
@@ -30,7 +40,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"{r0['model']} ({r0['n_params'] / 1e9:.2f} B params) on {r0['instance']}: "
         f"{r0['sharding']}, AC {_ac(r0['ac_fraction'], r0.get('ac_mode', 'full'))}, "
-        f"micro-batch {r0['micro_batch']} x {r0['seq']} tokens, {r0['precision']} precision",
+        f"micro-batch {r0['micro_batch']} x {r0['seq']} tokens, {r0['precision']} precision"
+        + _lora(r0.get("lora")),
         "",
     ]
     head = (
@@ -89,11 +100,13 @@ def table(rows: list[dict[str, Any]]) -> str:
     unit = r0["memory"]["gathered_unit_name"]
     lines.append(
         f"largest FSDP unit: {unit}, {_gib(r0['memory']['gathered_unit'])} GiB unsharded; "
-        f"FLOPs/token {r0['flops_per_token']:.3g} (6N + 12 L h s)"
+        f"FLOPs/token {r0['flops_per_token']:.3g} "
+        f"({'4N + 6 N_adapters' if r0.get('lora') else '6N'} + 12 L h s)"
     )
     if "checkpoint_s" in r0:
         lines.append(
-            f"checkpoint: {r0['checkpoint_bytes'] / 1e9:.1f} GB (model + AdamW state) to "
+            f"checkpoint: {r0['checkpoint_bytes'] / 1e9:.1f} GB "
+            f"({'adapters' if r0.get('lora') else 'model'} + AdamW state) to "
             f"{r0['storage']}: "
             + ", ".join(f"{r['checkpoint_s']:.0f} s @ {r['nodes']} nodes" for r in rows)
         )

@@ -23,13 +23,18 @@ from planner.memory import Layout, Precision
 from planner.shapes import ModelShape
 
 
-def model_flops_per_token(shape: ModelShape, seq: int) -> float:
+def model_flops_per_token(shape: ModelShape, seq: int, lora_params: int | None = None) -> float:
     """MFU FLOPs per token (PaLM convention): 6 N_matmul + 12 L h_q s.
 
     N_matmul = every weight multiplied per token (layer projections and lm_head; the embedding
     lookup is free); 12 L h_q s = QK^T and AV, forward + backward, without causal savings.
+    With LoRA (``lora_params``: the adapters' parameters) a frozen weight has no weight
+    gradient: 4 N_matmul + 6 N_adapters + the same attention.
     """
-    return 6.0 * shape.matmul_params + 12.0 * shape.num_layers * shape.q_size * seq
+    attention = 12.0 * shape.num_layers * shape.q_size * seq
+    if lora_params is not None:
+        return 4.0 * shape.matmul_params + 6.0 * lora_params + attention
+    return 6.0 * shape.matmul_params + attention
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +46,12 @@ class FlopsExecuted:
 
 
 def executed_flops_per_token(
-    shape: ModelShape, seq: int, ac: float, ac_mode: str = "full"
+    shape: ModelShape,
+    seq: int,
+    ac: float,
+    ac_mode: str = "full",
+    lora_params: int | None = None,
+    lora_skipped: int = 0,
 ) -> FlopsExecuted:
     """GEMM: 6 N_matmul + 2 N_layers x ac (checkpointed layers run their forward again).
 
@@ -49,9 +59,18 @@ def executed_flops_per_token(
     ``ac``: fraction of decoder layers checkpointed (1.0 = every layer, 0.0 = none).
     ``ac_mode`` selective (op-level SAC) recomputes only the k, o and up matmuls
     (``ModelShape.selective_ac_recomputed_params``) and never attention, whose output it saves.
+    ``lora_params`` (LoRA on a frozen base): autograd computes no weight gradient for a frozen
+    weight, only the input gradient, so the base costs 4 N_matmul; the adapters 6 N_adapters
+    and their share of the recomputation, less ``lora_skipped``: the input gradients the
+    first layer does not need (``planner.lora.first_layer_skipped_flops``).
     """
     layers_matmul = shape.layer_matmul_params * shape.num_layers
-    gemm = 6.0 * shape.matmul_params + 2.0 * layers_matmul * recompute_share(shape, ac, ac_mode)
+    share = recompute_share(shape, ac, ac_mode)
+    if lora_params is not None:
+        gemm = 4.0 * shape.matmul_params + 6.0 * lora_params - lora_skipped
+        gemm += 2.0 * (layers_matmul + lora_params) * share
+    else:
+        gemm = 6.0 * shape.matmul_params + 2.0 * layers_matmul * share
     attn_fwd = 2.0 * shape.num_layers * shape.q_size * seq  # 4 L h s forward, halved (causal)
     attention = 3.0 * attn_fwd + (0.0 if ac_mode == "selective" else attn_fwd * ac)
     return FlopsExecuted(gemm=gemm, attention=attention)
@@ -109,15 +128,23 @@ def compute_time(
     shard_elems: int,
     a: Assumptions,
     ac_mode: str = "full",
+    frozen_elems: int = 0,
+    lora_params: int | None = None,
+    lora_skipped: int = 0,
 ) -> ComputeTime:
-    """Compute seconds of one step for ``tokens`` tokens on one GPU."""
+    """Compute seconds of one step for ``tokens`` tokens on one GPU.
+
+    ``shard_elems``: the trainable shard (AdamW runs over it); ``frozen_elems``: a frozen
+    shard (LoRA's base: cast for its all-gathers, never stepped); ``lora_params``: see
+    ``executed_flops_per_token`` (and ``lora_skipped``)."""
     peak = it.peak_bf16_tflops * 1e12
     hbm = gen.hbm_gbytes_per_s * 1e9 * a.hbm_efficiency
-    fl = executed_flops_per_token(shape, seq, ac, ac_mode)
+    fl = executed_flops_per_token(shape, seq, ac, ac_mode, lora_params, lora_skipped)
     # AdamW (fused: one pass): read param, grad, m, v; write param, m, v; plus the dtype cast
     # of the parameter shard before each all-gather (read param, write compute copy). Both AC
     # modes recompute every elementwise op of a checkpointed layer (``ac`` more passes).
     optim_bytes = shard_elems * (2 * p.param + p.grad + 4 * p.optim + p.param + p.compute)
+    optim_bytes += frozen_elems * (p.param + p.compute)
     return ComputeTime(
         gemm_s=tokens * fl.gemm / (peak * gen.gemm_efficiency),
         attention_s=tokens * fl.attention / (peak * gen.attention_efficiency),
@@ -236,10 +263,20 @@ class Unit:
     edge: bool
     """Embedding / head: its forward gather and reduce-scatter have nothing to hide behind
     (exposed on a GPU too); the embedding's backward gather is prefetched under layer 0."""
+    trainable: int = -1
+    """Parameters with a gradient (reduce-scattered); -1: all of them (full fine-tuning)."""
+
+    @property
+    def grad_params(self) -> int:
+        return self.params if self.trainable < 0 else self.trainable
 
 
 def fsdp_units(
-    shape: ModelShape, reshard_after_forward: bool, *, replicated: bool = False
+    shape: ModelShape,
+    reshard_after_forward: bool,
+    *,
+    replicated: bool = False,
+    lora_per_layer: int | None = None,
 ) -> list[Unit]:
     """The units ``training.parallelize.parallelize`` builds, in forward order.
 
@@ -250,7 +287,28 @@ def fsdp_units(
     embedding and head are one parameter and stay in the root, with the final norm.
     ``replicated`` (NO_SHARD): ``replicate`` goes on each layer and the root only, so the root
     keeps embedding, norm and lm_head.
+    ``lora_per_layer``: LoRA's adapter parameters in each layer; they join the layer's unit
+    (``training.lora`` injects them before sharding) and are its only trainable parameters,
+    so only they are reduce-scattered; the edge units are frozen.
     """
+    units = _units(shape, reshard_after_forward, replicated)
+    if lora_per_layer is None:
+        return units
+    return [
+        Unit(name=u.name, params=u.params, gathers=u.gathers, edge=True, trainable=0)
+        if u.edge
+        else Unit(
+            name=u.name,
+            params=u.params + lora_per_layer,
+            gathers=u.gathers,
+            edge=False,
+            trainable=lora_per_layer,
+        )
+        for u in units
+    ]
+
+
+def _units(shape: ModelShape, reshard_after_forward: bool, replicated: bool) -> list[Unit]:
     again = 2 if reshard_after_forward else 1
     h, v = shape.hidden_size, shape.vocab_size
     layers = [
@@ -296,6 +354,7 @@ def comm_time(
     a: Assumptions,
     *,
     replica_sync: bool = True,
+    lora_per_layer: int | None = None,
 ) -> CommTime:
     """FSDP2 collectives of one micro-batch, per unit, and the part compute does not hide.
 
@@ -303,6 +362,8 @@ def comm_time(
     each layer's compute between the forward and the backward it overlaps with.
     ``replica_sync``: whether this micro-batch all-reduces across replicas (HSDP / NO_SHARD).
     The training package does so only on the last micro-batch of a step.
+    ``lora_per_layer``: LoRA's adapters per layer (``fsdp_units``): gathered with the frozen
+    base, and the only gradients reduced.
     """
     gpn = min(it.gpus, lay.world)
     shard_link = ring_link(lay.shard, min(lay.shard, gpn), it, a)
@@ -311,7 +372,12 @@ def comm_time(
     replica_link = ring_link(lay.replicas, replica_per_node, it, a)
     world_link = ring_link(lay.world, min(lay.world, gpn), it, a)
 
-    units = fsdp_units(shape, lay.reshard_after_forward, replicated=lay.strategy == "NO_SHARD")
+    units = fsdp_units(
+        shape,
+        lay.reshard_after_forward,
+        replicated=lay.strategy == "NO_SHARD",
+        lora_per_layer=lora_per_layer,
+    )
     layers = sum(1 for u in units if not u.edge)
     per_layer_compute = comp.total_s - comp.optimizer_s
     fwd_share = 1.0 / (3.0 + recompute)
@@ -324,14 +390,18 @@ def comm_time(
     for u in units:
         ag = collective_time("all_gather", u.params * p.compute, lay.shard, shard_link)
         ag_bwd = ag if u.gathers == 2 else 0.0
-        rs = collective_time("reduce_scatter", u.params * p.reduce, lay.shard, shard_link)
+        # A unit without gradients (LoRA's frozen edges) reduces nothing: FSDP2's post-backward
+        # reduce-scatters only the parameters that have a gradient (FSDPParamGroup.post_backward
+        # in torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, torch 2.13).
+        grads = u.grad_params
+        rs = collective_time("reduce_scatter", grads * p.reduce, lay.shard, shard_link)
         ar = (
-            collective_time(
-                "all_reduce", u.params * p.reduce / lay.shard, lay.replicas, replica_link
-            )
+            collective_time("all_reduce", grads * p.reduce / lay.shard, lay.replicas, replica_link)
             if replica_sync
             else 0.0
         )
+        if not grads:
+            rs = ar = 0.0
         totals[shard_link.name] += ag + ag_bwd + rs
         totals[replica_link.name] += ar
         if not gen.overlaps_comm:  # a blocking backend: every collective waits

@@ -2,8 +2,10 @@
 
 If this fails, users (and the scaling notebook) lose a documented output key, a stack file
 is no longer read the way `pulumi up` would deploy it, the plot is not written, or a bad flag
-gives a traceback instead of one line naming the flag with exit status 2. In-process calls
-of ``main`` plus one real subprocess; nothing is mocked.
+gives a traceback instead of one line naming the flag with exit status 2; or the LoRA flags
+(``--lora``, ``--lora-r``, ``--lora-targets``, ``--lora-dropout``, or a stack job's
+``--use_peft``) no longer plan what ``planner.lora`` models. In-process calls of ``main`` plus
+one real subprocess; nothing is mocked.
 """
 
 from __future__ import annotations
@@ -254,6 +256,11 @@ BASE = ["--model", "llama2-7b", "--instance", "p5.48xlarge", "--nodes", "1"]
         ([*BASE, "--calibration", "/nonexistent/cal.json"], "--calibration /nonexistent/cal.json"),
         ([*BASE, "--preflight", "/nonexistent/pf.json"], "--preflight needs --calibration"),
         (["calibrate", *BASE, "--run", "/nonexistent"], "--preflight is required"),
+        ([*BASE, "--no-lora", "--lora-r", "4"], "--no-lora: contradicts --lora-r"),
+        ([*BASE, "--lora-r", "0"], "--lora-r 0"),
+        ([*BASE, "--lora-targets", "q_proj,lm_head"], "--lora-targets q_proj,lm_head"),
+        ([*BASE, "--lora-dropout", "1.5"], "--lora-dropout 1.5"),
+        ([*BASE, "--lora", "--ac-mode", "selective"], "--ac-mode selective: not modelled for LoRA"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(
@@ -307,3 +314,80 @@ def test_checkpoint_time_is_model_plus_optimizer_over_the_stack_storage(
     local = _json(capsys, *BASE, "--nodes", "2")
     # no shared storage: each node writes its shards to its own gp3 root volume (125 MiB/s)
     assert local[0]["checkpoint_s"] == pytest.approx(12 * n / (2 * 125 * 2**20))
+
+
+def test_lora_flags_plan_a_lora_on_a_frozen_base(capsys: pytest.CaptureFixture[str]) -> None:
+    """--lora uses the training defaults (--lora_r 8 on q_proj,v_proj with dropout); the row's
+    memory is planner.lora's for that spec, its checkpoint the adapters and their AdamW state;
+    the frozen base has no gradient, AdamW state or weight-gradient FLOPs, so the step is
+    shorter and the memory smaller than the full fine-tune's."""
+    from planner.assumptions import DEFAULT
+    from planner.catalog import lookup
+    from planner.lora import LINEAR, LoraSpec, adapter_params, lora_memory
+    from planner.memory import PRECISIONS, layout
+    from planner.shapes import resolve
+    from training.config import TrainConfig
+
+    argv = ["--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "1", "--batch", "1"]
+    full = _json(capsys, *argv)[0]
+    lora = _json(capsys, *argv, "--lora")[0]
+    t = TrainConfig()
+    spec = LoraSpec(r=t.lora_r, targets=tuple(t.lora_target_modules.split(",")), dropout=True)
+    shape = resolve("llama3.1-70b")
+    n = adapter_params(shape, spec)
+    assert full["lora"] is None
+    assert lora["lora"] == {
+        "r": 8,
+        "targets": ["q_proj", "v_proj"],
+        "dropout": True,
+        "adapter_params": n,
+    }
+    mem = lora_memory(
+        shape,
+        layout("FULL_SHARD", 8, 8),
+        PRECISIONS["mixed"],
+        spec,
+        batch=1,
+        seq=4096,
+        ac=1.0,
+        a=DEFAULT,
+    )
+    assert lora["mem_per_gpu_bytes"] == mem.total
+    assert lora["memory"]["grads"] == mem.grads and lora["memory"]["optimizer"] == mem.optimizer
+    assert lora["checkpoint_bytes"] == n * (4 + 2 * 4)  # fp32 adapters + two fp32 moments
+    assert (
+        lora["mem_per_gpu_bytes"]
+        < lookup("p5.48xlarge").gpu_memory_bytes
+        < full["mem_per_gpu_bytes"]
+    )
+    assert lora["fits"] and not full["fits"]
+    assert lora["compute_s"]["gemm"] < full["compute_s"]["gemm"]
+    assert lora["compute_s"]["optimizer"] < full["compute_s"]["optimizer"]
+    assert lora["step_time_s"] < full["step_time_s"]
+    wide = _json(
+        capsys, *argv, "--lora-r", "16", "--lora-targets", "all-linear", "--lora-dropout", "0"
+    )[0]
+    assert wide["lora"]["targets"] == list(LINEAR) and wide["lora"]["dropout"] is False
+    assert wide["lora"]["adapter_params"] == adapter_params(
+        shape, LoraSpec(r=16, targets=LINEAR, dropout=False)
+    )
+    assert main([*argv, "--lora-r", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "LoRA r 16 on q_proj,v_proj (32.8 M trainable)" in out.splitlines()[0]
+    assert "(adapters + AdamW state)" in out
+
+
+def test_stack_lora_reads_the_jobs_peft_flags() -> None:
+    """A stack job's --use_peft and --lora_* flags, read with the training CLI's parser; no
+    --use_peft, no LoRA; a bad value is one line naming the stack and the job's args."""
+    from planner.args import UsageError, _stack_lora
+
+    assert _stack_lora("s", ("--ac_mode=full", "--dataset=custom")) == {}
+    got = _stack_lora("s", ("--use_peft", "--lora_r=4", "--lora_target_modules=all-linear"))
+    assert {k: v for k, v in got["lora"].items() if k != "flag"} == {
+        "r": 4,
+        "targets": "all-linear",
+        "dropout": 0.05,
+    }
+    with pytest.raises(UsageError, match=r"^--stack s: the job's args: --lora_r"):
+        _stack_lora("s", ("--lora_r=4",))  # without --use_peft

@@ -223,3 +223,39 @@ def test_bad_specs() -> None:
         LoraSpec(targets=("qkv_proj",))
     with pytest.raises(ValueError, match="--lora-r 0: must be >= 1"):
         LoraSpec(r=0)
+
+
+@pytest.mark.parametrize("spec", [*SPECS, "full"])
+def test_step_gemm_flops_are_what_autograd_runs(spec: str) -> None:
+    """The matmul FLOPs of one forward and backward (no AC) that ``planner.timing`` charges,
+    against ``torch.utils.flop_counter.FlopCounterMode`` on the tiny preset: exact. With LoRA
+    the frozen base has no weight gradient (4 N_matmul + 6 N_adapters) and the first layer's
+    attention input no gradient at all (``first_layer_skipped_flops``)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from planner.lora import first_layer_skipped_flops
+    from planner.timing import executed_flops_per_token
+
+    shape = resolve("tiny-llama")
+    lora = SPECS.get(spec)
+    if lora is None:  # the same base model without adapters, every weight trained
+        from transformers import LlamaForCausalLM
+
+        _, with_adapters = _tiny_lora(SPECS["qv_dropout"])
+        peft_model = LlamaForCausalLM(with_adapters.config)
+    else:
+        peft_model, _ = _tiny_lora(lora)
+    ids = torch.randint(0, shape.vocab_size, (B, 32))
+    with FlopCounterMode(display=False) as counter:
+        peft_model(input_ids=ids, labels=ids).loss.backward()
+    counts = {str(k): v for k, v in counter.get_flop_counts()["Global"].items()}
+    assert set(counts) == {"aten.mm"}  # SDPA's math kernel on CPU is not counted as attention
+    predicted = executed_flops_per_token(
+        shape,
+        32,
+        0.0,
+        lora_params=adapter_params(shape, lora) if lora else None,
+        lora_skipped=first_layer_skipped_flops(shape, lora) if lora else 0,
+    )
+    assert counts["aten.mm"] == predicted.gemm * B * 32
