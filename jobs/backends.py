@@ -1,6 +1,7 @@
 """The one place a backend is chosen: ``--local`` runs jobs on this machine (``jobs.local``),
 anything else talks to a cluster's API (``jobs.cluster``) through ``--kubeconfig``,
-``--stack`` (its kubeconfig output) or the default kubeconfig."""
+``--stack`` (its kubeconfig output) or the default kubeconfig, in ``-n NAMESPACE``, else the
+stack's ``jobsNamespace`` output (with ``--stack``), else ``default``."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ def choose(
 
         return LocalBackend()
     from jobs.cluster import ClusterBackend
-    from jobs.kube import api_client
+    from jobs.kube import api_client, jobs_namespace
 
-    return ClusterBackend(
-        api_client(kubeconfig, stack), namespace=namespace or "default", stack=stack
-    )
+    api = api_client(kubeconfig, stack)
+    if not namespace:  # -n, else the stack's jobsNamespace output, else "default"
+        namespace = jobs_namespace(stack) if stack else "default"
+    return ClusterBackend(api, namespace=namespace, stack=stack)

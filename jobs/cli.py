@@ -11,10 +11,15 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from jobs.types import JobsError
+from jobs.types import FINISHED, JobsError
+
+FINISH_WAIT_S = 30.0
+"""``--follow`` on a cluster: seconds to wait, once pod 0's log has ended, for the operator
+to mark the job finished (it does so after the pod's exit, on its next reconcile)."""
 
 EXAMPLES = {
     "submit": (
@@ -38,7 +43,13 @@ EXAMPLES = {
         "examples:\n  python -m jobs cancel --local llama-finetune-dev   (checkpoints kept)\n"
         "  python -m jobs cancel --local llama-finetune-dev --purge   (and removed)"
     ),
-    "resume": "example:\n  python -m jobs resume --local llama-finetune-dev --follow",
+    "resume": (
+        "examples:\n  python -m jobs resume --local llama-finetune-dev --follow\n"
+        "  python -m jobs resume --stack p5-16 llama2-7b-samsum-128gpu"
+        " --from s3://my-bucket/checkpoints\n"
+        "  python -m jobs resume --local llama-finetune-dev --from ./saved-checkpoints\n"
+        "(--from: the checkpoint root; the job's checkpoints are ROOT/NAME/step-N)"
+    ),
 }
 
 
@@ -98,15 +109,29 @@ def _parser() -> argparse.ArgumentParser:
         "-f",
         "--follow",
         action="store_true",
-        help="follow until the job ends (local: the runner's progress; Ctrl-C cancels it)",
+        help="follow until the job ends (local: the runner's progress; Ctrl-C cancels it; "
+        "cluster: worker pod 0's log, once it has started)",
     )
+    _wait_flag(submit)
     verb("list", "jobs with phase, workers, restarts, step and age")
     status = verb("status", "one job: conditions, replicas, step, loss, tokens/s, ETA, goodput")
     status.add_argument("name", metavar="NAME")
-    logs = verb("logs", "a worker's log (rank 0 unless --rank)")
+    logs = verb("logs", "a worker pod's log (pod 0 unless --rank)")
     logs.add_argument("name", metavar="NAME")
-    logs.add_argument("--rank", type=int, default=0, help="worker pod index (default 0)")
-    logs.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
+    logs.add_argument(
+        "--rank",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the worker pod's replica index: pod NAME-worker-N (default 0), not torch's RANK",
+    )
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="wait for the pod to start, then stream until it ends",
+    )
+    _wait_flag(logs)
     logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
     logs.add_argument(
         "--runner", action="store_true", help="local: the runner's log (progress, summary)"
@@ -119,7 +144,28 @@ def _parser() -> argparse.ArgumentParser:
     resume = verb("resume", "a new job from the last complete checkpoint (new rendezvous id)")
     resume.add_argument("name", metavar="NAME")
     resume.add_argument("-f", "--follow", action="store_true", help="follow until it ends")
+    resume.add_argument(
+        "--from",
+        dest="from_uri",
+        metavar="URI",
+        help="continue from the checkpoints under this root: a path (cluster: on the job's "
+        "checkpoint claim) or s3://BUCKET/PREFIX; kept for later resumes",
+    )
+    _wait_flag(resume)
     return parser
+
+
+def _wait_flag(parser: argparse.ArgumentParser) -> None:
+    from jobs.cluster_logs import WAIT_TIMEOUT_S
+
+    parser.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=WAIT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="cluster, with --follow: how long to wait for the worker pod to start "
+        f"(default {WAIT_TIMEOUT_S:g})",
+    )
 
 
 def _write(text: str) -> None:
@@ -149,6 +195,13 @@ def run(args: argparse.Namespace) -> int:
     from jobs import output
     from jobs.backends import choose
 
+    if getattr(args, "wait_timeout", 1.0) <= 0:
+        raise JobsError(f"--wait-timeout {args.wait_timeout:g}: must be > 0 seconds", status=2)
+    if args.verb == "resume" and args.from_uri is not None:
+        from jobs.resume_from import parse
+
+        parse(args.from_uri, local=args.local, claim_mount="/")  # its form, before any request
+
     if args.verb == "submit":
         from jobs.file import load
 
@@ -156,6 +209,11 @@ def run(args: argparse.Namespace) -> int:
         job = load(args.file, sets=sets, name=args.name, stack=args.stack)
         if args.local and args.image:
             raise JobsError("--image: a local job runs this checkout's training/", status=2)
+        if not args.local and args.stack and "namespace" not in job.values:
+            from jobs.kube import jobs_namespace  # the namespace the stack prepared for jobs
+
+            sets.append(f"namespace={jobs_namespace(args.stack)}")
+            job = load(args.file, sets=sets, name=args.name, stack=args.stack)
         backend = choose(
             local=args.local,
             kubeconfig=args.kubeconfig,
@@ -180,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
         if args.tail is not None and args.tail < 0:
             raise JobsError(f"--tail {args.tail}: must be >= 0", status=2)
         try:
+            extra = {} if args.local else {"wait_timeout_s": args.wait_timeout}
             backend.logs(
                 args.name,
                 rank=args.rank,
@@ -187,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
                 tail=args.tail,
                 write=_write,
                 runner=args.runner,
+                **extra,
             )
         except KeyboardInterrupt:
             return 130
@@ -194,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
         message = backend.cancel(args.name, purge=args.purge)
         _print(args, {"name": args.name, "cancelled": True, "message": message}, message)
     elif args.verb == "resume":
-        done = backend.resume(args.name)
+        done = backend.resume(args.name, from_uri=args.from_uri)
         _print(args, done.as_dict(), output.submitted_text(done, "resumed"))
         if args.follow:
             return _follow(args, backend, done.name)
@@ -207,11 +267,24 @@ def _follow(args: argparse.Namespace, backend: Any, name: str) -> int:
     if isinstance(backend, LocalBackend):
         return _follow_local(backend, name)
     try:
-        backend.logs(name, rank=0, follow=True, tail=None, write=_write)
+        backend.logs(
+            name, rank=0, follow=True, tail=None, write=_write, wait_timeout_s=args.wait_timeout
+        )
+        phase = backend.status(name).phase
+        deadline = time.monotonic() + FINISH_WAIT_S
+        while phase not in FINISHED and time.monotonic() < deadline:
+            time.sleep(1.0)  # pod 0's log ended; the operator's condition follows
+            phase = backend.status(name).phase
     except KeyboardInterrupt:
         print(f"\nstopped following; {name} keeps running", file=sys.stderr)
         return 130
-    return 0 if backend.status(name).phase == "Succeeded" else 1
+    if phase not in FINISHED:
+        print(
+            f"jobs: the log of {name}'s worker pod 0 ended, the job is {phase}: "
+            f"`python -m jobs logs {name} --follow` goes on",
+            file=sys.stderr,
+        )
+    return 0 if phase == "Succeeded" else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

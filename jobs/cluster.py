@@ -13,12 +13,13 @@ server's pod proxy, on jobs that export metrics (stacks with observability).
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from jobs import manifest
+from jobs import cluster_logs, manifest, resume_from
 from jobs.file import JobFile, loads
 from jobs.kube import TIMEOUT, api_errors, object_not_found, stack_output
 from jobs.progress import from_prometheus, planned_steps
@@ -34,10 +35,21 @@ TYPE_LABEL = "training.kubeflow.org/replica-type"
 INDEX_LABEL = "training.kubeflow.org/replica-index"
 OPERATOR_PHASES = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 DELETE_WAIT_S = 60.0
+"""Seconds ``resume`` and ``submit --replace`` wait for a deleted job to be gone."""
+ROOT_KEY = "checkpointRoot"
+"""Record key: the checkpoint root ``resume --from`` gave (kept for the next resume)."""
+STILL_DELETING = (
+    "a job of this name is still being deleted (a cancel in progress): wait a few seconds "
+    "until `python -m jobs list` no longer shows it running, then try again"
+)
 NO_OPERATOR = (
     "the cluster has no PyTorchJob API (kubeflow.org/v1): is the training operator installed? "
     "(pulumi up of the cluster stack)"
 )
+
+
+def _note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _age(stamp: str | None) -> float | None:
@@ -291,9 +303,11 @@ class ClusterBackend:
             status=2,
         )
 
-    def _create(self, job_file: JobFile, image: str, generation: int) -> tuple[Any, str]:
+    def _create(
+        self, job_file: JobFile, image: str, generation: int, root: str | None = None
+    ) -> tuple[Any, str]:
         w = job_workloads(job_file, image=image, generation=generation)
-        settings = w.job
+        settings = resume_from.with_root(w.job, root)
         rdzv = manifest.fresh_rdzv_id(settings)
         settings = settings.replace(rdzv_id=rdzv)
         from workloads.specs.observability import ObservabilitySettings
@@ -305,6 +319,7 @@ class ClusterBackend:
             f"create pytorchjob {settings.name} in {ns}",
             f"no namespace {ns!r} or no PyTorchJob API (kubeflow.org/v1) on the cluster: "
             "check the job's namespace and that the stack installed the training operator",
+            conflict=STILL_DELETING,
         ):
             created = _raw(
                 self.custom.create_namespaced_custom_object, GROUP, VERSION, ns, PLURAL, body
@@ -339,6 +354,8 @@ class ClusterBackend:
             while self._get_job(job.name, ns) is not None and time.monotonic() < deadline:
                 time.sleep(0.5)
             existing, record = None, None
+        if existing is not None and (existing.get("metadata") or {}).get("deletionTimestamp"):
+            raise JobsError(f"job {job.name!r} in {ns}: {STILL_DELETING}")
         if existing is not None or record is not None:
             phase = (
                 phase_of(existing)
@@ -415,46 +432,40 @@ class ClusterBackend:
         tail: int | None = None,
         write: Callable[[str], None],
         runner: bool = False,
+        wait_timeout_s: float = cluster_logs.WAIT_TIMEOUT_S,
+        note: Callable[[str], None] = _note,
     ) -> None:
+        """Worker pod ``rank``'s log (the replica index, pod ``<name>-worker-<rank>``). With
+        ``follow`` it first waits for the pod to start (``note`` gets one line per state)."""
         if runner:
             raise JobsError(
                 "--runner: only local jobs have a runner; the operator's events: "
                 f"kubectl describe pytorchjob {name}",
                 status=2,
             )
-        selector = f"{JOB_LABEL}={name},{INDEX_LABEL}={rank}"
-        pods = self._pods(selector)
-        if not pods:
-            job = self._get_job(name)
-            if job is None:
-                raise JobsError(
-                    f"no job {name!r} in namespace {self.namespace}: `python -m jobs list` shows them"
-                )
-            wanted = job["spec"]["pytorchReplicaSpecs"]["Worker"].get("replicas", 0)
-            if not 0 <= rank < wanted:
-                raise JobsError(
-                    f"--rank {rank}: job {name} has {wanted} worker pods (--rank 0..{wanted - 1})",
-                    status=2,
-                )
+        pods = self._pods(f"{JOB_LABEL}={name},{INDEX_LABEL}={rank}")
+        if follow or (pods and cluster_logs.started(pods[0])):
+            pod = cluster_logs.wait_started(self, name, rank, timeout_s=wait_timeout_s, note=note)
+            cluster_logs.stream(
+                self, name, pod["metadata"]["name"], follow=follow, tail=tail, write=write
+            )
+            return
+        job = self._get_job(name)
+        if job is None:
             raise JobsError(
-                f"job {name}: worker pod {rank} does not exist yet ({phase_of(job)}); try again with --follow later"
+                f"no job {name!r} in namespace {self.namespace}: `python -m jobs list` shows them"
             )
-        pod = pods[0]["metadata"]["name"]
-        with api_errors(self.api, f"logs of pod {pod}"):
-            resp = self.core.read_namespaced_pod_log(
-                pod,
-                self.namespace,
-                container=pj.CONTAINER,
-                follow=follow,
-                tail_lines=tail,
-                _preload_content=False,
-                _request_timeout=(TIMEOUT[0], None) if follow else TIMEOUT,
+        wanted = job["spec"]["pytorchReplicaSpecs"]["Worker"].get("replicas", 0)
+        if not 0 <= rank < wanted:
+            raise JobsError(
+                f"--rank {rank}: job {name} has {wanted} worker pods (--rank 0..{wanted - 1})",
+                status=2,
             )
-            try:
-                for chunk in resp.stream(4096):
-                    write(chunk.decode(errors="replace"))
-            finally:
-                resp.release_conn()
+        state = cluster_logs.waiting_state(pods[0]) if pods else "not created yet"
+        raise JobsError(
+            f"job {name}: worker pod {rank} has not started ({phase_of(job)}, pod {state}): "
+            "--follow waits for it"
+        )
 
     def _delete_job(self, name: str, ns: str) -> bool:
         with api_errors(self.api, f"delete pytorchjob {name}"):
@@ -502,16 +513,39 @@ class ClusterBackend:
             f"the claim (resume: python -m jobs resume {name})"
         )
 
-    def resume(self, name: str) -> Submitted:
+    def resume(self, name: str, *, from_uri: str | None = None) -> Submitted:
+        """A new generation of job ``name`` from its newest complete checkpoint: in its own
+        checkpoint folder, or under ``from_uri`` (``resume --from``: a path on its claim or
+        ``s3://BUCKET/PREFIX``), which the record keeps for the next resume."""
         ns = self.namespace
+        if from_uri is not None:  # its form before any request; the claim once it is known
+            resume_from.parse(from_uri, local=False, claim_mount="/")
         record = self._get_record(name)
         if record is None:
             raise JobsError(
                 f"no record of job {name!r} in {ns} (configmap {manifest.record_name(name)}): "
                 "only jobs submitted with python -m jobs can be resumed"
             )
+        data = record.get("data") or {}
+        job_file = loads(
+            data[manifest.JOB_FILE_KEY], source=f"configmap/{manifest.record_name(name)}"
+        )
+        generation = int(data.get(manifest.GENERATION_KEY, 1)) + 1
+        image = data.get(manifest.IMAGE_KEY) or self.image_for(job_file, None)
+        w = job_workloads(job_file, image=image, generation=generation)
+        root = data.get(ROOT_KEY) or None
+        if from_uri is not None:
+            mount = w.job.checkpoint_mount if w.job.checkpoint_claim else None
+            root = resume_from.parse(from_uri, local=False, claim_mount=mount)
+        if not root and not w.job.resumes:
+            raise JobsError(
+                f"job {name} keeps its checkpoints per pod (no checkpointClaim, {w.job.workers} "
+                "workers): a resume would start over; submit it again, or resume --from "
+                "s3://BUCKET/PREFIX holding its checkpoints"
+            )
         job = self._get_job(name)
-        if job is not None:
+        deleting = job is not None and (job.get("metadata") or {}).get("deletionTimestamp")
+        if job is not None and not deleting:
             phase = phase_of(job)
             if phase not in FINISHED:
                 raise JobsError(
@@ -522,27 +556,17 @@ class ClusterBackend:
                     f"job {name} succeeded: nothing to resume; submit it again under a new --name"
                 )
             self._delete_job(name, ns)
+        if job is not None:
             deadline = time.monotonic() + DELETE_WAIT_S
             while self._get_job(name) is not None and time.monotonic() < deadline:
                 time.sleep(0.5)
-        data = record.get("data") or {}
-        job_file = loads(
-            data[manifest.JOB_FILE_KEY], source=f"configmap/{manifest.record_name(name)}"
-        )
-        generation = int(data.get(manifest.GENERATION_KEY, 1)) + 1
-        image = data.get(manifest.IMAGE_KEY) or self.image_for(job_file, None)
-        w = job_workloads(job_file, image=image, generation=generation)
-        if not w.job.resumes:
-            raise JobsError(
-                f"job {name} keeps its checkpoints per pod (no checkpointClaim, {w.job.workers} "
-                "workers): a resume would start over; submit it again"
-            )
-        _, rdzv = self._create(job_file, image, generation)
+        _, rdzv = self._create(job_file, image, generation, root)
         patch = {
             "data": {
                 manifest.GENERATION_KEY: str(generation),
                 manifest.RDZV_ID_KEY: rdzv,
                 manifest.CANCELLED_KEY: None,
+                ROOT_KEY: root,
             }
         }
         with api_errors(self.api, f"patch configmap {manifest.record_name(name)}"):

@@ -25,6 +25,9 @@ TIMEOUT = (5.0, 60.0)
 """(connect, read) seconds of one API request (``_request_timeout``)."""
 KUBECONFIG_OUTPUT = "kubeconfig"
 """The cluster stack's kubeconfig output (``infra.outputs.KUBECONFIG``; a test checks)."""
+JOBS_NAMESPACE_OUTPUT = "jobsNamespace"
+"""The stack's output naming the jobs' namespace (``workloads.program.OUTPUT_JOBS_NAMESPACE``;
+a test checks)."""
 
 
 def stack_output(stack: str, key: str, *, secret: bool = False) -> Any:
@@ -98,6 +101,14 @@ def api_client(
     return client.ApiClient(cfg)
 
 
+def jobs_namespace(stack: str) -> str:
+    """The namespace a cluster stack prepared for jobs (its ``jobsNamespace`` output)."""
+    value = stack_output(stack, JOBS_NAMESPACE_OUTPUT)
+    if not isinstance(value, str) or not value:
+        raise JobsError(f"--stack {stack}: its {JOBS_NAMESPACE_OUTPUT} output is not a namespace")
+    return value
+
+
 def server(api: Any) -> str:
     return str(api.configuration.host)
 
@@ -120,9 +131,13 @@ def _details(err: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def api_errors(api: Any, what: str, not_found: str | None = None) -> Iterator[None]:
+def api_errors(
+    api: Any, what: str, not_found: str | None = None, *, conflict: str | None = None
+) -> Iterator[None]:
     """Turn the client's exceptions into one ``JobsError`` line: ``what`` is the request
-    (``create pytorchjob x``), ``not_found`` what a 404 means."""
+    (``create pytorchjob x``), ``not_found`` what a 404 means, ``conflict`` what a 409 does
+    (AlreadyExists: on a create, an object of the name that another check did not see, such as
+    one whose deletion is still in progress)."""
     import urllib3
     from kubernetes.client.exceptions import ApiException
 
@@ -147,6 +162,8 @@ def api_errors(api: Any, what: str, not_found: str | None = None) -> Iterator[No
             ) from None
         if err.status == 404 and not_found:
             raise JobsError(f"{what}: {not_found}") from None
+        if err.status == 409 and conflict:
+            raise JobsError(f"{what}: {message or err.reason}: {conflict}") from None
         raise JobsError(f"{what}: {err.status} {err.reason}: {message}") from None
     except (urllib3.exceptions.HTTPError, OSError) as err:
         reason = getattr(err, "reason", None) or err

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from jobs import resume_from
 from jobs.file import JobFile, loads
 from jobs.manifest import fresh_rdzv_id
 from jobs.progress import from_rows, planned_steps, read_rows
@@ -56,18 +57,21 @@ def state_root() -> Path:
     return Path(os.environ.get(STATE_ENV) or DEFAULT_ROOT)
 
 
-def local_settings(job_file: JobFile, *, generation: int, rdzv_id: str) -> tuple[JobSettings, str]:
+def local_settings(
+    job_file: JobFile, *, generation: int, rdzv_id: str, checkpoint_root: str | None = None
+) -> tuple[JobSettings, str]:
     """The job as the local runner runs it, and its device: the cluster job's settings with
     ``--log_every=1`` on CPU unless the file sets it (the runner's progress lines read every
     row, as ``python -m localrun`` does), no exporter port (two jobs at once would share
-    it), and the submission's rendezvous id. ``localrun`` localizes the rest."""
+    it), the submission's rendezvous id, and ``checkpoint_root`` (``resume --from``) as its
+    checkpoint root. ``localrun`` localizes the rest."""
     w = job_workloads(job_file, generation=generation)
     job: JobSettings = w.job
     args = job.train_args
     if w.device == "cpu" and not any(a.split("=", 1)[0] == "--log_every" for a in args):
         args = (*args, "--log_every=1")
     job = job.replace(train_args=args, metrics_port=0, rdzv_id=rdzv_id)
-    return job, w.device
+    return resume_from.with_root(job, checkpoint_root), w.device
 
 
 def read_json(path: Path) -> Any:
@@ -108,10 +112,15 @@ class LocalBackend:
         return folder
 
     def checkpoints(self, name: str) -> Path:
-        return self.folder(name) / "shared" / name
+        """The job's checkpoint folder: under the root ``resume --from`` gave (when a local
+        path), else on its shared volume."""
+        record = read_json(self.folder(name) / RECORD) or {}
+        root = record.get("checkpoint_root")
+        found = resume_from.checkpoint_folder(root, name) if root else None
+        return found or self.folder(name) / "shared" / name
 
     def metrics_path(self, name: str) -> Path:
-        return self.checkpoints(name) / "output" / "metrics.jsonl"
+        return self.folder(name) / "shared" / name / "output" / "metrics.jsonl"
 
     def pod_log(self, name: str, rank: int) -> Path:
         return self.folder(name) / "logs" / f"{name}-worker-{rank}.log"
@@ -413,7 +422,11 @@ class LocalBackend:
             f"resume: python -m jobs resume --local {name})"
         )
 
-    def resume(self, name: str) -> Submitted:
+    def resume(self, name: str, *, from_uri: str | None = None) -> Submitted:
+        """The next generation of job ``name`` from its newest complete checkpoint: in its own
+        folder, or under ``from_uri`` (``resume --from``: a folder here or
+        ``s3://BUCKET/PREFIX``), which the record keeps for the next resume."""
+        root = resume_from.parse(from_uri, local=True) if from_uri is not None else None
         folder = self._existing(name)
         info = self.status(name)
         if info.phase not in FINISHED:
@@ -425,18 +438,28 @@ class LocalBackend:
             raise JobsError(
                 f"job {name} succeeded: nothing to resume; submit it again under a new --name"
             )
-        steps = complete_checkpoint_steps(self.checkpoints(name))
-        if not steps:
+        record = read_json(folder / RECORD) or {}
+        root = root or record.get("checkpoint_root")
+        where = resume_from.checkpoint_folder(root, name) if root else self.checkpoints(name)
+        steps = complete_checkpoint_steps(where) if where is not None else []
+        if where is not None and not steps:
             raise JobsError(
-                f"job {name} has no complete checkpoint in {self.checkpoints(name)}: a resume "
-                f"would start over; submit it again (--name, or `cancel --local {name} --purge`)"
+                f"job {name} has no complete checkpoint in {where}: a resume would start over; "
+                + (
+                    f"--from names the root that holds {name}/step-N/"
+                    if from_uri is not None
+                    else f"submit it again (--name, or `cancel --local {name} --purge`)"
+                ),
+                status=2 if from_uri is not None else 1,
             )
         record = read_json(folder / RECORD) or {}
         job_file = loads(
             (folder / JOB_FILE).read_text(encoding="utf-8"), source=f"{folder / JOB_FILE}"
         )
         generation = int(record.get("generation", 1)) + 1
-        settings, _ = local_settings(job_file, generation=generation, rdzv_id="")
+        settings, _ = local_settings(
+            job_file, generation=generation, rdzv_id="", checkpoint_root=root
+        )
         old = generation - 1
         for entry, kept in (
             (folder / "logs", f"logs-g{old}"),
@@ -449,8 +472,9 @@ class LocalBackend:
         record.update(
             generation=generation,
             rdzv_id=fresh_rdzv_id(settings),
-            resumed_from_step=steps[-1],
+            resumed_from_step=steps[-1] if steps else None,
             started_at=None,
+            checkpoint_root=root,
         )
         write_json(folder / RECORD, record)
         self._start(name)

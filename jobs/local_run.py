@@ -123,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         job_file = loads(
             (folder / JOB_FILE).read_text(encoding="utf-8"), source=str(folder / JOB_FILE)
         )
-        job, device = local_settings(job_file, generation=generation, rdzv_id=record["rdzv_id"])
+        job, device = local_settings(
+            job_file,
+            generation=generation,
+            rdzv_id=record["rdzv_id"],
+            checkpoint_root=record.get("checkpoint_root"),
+        )
         opts = LocalOptions(
             stack=job_file.stack,
             out=folder,

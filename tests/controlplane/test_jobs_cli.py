@@ -5,8 +5,8 @@ PyTorchJob the CLI creates, kwok running its pods on fake nodes of the dev stack
 The job is the dev example in a namespace of its own, with a checkpoint claim (a static volume
 bound to it, as the fsx stacks' claim is), so that it resumes with two workers. If these fail,
 the CLI would create a job the operator does not run, misread the operator's conditions and
-pods, leave the workers' NetworkPolicy or pods behind after ``cancel`` (or lose the record
-``resume`` needs), resume into a closed rendezvous, or report a refused request as something
+pods, follow a job's log before its first pod exists, leave the workers' NetworkPolicy or
+pods behind after ``cancel`` (or lose the record ``resume`` needs), resume into a closed rendezvous, or report a refused request as something
 other than one line.
 """
 
@@ -121,9 +121,17 @@ def test_submit_status_list_and_logs(
         f"namespace={NS}",
         "--set",
         f"checkpointClaim={CLAIM}",
+        "--follow",
+        "--wait-timeout",
+        str(TIMEOUT_S),
     )
-    assert code == 0, err
+    # --follow waits for the operator to create worker pod 0 and for it to start, one line
+    # per state, then asks for its log, which kwok's nodes do not serve (one line)
     assert out.startswith(f"submitted {NAME} (cluster in namespace {NS}, generation 1")
+    *waiting, last = err.splitlines()
+    note = f"waiting for pod {NAME}-worker-0 to start: "
+    assert all(line.startswith(note) for line in waiting), err  # none if the operator was quick
+    assert code == 1 and last.startswith(f"jobs: logs of pod {NAME}-worker-0: "), err
     info = wait_for(
         "the operator runs the job on kwok's nodes",
         lambda: (s := _status(capsys, kubeconfig))["phase"] == "Running" and s["ready"] == 2 and s,

@@ -6,8 +6,11 @@ response shapes of the real API (upstream OpenAPI and API conventions): objects 
 ``details.kind``, ``AlreadyExists``, ``Forbidden``); a group it does not serve answers the
 plain-text "404 page not found" of an unregistered API; lists honour ``labelSelector``
 (``k=v``, ``k``, comma-joined); configmap PATCH is a JSON merge patch; deleting an object
-deletes what names it in ``ownerReferences`` (the garbage collector); pod logs and the pod
-proxy's ``/metrics`` return the texts a test put there. The PyTorchJob's ``status`` is what the
+deletes what names it in ``ownerReferences`` (the garbage collector), and an object with
+``metadata.finalizers`` only gets a ``deletionTimestamp`` (it stays until they are removed,
+as the API server keeps it); pod logs and the pod proxy's ``/metrics`` return the texts a
+test put there, and a log in ``broken_logs`` is cut off mid-body (the connection closes before
+its announced length, as when a node or a proxy drops it). The PyTorchJob's ``status`` is what the
 test writes, in the operator's shape (``conditions``, ``replicaStatuses``). Nothing here
 reaches beyond 127.0.0.1.
 """
@@ -57,6 +60,10 @@ class FakeKube:
         self.logs: dict[str, str] = {}
         self.metrics: dict[str, str] = {}
         self.requests: list[tuple[str, str]] = []
+        self.broken_logs: set[str] = set()
+        """Pods whose log answer breaks off after its first half."""
+        self.on_request: Any = None
+        """Called with (method, path) before each request is answered (a test's clock)."""
         self._version = itertools.count(1)
         self._lock = threading.Lock()
         fake = self
@@ -165,6 +172,9 @@ class FakeKube:
         url = urlparse(h.path)
         query = parse_qs(url.query)
         self.requests.append((method, url.path))
+        if self.on_request is not None:
+            with self._lock:
+                self.on_request(method, url.path)
         length = int(h.headers.get("Content-Length") or 0)
         body = json.loads(h.rfile.read(length) or b"null") if length else None
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
@@ -212,6 +222,16 @@ class FakeKube:
                 tail = query.get("tailLines")
                 if tail:
                     text = "".join(text.splitlines(keepends=True)[-int(tail[0]) :])
+                if name in self.broken_logs:
+                    data = text.encode()
+                    h.send_response(200)
+                    h.send_header("Content-Type", "text/plain")
+                    h.send_header("Content-Length", str(len(data)))
+                    h.end_headers()
+                    h.wfile.write(data[: len(data) // 2])
+                    h.wfile.flush()
+                    h.close_connection = True
+                    return
                 self._send(h, 200, text, "text/plain")
                 return
             if method == "POST":
@@ -284,7 +304,12 @@ class FakeKube:
             if method == "GET":
                 self._send(h, 200, found)
             elif method == "DELETE":
-                self._delete(plural, ns, name)
+                if found["metadata"].get("finalizers"):
+                    found["metadata"].setdefault(
+                        "deletionTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                    )
+                else:
+                    self._delete(plural, ns, name)
                 self._send(
                     h,
                     200,

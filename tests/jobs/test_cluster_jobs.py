@@ -215,7 +215,8 @@ def test_status_list_and_logs_read_the_operator_and_the_exporter(
     code, out, _ = _cli(capsys, "list", "--kubeconfig", kubeconfig)
     assert out.splitlines()[1].split()[:5] == [NAME, "Running", "2/2", "1", "120"]
     code, out, _ = _cli(capsys, "logs", NAME, "--kubeconfig", kubeconfig, "--rank", "1")
-    assert code == 0 and out == fake.logs[f"{NAME}-worker-1"]
+    assert code == 0 and out == fake.logs[f"{NAME}-worker-1"]  # the pod of replica index 1
+    assert out != fake.logs[f"{NAME}-worker-0"]
     code, out, _ = _cli(capsys, "logs", NAME, "--kubeconfig", kubeconfig, "--tail", "1", "-f")
     assert code == 0 and out == "pod 0 line 3\n"
     code, _, err = _cli(capsys, "logs", NAME, "--kubeconfig", kubeconfig, "--rank", "5")

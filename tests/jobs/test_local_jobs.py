@@ -4,10 +4,12 @@ resumed across separate invocations of the CLI.
 Nothing is mocked: each ``submit --local`` starts a detached runner (``jobs.local_run``) with its
 own etcd 3.5 and two torchrun agents training the tiny preset with gloo. One scenario is shared
 by the tests (two jobs cost about a minute of both cores): job A runs to completion next to
-job B; B is cancelled once its first checkpoint is complete, then resumed to the end. If these
+job B; B is cancelled once its first checkpoint is complete, then resumed to the end; a third,
+D, is resumed from its checkpoints moved to another root (``resume --from``). If these
 fail, two users' local jobs would collide (ports, etcd keys, folders), ``status`` would not
 tell a running job's step, ``logs --rank`` would show the wrong pod, a cancel would lose the
-checkpoint or leave processes behind, or a resumed job would redo or skip steps.
+checkpoint or leave processes behind, or a resumed job would redo or skip steps or ignore
+the checkpoint root it was given.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +41,7 @@ TINY = (
     "args.save_model=false",
     "args.plot_metrics=false",
 )
-A_STEPS, B_STEPS, B_EVERY = 12, 36, 4
+A_STEPS, B_STEPS, B_EVERY, D_STEPS = 12, 36, 4, 24
 """36: an epoch of the 256 samples is 39 steps of 4 sequences."""
 TIMEOUT_S = 240.0
 
@@ -85,7 +88,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield root
     finally:
         backend = LocalBackend(root)
-        for name in ("job-a", "job-b"):
+        for name in ("job-a", "job-b", "job-d"):
             if backend.alive(name):
                 backend.cancel(name)
         if previous is None:
@@ -175,10 +178,14 @@ def test_list_and_status_across_invocations(
 def test_logs_of_rank_1_are_the_second_pods(
     home: Path, running: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """``--rank`` is the pod (replica index): the whole text is pod 1's log file, which is
+    not pod 0's (read once job A has ended, so neither log grows)."""
+    _wait("job-a to end", lambda: _status("job-a")["phase"] != "Running")
     code, out, _ = _cli(capsys, "logs", "--local", "job-a", "--rank", "1")
-    assert code == 0 and out
-    pod1 = (home / "job-a" / "logs" / "job-a-worker-1.log").read_text(errors="replace")
-    assert pod1.startswith(out[:200])
+    logs = home / "job-a" / "logs"
+    pod0 = (logs / "job-a-worker-0.log").read_text(errors="replace")
+    pod1 = (logs / "job-a-worker-1.log").read_text(errors="replace")
+    assert code == 0 and out == pod1 and out != pod0
     code, out0, _ = _cli(capsys, "logs", "--local", "job-a", "--tail", "3")
     assert code == 0 and len(out0.splitlines()) <= 3
     code, _, err = _cli(capsys, "logs", "--local", "job-a", "--rank", "2")
@@ -270,3 +277,59 @@ def cli_keys() -> dict[str, str]:
     from jobs.file import KEYS
 
     return KEYS
+
+
+def test_resume_from_another_root_completes_with_every_step_logged_once(
+    home: Path, running: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``resume --from ROOT``: the checkpoints moved out of the job's folder to ROOT/job-d/
+    (a copy kept elsewhere); the resumed job reads them there, writes its next ones there, and
+    its metrics.jsonl still holds every step once."""
+    _wait(
+        "job-a and job-b to end",
+        lambda: all(_status(n)["phase"] != "Running" for n in ("job-a", "job-b")),
+    )
+    sets = [f"--set={s}" for s in TINY]
+    code, _, err = _cli(
+        capsys,
+        "submit",
+        "--local",
+        DEV,
+        "--name",
+        "job-d",
+        *sets,
+        f"--set=maxTrainStep={D_STEPS}",
+        f"--set=checkpointEvery={B_EVERY}",
+    )
+    assert code == 0, err
+    own = home / "job-d" / "shared" / "job-d"
+    _wait("job-d's first checkpoint", lambda: complete_checkpoint_steps(own))
+    assert _cli(capsys, "cancel", "--local", "job-d")[0] == 0
+    resumed_from = complete_checkpoint_steps(own)[-1]
+    assert resumed_from < D_STEPS
+    elsewhere = home / "saved-checkpoints"
+    (elsewhere / "job-d").mkdir(parents=True)
+    for step in own.glob("step-*"):
+        shutil.move(str(step), elsewhere / "job-d" / step.name)
+    code, _, err = _cli(capsys, "resume", "--local", "job-d", "--from", str(home / "nowhere"))
+    assert code == 2 and err == f"jobs: --from {home / 'nowhere'}: no such folder\n"
+    code, _, err = _cli(capsys, "resume", "--local", "job-d", "--from", str(home))
+    assert (
+        code == 2 and err.count("\n") == 1 and f"no complete checkpoint in {home / 'job-d'}" in err
+    )
+    code, out, _ = _cli(capsys, "resume", "--local", "job-d", "--from", str(elsewhere), "--follow")
+    assert code == 0, out[-3000:]
+    after = _status("job-d")
+    assert after["phase"] == "Succeeded" and after["generation"] == 2
+    rows = read_metrics(own / "output" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, D_STEPS + 1))
+    assert list(own.glob("step-*")) == []  # nothing written to the old root
+    assert complete_checkpoint_steps(elsewhere / "job-d")[-1] > resumed_from
+    assert after["where"]["checkpoints"].startswith(str(elsewhere / "job-d"))
+    pods = "".join(p.read_text(errors="replace") for p in (home / "job-d" / "logs").glob("*.log"))
+    assert f"at step {resumed_from}" in pods
+    job = json.loads((home / "job-d" / "pytorchjob.local.json").read_text())
+    command = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+        "command"
+    ]
+    assert f"--dist_checkpoint_root_folder={elsewhere}" in command

@@ -235,8 +235,10 @@ def _budget_flags(s: JobSettings) -> list[str]:
 
 def train_command(s: JobSettings) -> list[str]:
     """The container command: torchrun (configured by PET_* env, with the store-tolerant
-    handler for an etcd backend) running the fine-tune."""
+    handler for an etcd backend) running the fine-tune. The checkpoint root is the volume's
+    mount unless the job's flags name another (``resume --from``: a path or ``s3://``)."""
     tolerant = TOLERANT_RDZV_BACKENDS.get(s.rdzv_backend)
+    own_root = any(a.split("=", 1)[0] == "--dist_checkpoint_root_folder" for a in s.train_args)
     return [
         *LAUNCHER,
         *([f"--rdzv-backend={tolerant}"] if tolerant else []),
@@ -244,7 +246,7 @@ def train_command(s: JobSettings) -> list[str]:
         "training.finetune",
         *s.train_args,
         *_budget_flags(s),
-        f"--dist_checkpoint_root_folder={s.checkpoint_mount}",
+        *([] if own_root else [f"--dist_checkpoint_root_folder={s.checkpoint_mount}"]),
         f"--dist_checkpoint_folder={s.name}",
         f"--output_dir={output_dir(s)}",
         *(["--resume"] if s.resumes else []),

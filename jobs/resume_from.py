@@ -1,0 +1,101 @@
+"""``resume NAME --from URI``: the checkpoint root a resumed job continues from.
+
+A checkpoint of job ``NAME`` is ``<root>/NAME/step-N/`` with a ``COMPLETE`` marker
+(``training/checkpoint.py``); the root is training's ``--dist_checkpoint_root_folder`` (the
+checkpoint volume's mount unless ``--from`` names another). ``URI`` is
+
+- a path: for a local job a folder on this machine (relative to the current folder); for a
+  cluster job an absolute path in the pods, on the job's checkpoint claim (anything else is
+  the container's own disk, gone with the pod);
+- ``s3://BUCKET/PREFIX``: training reads and writes DCP checkpoints there (the bucket name
+  as S3's naming rules allow it: 3-63 lowercase letters, digits, dots and hyphens, starting
+  and ending with a letter or digit; docs.aws.amazon.com/AmazonS3/latest/userguide/
+  bucketnamingrules.html).
+
+The new job reads the newest complete checkpoint there and keeps writing its checkpoints to
+the same root (so a later ``resume`` without ``--from`` continues from it: the root is kept in
+the job's record); its metrics and output stay where the job's output always goes.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from pathlib import Path
+
+from jobs.types import JobsError
+from workloads.specs.settings import JobSettings
+
+ROOT_FLAG = "--dist_checkpoint_root_folder"
+"""The training flag that names the checkpoint root (``training.config``)."""
+_SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def parse(uri: str, *, local: bool, claim_mount: str | None = None) -> str:
+    """``uri`` checked and normalised (a local path made absolute), or ``JobsError`` (status 2)
+    in one line naming it. ``claim_mount``: where a cluster job's checkpoint claim is mounted
+    (None: the job has no claim)."""
+    where = f"--from {uri}"
+    if not uri.strip():
+        raise JobsError("--from: empty; give a path or s3://BUCKET/PREFIX", status=2)
+    found = _SCHEME.match(uri)
+    if found is not None:
+        scheme = found["scheme"].lower()
+        if scheme != "s3":
+            raise JobsError(
+                f"{where}: unknown scheme {found['scheme']!r}: give a path or s3://BUCKET/PREFIX",
+                status=2,
+            )
+        bucket, _, prefix = found["rest"].partition("/")
+        if not bucket:
+            raise JobsError(f"{where}: no bucket: give s3://BUCKET/PREFIX", status=2)
+        if not _BUCKET.match(bucket) or ".." in bucket:
+            raise JobsError(
+                f"{where}: {bucket!r} is not an S3 bucket name (3-63 lowercase letters, "
+                "digits, dots and hyphens)",
+                status=2,
+            )
+        prefix = prefix.strip("/")
+        return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+    if local:
+        path = Path(uri).expanduser().resolve()
+        if not path.is_dir():
+            raise JobsError(f"{where}: no such folder", status=2)
+        return str(path)
+    if not uri.startswith("/"):
+        raise JobsError(
+            f"{where}: a path in the pods must be absolute (on the checkpoint claim), or give "
+            "s3://BUCKET/PREFIX",
+            status=2,
+        )
+    path = posixpath.normpath(uri)
+    if claim_mount is None:
+        raise JobsError(
+            f"{where}: the job has no checkpointClaim, so no path in its pods outlives them: "
+            "give s3://BUCKET/PREFIX",
+            status=2,
+        )
+    if path != claim_mount and not path.startswith(claim_mount.rstrip("/") + "/"):
+        raise JobsError(
+            f"{where}: not on the job's checkpoint claim (mounted at {claim_mount}): give a "
+            f"path under {claim_mount}, or s3://BUCKET/PREFIX",
+            status=2,
+        )
+    return path
+
+
+def with_root(job: JobSettings, root: str | None) -> JobSettings:
+    """``job`` reading and writing its checkpoints under ``root`` (and resuming from them);
+    ``job`` itself when ``root`` is None."""
+    if not root:
+        return job
+    args = [a for a in job.train_args if a.split("=", 1)[0] != ROOT_FLAG]
+    return job.replace(train_args=(*args, f"{ROOT_FLAG}={root}"), resume=True)
+
+
+def checkpoint_folder(root: str, name: str) -> Path | None:
+    """The local folder holding job ``name``'s checkpoints under ``root`` (None for s3)."""
+    if root.startswith("s3://"):
+        return None
+    return Path(root) / name
