@@ -2,7 +2,9 @@
 
 Sinks on rank 0: `JsonlSink` (`<output_dir>/metrics.jsonl`, one line per optimizer step) and
 `ProgressSink` (a tqdm bar on a terminal, a plain line every --log_every steps otherwise). Any
-object with the same two methods (the `Sink` protocol) can join, e.g. a Prometheus exporter.
+object with the same two methods (the `Sink` protocol) can join, e.g. a Prometheus exporter,
+an experiment tracker (`training.tracking`) or llama-cookbook's `--save_metrics` JSON
+(`CookbookMetricsSink`).
 At the end `write_summary` writes llama-recipes' summary keys to `summary.json` and
 `plot_metrics` draws loss and throughput per step into `metrics.png`.
 
@@ -123,6 +125,84 @@ class ProgressSink:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+class CookbookMetricsSink:
+    """llama-cookbook's `--save_metrics` file: `metrics_data_<rank>-<YYYY-MM-DD_HH-MM-SS>.json`
+    in the output folder, with the eight lists its `save_to_json` writes
+    (`llama_cookbook/utils/train_utils.py` at 0.0.5.post1), so its `plot_metrics.py` reads it.
+
+    Differences, by design: a train step is an optimizer step and its loss the global batch's
+    mean token loss (llama-cookbook appends each micro-batch's loss divided by the
+    accumulation steps, on each rank); `val_step_loss` holds rank 0's validation batches as
+    there. Rewritten at most every `every_s` seconds, after each validation and at the end
+    (llama-cookbook rewrites it every step). Each start of a job writes its own file.
+    """
+
+    KEYS = (
+        "train_step_loss",
+        "train_epoch_loss",
+        "train_step_perplexity",
+        "train_epoch_perplexity",
+        "val_step_loss",
+        "val_epoch_loss",
+        "val_step_perplexity",
+        "val_epoch_perplexity",
+    )
+
+    def __init__(self, out_dir: Path, rank: int = 0, every_s: float = 10.0) -> None:
+        from datetime import datetime
+
+        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        self.path = out_dir / f"metrics_data_{rank}-{stamp}.json"
+        self.every_s = every_s
+        self._steps: list[tuple[int, float]] = []  # (epoch, loss) per optimizer step
+        self.val_step_loss: list[float] = []
+        self.val_epoch_loss: list[float] = []
+        self._written = 0.0
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        self._steps.append((int(metrics.get("epoch", 0)), float(metrics["loss"])))
+        if time.monotonic() - self._written >= self.every_s:
+            self.write()
+
+    def evaluated(self, loss: float, batch_losses: Sequence[float]) -> None:
+        """One validation: its mean loss and its batches' losses."""
+        self.val_step_loss.extend(batch_losses)
+        self.val_epoch_loss.append(loss)
+        self.write()
+
+    def data(self) -> dict[str, list[float]]:
+        """The file's content: step lists, and per epoch the mean of its step losses."""
+        epochs: dict[int, list[float]] = {}
+        for epoch, loss in self._steps:
+            epochs.setdefault(epoch, []).append(loss)
+        epoch_loss = [sum(v) / len(v) for v in epochs.values()]
+        step_loss = [loss for _, loss in self._steps]
+
+        def ppl(xs: Sequence[float]) -> list[float]:
+            return [math.exp(min(x, 700.0)) for x in xs]
+
+        return {
+            "train_step_loss": step_loss,
+            "train_epoch_loss": epoch_loss,
+            "train_step_perplexity": ppl(step_loss),
+            "train_epoch_perplexity": ppl(epoch_loss),
+            "val_step_loss": list(self.val_step_loss),
+            "val_epoch_loss": list(self.val_epoch_loss),
+            "val_step_perplexity": ppl(self.val_step_loss),
+            "val_epoch_perplexity": ppl(self.val_epoch_loss),
+        }
+
+    def write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.data()), encoding="utf-8")
+        tmp.replace(self.path)
+        self._written = time.monotonic()
+
+    def close(self) -> None:
+        self.write()
 
 
 def _short(m: Mapping[str, Any]) -> str:
