@@ -1,7 +1,8 @@
 """The Pulumi program: the composition root. Reads the stack config once and wires components.
 
-Network -> Cluster -> GPU nodegroups -> device plugins -> shared storage (FSx, when configured)
--> observability -> workloads (the platform jobs run on: image, operator, etcd, claim). No job:
+Network -> Cluster -> GPU nodegroups -> device plugins -> data bucket and the jobs' Pod
+Identity -> shared storage (FSx, when configured; linked to the bucket when asked) ->
+observability -> workloads (the platform jobs run on: image, operator, etcd, claim). No job:
 jobs are submitted apart from the stack (``python -m jobs``).
 """
 
@@ -10,11 +11,15 @@ import pulumi
 from infra import outputs
 from infra.cluster import Cluster, ClusterArgs
 from infra.config import from_pulumi
+from infra.data_bucket import DataBucket, DataBucketArgs
 from infra.device_plugins import DevicePlugins, DevicePluginsArgs
 from infra.gpu_nodegroup import GpuNodeGroup, GpuNodeGroupArgs
 from infra.network import Network, NetworkArgs
+from infra.pod_identity import PodIdentity, PodIdentityArgs
 from infra.shared_storage import SharedStorage, SharedStorageArgs
 from workloads.program import deploy as deploy_workloads
+from workloads.specs.pytorchjob import SERVICE_ACCOUNT as JOBS_SERVICE_ACCOUNT
+from workloads.specs.stack import JOBS_NAMESPACE
 
 cfg = from_pulumi()
 
@@ -106,6 +111,42 @@ capacity_schedules = {
     if group.capacity_block is not None
 }
 pulumi.export(CAPACITY_BLOCKS_OUTPUT, {name: s.window for name, s in capacity_schedules.items()})
+# --- The data bucket the cluster outlives, and the jobs' identity on it (docs/durable-data.md) --
+data_bucket = None
+if cfg.data_bucket.enabled:
+    data_bucket = DataBucket(
+        "data-bucket",
+        DataBucketArgs(
+            bucket=cfg.data_bucket, cluster_name=cfg.cluster_name, region=cfg.region or ""
+        ),
+    )
+    pod_identity = PodIdentity(
+        "pod-identity",
+        PodIdentityArgs(
+            # Resolves once the system nodegroup exists: the agent is a DaemonSet add-on, which
+            # stays DEGRADED without a node (as CoreDNS, created after the nodes in Cluster).
+            cluster_name=pulumi.Output.all(
+                cluster.cluster_name, cluster.system_node_group_name
+            ).apply(lambda v: v[0]),
+            label=cfg.cluster_name,
+            bucket_arn=data_bucket.bucket_arn,
+            prefix=data_bucket.prefix,
+            kms_key_arn=data_bucket.kms_key_arn,
+            service_accounts=((JOBS_NAMESPACE, JOBS_SERVICE_ACCOUNT),),
+        ),
+        opts=pulumi.ResourceOptions(providers=[cluster.provider]),
+    )
+    pulumi.export(outputs.DATA_BUCKET_NAME, data_bucket.bucket_name)
+    pulumi.export(outputs.DATA_BUCKET_PREFIX, data_bucket.prefix)
+    pulumi.export(
+        outputs.DATA_BUCKET_URI,
+        pulumi.Output.concat("s3://", data_bucket.bucket_name, "/", data_bucket.prefix),
+    )
+    if data_bucket.kms_key_arn is not None:
+        pulumi.export(outputs.DATA_BUCKET_KMS_KEY_ARN, data_bucket.kms_key_arn)
+    pulumi.export(outputs.JOBS_ROLE_ARN, pod_identity.role_arn)
+    pulumi.export(outputs.JOBS_SERVICE_ACCOUNT, f"{JOBS_NAMESPACE}/{JOBS_SERVICE_ACCOUNT}")
+
 shared_storage = None
 if cfg.shared_storage.is_fsx:
     shared_storage = SharedStorage(
@@ -116,6 +157,7 @@ if cfg.shared_storage.is_fsx:
             vpc_id=network.vpc_id,
             subnet_id=network.private_subnets_in(cfg.shared_storage.availability_zone)[0],
             client_security_group_ids=[cluster.cluster_security_group_id],
+            data_bucket_name=data_bucket.bucket_name if data_bucket is not None else None,
         ),
     )
     pulumi.export(outputs.SHARED_FILE_SYSTEM_ID, shared_storage.file_system_id)

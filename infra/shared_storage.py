@@ -12,6 +12,17 @@ file system. This component owns that file system and its network access:
   security group: Lustre servers also open connections to the clients (FSx for Lustre user
   guide, "File system access control with Amazon VPC": the client rules go both ways).
 
+Write-through (``sharedStorage.dataRepositoryPrefix``, PERSISTENT_2 only): an
+``aws.fsx.DataRepositoryAssociation`` links the whole file system (``/``) to
+``s3://<data bucket>/<prefix>/`` with automatic import and export of new, changed and deleted
+files (FSx for Lustre user guide, "Automatically import updates from your S3 bucket" and
+"Automatically export updates to your S3 bucket"): checkpoints written to the claim reach the
+bucket without the job knowing, and a new file system imports the bucket's listing lazily
+(``batch_import_meta_data_on_create``), so ``--resume`` on a fresh cluster finds the last
+checkpoint. Export is asynchronous: docs/durable-data.md says how to wait for it before a
+``pulumi destroy``. Deleting the association keeps the bucket's data
+(``delete_data_in_filesystem`` false).
+
 Encryption at rest: FSx for Lustre encrypts every file system at rest; SCRATCH_2 with an
 AWS-owned key (no ``kms_key_id`` accepted), PERSISTENT_2 with ``kms_key_id`` (this component
 passes a customer-managed key with rotation on). Data in transit between clients and
@@ -38,6 +49,10 @@ TYPE_TOKEN = "eks-fsdp:infra:SharedStorage"
 LUSTRE_PORTS: tuple[tuple[int, int], ...] = ((988, 988), (1018, 1023))
 """TCP port ranges FSx for Lustre clients and servers talk on."""
 
+DATA_REPOSITORY_EVENTS = ("NEW", "CHANGED", "DELETED")
+"""File events imported from and exported to the linked bucket (all three: the file system and
+the prefix stay mirrors of each other; FSx API reference, ``AutoExportPolicy.Events``)."""
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 
 
@@ -55,6 +70,8 @@ class SharedStorageArgs:
     """Private subnet of ``storage.availability_zone`` (FSx for Lustre takes exactly one)."""
     client_security_group_ids: Sequence[pulumi.Input[str]]
     """Security groups of the nodes that mount the file system (the cluster security group)."""
+    data_bucket_name: pulumi.Input[str] | None = None
+    """The data bucket (``storage.data_repository_prefix`` set: the association's target)."""
     tags: Mapping[str, str] | None = None
     """Extra tags on every AWS resource."""
 
@@ -68,6 +85,10 @@ class SharedStorageArgs:
         if not self.client_security_group_ids:
             raise ValueError(
                 "SharedStorageArgs.client_security_group_ids: at least one client security group"
+            )
+        if self.storage.links_data_bucket and self.data_bucket_name is None:
+            raise ValueError(
+                "SharedStorageArgs.data_bucket_name: required with storage.data_repository_prefix"
             )
 
 
@@ -171,6 +192,29 @@ class SharedStorage(pulumi.ComponentResource):
             tags={**tags, "Name": f"{args.cluster_name}-checkpoints"},
             opts=child,
         )
+        self.data_repository_association: aws.fsx.DataRepositoryAssociation | None = None
+        if storage.data_repository_prefix is not None:
+            events = list(DATA_REPOSITORY_EVENTS)
+            self.data_repository_association = aws.fsx.DataRepositoryAssociation(
+                f"{name}-data-repository",
+                file_system_id=fs.id,
+                file_system_path="/",
+                data_repository_path=pulumi.Output.concat(
+                    "s3://", args.data_bucket_name, "/", storage.data_repository_prefix, "/"
+                ),
+                batch_import_meta_data_on_create=True,
+                delete_data_in_filesystem=False,
+                s3=aws.fsx.DataRepositoryAssociationS3Args(
+                    auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
+                        events=events
+                    ),
+                    auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(
+                        events=events
+                    ),
+                ),
+                tags=tags,
+                opts=child,
+            )
         self.file_system_id = fs.id
         self.dns_name = fs.dns_name
         self.mount_name = fs.mount_name

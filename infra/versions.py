@@ -145,6 +145,12 @@ KUBE_PROXY_ADDON_VERSION = "v1.35.0-eksbuild.2"
 EBS_CSI_ADDON_VERSION = "v1.57.1-eksbuild.1"
 FSX_CSI_ADDON_VERSION = "v1.9.0-eksbuild.1"
 """aws-fsx-csi-driver add-on (only on stacks with ``sharedStorage.type: fsx``)."""
+POD_IDENTITY_AGENT_ADDON_VERSION = "v1.3.10-eksbuild.3"
+"""eks-pod-identity-agent add-on (stacks with ``dataBucket.enabled``): the build EKS resolved as
+the default on a 1.36 cluster; the v1.3.10 line serves 1.32-1.34 as ``-eksbuild.2``
+(awslabs/cdk-eks-blueprints ``lib/addons/eks-pod-identity-agent/index.ts``) and its builds are not
+tied to a minor. Check with ``aws eks describe-addon-versions --kubernetes-version 1.35
+--addon-name eks-pod-identity-agent`` when bumping KUBERNETES_VERSION."""
 CLOUDWATCH_OBSERVABILITY_ADDON_VERSION = "v5.3.0-eksbuild.1"
 NODE_MONITORING_AGENT_ADDON_VERSION = "v1.6.2-eksbuild.1"
 """eks-node-monitoring-agent (agent v1.6.2, 2026-03-23, github.com/aws/eks-node-monitoring-agent;

@@ -13,12 +13,15 @@ bandwidth the ranks share:
   SCRATCH_2 network 200 MB/s/TiB baseline, disk 200 read / **100 write**; PERSISTENT_2 at
   125 / 250 / 500 / 1000 MB/s/TiB disk (network 320 / 640 / 1300 / 2600). Burst credits are
   left out: a checkpoint of minutes outlasts them.
+- sizing (``fsx_capacity_for``): the smallest capacity that holds the checkpoints on the volume
+  and writes one within a time budget, for either deployment type.
 - ``node-disk`` (no shared storage: an emptyDir on each node's root volume): gp3 without
   provisioned throughput, 125 MiB/s per volume (Amazon EBS gp3 baseline), per node.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 TIB = 2**40
@@ -85,6 +88,55 @@ def checkpoint_bytes(n_params: int, param_bytes: int, optim_bytes: int) -> int:
 def checkpoint_seconds(total_bytes: int, storage: Storage, nodes: int) -> float:
     """Seconds to write ``total_bytes`` from ``nodes`` nodes in parallel."""
     return total_bytes / storage.write_bytes_per_s(nodes) if total_bytes else 0.0
+
+
+FSX_MIN_CAPACITY_GIB = 1200
+FSX_CAPACITY_STEP_GIB = 2400
+"""SCRATCH_2 and PERSISTENT_2 (SSD): 1200 GiB, 2400 GiB, then increments of 2400 GiB (FSx API
+reference, ``CreateFileSystem.StorageCapacity``; ``infra.config.storage`` checks the same)."""
+CHECKPOINTS_HELD = 3
+"""Checkpoints on the volume at once: the two ``training.checkpoint`` keeps plus the one being
+written (``step-N.tmp``) before the oldest is pruned."""
+
+
+def fsx_capacities() -> Iterator[int]:
+    """Every valid FSx for Lustre SSD capacity, GiB, smallest first."""
+    yield FSX_MIN_CAPACITY_GIB
+    step = FSX_CAPACITY_STEP_GIB
+    while True:
+        yield step
+        step += FSX_CAPACITY_STEP_GIB
+
+
+def fsx_capacity_for(
+    checkpoint: int,
+    *,
+    write_s: float,
+    deployment_type: str = "SCRATCH_2",
+    per_unit_throughput: int | None = None,
+    nodes: int = 1,
+    held: int = CHECKPOINTS_HELD,
+) -> Storage:
+    """The smallest FSx for Lustre file system of ``deployment_type`` that holds ``held``
+    checkpoints of ``checkpoint`` bytes and writes one in at most ``write_s`` seconds.
+
+    Throughput scales with capacity (per TiB, ``Storage.write_bytes_per_s``), so a slow type
+    needs more TiB for the same write time: SCRATCH_2 writes 100 MB/s/TiB, PERSISTENT_2 its
+    provisioned 125 to 1000 ("Amazon FSx for Lustre performance", docs.aws.amazon.com/fsx/latest/
+    LustreGuide/performance.html). ``ValueError`` when ``write_s`` is not positive."""
+    if write_s <= 0:
+        raise ValueError(f"write_s: {write_s} must be > 0")
+    for gib in fsx_capacities():
+        storage = Storage(
+            kind="fsx",
+            deployment_type=deployment_type,
+            capacity_gib=gib,
+            per_unit_throughput=per_unit_throughput,
+        )
+        fits = gib * 2**30 >= held * checkpoint
+        if fits and checkpoint_seconds(checkpoint, storage, nodes) <= write_s:
+            return storage
+    raise AssertionError("unreachable: capacities are unbounded")
 
 
 def from_stack_config(shared: object | None) -> Storage:

@@ -48,6 +48,20 @@ ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 EBS_VOLUME = "aws:ebs/volume:Volume"
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
+S3_BUCKET = "aws:s3/bucket:Bucket"
+S3_ENCRYPTION = (
+    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+)
+S3_PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
+S3_BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+"""pulumi-aws 7 S3 types: the bucket (the former ``BucketV2``) and its settings as separate
+resources that name it in their ``bucket`` input."""
+S3_PUBLIC_ACCESS_FLAGS = (
+    "blockPublicAcls",
+    "blockPublicPolicy",
+    "ignorePublicAcls",
+    "restrictPublicBuckets",
+)
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 HELM_CHART_V4 = "kubernetes:helm.sh/v4:Chart"
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
@@ -341,6 +355,57 @@ def efa_security_group_self_only(resources: list[Any]) -> Iterable[tuple[str, st
             yield res.urn, f"EFA security group rule {res.name} reaches beyond its members"
 
 
+def _settings_of(resources: list[Any], type_: str) -> dict[str, list[Any]]:
+    """{bucket URN: [its settings of ``type_``]}, linked by the ``bucket`` input's dependency."""
+    found: dict[str, list[Any]] = {}
+    for res in resources:
+        if res.resource_type == type_:
+            for dep in _deps(res, "bucket"):
+                found.setdefault(dep.urn, []).append(res)
+    return found
+
+
+def s3_bucket_encrypted_kms(resources: list[Any]) -> Iterable[tuple[str, str]]:
+    """Every S3 bucket has a default encryption of SSE-KMS with a named key."""
+    settings = _settings_of(resources, S3_ENCRYPTION)
+    for res in resources:
+        if res.resource_type != S3_BUCKET:
+            continue
+        ok = False
+        for config in settings.get(res.urn, []):
+            for rule in config.props.get("rules") or []:
+                default = rule.get("applyServerSideEncryptionByDefault") or {}
+                if default.get("sseAlgorithm") in ("aws:kms", "aws:kms:dsse") and default.get(
+                    "kmsMasterKeyId"
+                ):
+                    ok = True
+        if not ok:
+            yield res.urn, f"bucket {res.name} has no SSE-KMS default encryption with a KMS key"
+
+
+def s3_bucket_private(resources: list[Any]) -> Iterable[tuple[str, str]]:
+    """Every S3 bucket blocks public access (all four flags) and denies requests without TLS
+    (a bucket policy statement denying on ``aws:SecureTransport`` false)."""
+    blocks = _settings_of(resources, S3_PUBLIC_ACCESS_BLOCK)
+    policies = _settings_of(resources, S3_BUCKET_POLICY)
+    for res in resources:
+        if res.resource_type != S3_BUCKET:
+            continue
+        if not any(
+            all(_truthy(b.props.get(flag)) for flag in S3_PUBLIC_ACCESS_FLAGS)
+            for b in blocks.get(res.urn, [])
+        ):
+            yield res.urn, f"bucket {res.name} does not block all public access"
+        tls = any(
+            stmt.get("Effect") == "Deny"
+            and str(_get(stmt, "Condition", "Bool", "aws:SecureTransport")).lower() == "false"
+            for p in policies.get(res.urn, [])
+            for stmt in _statements(p.props.get("policy"))
+        )
+        if not tls:
+            yield res.urn, f"bucket {res.name} accepts requests without TLS (aws:SecureTransport)"
+
+
 def _network_policy_flag(addon: Any) -> Any:
     values = addon.props.get("configurationValues")
     if isinstance(values, str):
@@ -497,6 +562,16 @@ STACK_POLICIES: list[StackValidationPolicy] = [
         "efa-security-group-self-only",
         "The EFA security group admits and sends traffic to its members only",
         efa_security_group_self_only,
+    ),
+    _stack_policy(
+        "s3-bucket-encrypted-kms",
+        "S3 buckets encrypt by default with SSE-KMS and a named key",
+        s3_bucket_encrypted_kms,
+    ),
+    _stack_policy(
+        "s3-bucket-private",
+        "S3 buckets block all public access and deny requests without TLS",
+        s3_bucket_private,
     ),
     _stack_policy(
         "network-policy-enforced",

@@ -19,7 +19,7 @@ way, ``fields`` <- sections <- ``stack`` <- ``sources``:
 - ``cluster``: cluster name, Kubernetes version, API endpoint CIDRs, access entries,
 - ``nodegroups``: the system nodegroup and the GPU nodegroups (capacity, EFA, taints),
 - ``job``: the fine-tuning job,
-- ``storage``: shared checkpoint storage (FSx for Lustre),
+- ``storage``: shared checkpoint storage (FSx for Lustre) and the data bucket (S3),
 - ``observability``: the observability switches,
 - ``teams``: the teams sharing the cluster (namespaces, principals, GPU quotas, priorities),
 - ``stack``: ``StackConfig``, the top-level and secret keys, ``parse``,
@@ -64,7 +64,9 @@ from infra.config.storage import (
     FSX_MIN_CAPACITY_GIB,
     FSX_THROUGHPUTS,
     SHARED_STORAGE_TYPES,
+    DataBucketConfig,
     SharedStorageConfig,
+    bucket_name_problem,
 )
 from infra.config.teams import DEFAULT_PRIORITY, PRIORITIES, TeamConfig, pool_gpus
 
@@ -94,6 +96,7 @@ __all__ = [
     "TAINT_EFFECTS",
     "TOP_LEVEL_KEYS",
     "ConfigError",
+    "DataBucketConfig",
     "GpuNodeGroupConfig",
     "JobConfig",
     "ObservabilityConfig",
@@ -103,6 +106,7 @@ __all__ = [
     "SystemNodeGroupConfig",
     "Taint",
     "TeamConfig",
+    "bucket_name_problem",
     "from_pulumi",
     "load_stack_file",
     "parse",

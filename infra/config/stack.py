@@ -24,7 +24,12 @@ from infra.config.nodegroups import (
     _parse_system,
 )
 from infra.config.observability import ObservabilityConfig, _parse_observability
-from infra.config.storage import SharedStorageConfig, _parse_shared_storage
+from infra.config.storage import (
+    DataBucketConfig,
+    SharedStorageConfig,
+    _parse_data_bucket,
+    _parse_shared_storage,
+)
 from infra.config.teams import TeamConfig, _parse_teams
 from infra.subnets import SubnetPlan, plan_subnets
 
@@ -43,6 +48,7 @@ TOP_LEVEL_KEYS = (
     "job",
     "observability",
     "sharedStorage",
+    "dataBucket",
     "debugTools",
     "nodeMonitoringAgent",
     "teams",
@@ -60,6 +66,7 @@ STRUCTURED_KEYS = (
     "job",
     "observability",
     "sharedStorage",
+    "dataBucket",
     "teams",
 )
 
@@ -113,6 +120,8 @@ class StackConfig:
     """Observability switches."""
     shared_storage: SharedStorageConfig = field(default_factory=SharedStorageConfig)
     """Shared checkpoint storage (FSx for Lustre or none)."""
+    data_bucket: DataBucketConfig = field(default_factory=DataBucketConfig)
+    """The S3 bucket the cluster outlives (checkpoints, exports, datasets)."""
     secrets: Secrets = field(default_factory=Secrets)
     """Secret values (Outputs), never plain strings."""
     debug_tools: bool = False
@@ -156,6 +165,21 @@ def _refuse_job(value: Any, stack: str = "<stack>") -> None:
     raise _fail("job", JOB_MOVED.format(stack=stack))
 
 
+def _check_data_repository(storage: SharedStorageConfig, bucket: DataBucketConfig) -> None:
+    """FSx links to the data bucket only when there is one, under the prefix the jobs' role
+    reaches (so a job can also read what the file system exported, ``resume --from s3://``)."""
+    link = storage.data_repository_prefix
+    if link is None or not storage.is_fsx:
+        return
+    if not bucket.enabled:
+        raise _fail("sharedStorage.dataRepositoryPrefix", "needs dataBucket.enabled: true")
+    if not (link + "/").startswith(bucket.prefix + "/"):
+        raise _fail(
+            "sharedStorage.dataRepositoryPrefix",
+            f"{link!r} is not under dataBucket.prefix {bucket.prefix!r}",
+        )
+
+
 def parse(
     raw: Mapping[str, Any], *, stack: str = "dev", secrets: Secrets | None = None
 ) -> StackConfig:
@@ -187,6 +211,8 @@ def parse(
     shared_storage = _parse_shared_storage(
         raw.get("sharedStorage"), azs, groups[0] if groups else None
     )
+    data_bucket = _parse_data_bucket(raw.get("dataBucket"))
+    _check_data_repository(shared_storage, data_bucket)
     return StackConfig(
         stack=stack,
         region=region,
@@ -206,6 +232,7 @@ def parse(
         job=None,
         observability=_parse_observability(raw.get("observability")),
         shared_storage=shared_storage,
+        data_bucket=data_bucket,
         secrets=secrets or Secrets(),
         debug_tools=_bool(raw.get("debugTools", False), "debugTools"),
         node_monitoring_agent=_bool(raw.get("nodeMonitoringAgent", True), "nodeMonitoringAgent"),

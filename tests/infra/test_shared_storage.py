@@ -13,7 +13,10 @@ no file system, one in another zone than the GPU nodes (or unreachable on the Lu
 CSI driver to mount it (or one holding AmazonFSxFullAccess it never needs), a PersistentVolume
 naming another file system, a claim bound to nothing or under another name than the jobs
 mount, or an example job that does not mount it or does not pass ``--resume``; and the dev
-stack would pay for an FSx file system it does not use.
+stack would pay for an FSx file system it does not use. The PERSISTENT_2 tests: a file system
+that does not write through to the data bucket (so ``pulumi destroy`` would lose its
+checkpoints), a bad storage value reaching AWS instead of one line naming the key, workers each
+downloading the weights again, or a planner that sizes both deployment types alike.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ import pytest
 
 from infra import outputs, versions
 from infra.cluster import FSX_CSI_SERVICE_ACCOUNT
-from infra.config import DEFAULT_CHECKPOINT_CLAIM, load_stack_file
-from infra.shared_storage import LUSTRE_PORTS, SharedStorageArgs
-from tests.pulumi_mocks import ProgramRun, RecordedResource, run_program
-from workloads.specs.pytorchjob import pytorchjob
+from infra.config import DEFAULT_CHECKPOINT_CLAIM, ConfigError, load_stack_file, parse
+from infra.shared_storage import DATA_REPOSITORY_EVENTS, LUSTRE_PORTS, SharedStorageArgs
+from planner.storage import Storage as PlannerStorage
+from planner.storage import checkpoint_bytes, checkpoint_seconds, fsx_capacity_for
+from tests.pulumi_mocks import ProgramRun, RecordedResource, run_program, stack_config
+from workloads.specs.pytorchjob import HF_HOME_DIR, pytorchjob
 from workloads.specs.stack import JOBS_NAMESPACE, load
 
 FSX_STACKS = ("p4de-odcr", "p5-16")
@@ -226,3 +231,193 @@ def test_shared_storage_args_validate_at_construction() -> None:
     ):
         with pytest.raises(ValueError, match=f"SharedStorageArgs.{field}"):
             SharedStorageArgs(**{**ok, **change})
+
+
+# --- PERSISTENT_2 writing through to the data bucket -----------------------------------------
+
+PERSISTENT = {
+    "type": "fsx",
+    "storageCapacityGiB": 2400,
+    "deploymentType": "PERSISTENT_2",
+    "perUnitStorageThroughput": 250,
+    "dataRepositoryPrefix": "training/fsx",
+}
+DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+
+
+def test_persistent_2_links_the_whole_file_system_to_the_bucket_prefix() -> None:
+    """PERSISTENT_2 at 250 MB/s/TiB, encrypted with the component's rotating key, and one
+    data repository association from ``/`` to ``s3://<data bucket>/training/fsx/`` that
+    imports and exports new, changed and deleted files and keeps the bucket's data when it is
+    removed (FSx for Lustre user guide, "Linking your file system to an Amazon S3 bucket")."""
+    run = run_program("p5-16", overrides={"sharedStorage": PERSISTENT}, secrets=SECRETS)
+    fs = run.one(LUSTRE)
+    assert fs.inputs["deploymentType"] == "PERSISTENT_2"
+    assert fs.inputs["perUnitStorageThroughput"] == 250
+    assert fs.inputs["storageCapacity"] == 2400
+    key = run.one("aws:kms/key:Key", "shared-storage-key")
+    assert key.inputs["enableKeyRotation"] is True
+    assert fs.inputs["kmsKeyId"] == key.outputs["arn"]
+    dra = run.one(DRA)
+    assert _component_of(run, dra) == "eks-fsdp:infra:SharedStorage"
+    bucket = run.outputs[outputs.DATA_BUCKET_NAME]
+    assert dra.inputs == {
+        "fileSystemId": fs.id,
+        "fileSystemPath": "/",
+        "dataRepositoryPath": f"s3://{bucket}/training/fsx/",
+        "batchImportMetaDataOnCreate": True,
+        "deleteDataInFilesystem": False,
+        "s3": {
+            "autoImportPolicy": {"events": ["NEW", "CHANGED", "DELETED"]},
+            "autoExportPolicy": {"events": ["NEW", "CHANGED", "DELETED"]},
+        },
+        "tags": {"eks-fsdp/cluster": load_stack_file("p5-16").cluster_name},
+    }
+    assert DATA_REPOSITORY_EVENTS == ("NEW", "CHANGED", "DELETED")
+    # The jobs' role reaches what the file system exports (it is under dataBucket.prefix).
+    assert "training/fsx/".startswith(run.outputs[outputs.DATA_BUCKET_PREFIX] + "/")
+
+
+@pytest.mark.parametrize("stack", FSX_STACKS)
+def test_scratch_2_stacks_stay_unlinked(runs: dict[str, ProgramRun], stack: str) -> None:
+    assert not runs[stack].of_type(DRA)
+    assert load_stack_file(stack).shared_storage.data_repository_prefix is None
+
+
+def _stack_with(**shared: Any) -> dict[str, Any]:
+    raw = stack_config("p5-16")
+    return {**raw, "sharedStorage": {**raw["sharedStorage"], **shared}}
+
+
+BAD_STORAGE: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "unknown-deployment-type",
+        {"deploymentType": "PERSISTENT_1"},
+        "eks-fsdp:sharedStorage.deploymentType: 'PERSISTENT_1' is not one of SCRATCH_2, "
+        "PERSISTENT_2",
+    ),
+    (
+        "throughput-not-for-persistent-2",
+        {"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 200},
+        "eks-fsdp:sharedStorage.perUnitStorageThroughput: 200 is not one of 125, 250, 500, 1000"
+        " (MB/s/TiB)",
+    ),
+    (
+        "throughput-on-scratch-2",
+        {"perUnitStorageThroughput": 125},
+        "eks-fsdp:sharedStorage.perUnitStorageThroughput: only PERSISTENT_2 takes a throughput;"
+        " SCRATCH_2 has a fixed one",
+    ),
+    (
+        "persistent-capacity-step",
+        {"deploymentType": "PERSISTENT_2", "storageCapacityGiB": 3600},
+        "eks-fsdp:sharedStorage.storageCapacityGiB: 3600 is not 1200 or a multiple of 2400"
+        " (FSx for Lustre PERSISTENT_2)",
+    ),
+    (
+        "link-on-scratch-2",
+        {"dataRepositoryPrefix": "training/fsx"},
+        "eks-fsdp:sharedStorage.dataRepositoryPrefix: a data repository association needs"
+        " deploymentType PERSISTENT_2, not SCRATCH_2",
+    ),
+    (
+        "link-outside-the-jobs-prefix",
+        {**PERSISTENT, "dataRepositoryPrefix": "elsewhere"},
+        "eks-fsdp:sharedStorage.dataRepositoryPrefix: 'elsewhere' is not under"
+        " dataBucket.prefix 'training'",
+    ),
+    (
+        "link-not-a-prefix",
+        {**PERSISTENT, "dataRepositoryPrefix": "training/ fsx"},
+        "eks-fsdp:sharedStorage.dataRepositoryPrefix: 'training/ fsx' is not a key prefix",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "message"), BAD_STORAGE, ids=[b[0] for b in BAD_STORAGE]
+)
+def test_bad_storage_config_is_one_line(case: str, change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(_stack_with(**change))
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_link_needs_the_data_bucket() -> None:
+    raw = {**_stack_with(**PERSISTENT), "dataBucket": {"enabled": False}}
+    with pytest.raises(ConfigError, match=r"^eks-fsdp:sharedStorage.dataRepositoryPrefix: needs"):
+        parse(raw)
+    cfg = parse(_stack_with(**PERSISTENT)).shared_storage
+    with pytest.raises(ValueError, match=r"^SharedStorageArgs\.data_bucket_name: required"):
+        SharedStorageArgs(
+            storage=cfg,
+            cluster_name="c",
+            vpc_id="vpc-1",
+            subnet_id="subnet-1",
+            client_security_group_ids=["sg-1"],
+        )
+
+
+@pytest.mark.parametrize("stack", FSX_STACKS)
+def test_hf_home_on_the_shared_claim(stack: str) -> None:
+    """``HF_HOME`` on the claim every worker mounts: the first node's download (or ``s3://``
+    weights copy) serves the others and every restart. Without a claim it is left to the
+    image's default (an emptyDir per pod would share nothing)."""
+    (container,) = _example_pod(stack)["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HF_HOME"] == f"/checkpoints/{HF_HOME_DIR}"
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert env["HF_HOME"].startswith(tuple(f"{m}/" for m in mounts))
+    (dev,) = _example_pod("dev")["containers"]
+    assert "HF_HOME" not in {e["name"] for e in dev["env"]}
+
+
+# --- the planner's sizing for both deployment types --------------------------------------------
+
+
+def test_checkpoint_time_and_sizing_know_both_deployment_types() -> None:
+    """A 7B model's checkpoint with fp32 AdamW state (84 GB): on 2400 GiB, SCRATCH_2 writes
+    100 MB/s/TiB, PERSISTENT_2 its provisioned 125-1000 (capped by the 320-2600 MB/s/TiB of
+    network); the smallest file system that writes one in 5 minutes and holds three (two kept,
+    one being written) follows ("Amazon FSx for Lustre performance")."""
+    size = checkpoint_bytes(7_000_000_000, 4, 4)
+    assert size == 84_000_000_000
+    tib = 2400 / 1024
+    for deployment, unit, mb_per_tib in (
+        ("SCRATCH_2", None, 100),
+        ("PERSISTENT_2", 125, 125),
+        ("PERSISTENT_2", 1000, 1000),
+    ):
+        storage = PlannerStorage(
+            kind="fsx", deployment_type=deployment, capacity_gib=2400, per_unit_throughput=unit
+        )
+        assert storage.write_bytes_per_s(nodes=16) == pytest.approx(mb_per_tib * 1e6 * tib)
+        seconds = checkpoint_seconds(size, storage, nodes=16)
+        assert seconds == pytest.approx(size / (mb_per_tib * 1e6 * tib))
+    sized = {
+        (d, u): fsx_capacity_for(size, write_s=300, deployment_type=d, per_unit_throughput=u)
+        for d, u in (("SCRATCH_2", None), ("PERSISTENT_2", 125), ("PERSISTENT_2", 1000))
+    }
+    # 84 GB in 300 s needs 280 MB/s: 2.8 TiB of SCRATCH_2 (4800 GiB is the next valid size),
+    # 2.24 TiB of PERSISTENT_2-125 (2400 GiB); at 1000 MB/s/TiB the three checkpoints (252 GB)
+    # decide, and 1200 GiB holds them.
+    assert {k: s.capacity_gib for k, s in sized.items()} == {
+        ("SCRATCH_2", None): 4800,
+        ("PERSISTENT_2", 125): 2400,
+        ("PERSISTENT_2", 1000): 1200,
+    }
+    for storage in sized.values():
+        assert checkpoint_seconds(size, storage, nodes=1) <= 300
+        assert storage.capacity_gib * 2**30 >= 3 * size
+        smaller = storage.capacity_gib - (1200 if storage.capacity_gib == 2400 else 2400)
+        if smaller >= 1200:
+            below = PlannerStorage(
+                kind="fsx",
+                deployment_type=storage.deployment_type,
+                capacity_gib=smaller,
+                per_unit_throughput=storage.per_unit_throughput,
+            )
+            assert checkpoint_seconds(size, below, nodes=1) > 300
+    with pytest.raises(ValueError, match="write_s"):
+        fsx_capacity_for(size, write_s=0)

@@ -12,7 +12,7 @@ pulumi-policy 1.21 pins protobuf 5 while the program's pulumi 3.272 runs on prot
 
 If these fail, either a stack would violate a rule at ``pulumi preview --policy-pack policy``
 (a hop limit of 2, an admin policy on the node role, an open API endpoint, Secrets without
-KMS...), or a rule has gone blind: each rule is fed a copy of the p5-16 (or p4de-odcr)
+KMS, a data bucket without SSE-KMS, a public-access block or its TLS-only policy...), or a rule has gone blind: each rule is fed a copy of the p5-16 (or p4de-odcr)
 resources with exactly one thing broken and must fire, and only that rule may fire.
 """
 
@@ -178,6 +178,7 @@ def test_every_stack_passes_the_pack(
         "aws:eks/addon:Addon",
         "kubernetes:helm.sh/v3:Release",
         "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+        "aws:s3/bucket:Bucket",
     } <= kinds
     assert violations(resources[stack], tmp_path) == []
 
@@ -367,6 +368,29 @@ def system_hop_limit_2(res: Resources) -> None:
     lt["props"]["metadataOptions"]["httpPutResponseHopLimit"] = 2
 
 
+S3_SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+
+
+def bucket_sse_s3(res: Resources) -> None:
+    """The data bucket's default encryption downgraded to S3-managed keys."""
+    rule = _one(res, S3_SSE)["props"]["rules"][0]
+    rule["applyServerSideEncryptionByDefault"] = {"sseAlgorithm": "AES256"}
+
+
+def bucket_without_encryption(res: Resources) -> None:
+    res.remove(_one(res, S3_SSE))
+
+
+def bucket_public_policy_allowed(res: Resources) -> None:
+    _one(res, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")["props"][
+        "blockPublicPolicy"
+    ] = False
+
+
+def bucket_without_tls_policy(res: Resources) -> None:
+    res.remove(_one(res, "aws:s3/bucketPolicy:BucketPolicy"))
+
+
 BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("imdsv2-hop-limit-1", "p5-16", hop_limit_2),
     ("imdsv2-hop-limit-1", "dev", system_hop_limit_2),
@@ -392,6 +416,10 @@ BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("pinned-versions", "dev", unpinned_vpc_cni),
     ("no-placement-group-with-capacity-block", "p5-16", placement_group_with_block),
     ("eks-standard-support", "p5-16", kubernetes_1_33),
+    ("s3-bucket-encrypted-kms", "p5-16", bucket_sse_s3),
+    ("s3-bucket-encrypted-kms", "dev", bucket_without_encryption),
+    ("s3-bucket-private", "p5-16", bucket_public_policy_allowed),
+    ("s3-bucket-private", "p4de-odcr", bucket_without_tls_policy),
 ]
 
 

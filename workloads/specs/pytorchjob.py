@@ -100,6 +100,12 @@ EFA_SECURITY_SKIPS: dict[str, str] = {
     "CKV_K8S_37": "the only capability kept is IPC_LOCK on EFA instance types (see CKV_K8S_25)",
 }
 """The same for pods on EFA instance types."""
+SERVICE_ACCOUNT = "training"
+"""ServiceAccount of the stack's jobs namespace that EKS Pod Identity gives the data bucket's
+role (``infra.pod_identity``; created by the stack, no API token mounted)."""
+HF_HOME_DIR = "hf-home"
+"""Folder of the shared checkpoint volume that is the workers' ``HF_HOME`` (hub downloads and
+the ``s3://`` weights cache, ``training/s3``): one download serves every node and restart."""
 
 
 def security_skips(s: JobSettings) -> dict[str, str]:
@@ -288,6 +294,10 @@ def container_env(s: JobSettings) -> list[k8s.V1EnvVar]:
         # instead of falling back to TCP sockets. aws-ofi-nccl answers to "OFI" as well as its
         # old "AWS Libfabric" (src/nccl_ofi_interface_nvidia.c, nvidia_plugin_name_fixup).
         env.append(k8s.V1EnvVar(name="NCCL_NET", value=NCCL_NET_EFA))
+    if s.checkpoint_claim:
+        # huggingface_hub reads HF_HOME for its cache root (``constants.HF_HOME``); on the
+        # shared claim, the first node's download serves every other node and every restart.
+        env.append(k8s.V1EnvVar(name="HF_HOME", value=f"{s.checkpoint_mount}/{HF_HOME_DIR}"))
     if s.hf_token_secret:
         env.append(
             k8s.V1EnvVar(

@@ -1,0 +1,203 @@
+"""``PodIdentity``: the jobs' own AWS identity (EKS Pod Identity) scoped to the data bucket.
+
+- the ``eks-pod-identity-agent`` EKS add-on (pinned, ``versions.POD_IDENTITY_AGENT_ADDON_VERSION``):
+  the DaemonSet that hands pods their credentials (EKS user guide, "Set up the Amazon EKS Pod
+  Identity Agent"; the agent uses the node role's ``eks-auth:AssumeRoleForPodIdentity``, which
+  ``AmazonEKSWorkerNodePolicy``, already on the node role, grants);
+- an IAM role only EKS Pod Identity can assume: trust ``pods.eks.amazonaws.com`` with
+  ``sts:AssumeRole`` and ``sts:TagSession`` (EKS user guide, "Create IAM role with trust policy
+  required by EKS Pod Identity");
+- its inline policy, least privilege on the bucket prefix: ``s3:ListBucket`` only with an
+  ``s3:prefix`` under it, ``s3:GetObject``/``PutObject``/``DeleteObject``/``AbortMultipartUpload``
+  on ``<bucket>/<prefix>/*`` (multipart uploads need ``s3:PutObject`` alone: S3 API reference,
+  ``CreateMultipartUpload``, "Permissions"), ``kms:Decrypt`` and ``kms:GenerateDataKey`` on the
+  bucket's key (SSE-KMS reads decrypt, writes generate a data key; S3 user guide, "Using
+  server-side encryption with AWS KMS keys", "Permissions");
+- one ``aws.eks.PodIdentityAssociation`` per (namespace, ServiceAccount) the jobs run as, and
+  the ServiceAccount of the stack's jobs namespace (no API token mounted: the Pod Identity
+  webhook injects its own projected token volume and the credentials environment,
+  amazon-eks-pod-identity-webhook ``pkg/handler/handler.go``, independently of
+  ``automountServiceAccountToken``).
+
+The node role keeps what ECR needs (``AmazonEC2ContainerRegistryReadOnly``: ``ecr:*`` reads, no
+S3 action) and gains nothing: pods reach the bucket only through this role, and nodes cannot
+(IMDS hop limit 1 keeps the node role away from pods in any case).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from infra import versions
+
+TYPE_TOKEN = "eks-fsdp:infra:PodIdentity"
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload")
+KMS_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+TRUST_POLICY = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+            }
+        ],
+    }
+)
+"""Only EKS Pod Identity may assume the jobs' role."""
+
+
+def bucket_policy_document(bucket_arn: str, prefix: str, kms_key_arn: str | None) -> str:
+    """The jobs' permissions: objects under ``<prefix>/`` of the bucket, listing only there, and
+    the bucket key's data-key calls."""
+    statements: list[dict[str, object]] = [
+        {
+            "Sid": "ListThePrefix",
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": bucket_arn,
+            "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}},
+        },
+        {
+            "Sid": "ObjectsUnderThePrefix",
+            "Effect": "Allow",
+            "Action": list(OBJECT_ACTIONS),
+            "Resource": f"{bucket_arn}/{prefix}/*",
+        },
+    ]
+    if kms_key_arn:
+        statements.append(
+            {
+                "Sid": "TheBucketKey",
+                "Effect": "Allow",
+                "Action": list(KMS_ACTIONS),
+                "Resource": kms_key_arn,
+            }
+        )
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodIdentityArgs:
+    """Arguments of ``PodIdentity``."""
+
+    cluster_name: pulumi.Input[str]
+    """EKS cluster name (resolves once the control plane exists)."""
+    label: str
+    """Cluster name as a plain string (role description, tags)."""
+    bucket_arn: pulumi.Input[str]
+    """ARN of the data bucket."""
+    prefix: str
+    """Key prefix the jobs may use (no leading or trailing slash)."""
+    kms_key_arn: pulumi.Input[str] | None
+    """The bucket's SSE-KMS key; None for an SSE-S3 bucket."""
+    service_accounts: Sequence[tuple[str, str]]
+    """(namespace, ServiceAccount) pairs the jobs run as, each given the role."""
+    create_service_accounts: bool = True
+    """Create those ServiceAccounts (on the Kubernetes provider of ``opts``)."""
+    tags: Mapping[str, str] | None = None
+    """Extra tags on every AWS resource."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.label):
+            raise ValueError(f"PodIdentityArgs.label: {self.label!r} is not valid")
+        if not self.prefix or self.prefix.startswith("/") or self.prefix.endswith("/"):
+            raise ValueError(
+                f"PodIdentityArgs.prefix: {self.prefix!r} must be non-empty, without slashes"
+                " at either end"
+            )
+        if not self.service_accounts:
+            raise ValueError("PodIdentityArgs.service_accounts: at least one ServiceAccount")
+        for namespace, account in self.service_accounts:
+            for value in (namespace, account):
+                if not _DNS_LABEL.match(value):
+                    raise ValueError(
+                        f"PodIdentityArgs.service_accounts: {value!r} is not a DNS label"
+                    )
+        if len(set(self.service_accounts)) != len(self.service_accounts):
+            raise ValueError("PodIdentityArgs.service_accounts: lists a ServiceAccount twice")
+
+
+class PodIdentity(pulumi.ComponentResource):
+    """EKS Pod Identity agent + the jobs' role on the bucket prefix + the associations."""
+
+    role_arn: pulumi.Output[str]
+    """ARN of the jobs' role."""
+    agent: aws.eks.Addon
+    """The ``eks-pod-identity-agent`` add-on."""
+
+    def __init__(
+        self, name: str, args: PodIdentityArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TYPE_TOKEN, name, {}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = {**(args.tags or {}), "eks-fsdp/cluster": args.label}
+
+        self.agent = aws.eks.Addon(
+            f"{name}-agent",
+            cluster_name=args.cluster_name,
+            addon_name="eks-pod-identity-agent",
+            addon_version=versions.POD_IDENTITY_AGENT_ADDON_VERSION,
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=tags,
+            opts=child,
+        )
+        role = aws.iam.Role(
+            f"{name}-role",
+            assume_role_policy=TRUST_POLICY,
+            description=f"training jobs of {args.label} (EKS Pod Identity): the data bucket prefix",
+            tags=tags,
+            opts=child,
+        )
+        policy = aws.iam.RolePolicy(
+            f"{name}-bucket",
+            role=role.name,
+            policy=pulumi.Output.all(args.bucket_arn, args.kms_key_arn).apply(
+                lambda v: bucket_policy_document(v[0], args.prefix, v[1])
+            ),
+            opts=child,
+        )
+        for namespace, account in args.service_accounts:
+            suffix = f"{namespace}-{account}"
+            depends: list[pulumi.Resource] = [policy, self.agent]
+            if args.create_service_accounts:
+                depends.append(
+                    k8s.core.v1.ServiceAccount(
+                        f"{name}-sa-{suffix}",
+                        metadata=k8s.meta.v1.ObjectMetaArgs(
+                            name=account,
+                            namespace=namespace,
+                            labels={
+                                "app.kubernetes.io/part-of": "eks-fsdp",
+                                "app.kubernetes.io/component": "training",
+                            },
+                        ),
+                        automount_service_account_token=False,
+                        opts=child,
+                    )
+                )
+            aws.eks.PodIdentityAssociation(
+                f"{name}-{suffix}",
+                cluster_name=args.cluster_name,
+                namespace=namespace,
+                service_account=account,
+                role_arn=role.arn,
+                tags=tags,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
+            )
+        self.role_arn = role.arn
+        self.register_outputs({"roleArn": self.role_arn})
