@@ -41,6 +41,7 @@ $(DEPLOY_STAMP): requirements.txt
 	@touch $(DEPLOY_STAMP)
 
 setup: $(STAMP) $(TOOLS_STAMP) $(DEPLOY_STAMP) ## create/refresh .venv, .venv-tools, .venv-deploy and system packages (idempotent)
+	@$(PY) scripts/fetch_cookbook_wheel.py >/dev/null  # the pinned llama-cookbook wheel, read by a test (cached outside the checkout)
 
 demo: setup ## the main job: jobs/examples/dev.yaml submitted locally (python -m jobs), real etcd
 	$(PY) -m jobs submit --local jobs/examples/dev.yaml --replace --follow

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training import cookbook
+
 __all__ = [
     "AC_MODES",
     "BATCHING_STRATEGIES",
@@ -180,6 +182,30 @@ class TrainConfig:
     """dtype of the exported weights: auto (bf16 on GPUs, the parameters' dtype on CPUs), fp32, bf16, fp16."""
     export_max_shard_gb: float = 5.0
     """Largest safetensors file of the export (GB); also the most the export holds in rank 0's memory."""
+
+    # --- the rest of llama-cookbook's train_config / fsdp_config (training.cookbook) -----------
+    tokenizer_name: str | None = None
+    """Tokenizer to load (hub name or folder) instead of --model_name's; None = the model's."""
+    low_cpu_fsdp: bool = False
+    """Accepted, always on: rank 0 alone builds the weights, other ranks start on the meta device."""
+    use_fast_kernels: bool = False
+    """Accepted, always on: attention runs torch SDPA's fused kernels."""
+    num_workers_dataloader: int = 1
+    """Accepted: batches come from sequences tokenized once at start; there are no loader workers."""
+    freeze_layers: bool = False
+    """Freeze the first --num_freeze_layers decoder layers (full fine-tuning; not with --use_peft)."""
+    num_freeze_layers: int = 1
+    """With --freeze_layers: how many decoder layers, from the embedding side, keep their weights."""
+    freeze_LLM_only: bool = False
+    """llama-cookbook's Mllama (vision) option: refused, this trainer runs text models."""
+    from_peft_checkpoint: str = ""
+    """With --use_peft: an adapter folder (adapter_config.json + weights) to continue training from."""
+    one_gpu: bool = False
+    """A single-process run (refused when WORLD_SIZE > 1)."""
+    checkpoint_type: str = "SHARDED_STATE_DICT"
+    """FULL_STATE_DICT: also write rank 0's full state dict (torch.save) at each epoch end."""
+    optimizer: str = "AdamW"
+    """AdamW, or anyprecision (with --pure_bf16: AdamW with bf16 state, as llama-cookbook's)."""
 
     # --- ours -----------------------------------------------------------------------------------
     resume: bool = False
@@ -372,6 +398,7 @@ def _validate(c: TrainConfig) -> None:
     _validate_peft(c, fail)
     _validate_hf(c, fail)
     _validate_tracking(c, fail)
+    _validate_cookbook(c)
     if c.pure_bf16 and c.use_fp16:
         fail("pure_bf16", "cannot be combined with --use_fp16")
     if c.use_fp16 and c.mixed_precision:
@@ -448,6 +475,14 @@ def _validate_tracking(c: TrainConfig, fail: typing.Callable[[str, str], typing.
             "flop_counter",
             f"counts step {c.flop_counter_start + 1}, --max_train_step is {c.max_train_step}",
         )
+
+
+def _validate_cookbook(c: TrainConfig) -> None:
+    """The rest of llama-cookbook's fields (training.cookbook.check)."""
+    try:
+        cookbook.check(c)
+    except cookbook.CookbookError as e:
+        raise ConfigError(str(e)) from None
 
 
 _PEFT_ONLY = ("peft_method", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
@@ -567,7 +602,17 @@ def _suggest(word: str, choices: Sequence[str], prefix: str = "") -> str:
 
 
 def _unknown(flag: str) -> ConfigError:
-    return ConfigError(f"unknown flag --{flag}{_suggest(flag, _FLAGS, '--')}")
+    ours, theirs = _suggest(flag, _FLAGS, "--"), _suggest(flag, cookbook.spellings(), "--")
+    hint = (theirs or ours) if "." in flag else (ours or theirs)  # a dotted name: theirs first
+    return ConfigError(f"unknown flag --{flag}{hint}")
+
+
+def _cookbook_flag(name: str) -> cookbook.Resolved | None:
+    """llama-cookbook's spelling of a flag (`--fsdp_config.pure_bf16`, `--lora_config.r`, ...)."""
+    try:
+        return cookbook.resolve(name, _KINDS.__contains__)
+    except cookbook.CookbookError as e:
+        raise ConfigError(str(e)) from None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
@@ -589,7 +634,22 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
             raise ConfigError(f"unexpected argument {tok!r} (flags look like --name value)")
         name, eq, raw = tok[2:].partition("=")
         name = name.replace("-", "_")
-        if name not in _KINDS:
+        alias = None if name in _KINDS else _cookbook_flag(name)
+        if alias is not None and alias.field is not None:
+            name = alias.field
+        elif alias is not None:  # a value llama-cookbook defaults to: accepted, nothing to set
+            if not eq:  # a bare flag is True, as fire reads it
+                nxt = args[i] if i < len(args) else "--"
+                takes = not nxt.startswith("--") and (
+                    alias.flag.kind is not bool or _is_bool_literal(nxt)
+                )
+                raw, i = (nxt, i + 1) if takes else ("true", i)
+            try:
+                alias.accept(raw)
+            except cookbook.CookbookError as e:
+                raise ConfigError(str(e)) from None
+            continue
+        elif name not in _KINDS:
             if name.startswith("no") and _KINDS.get(name[2:]) is bool and not eq:
                 name, eq, raw = name[2:], "=", "false"  # fire's --noflag
             else:
@@ -608,7 +668,7 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
                 i += 1
             else:
                 raise ConfigError(f"--{name}: expects a value ({_KIND_NAMES[_kind(name)]})")
-        values[name] = _coerce(name, raw)
+        values[name] = _coerce(name, cookbook.value_form(name, raw))
     # --hsdp picks HYBRID_SHARD unless a strategy is given explicitly (see the module docstring).
     if values.get("hsdp") and "sharding_strategy" not in values:
         values["sharding_strategy"] = "HYBRID_SHARD"

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training import gc_policy
+from training import cookbook, gc_policy
 from training.config import ConfigError, TrainConfig, parse_args
 
 if TYPE_CHECKING:
@@ -65,7 +65,8 @@ def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -
     rank, world, _, local_world = world_from_env()
     try:  # a layout this world cannot take: before the process group and the model libraries
         ParallelDims.from_config(cfg, world, local_world)
-    except ParallelError as e:
+        cookbook.check_world(cfg, world)  # --one_gpu
+    except (ParallelError, cookbook.CookbookError) as e:
         return _fail(e, rank)
     if freeze_libraries:
         gc_policy.freeze_libraries()
@@ -131,7 +132,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, env: DistEnv) -> None:
         import torch
 
-        from training import checkpoint
+        from training import checkpoint, cookbook_run
         from training.data import (
             DistributedBatches,
             build_dataset,
@@ -164,7 +165,7 @@ class Trainer:
         self.dims = ParallelDims.from_config(cfg, env.world_size, env.local_world_size)
 
         # tokenizer and model config first: a wrong --model_name fails before any data work
-        self.tokenizer = load_tokenizer(cfg.model_name)
+        self.tokenizer = load_tokenizer(cfg.tokenizer_name or cfg.model_name)
         use_chat_template(self.tokenizer, cfg.chat_template)  # --chat_template: chats, export
         dtype = torch.bfloat16 if cfg.pure_bf16 else torch.float32
         self.spec = model_spec(cfg.model_name, len(self.tokenizer), cfg.context_length, dtype)
@@ -195,6 +196,8 @@ class Trainer:
 
         # model: empty everywhere, adapters injected (--use_peft), sharded, filled from rank 0
         self.model = build_empty(self.spec)
+        if cfg.freeze_layers:  # llama-cookbook's, on the empty model: FSDP2 keeps the flags
+            cookbook_run.freeze_first_layers(self.model, cfg.num_freeze_layers)
         self.peft: Any = None  # the PeftModel around self.model (its config, the export)
         adapt = None
         if cfg.use_peft:
@@ -202,6 +205,8 @@ class Trainer:
 
             self.peft = lora.apply_lora(self.model, cfg, empty=True)
             adapt = functools.partial(lora.apply_lora, cfg=cfg, empty=False)
+            if cfg.from_peft_checkpoint:  # rank 0 loads the folder; materialize broadcasts it
+                adapt = cookbook_run.with_adapter(adapt, cfg.from_peft_checkpoint)
         self.mesh = build_mesh(self.dims, device_type())
         parallelize(self.model, self.mesh, cfg, self.dims)
         where = torch.device("cpu") if cfg.fsdp_cpu_offload and cfg.enable_fsdp else env.device
@@ -314,6 +319,7 @@ class Trainer:
         """The loop of `fit`: epochs, steps, validation and checkpoints."""
         import torch
 
+        from training import cookbook_run
         from training.dist import set_collective_timeout
 
         cfg, st = self.cfg, self.state
@@ -353,6 +359,7 @@ class Trainer:
                 self.scheduler.step()
             if cfg.run_validation:
                 self.history["eval_loss"].append(self.validate(trained))
+            cookbook_run.save_full_state(self, trained)  # --checkpoint_type FULL_STATE_DICT
             self.save()
         self._settle()
         t0 = time.monotonic()
@@ -693,7 +700,7 @@ class Trainer:
             f"{cfg.gradient_accumulation_steps} accumulation), {self.total_steps} steps{resumed}",
             flush=True,
         )
-        for line in [self.precision_note, *self.data_notes]:
+        for line in [self.precision_note, *self.data_notes, *cookbook.notes(cfg)]:
             if line:
                 print(line, flush=True)
         if self.peft is not None:
@@ -730,6 +737,10 @@ def build_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:
     import torch
     from torch.optim.optimizer import _get_fused_kernels_supported_devices
 
+    if cfg.optimizer == "anyprecision":  # llama-cookbook's bf16-state AdamW (--pure_bf16)
+        from training.cookbook_run import anyprecision
+
+        return anyprecision(model, cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     fused = all(p.device.type in _get_fused_kernels_supported_devices() for p in params)
     kernel: dict[str, Any] = {"fused": True} if fused else {"foreach": True}
