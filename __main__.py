@@ -132,7 +132,12 @@ if cfg.data_bucket.enabled:
             bucket_arn=data_bucket.bucket_arn,
             prefix=data_bucket.prefix,
             kms_key_arn=data_bucket.kms_key_arn,
-            service_accounts=((JOBS_NAMESPACE, JOBS_SERVICE_ACCOUNT),),
+            # The stack's jobs namespace and every team's (workloads.team creates theirs).
+            service_accounts=(
+                (JOBS_NAMESPACE, JOBS_SERVICE_ACCOUNT),
+                *((team.name, JOBS_SERVICE_ACCOUNT) for team in cfg.teams),
+            ),
+            create_service_accounts=((JOBS_NAMESPACE, JOBS_SERVICE_ACCOUNT),),
         ),
         opts=pulumi.ResourceOptions(providers=[cluster.provider]),
     )

@@ -13,8 +13,9 @@
   ``CreateMultipartUpload``, "Permissions"), ``kms:Decrypt`` and ``kms:GenerateDataKey`` on the
   bucket's key (SSE-KMS reads decrypt, writes generate a data key; S3 user guide, "Using
   server-side encryption with AWS KMS keys", "Permissions");
-- one ``aws.eks.PodIdentityAssociation`` per (namespace, ServiceAccount) the jobs run as, and
-  the ServiceAccount of the stack's jobs namespace (no API token mounted: the Pod Identity
+- one ``aws.eks.PodIdentityAssociation`` per (namespace, ServiceAccount) the jobs run as (the
+  stack's jobs namespace and each team's), and the ServiceAccount of the stack's jobs namespace
+  (teams' are ``workloads.team``'s; no API token mounted: the Pod Identity
   webhook injects its own projected token volume and the credentials environment,
   amazon-eks-pod-identity-webhook ``pkg/handler/handler.go``, independently of
   ``automountServiceAccountToken``).
@@ -106,8 +107,9 @@ class PodIdentityArgs:
     """The bucket's SSE-KMS key; None for an SSE-S3 bucket."""
     service_accounts: Sequence[tuple[str, str]]
     """(namespace, ServiceAccount) pairs the jobs run as, each given the role."""
-    create_service_accounts: bool = True
-    """Create those ServiceAccounts (on the Kubernetes provider of ``opts``)."""
+    create_service_accounts: Sequence[tuple[str, str]] = ()
+    """Those of ``service_accounts`` this component creates (on the Kubernetes provider of
+    ``opts``); the others exist already (a team's, ``workloads.team``)."""
     tags: Mapping[str, str] | None = None
     """Extra tags on every AWS resource."""
 
@@ -129,6 +131,10 @@ class PodIdentityArgs:
                     )
         if len(set(self.service_accounts)) != len(self.service_accounts):
             raise ValueError("PodIdentityArgs.service_accounts: lists a ServiceAccount twice")
+        if not set(self.create_service_accounts) <= set(self.service_accounts):
+            raise ValueError(
+                "PodIdentityArgs.create_service_accounts: not all of them are in service_accounts"
+            )
 
 
 class PodIdentity(pulumi.ComponentResource):
@@ -174,7 +180,7 @@ class PodIdentity(pulumi.ComponentResource):
         for namespace, account in args.service_accounts:
             suffix = f"{namespace}-{account}"
             depends: list[pulumi.Resource] = [policy, self.agent]
-            if args.create_service_accounts:
+            if (namespace, account) in args.create_service_accounts:
                 depends.append(
                     k8s.core.v1.ServiceAccount(
                         f"{name}-sa-{suffix}",
@@ -183,7 +189,7 @@ class PodIdentity(pulumi.ComponentResource):
                             namespace=namespace,
                             labels={
                                 "app.kubernetes.io/part-of": "eks-fsdp",
-                                "app.kubernetes.io/component": "training",
+                                "app.kubernetes.io/component": "jobs",
                             },
                         ),
                         automount_service_account_token=False,

@@ -17,10 +17,12 @@ AWS instead of stopping on one line naming the key.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from infra import outputs
 from infra.config import ConfigError, bucket_name_problem, load_stack_file, parse
@@ -300,3 +302,25 @@ def test_derived_bucket_names_follow_the_s3_rules(cluster: str, region: str) -> 
     name = bucket_name(cluster, ACCOUNT, region)
     assert bucket_name_problem(name) is None, name
     assert name.endswith(f"-data-{ACCOUNT}-{region}") and len(name) <= 63
+
+
+def test_the_documented_settings_are_valid_stack_config() -> None:
+    """docs/durable-data.md's YAML blocks, placed in the p5-16 stack, parse to the behaviour the
+    page describes (its commented-out adoption keys are left out, as the reader would)."""
+    doc = (pulumi_mocks.REPO_ROOT / "docs" / "durable-data.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", doc, re.S)
+    assert len(blocks) == 2
+    raw = pulumi_mocks.stack_config("p5-16")
+    for block in blocks:
+        for key, value in yaml.safe_load(block).items():
+            raw[key.removeprefix("eks-fsdp:")] = value
+    cfg = parse(raw)
+    assert cfg.data_bucket == type(cfg.data_bucket)()  # the documented values are the defaults
+    assert cfg.shared_storage.links_data_bucket
+    assert cfg.shared_storage.data_repository_prefix == "training/fsx"
+    assert (cfg.shared_storage.deployment_type, cfg.shared_storage.per_unit_storage_throughput) == (
+        "PERSISTENT_2",
+        250,
+    )
+    assert "pulumi destroy --exclude-protected" in doc
+    assert f"`{outputs.DATA_BUCKET_URI}`" in doc and f"`{outputs.JOBS_SERVICE_ACCOUNT}`" in doc

@@ -26,6 +26,7 @@ from infra.pod_identity import KMS_ACTIONS, OBJECT_ACTIONS, PodIdentityArgs
 from tests.pulumi_mocks import ProgramRun, RecordedResource, run_program
 from workloads.specs.pytorchjob import SERVICE_ACCOUNT
 from workloads.specs.stack import JOBS_NAMESPACE
+from workloads.specs.teams import SERVICE_ACCOUNT as TEAM_SERVICE_ACCOUNT
 
 STACKS = ("dev", "p5-16")
 SECRETS = {"hfToken": "hf_mock", "grafanaAdminPassword": "mock-password"}
@@ -122,6 +123,28 @@ def test_the_policy_reaches_the_prefix_and_the_bucket_key_only(
     assert not [s for s in statements.values() if "*" in json.dumps(s["Action"])]
 
 
+def test_every_team_namespace_gets_the_role() -> None:
+    """A team's jobs run as the ServiceAccount ``jobs`` of its own namespace, which
+    ``workloads.team`` creates; the role is associated there too, and this component creates
+    only the jobs namespace's ServiceAccount."""
+    arn = "arn:aws:iam::123456789012:role/{}"
+    teams = [{"name": n, "principalArns": [arn.format(n)]} for n in ("nlp", "vision")]
+    run = run_program("p5-16", overrides={"teams": teams}, secrets=SECRETS)
+    (role,) = [r for r in run.of_type(ROLE) if _in_component(run, r)]
+    pairs = {
+        (a.inputs["namespace"], a.inputs["serviceAccount"]): a.inputs["roleArn"]
+        for a in run.of_type(ASSOCIATION)
+    }
+    assert pairs == {
+        (JOBS_NAMESPACE, SERVICE_ACCOUNT): role.outputs["arn"],
+        ("nlp", SERVICE_ACCOUNT): role.outputs["arn"],
+        ("vision", SERVICE_ACCOUNT): role.outputs["arn"],
+    }
+    assert TEAM_SERVICE_ACCOUNT == SERVICE_ACCOUNT
+    created = [a for a in run.of_type("kubernetes:core/v1:ServiceAccount") if _in_component(run, a)]
+    assert [a.inputs["metadata"]["namespace"] for a in created] == [JOBS_NAMESPACE]
+
+
 def test_a_prefix_from_config_narrows_the_policy() -> None:
     run = run_program(
         "dev",
@@ -141,6 +164,7 @@ def test_a_prefix_from_config_narrows_the_policy() -> None:
 def test_the_jobs_service_account_is_associated(runs: dict[str, ProgramRun], stack: str) -> None:
     run = runs[stack]
     (role,) = [r for r in run.of_type(ROLE) if _in_component(run, r)]
+    assert not load_stack_file(stack).teams  # one association: the jobs namespace's
     (association,) = run.of_type(ASSOCIATION)
     assert association.inputs == {
         "clusterName": load_stack_file(stack).cluster_name,
@@ -149,7 +173,9 @@ def test_the_jobs_service_account_is_associated(runs: dict[str, ProgramRun], sta
         "roleArn": role.outputs["arn"],
         "tags": {"eks-fsdp/cluster": load_stack_file(stack).cluster_name},
     }
-    (account,) = run.of_type("kubernetes:core/v1:ServiceAccount")
+    (account,) = [
+        a for a in run.of_type("kubernetes:core/v1:ServiceAccount") if _in_component(run, a)
+    ]
     assert account.inputs["metadata"]["name"] == SERVICE_ACCOUNT
     assert account.inputs["metadata"]["namespace"] == JOBS_NAMESPACE
     assert account.inputs["automountServiceAccountToken"] is False
@@ -197,6 +223,7 @@ def test_pod_identity_args_validate_at_construction() -> None:
         ({"service_accounts": ()}, "service_accounts"),
         ({"service_accounts": (("Default", "training"),)}, "service_accounts"),
         ({"service_accounts": (("default", "t"), ("default", "t"))}, "service_accounts"),
+        ({"create_service_accounts": (("other", "jobs"),)}, "create_service_accounts"),
     ):
         with pytest.raises(ValueError, match=f"^PodIdentityArgs.{field}"):
             PodIdentityArgs(**{**ok, **change})

@@ -100,9 +100,10 @@ EFA_SECURITY_SKIPS: dict[str, str] = {
     "CKV_K8S_37": "the only capability kept is IPC_LOCK on EFA instance types (see CKV_K8S_25)",
 }
 """The same for pods on EFA instance types."""
-SERVICE_ACCOUNT = "training"
-"""ServiceAccount of the stack's jobs namespace that EKS Pod Identity gives the data bucket's
-role (``infra.pod_identity``; created by the stack, no API token mounted)."""
+SERVICE_ACCOUNT = "jobs"
+"""The ServiceAccount job pods run as, in the stack's jobs namespace and in each team's
+(``workloads.specs.teams``): EKS Pod Identity gives it the data bucket's role
+(``infra.pod_identity``); no API token mounted."""
 HF_HOME_DIR = "hf-home"
 """Folder of the shared checkpoint volume that is the workers' ``HF_HOME`` (hub downloads and
 the ``s3://`` weights cache, ``training/s3``): one download serves every node and restart."""
