@@ -30,6 +30,8 @@ network = Network(
         vpc_cidr=cfg.vpc_cidr,
         availability_zones=cfg.availability_zones,
         nat_gateways=cfg.nat_gateways,
+        vpc_endpoints=cfg.vpc_endpoints,
+        region=cfg.region,
     ),
 )
 cluster = Cluster(

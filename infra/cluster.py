@@ -36,6 +36,7 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from infra import versions
+from infra.addon_versions import pinned_problems
 from infra.config import SystemNodeGroupConfig
 
 TYPE_TOKEN = "eks-fsdp:infra:Cluster"
@@ -122,6 +123,13 @@ class ClusterArgs:
             raise ValueError(
                 "ClusterArgs.api_public_access_cidrs: a /0 opens the API endpoint to the internet"
             )
+        installed = ("kube-proxy", "vpc-cni", "coredns", "aws-ebs-csi-driver")
+        installed += ("eks-node-monitoring-agent",) if self.node_monitoring_agent else ()
+        installed += ("aws-fsx-csi-driver",) if self.fsx_csi_driver else ()
+        installed += ("amazon-cloudwatch-observability",) if self.cloudwatch_observability else ()
+        problems = pinned_problems(self.kubernetes_version, installed)
+        if problems:
+            raise ValueError(f"ClusterArgs.kubernetes_version: {'; '.join(problems)}")
 
 
 def ebs_csi_trust_policy(oidc_provider_arn: str, oidc_issuer: str) -> str:

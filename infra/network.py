@@ -6,6 +6,16 @@ EKS / load-balancer discovery tags; and the EFA security group: all traffic betw
 and nothing else, in or out (EFA needs self-referencing inbound and outbound rules; the nodes'
 other traffic goes through the cluster security group each EFA interface also carries). Plain resources rather than ``awsx.ec2.Vpc`` keep every subnet, route and
 tag visible to the unit tests (awsx is a remote component: under mocks nothing inside runs).
+
+VPC endpoints (``vpcEndpoints``, on by default): a gateway endpoint for S3 on every private
+route table, and interface endpoints (private DNS, one ENI per private subnet) for ECR's API
+and registry (``ecr.api``, ``ecr.dkr``), STS and CloudWatch Logs, behind a security group that
+admits HTTPS (443) from the VPC's CIDR only. The EKS user guide ("Deploy private clusters with
+limited internet access") names these for nodes without internet; here the nodes keep their
+NAT route, and the endpoints take the heavy traffic off it: a training image is several GB of
+ECR layers, served from S3 (hence the S3 gateway, which ECR's layer downloads go through),
+and NAT gateways charge per GB processed. STS serves IRSA and Pod Identity token exchanges,
+Logs the CloudWatch agent and Fluent Bit.
 """
 
 from __future__ import annotations
@@ -18,6 +28,11 @@ import pulumi_aws as aws
 from infra.subnets import SubnetPlan, plan_subnets
 
 TYPE_TOKEN = "eks-fsdp:infra:Network"
+INTERFACE_ENDPOINT_SERVICES = ("ecr.api", "ecr.dkr", "sts", "logs")
+"""Interface endpoints (``com.amazonaws.<region>.<service>``): ECR API and registry, STS, Logs."""
+GATEWAY_ENDPOINT_SERVICES = ("s3",)
+"""Gateway endpoints on the private route tables: S3 (ECR image layers, datasets, checkpoints)."""
+HTTPS_PORT = 443
 
 __all__ = ["Network", "NetworkArgs", "SubnetPlan", "plan_subnets"]
 
@@ -34,6 +49,10 @@ class NetworkArgs:
     """Zones to span (at least 2)."""
     nat_gateways: str = "single"
     """``single`` | ``perAz``."""
+    vpc_endpoints: bool = True
+    """Create the S3 gateway and the ECR/STS/Logs interface endpoints."""
+    region: str | None = None
+    """AWS region (``aws:region``): the endpoints' service names; required with endpoints."""
     tags: dict[str, str] | None = None
     """Extra tags on every resource."""
 
@@ -53,6 +72,8 @@ class NetworkArgs:
             plan_subnets(self.vpc_cidr, self.availability_zones)
         except ValueError as exc:
             raise ValueError(f"NetworkArgs.vpc_cidr: {exc}") from None
+        if self.vpc_endpoints and not self.region:
+            raise ValueError("NetworkArgs.region: the VPC endpoints' service names need it")
 
 
 class Network(pulumi.ComponentResource):
@@ -70,6 +91,8 @@ class Network(pulumi.ComponentResource):
     """Security group allowing all traffic between its members (EFA)."""
     nat_gateway_ids: list[pulumi.Output[str]]
     """NAT gateway ids (one, or one per zone)."""
+    endpoint_ids: dict[str, pulumi.Output[str]]
+    """VPC endpoint id per service (``s3``, ``ecr.api``, ...); empty without endpoints."""
 
     def __init__(
         self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None
@@ -103,6 +126,7 @@ class Network(pulumi.ComponentResource):
 
         public_subnets: list[aws.ec2.Subnet] = []
         private_subnets: list[aws.ec2.Subnet] = []
+        private_route_tables: list[aws.ec2.RouteTable] = []
         nats: list[aws.ec2.NatGateway] = []
         for i, zone in enumerate(plan):
             az = zone.availability_zone
@@ -173,6 +197,7 @@ class Network(pulumi.ComponentResource):
                 opts=child,
             )
             private_subnets.append(private)
+            private_route_tables.append(rt)
 
         efa_sg = aws.ec2.SecurityGroup(
             f"{name}-efa-sg",
@@ -197,6 +222,50 @@ class Network(pulumi.ComponentResource):
             description="all traffic to members",
             opts=child,
         )
+
+        self.endpoint_ids: dict[str, pulumi.Output[str]] = {}
+        if args.vpc_endpoints:
+            for service in GATEWAY_ENDPOINT_SERVICES:
+                gateway = aws.ec2.VpcEndpoint(
+                    f"{name}-endpoint-{service}",
+                    vpc_id=vpc.id,
+                    service_name=f"com.amazonaws.{args.region}.{service}",
+                    vpc_endpoint_type="Gateway",
+                    route_table_ids=[rt.id for rt in private_route_tables],
+                    tags={**base_tags, "Name": f"{args.cluster_name}-{service}"},
+                    opts=child,
+                )
+                self.endpoint_ids[service] = gateway.id
+            endpoint_sg = aws.ec2.SecurityGroup(
+                f"{name}-endpoints-sg",
+                vpc_id=vpc.id,
+                description="VPC interface endpoints: HTTPS from the VPC",
+                tags={**base_tags, "Name": f"{args.cluster_name}-endpoints"},
+                opts=child,
+            )
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-endpoints-https-from-vpc",
+                security_group_id=endpoint_sg.id,
+                cidr_ipv4=args.vpc_cidr,
+                ip_protocol="tcp",
+                from_port=HTTPS_PORT,
+                to_port=HTTPS_PORT,
+                description="HTTPS from the VPC",
+                opts=child,
+            )
+            for service in INTERFACE_ENDPOINT_SERVICES:
+                interface = aws.ec2.VpcEndpoint(
+                    f"{name}-endpoint-{service.replace('.', '-')}",
+                    vpc_id=vpc.id,
+                    service_name=f"com.amazonaws.{args.region}.{service}",
+                    vpc_endpoint_type="Interface",
+                    private_dns_enabled=True,
+                    subnet_ids=[s.id for s in private_subnets],
+                    security_group_ids=[endpoint_sg.id],
+                    tags={**base_tags, "Name": f"{args.cluster_name}-{service}"},
+                    opts=child,
+                )
+                self.endpoint_ids[service] = interface.id
 
         self.vpc_id = vpc.id
         self.public_subnet_ids = [s.id for s in public_subnets]

@@ -51,6 +51,7 @@ TOP_LEVEL_KEYS = (
     "dataBucket",
     "debugTools",
     "nodeMonitoringAgent",
+    "vpcEndpoints",
     "teams",
 )
 SECRET_KEYS = ("hfToken", "grafanaAdminPassword")
@@ -128,6 +129,8 @@ class StackConfig:
     """Deploy the htop/nvtop debug DaemonSets (opt-in)."""
     node_monitoring_agent: bool = True
     """Install the eks-node-monitoring-agent add-on (node conditions for auto repair)."""
+    vpc_endpoints: bool = True
+    """VPC endpoints: S3 gateway; ECR api/dkr, STS, Logs interface endpoints (``infra.network``)."""
     teams: tuple[TeamConfig, ...] = ()
     """Teams sharing the cluster: a namespace, queues and quotas each (``infra.config.teams``)."""
 
@@ -236,5 +239,6 @@ def parse(
         secrets=secrets or Secrets(),
         debug_tools=_bool(raw.get("debugTools", False), "debugTools"),
         node_monitoring_agent=_bool(raw.get("nodeMonitoringAgent", True), "nodeMonitoringAgent"),
+        vpc_endpoints=_bool(raw.get("vpcEndpoints", True), "vpcEndpoints"),
         teams=_parse_teams(raw.get("teams", []), groups, access),
     )
