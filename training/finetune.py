@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from training import cookbook, gc_policy
 from training.config import ConfigError, TrainConfig, parse_args
+from training.tracking.hooks import RunHooks
 
 if TYPE_CHECKING:
     import torch
@@ -303,6 +304,7 @@ class Trainer:
         self._first_step = self.state.step + 1
         self._last_save_t = time.monotonic()
         self._stall_to_log: float | None = None
+        self.hooks = RunHooks.build(self)  # --tracker, --use_profiler, --flop_counter, ...
         self._announce()
 
     # ------------------------------------------------------------------------------------------
@@ -314,6 +316,7 @@ class Trainer:
                 return self._train()
         finally:
             self.stop.uninstall()
+            self.hooks.close()
 
     def _train(self) -> bool:
         """The loop of `fit`: epochs, steps, validation and checkpoints."""
@@ -331,7 +334,8 @@ class Trainer:
                 if self._step_seeded:
                     step_seed = (cfg.seed * 1_000_003 + st.step) * self.env.world_size
                     torch.manual_seed(step_seed + self.env.rank)
-                out = self.train_step(micro_batches)
+                with self.hooks.step():  # --use_profiler, --flop_counter
+                    out = self.train_step(micro_batches)
                 self.gc.step(st.step + 1)  # part of the step's measured time
                 now = time.perf_counter()
                 out["step_time_s"] = now - t_last
@@ -505,11 +509,12 @@ class Trainer:
         with torch.no_grad():
             for mb in self.eval_data:
                 batch = {k: to_device(v, self.env.device) for k, v in mb.items()}
-                total += token_loss_sum(self.model, batch).double()
+                total += self.hooks.eval_batch(token_loss_sum(self.model, batch).double(), mb)
                 count += int(host_only((mb["labels"][:, 1:] != IGNORE_INDEX).sum()))
         self.model.train()
         g_total, g_count = all_reduce_sum([float(total), count], self.env.device)
         loss = g_total / max(g_count, 1.0)
+        self.hooks.evaluated(loss, self.state.step)
         if self.env.is_main:
             print(
                 f"epoch {epoch}: eval loss {loss:.4f}, perplexity {_exp(loss):.2f}",
@@ -589,6 +594,7 @@ class Trainer:
             **g.as_dict(),
         }
         write_summary(self.out_dir / "summary.json", summary)
+        self.hooks.finish(summary)
         jsonl = self.out_dir / "metrics.jsonl"
         if self.cfg.plot_metrics and jsonl.is_file():
             plot_metrics(jsonl, self.out_dir / "metrics.png")

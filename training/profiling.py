@@ -23,8 +23,9 @@ assert WAIT + WARMUP + ACTIVE == PROFILER_STEPS
 TRACE_SUFFIX = ".pt.trace.json"
 
 
-def profiler_dir(output_dir: str, profiler_dir: str) -> Path:
-    """--profiler_dir, or `<output_dir>/profiler` when it is empty."""
+def profiler_dir(output_dir: str | Path, profiler_dir: str) -> Path:
+    """--profiler_dir, or `<output_dir>/profiler` when it is empty (the run's local output
+    folder: with an s3:// --output_dir, its staging folder, uploaded at the end)."""
     return Path(profiler_dir) if profiler_dir else Path(output_dir) / "profiler"
 
 

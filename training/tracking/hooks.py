@@ -90,7 +90,7 @@ class RunHooks:
                 f"this run ends at step {trainer.total_steps}"
             )
         hooks = cls(is_main=env.is_main, first_step=first, device=env.device)
-        hooks.out_dir = Path(cfg.output_dir)
+        hooks.out_dir = Path(trainer.out_dir)  # local (an s3:// --output_dir is staged there)
         kind = tracker_kind(cfg)
         if kind != "none":
             error = None
@@ -103,7 +103,7 @@ class RunHooks:
                     trainable_params=trainer.n_trainable,
                 )
                 try:
-                    hooks.tracker = open_tracker(cfg, env.rank, config)
+                    hooks.tracker = open_tracker(cfg, env.rank, config, hooks.out_dir)
                 except Exception as e:  # the library's own error, whatever its type
                     error = f"--tracker {kind}: {type(e).__name__}: {_first_line(e)}"
             error = broadcast_object(error)
@@ -120,7 +120,7 @@ class RunHooks:
         if cfg.use_profiler:
             from training.profiling import StepProfiler, profiler_dir
 
-            folder = profiler_dir(cfg.output_dir, cfg.profiler_dir)
+            folder = profiler_dir(hooks.out_dir, cfg.profiler_dir)
             hooks.profiler = StepProfiler(folder, env.rank)
         if cfg.flop_counter:
             from training.flops import StepFlopCounter

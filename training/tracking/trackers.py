@@ -115,11 +115,11 @@ class WandbTracker:
     `wandb_config` fields as `wandb.init` arguments and the flags as the run's config; each row
     is one `run.log(..., step=step)`; the summary goes to `run.summary` as its results do."""
 
-    def __init__(self, cfg: TrainConfig, config: Mapping[str, Any]) -> None:
+    def __init__(self, cfg: TrainConfig, config: Mapping[str, Any], out_dir: Path) -> None:
         import wandb
 
         # wandb.init(dir=...) places the run folder; WANDB_DIR, when set, is the user's choice.
-        folder = None if os.environ.get("WANDB_DIR") else Path(cfg.output_dir)
+        folder = None if os.environ.get("WANDB_DIR") else out_dir
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(
@@ -150,15 +150,16 @@ class WandbTracker:
 
 class MlflowTracker:
     """An MLflow run (`mlflow.start_run`, so MLflow's environment variables apply): the flags
-    as params, each row as one `log_metrics(..., step=step)` (one batch request), the summary
-    as metrics at the last step logged."""
+    as params, each row as one asynchronous `log_metrics(..., step=step)` (one batch; `end_run`
+    waits for the queue, mlflow/tracking/_tracking_service/client.py `set_terminated`), the
+    summary as metrics at the last step logged."""
 
-    def __init__(self, cfg: TrainConfig, config: Mapping[str, Any]) -> None:
+    def __init__(self, cfg: TrainConfig, config: Mapping[str, Any], out_dir: Path) -> None:
         import mlflow
 
         if not os.environ.get("MLFLOW_TRACKING_URI"):
             # left to FileStore to create: it adds the Default experiment to a new folder only
-            store = Path(cfg.output_dir).resolve() / MLFLOW_DIR
+            store = out_dir.resolve() / MLFLOW_DIR
             # mlflow 3.x refuses a file store unless this is set (mlflow/store/tracking/
             # file_store.py, FileStore.__init__); the sqlite default needs SQLAlchemy.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -172,8 +173,8 @@ class MlflowTracker:
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         values = tracked(metrics)
-        if values:
-            self._mlflow.log_metrics(values, step=step)
+        if values:  # queued: a slow store or server never holds up rank 0 (and so the step)
+            self._mlflow.log_metrics(values, step=step, synchronous=False)
         self._last_step = max(self._last_step, step)
 
     def summary(self, values: Mapping[str, Any]) -> None:
@@ -194,10 +195,10 @@ class TensorBoardTracker:
     """Event files in `<output_dir>/tensorboard` (`torch.utils.tensorboard.SummaryWriter`):
     one scalar per metric and step (TensorBoard stores float32), the flags as a text entry."""
 
-    def __init__(self, cfg: TrainConfig, config: Mapping[str, Any]) -> None:
+    def __init__(self, cfg: TrainConfig, config: Mapping[str, Any], out_dir: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.folder = Path(cfg.output_dir) / TENSORBOARD_DIR
+        self.folder = out_dir / TENSORBOARD_DIR
         self.writer = SummaryWriter(log_dir=str(self.folder))
         self.writer.add_text("config", json.dumps(dict(config), indent=1, default=str))
         self._last_step = 0
@@ -222,11 +223,16 @@ TRACKER_CLASSES: dict[str, Any] = {
 }
 
 
-def open_tracker(cfg: TrainConfig, rank: int, config: Mapping[str, Any]) -> Tracker | None:
+def open_tracker(
+    cfg: TrainConfig, rank: int, config: Mapping[str, Any], out_dir: Path | None = None
+) -> Tracker | None:
     """The run's tracker on rank 0 (its library imported now), None on other ranks or with
-    `--tracker none`. Raises whatever the library raises when it cannot start a run."""
+    `--tracker none`. Its files go under `out_dir` (the run's local output folder, which an
+    `s3://` --output_dir stages; --output_dir itself by default). Raises whatever the library
+    raises when it cannot start a run."""
     kind = tracker_kind(cfg)
     if rank != 0 or kind == "none":
         return None
-    tracker: Tracker = TRACKER_CLASSES[kind](cfg, config)
+    folder = Path(cfg.output_dir) if out_dir is None else out_dir
+    tracker: Tracker = TRACKER_CLASSES[kind](cfg, config, folder)
     return tracker
