@@ -65,7 +65,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="STACK",
         help="the cluster of this stack (its kubeconfig output; for submit also the platform)",
     )
-    where.add_argument("-n", "--namespace", help="cluster namespace (default: default)")
+    where.add_argument(
+        "-n",
+        "--namespace",
+        help="cluster namespace (default: the job file's on submit, else with --stack the "
+        "stack's jobsNamespace output, else default)",
+    )
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
 
     parser = argparse.ArgumentParser(
