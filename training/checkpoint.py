@@ -21,7 +21,11 @@ a human-readable `meta.json`, and a `COMPLETE` marker:
    pruned after every checkpoint and when a run starts.
 
 DCP stores tensors by their global shape, so a checkpoint loads into any world size or sharding.
-The folder must be on storage every rank sees (a shared file system on multi-node jobs).
+The folder must be on storage every rank sees (a shared file system on multi-node jobs), or an
+`s3://bucket/prefix` (`--dist_checkpoint_root_folder s3://...`): there a save is written in
+place and made complete by the same `COMPLETE` marker written last, re-saves of a step are new
+generations instead of renames (`training.s3.checkpoints`), and the shards go through DCP's
+file-system writer on S3 (`training.s3.dcp`), in the background as locally.
 
 `StopSignal` records a SIGTERM (this pod is going away, or torchrun restarts the group) and its
 time, so the loop can stop at the next step boundary and decide whether an emergency
@@ -54,6 +58,10 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.stateful import Stateful
 
 from training.dist import barrier
+from training.s3.uri import S3Uri, is_s3
+
+Location = Path | S3Uri
+"""A checkpoint root or folder: a local path or an s3:// location."""
 
 KEEP_LAST = 2
 """Complete checkpoints kept; older ones are deleted after a newer one is complete."""
@@ -96,7 +104,14 @@ class ModelOptimizerState(Stateful):
         )
 
 
-def step_dir(root: Path, step: int) -> Path:
+def root_of(cfg: Any) -> Location:
+    """A TrainConfig's --dist_checkpoint_root_folder / --dist_checkpoint_folder: a Path, or an
+    S3Uri for s3://."""
+    root, folder = cfg.dist_checkpoint_root_folder, cfg.dist_checkpoint_folder
+    return S3Uri.parse(root) / folder if is_s3(root) else Path(root) / folder
+
+
+def step_dir(root: Location, step: int) -> Location:
     return root / f"step-{step:06d}"
 
 
@@ -112,9 +127,14 @@ def _complete(root: Path) -> list[tuple[int, bool, Path]]:
     return out
 
 
-def latest_complete(root: Path) -> Path | None:
+def latest_complete(root: Location) -> Location | None:
     """The complete checkpoint with the highest step under `root` (partial ones are ignored;
-    `step-N.old` only counts while its replacement `step-N` is not complete yet)."""
+    `step-N.old` only counts while its replacement `step-N` is not complete yet; on S3 the
+    highest generation of a step)."""
+    if isinstance(root, S3Uri):
+        from training.s3 import checkpoints as s3_checkpoints
+
+        return s3_checkpoints.latest_complete(root)
     found = _complete(root)
     if not found:
         return None
@@ -134,7 +154,7 @@ class Checkpointer:
 
     def __init__(
         self,
-        root: Path,
+        root: Location,
         state: dict[str, Stateful],
         *,
         use_async: bool,
@@ -147,9 +167,9 @@ class Checkpointer:
         self.main = not dist.is_initialized() or dist.get_rank() == 0
         self.write_s: float | None = None
         """Seconds of the last finished write (None before the first one)."""
-        self.written: list[Path] = []
+        self.written: list[Location] = []
         """Checkpoints this process completed, in order."""
-        self._pending: tuple[Future[Any], Path, Path, dict[str, Any], float] | None = None
+        self._pending: tuple[Future[Any], Any, Any, dict[str, Any], float] | None = None
         self._done_at: float | None = None
 
     @property
@@ -160,25 +180,47 @@ class Checkpointer:
         """Checkpoint `state` as step `step` (collective); returns the stall in seconds."""
         t0 = time.monotonic()
         self.wait()  # one write in flight at a time
-        final = step_dir(self.root, step)
-        tmp = final.with_name(final.name + ".tmp")
-        if self.main:
-            self.root.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(tmp, ignore_errors=True)
+        tmp, final, writer = self._target(step)
         barrier()
         if self.use_async:
             self._done_at = None
-            fut = dcp.async_save(self.state, checkpoint_id=str(tmp), process_group=self.group)
+            fut = dcp.async_save(
+                self.state, checkpoint_id=str(tmp), storage_writer=writer, process_group=self.group
+            )
             if not isinstance(fut, Future):  # an AsyncSaveResponse: its upload future
                 fut = fut.upload_completion
             fut.add_done_callback(self._mark_done)
             self._pending = (fut, tmp, final, meta, t0)
         else:
-            dcp.save(self.state, checkpoint_id=str(tmp), process_group=self.group)
+            dcp.save(
+                self.state, checkpoint_id=str(tmp), storage_writer=writer, process_group=self.group
+            )
             self._done_at = time.monotonic()
             self._pending = (_done_future(), tmp, final, meta, t0)
             self.wait()
         return time.monotonic() - t0
+
+    def _target(self, step: int) -> tuple[Location, Location, Any]:
+        """(where the save is written, its final name, DCP's storage writer or None) of a save
+        of `step`, with any leftover of an earlier write there removed (rank 0)."""
+        if isinstance(self.root, S3Uri):
+            from training.s3 import checkpoints as s3_checkpoints
+            from training.s3.dcp import S3Writer
+
+            box: list[Any] = [None]
+            if self.main:  # step-N, or its next generation when step-N is complete
+                box[0] = s3_checkpoints.next_target(self.root, step)
+                s3_checkpoints.delete(box[0])
+            if dist.is_initialized() and dist.get_world_size() > 1:
+                dist.broadcast_object_list(box, src=0, group=self.group)
+            return box[0], box[0], S3Writer(str(box[0]))
+        final = step_dir(self.root, step)
+        assert isinstance(final, Path)
+        tmp = final.with_name(final.name + ".tmp")
+        if self.main:
+            self.root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+        return tmp, final, None
 
     def poll(self) -> None:
         """Finish a background write that is done (cheap; call at step boundaries)."""
@@ -207,8 +249,14 @@ def _done_future() -> Future[Any]:
     return fut
 
 
-def _publish(root: Path, tmp: Path, final: Path, meta: dict[str, Any]) -> None:
+def _publish(root: Location, tmp: Any, final: Any, meta: dict[str, Any]) -> None:
     """Mark `tmp` complete and move it to `final` without a moment lacking a newest checkpoint."""
+    if isinstance(root, S3Uri):
+        from training.s3 import checkpoints as s3_checkpoints
+
+        s3_checkpoints.publish(final, meta)  # written in place: the marker completes it
+        prune(root, keep=KEEP_LAST)
+        return
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     with (tmp / MARKER).open("w", encoding="utf-8") as f:
         f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
@@ -223,11 +271,16 @@ def _publish(root: Path, tmp: Path, final: Path, meta: dict[str, Any]) -> None:
     prune(root, keep=KEEP_LAST)
 
 
-def prune(root: Path, keep: int = KEEP_LAST, in_flight: Path | None = None) -> list[Path]:
+def prune(root: Location, keep: int = KEEP_LAST, in_flight: Any = None) -> list[Any]:
     """Delete complete checkpoints beyond the newest `keep`, stale `*.tmp` folders (except
     `in_flight`) and `.old` folders whose step has a complete replacement; the paths removed.
+    On S3: older generations and every folder without a marker (`training.s3.checkpoints`).
 
     Call on one rank only, when no other write is in flight (or name it in `in_flight`)."""
+    if isinstance(root, S3Uri):
+        from training.s3 import checkpoints as s3_checkpoints
+
+        return s3_checkpoints.prune(root, keep, in_flight)
     if not root.is_dir():
         return []
     removed = []
@@ -255,7 +308,7 @@ SETTINGS = "settings"
 """meta.json's key for the flags a checkpoint fits only with (`--model_name`, the adapters)."""
 
 
-def check_settings(path: Path, meta: dict[str, Any], settings: dict[str, Any]) -> None:
+def check_settings(path: Location, meta: dict[str, Any], settings: dict[str, Any]) -> None:
     """Stop with one line naming the first flag whose value differs from the checkpoint's.
 
     Needed because a LoRA checkpoint leaves the frozen base out and loads non-strictly: DCP
@@ -282,7 +335,7 @@ def _flag_value(value: Any) -> str:
 
 
 def load(
-    path: Path, state: dict[str, Stateful], settings: dict[str, Any] | None = None
+    path: Location, state: dict[str, Stateful], settings: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Load `state` in place from a complete checkpoint; returns its meta.json.
 
@@ -290,12 +343,20 @@ def load(
     compared before any tensor is read."""
     from torch.distributed.checkpoint.api import CheckpointException
 
-    meta_path = path / "meta.json"
-    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    reader = None
+    if isinstance(path, S3Uri):
+        from training.s3 import checkpoints as s3_checkpoints
+        from training.s3.dcp import S3Reader
+
+        meta = s3_checkpoints.read_meta(path)
+        reader = S3Reader(str(path))
+    else:
+        meta_path = path / "meta.json"
+        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
     if settings is not None:
         check_settings(path, meta, settings)
     try:
-        dcp.load(state, checkpoint_id=str(path))
+        dcp.load(state, checkpoint_id=str(path), storage_reader=reader)
     except CheckpointException as e:  # raised on every rank: DCP gathers the planning errors
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         raise CheckpointError(

@@ -58,6 +58,8 @@ __all__ = [
 ]
 
 BATCHING_STRATEGIES = ("packing", "padding")
+PACKING_STRATEGIES = ("wrapped", "bfd")
+"""TRL's names: wrapped (llama-recipes' ConcatDataset) or bfd (best fit decreasing, whole samples)."""
 AC_MODES = ("full", "selective", "none")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DATASETS = (
@@ -87,7 +89,7 @@ class TrainConfig:
 
     # --- llama-recipes train_config / fsdp_config -----------------------------------------------
     model_name: str = "tiny-llama"
-    """Model: a tiny preset name (tiny-llama, ...), a local Hugging Face folder, or a hub name."""
+    """Model: a tiny preset name (tiny-llama, ...), a local Hugging Face folder, a hub name, or s3://bucket/prefix."""
     enable_fsdp: bool = False
     """Shard the model with FSDP2 (torch.distributed.fsdp.fully_shard)."""
     run_validation: bool = True
@@ -96,6 +98,8 @@ class TrainConfig:
     """Micro-batch size per rank (sequences per forward pass)."""
     batching_strategy: str = "packing"
     """packing (concatenate and cut into context_length chunks) or padding (one sample per row)."""
+    packing_strategy: str = "wrapped"
+    """With packing: wrapped (cut rows of exactly context_length) or bfd (whole samples, best fit decreasing)."""
     context_length: int = 4096
     """Tokens per packed chunk; with padding, samples are truncated to it."""
     gradient_accumulation_steps: int = 1
@@ -141,13 +145,13 @@ class TrainConfig:
     max_train_samples: int = 0
     """Tokenize and train on the first N rows of the training split only (smoke runs); 0 = all."""
     output_dir: str = "runs/finetune"
-    """Where metrics.jsonl, summary.json, the plot and the exported model go."""
+    """Where metrics.jsonl, summary.json, the plot and the exported model go (a folder or s3://bucket/prefix)."""
     save_model: bool = True
     """Export a servable Hugging Face folder at the end (sharded safetensors, configs, tokenizer)."""
     save_optimizer: bool = False
     """Accepted for llama-recipes compatibility; DCP checkpoints always hold the optimizer."""
     dist_checkpoint_root_folder: str = "runs/checkpoints"
-    """Root folder of the distributed (DCP) checkpoints."""
+    """Root folder of the distributed (DCP) checkpoints (a folder or s3://bucket/prefix)."""
     dist_checkpoint_folder: str = "fine-tuned"
     """Sub-folder of dist_checkpoint_root_folder for this run's checkpoints."""
     sharding_strategy: str = "FULL_SHARD"
@@ -328,6 +332,11 @@ def _validate(c: TrainConfig) -> None:
     ):
         if not getattr(c, flag).strip():
             fail(flag, "must not be empty")
+    from training.s3.uri import check_flag  # stdlib-only: s3:// names a valid bucket
+
+    for flag in ("model_name", "output_dir", "dist_checkpoint_root_folder"):
+        if problem := check_flag(flag, getattr(c, flag)):
+            raise ConfigError(problem)
 
     at_least("batch_size_training", 1)
     at_least("val_batch_size", 1)
@@ -368,6 +377,12 @@ def _validate(c: TrainConfig) -> None:
             fail("preflight_expect", "only used with --preflight")
 
     one_of("batching_strategy", BATCHING_STRATEGIES)
+    one_of("packing_strategy", PACKING_STRATEGIES)
+    if c.packing_strategy != "wrapped" and c.batching_strategy != "packing":
+        fail(
+            "packing_strategy",
+            f"only used with --batching_strategy packing, not {c.batching_strategy}",
+        )
     one_of("sharding_strategy", SHARDING_STRATEGIES)
     one_of("dataset", DATASETS)
     one_of("ac_mode", AC_MODES)

@@ -17,13 +17,19 @@ With `--use_peft` the export is the adapter folder `<output_dir>/adapter` (only 
 parameters are gathered), which `peft.PeftModel.from_pretrained(base, folder)` loads, and with
 `--merge_adapters` also `<output_dir>/hf`: each adapted layer's weight merged as peft's
 `merge_and_unload` does (W + scaling * B @ A, in fp32), streamed the same way.
+
+With `--output_dir s3://bucket/prefix` the same folders are made in a local staging folder
+(`training.s3.transfer.OutputDir`) and each file is uploaded as soon as it is written and then
+deleted, so the staging disk holds one shard at a time; `config.json` goes last, and objects of
+an earlier export under the prefix that this one did not write (another sharding) are deleted.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +44,7 @@ from training.dist import barrier
 if TYPE_CHECKING:
     from training.config import TrainConfig
     from training.model import ModelSpec
+    from training.s3.uri import S3Uri
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -158,8 +165,12 @@ def export_model(
     max_shard_bytes: int,
     merge_adapters: bool = False,
     generation_source: str | None = None,
+    sink: Callable[[Path], None] | None = None,
 ) -> ExportReport | None:
-    """Write the servable folder `out_dir` (collective); rank 0 returns what it wrote."""
+    """Write the servable folder `out_dir` (collective); rank 0 returns what it wrote.
+
+    `sink` (rank 0): called with each file once it is complete, weights first and config.json
+    last (an upload to S3 that then deletes the local file)."""
     from safetensors.torch import save_file
 
     main = not dist.is_initialized() or dist.get_rank() == 0
@@ -183,8 +194,11 @@ def export_model(
         max_held = max(max_held, held_bytes)
         i = shard_of[name]
         if name == shards[i][-1]:  # the shard is complete: write it, let its tensors go
-            save_file(held, str(out_dir / shard_name(i, len(shards))), metadata={"format": "pt"})
+            path = out_dir / shard_name(i, len(shards))
+            save_file(held, str(path), metadata={"format": "pt"})
             held, held_bytes = {}, 0
+            if sink is not None:
+                sink(path)
     report = None
     if main:
         files = [shard_name(i, len(shards)) for i in range(len(shards))]
@@ -196,6 +210,10 @@ def export_model(
             }
             (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
         _write_configs(model, config, tokenizer, out_dir, dtype, generation_source)
+        if sink is not None:
+            rest = sorted(p for p in out_dir.rglob("*") if p.is_file() and p.name not in files)
+            for path in sorted(rest, key=lambda p: p.name == "config.json"):
+                sink(path)
         report = ExportReport(out_dir, files, total, max_held)
     barrier()
     return report
@@ -260,6 +278,29 @@ def export_adapter(model: nn.Module, peft_model: Any, tokenizer: Any, out_dir: P
     return path
 
 
+class _S3Sink:
+    """Uploads each exported file under `uri` and deletes the local copy (rank 0); `close`
+    deletes what an earlier export left under `uri` and this one did not write."""
+
+    def __init__(self, folder: Path, uri: S3Uri) -> None:
+        self.folder, self.uri = folder, uri
+        self.sent: set[str] = set()
+
+    def __call__(self, path: Path) -> None:
+        from training.s3.transfer import upload_file
+
+        name = str(path.relative_to(self.folder))
+        upload_file(path, self.uri / name)
+        path.unlink()
+        self.sent.add(name)
+
+    def close(self) -> S3Uri:
+        from training.s3.transfer import delete_keys, list_keys
+
+        delete_keys(self.uri, [n for n, _ in list_keys(self.uri) if n not in self.sent])
+        return self.uri
+
+
 def export_run(
     cfg: TrainConfig,
     model: nn.Module,
@@ -267,17 +308,26 @@ def export_run(
     spec: ModelSpec,
     tokenizer: Any,
     device: torch.device,
-) -> list[tuple[str, Path]]:
+) -> list[tuple[str, Any]]:
     """What `--save_model` writes under --output_dir (collective): `hf/` (the model), or with
     --use_peft `adapter/` and, with --merge_adapters, `hf/` merged. Rank 0 returns
-    [(what, folder)], the others []."""
-    out = Path(cfg.output_dir)
-    written: list[tuple[str, Path]] = []
+    [(what, folder)] (an S3Uri for an s3:// --output_dir), the others []."""
+    from training.s3.transfer import OutputDir, upload_folder
+
+    target = OutputDir(cfg.output_dir)
+    out = target.local
+    main = not dist.is_initialized() or dist.get_rank() == 0
+    written: list[tuple[str, Any]] = []
     if peft_model is not None:
         path = export_adapter(model, peft_model, tokenizer, out / "adapter")
+        if path is not None and target.uri is not None:
+            upload_folder(path, target.uri / "adapter", last=["adapter_config.json"])
+            shutil.rmtree(path)
+            path = target.uri / "adapter"
         written += [("exported adapter", path)] if path is not None else []
         if not cfg.merge_adapters:
             return written
+    sink = _S3Sink(out / "hf", target.uri / "hf") if target.uri is not None and main else None
     report = export_model(
         model,
         spec.config,
@@ -287,8 +337,9 @@ def export_run(
         max_shard_bytes=int(cfg.export_max_shard_gb * 1e9),
         merge_adapters=peft_model is not None,
         generation_source=None if spec.is_preset else spec.name,
+        sink=sink,
     )
     if report is not None:
         what = "merged model" if peft_model is not None else "exported model"
-        written.append((what, report.folder))
+        written.append((what, report.folder if sink is None else sink.close()))
     return written

@@ -62,12 +62,14 @@ def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -
     from training.dist import distributed, world_from_env
     from training.model import ModelError
     from training.parallelize import ParallelDims, ParallelError
+    from training.s3.client import S3AccessError, check_locations
 
     rank, world, _, local_world = world_from_env()
     try:  # a layout this world cannot take: before the process group and the model libraries
         ParallelDims.from_config(cfg, world, local_world)
         cookbook.check_world(cfg, world)  # --one_gpu
-    except (ParallelError, cookbook.CookbookError) as e:
+        check_locations(cfg)  # s3:// flags: region, credentials, bucket reachable
+    except (ParallelError, cookbook.CookbookError, S3AccessError) as e:
         return _fail(e, rank)
     if freeze_libraries:
         gc_policy.freeze_libraries()
@@ -75,8 +77,10 @@ def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -
     with distributed() as env:
         if cfg.preflight:  # every (re)start checks the nodes it got, before step 1
             from training.preflight import gate
+            from training.s3.transfer import OutputDir
 
-            if (status := gate(cfg.preflight_expect, cfg.output_dir, env.device)) != 0:
+            out = str(OutputDir(cfg.output_dir).local)  # s3://: its local staging folder
+            if (status := gate(cfg.preflight_expect, out, env.device)) != 0:
                 return status
         error = None
         try:
@@ -159,6 +163,7 @@ class Trainer:
             resolve_precision,
             uses_dropout,
         )
+        from training.s3.transfer import OutputDir, local_model
 
         cfg, self.precision_note = resolve_precision(cfg, env.device)
         self.cfg, self.env = cfg, env
@@ -166,10 +171,11 @@ class Trainer:
         self.dims = ParallelDims.from_config(cfg, env.world_size, env.local_world_size)
 
         # tokenizer and model config first: a wrong --model_name fails before any data work
-        self.tokenizer = load_tokenizer(cfg.tokenizer_name or cfg.model_name)
+        source = local_model(cfg.model_name)  # s3://: downloaded once per node (HF_HOME)
+        self.tokenizer = load_tokenizer(cfg.tokenizer_name or source)
         use_chat_template(self.tokenizer, cfg.chat_template)  # --chat_template: chats, export
         dtype = torch.bfloat16 if cfg.pure_bf16 else torch.float32
-        self.spec = model_spec(cfg.model_name, len(self.tokenizer), cfg.context_length, dtype)
+        self.spec = model_spec(source, len(self.tokenizer), cfg.context_length, dtype)
 
         # data
         pad_id = self.tokenizer.pad_token_id
@@ -226,7 +232,7 @@ class Trainer:
         self.state = TrainerState()
 
         # checkpoints
-        self.ckpt_root = Path(cfg.dist_checkpoint_root_folder) / cfg.dist_checkpoint_folder
+        self.ckpt_root = checkpoint.root_of(cfg)  # a folder or an s3:// location
         self.stateful: dict[str, Stateful] = {
             "app": checkpoint.ModelOptimizerState(
                 self.model, self.optimizer, trainable_only=cfg.use_peft
@@ -257,12 +263,13 @@ class Trainer:
         self.gc = gc_policy.GarbageCollection(cfg.gc_freq)
 
         # metrics
-        self.out_dir = Path(cfg.output_dir)
+        self.outputs = OutputDir(cfg.output_dir)  # s3://: staged locally, uploaded by finish
+        self.out_dir = self.outputs.local
         self.total_steps = self._planned_steps()
         self.metrics = Metrics()
         ledger: Goodput | None = None
         if env.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.outputs.prepare(cfg.resume)  # s3:// and resuming: the uploaded metrics
             resume_step = self.state.step if cfg.resume else None
             jsonl = JsonlSink(self.out_dir / "metrics.jsonl", resume_step)
             self.metrics.add(jsonl)
@@ -598,6 +605,7 @@ class Trainer:
         jsonl = self.out_dir / "metrics.jsonl"
         if self.cfg.plot_metrics and jsonl.is_file():
             plot_metrics(jsonl, self.out_dir / "metrics.png")
+        self.outputs.push()  # --output_dir s3://: metrics, goodput, summary, plot
         print(format_summary(summary, exported, self.ckpt_root, PREEMPTED_EXIT), flush=True)
 
     # ------------------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ LoRA of Qwen3 on every linear layer at both world sizes.
 Both world1 and world2 also train two epochs of an 11-sample dataset (global batch 4 does not
 divide it): the last batch of each epoch is completed with masked filler rows.
 
+`s3_server` / `s3_env`: moto's S3 server on a free loopback port (one per worker) and its
+variables set for a test and the processes it starts (tests/training/test_s3_*.py).
+
 Under pytest-xdist (``make test``) each launch runs once per test run: the first worker that
 needs it runs it under a file lock in the run's shared folder, the others read its result
 (``tests/shared.py``).
@@ -22,6 +25,8 @@ needs it runs it under a file lock in the run's shared folder, the others read i
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -348,3 +353,78 @@ def _world4(train_root: Path) -> tuple[Path, dict[str, Any]]:
         },
     ]
     return base, launch(4, jobs, base)
+
+
+# ---------------------------------------------------------------------------------------------
+# S3 on loopback (tests/training/test_s3_*.py)
+
+
+class S3Server:
+    """moto's S3 HTTP API on 127.0.0.1 (moto[server]'s `ThreadedMotoServer`, the same server
+    as `moto_server`): what the training package sees as S3 through AWS_ENDPOINT_URL_S3."""
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        from tests.training.helpers import free_port
+
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self._server.start()
+        self.env = {
+            "AWS_ENDPOINT_URL_S3": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",  # moto accepts any key
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",  # the credentials chain never leaves loopback
+            "AWS_CONFIG_FILE": "/nonexistent/aws-config",  # no profile of the machine's user
+            "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
+        }
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def bucket(self, prefix: str) -> str:
+        """A new, empty bucket whose name starts with `prefix`."""
+        import uuid
+
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> S3Server:
+    """The S3 server's variables in this process's environment (so in every child it starts),
+    a private HF_HOME and TMPDIR (the weights cache and the --output_dir staging folder)."""
+    for key in ("AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    return s3_server

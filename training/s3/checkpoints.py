@@ -1,0 +1,123 @@
+"""Checkpoints under an S3 prefix: which are complete, which is newest, which to delete.
+
+S3 has no rename (a copy of every shard), so a save is not written aside and renamed as on a
+file system: it is written in place, `<root>/step-000123/`, and is complete only once rank 0 has
+put `meta.json` and then the `COMPLETE` marker, after DCP's `.metadata`, which DCP writes only
+after every rank's shards are uploaded. A save cut off at any point (a SIGKILL, a lost node,
+a failed upload) leaves no marker: `latest_complete` never takes it and `prune` deletes it.
+
+Re-saving a step that has a complete checkpoint (the end of an epoch after a periodic save)
+writes a new generation `step-000123.1/` (then `.2`, ...) beside it; the highest complete
+(step, generation) is the newest, and the older generation is deleted only after the new one is
+complete, so there is no moment without a complete newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+from training.s3.client import client
+from training.s3.uri import S3Uri
+
+MARKER = "COMPLETE"  # training.checkpoint.MARKER
+META = "meta.json"
+_NAME = re.compile(r"^step-(\d{6,})(?:\.(\d+))?$")
+
+
+def _folders(root: S3Uri) -> dict[str, set[str]]:
+    """{checkpoint folder name: the file names directly in it} of every step-* under `root`."""
+    out: dict[str, set[str]] = {}
+    pages = client().get_paginator("list_objects_v2")
+    for page in pages.paginate(Bucket=root.bucket, Prefix=root.prefix):
+        for obj in page.get("Contents", []):
+            rest = obj["Key"][len(root.prefix) :]
+            folder, _, name = rest.partition("/")
+            if _NAME.match(folder) and name:
+                out.setdefault(folder, set()).add(name)
+    return out
+
+
+def _order(name: str) -> tuple[int, int]:
+    m = _NAME.match(name)
+    assert m is not None
+    return int(m.group(1)), int(m.group(2) or 0)
+
+
+def complete(root: S3Uri) -> list[tuple[int, int, S3Uri]]:
+    """(step, generation, location) of every complete checkpoint under `root`."""
+    return sorted(
+        (*_order(name), root / name) for name, files in _folders(root).items() if MARKER in files
+    )
+
+
+def latest_complete(root: S3Uri) -> S3Uri | None:
+    """The complete checkpoint with the highest (step, generation), or None."""
+    found = complete(root)
+    return found[-1][2] if found else None
+
+
+def next_target(root: S3Uri, step: int) -> S3Uri:
+    """Where a save of `step` goes: `step-N`, or the next generation when one is complete."""
+    gens = [gen for s, gen, _ in complete(root) if s == step]
+    name = f"step-{step:06d}"
+    return root / (name if not gens else f"{name}.{max(gens) + 1}")
+
+
+def delete(location: S3Uri) -> int:
+    """Delete every object under `location/`; the number deleted."""
+    s3 = client()
+    n = 0
+    pages = s3.get_paginator("list_objects_v2")
+    for page in pages.paginate(Bucket=location.bucket, Prefix=location.prefix):
+        keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
+        for i in range(0, len(keys), 1000):  # DeleteObjects takes at most 1,000 keys
+            s3.delete_objects(
+                Bucket=location.bucket, Delete={"Objects": keys[i : i + 1000], "Quiet": True}
+            )
+        n += len(keys)
+    return n
+
+
+def publish(location: S3Uri, meta: dict[str, Any]) -> None:
+    """Mark a fully written checkpoint complete: meta.json, then the marker (rank 0)."""
+    s3 = client()
+    body = (json.dumps(meta, indent=2) + "\n").encode()
+    s3.put_object(Bucket=location.bucket, Key=f"{location.prefix}{META}", Body=body)
+    stamp = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode()
+    s3.put_object(Bucket=location.bucket, Key=f"{location.prefix}{MARKER}", Body=stamp)
+
+
+def read_meta(location: S3Uri) -> dict[str, Any]:
+    """A checkpoint's meta.json ({} when it has none)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        body = client().get_object(Bucket=location.bucket, Key=f"{location.prefix}{META}")
+    except ClientError as e:
+        if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+            return {}
+        raise
+    return json.loads(body["Body"].read().decode("utf-8"))
+
+
+def prune(root: S3Uri, keep: int, in_flight: S3Uri | None = None) -> list[S3Uri]:
+    """Delete complete checkpoints beyond the newest `keep` steps, older generations of a kept
+    step, and every folder without a marker (except `in_flight`); the locations deleted.
+
+    Call on one rank only, when no other write is in flight (or name it in `in_flight`)."""
+    folders = _folders(root)
+    done = sorted((_order(n), n) for n, files in folders.items() if MARKER in files)
+    newest: dict[int, str] = {}
+    for (step, _gen), name in done:
+        newest[step] = name  # ascending: the last one per step wins
+    kept_steps = sorted(newest)[-keep:] if keep else []
+    kept = {newest[s] for s in kept_steps}
+    if in_flight is not None:
+        kept.add(in_flight.name)
+    removed = [root / name for name in sorted(folders) if name not in kept]
+    for location in removed:
+        delete(location)
+    return removed

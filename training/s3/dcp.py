@@ -1,0 +1,275 @@
+"""torch.distributed.checkpoint on S3: a `FileSystemBase` over the boto3 client.
+
+DCP's `FileSystemWriter` / `FileSystemReader` (torch/distributed/checkpoint/filesystem.py at
+v2.13.0) do all their I/O through `self.fs`, a `FileSystemBase` (`create_stream`, `concat_path`,
+`rename`, `exists`, `rm_file`, ...); s3torchconnector's `S3StorageWriter` is built the same way
+(s3torchconnector/dcp/s3_file_system.py at v1.5.0). Each rank streams its shard file as a
+multipart upload of `PART_BYTES` parts with at most `PARTS_IN_FLIGHT` parts buffered, so a
+rank's memory for the write is bounded whatever its shard size; reads are ranged GETs behind a
+read buffer, and the reader asks for each file's items in offset order.
+
+What makes a save complete is not here: DCP writes `.metadata` last (after gathering every
+rank's write results), and `training.checkpoint` then writes the `COMPLETE` marker
+(`training.s3.checkpoints`). A save cut off at any point leaves no marker.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Generator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from torch.distributed.checkpoint.filesystem import (
+    FileSystemBase,
+    FileSystemReader,
+    FileSystemWriter,
+)
+from torch.distributed.checkpoint.planner import LoadPlan
+
+from training.s3.client import client
+from training.s3.uri import S3Uri, is_s3
+
+PART_BYTES = 32 * 2**20
+"""Multipart part size: 10,000 parts (S3's limit) of it hold 320 GiB, far above a rank's shard."""
+PARTS_IN_FLIGHT = 4
+"""Parts uploaded concurrently per stream (memory: this many parts plus the one filling)."""
+READ_BUFFER_BYTES = 8 * 2**20
+"""Smallest ranged GET of a read stream (small items are served from it)."""
+
+
+class _MultipartWriter(io.RawIOBase):
+    """A write-only stream that uploads to one key: a single PUT when it stays under one
+    part, else a multipart upload; aborted when closed after an error (`abort`)."""
+
+    def __init__(self, s3: Any, bucket: str, key: str) -> None:
+        self.s3, self.bucket, self.key = s3, bucket, key
+        self._buf = bytearray()
+        self._pos = 0
+        self._upload_id: str | None = None
+        self._parts: list[Future[dict[str, Any]]] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._failed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def write(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        self._buf += view
+        self._pos += len(view)
+        while len(self._buf) >= PART_BYTES:
+            part = bytes(self._buf[:PART_BYTES])
+            del self._buf[:PART_BYTES]
+            self._send(part)
+        return len(view)
+
+    def _send(self, part: bytes) -> None:
+        if self._upload_id is None:
+            created = self.s3.create_multipart_upload(Bucket=self.bucket, Key=self.key)
+            self._upload_id = created["UploadId"]
+            self._pool = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="s3-part")
+        assert self._pool is not None
+        while sum(not f.done() for f in self._parts) >= PARTS_IN_FLIGHT:
+            next(f for f in self._parts if not f.done()).result()
+        number = len(self._parts) + 1
+        self._parts.append(self._pool.submit(self._upload_part, number, part))
+
+    def _upload_part(self, number: int, part: bytes) -> dict[str, Any]:
+        out = self.s3.upload_part(
+            Bucket=self.bucket,
+            Key=self.key,
+            UploadId=self._upload_id,
+            PartNumber=number,
+            Body=part,
+        )
+        return {"PartNumber": number, "ETag": out["ETag"]}
+
+    def abort(self) -> None:
+        self._failed = True
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if self._failed:
+                self._abort()
+            elif self._upload_id is None:
+                self.s3.put_object(Bucket=self.bucket, Key=self.key, Body=bytes(self._buf))
+            else:
+                if self._buf:
+                    self._send(bytes(self._buf))
+                parts = [f.result() for f in self._parts]
+                self.s3.complete_multipart_upload(
+                    Bucket=self.bucket,
+                    Key=self.key,
+                    UploadId=self._upload_id,
+                    MultipartUpload={"Parts": parts},
+                )
+        except BaseException:
+            self._abort()
+            raise
+        finally:
+            self._buf = bytearray()
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            super().close()
+
+    def _abort(self) -> None:
+        if self._upload_id is not None:
+            for f in self._parts:
+                f.cancel()
+            self.s3.abort_multipart_upload(
+                Bucket=self.bucket, Key=self.key, UploadId=self._upload_id
+            )
+            self._upload_id = None
+
+
+class _RangedReader(io.RawIOBase):
+    """A seekable read stream over one object: each read is a ranged GET."""
+
+    def __init__(self, s3: Any, bucket: str, key: str) -> None:
+        self.s3, self.bucket, self.key = s3, bucket, key
+        self.size = int(s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self.size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        end = min(self._pos + len(view), self.size)
+        if end <= self._pos:
+            return 0
+        body = self.s3.get_object(
+            Bucket=self.bucket, Key=self.key, Range=f"bytes={self._pos}-{end - 1}"
+        )["Body"]
+        n = 0
+        while n < end - self._pos:
+            chunk = body.read(end - self._pos - n)
+            if not chunk:
+                raise OSError(f"s3://{self.bucket}/{self.key}: short read at {self._pos + n}")
+            view[n : n + len(chunk)] = chunk
+            n += len(chunk)
+        self._pos = end
+        return n
+
+
+def _split(path: str | os.PathLike[str]) -> tuple[str, str]:
+    uri = S3Uri.parse(os.fspath(path))
+    return uri.bucket, uri.key
+
+
+class S3FileSystem(FileSystemBase):
+    """DCP's file-system interface on S3 keys (`s3://bucket/prefix/file`)."""
+
+    def __init__(self) -> None:
+        self.s3 = client()
+
+    @contextmanager
+    def create_stream(
+        self, path: str | os.PathLike[str], mode: str
+    ) -> Generator[io.IOBase, None, None]:
+        bucket, key = _split(path)
+        if mode == "wb":
+            writer = _MultipartWriter(self.s3, bucket, key)
+            try:
+                yield writer
+            except BaseException:
+                writer.abort()
+                raise
+            finally:
+                writer.close()
+        elif mode == "rb":
+            with io.BufferedReader(
+                _RangedReader(self.s3, bucket, key), READ_BUFFER_BYTES
+            ) as reader:
+                yield reader
+        else:
+            raise ValueError(f"create_stream: mode {mode!r} (rb or wb)")
+
+    def concat_path(self, path: str | os.PathLike[str], suffix: str) -> str:
+        return str(S3Uri.parse(os.fspath(path)) / suffix)
+
+    def rename(self, path: str | os.PathLike[str], new_path: str | os.PathLike[str]) -> None:
+        """S3 has no rename: copy, then delete (DCP renames only its small `.metadata`)."""
+        bucket, key = _split(path)
+        new_bucket, new_key = _split(new_path)
+        self.s3.copy_object(
+            Bucket=new_bucket, Key=new_key, CopySource={"Bucket": bucket, "Key": key}
+        )
+        self.s3.delete_object(Bucket=bucket, Key=key)
+
+    def init_path(self, path: str | os.PathLike[str]) -> str:
+        return str(S3Uri.parse(os.fspath(path)))
+
+    def mkdir(self, path: str | os.PathLike[str]) -> None:
+        """Nothing to make: S3 has no folders."""
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        return is_s3(os.fspath(checkpoint_id))
+
+    def exists(self, path: str | os.PathLike[str]) -> bool:
+        from botocore.exceptions import ClientError
+
+        bucket, key = _split(path)
+        try:
+            self.s3.head_object(Bucket=bucket, Key=key)
+        except ClientError as e:
+            if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                return False
+            raise
+        return True
+
+    def rm_file(self, path: str | os.PathLike[str]) -> None:
+        bucket, key = _split(path)
+        self.s3.delete_object(Bucket=bucket, Key=key)
+
+
+class S3Writer(FileSystemWriter):
+    """DCP storage writer to an `s3://` checkpoint location (one file per rank)."""
+
+    def __init__(self, path: str) -> None:
+        # sync_files: there is no file descriptor to fsync; an upload is durable once S3 answers.
+        super().__init__(path, sync_files=False)
+        self.fs = S3FileSystem()
+        self.path = self.fs.init_path(path)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        return S3FileSystem.validate_checkpoint_id(checkpoint_id)
+
+
+class S3Reader(FileSystemReader):
+    """DCP storage reader from an `s3://` checkpoint location."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.fs = S3FileSystem()  # type: ignore[assignment]
+        self.path = self.fs.init_path(path)
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        """Each file's items in offset order, so its reads move forward through the buffer."""
+        plan.items.sort(key=lambda item: self.storage_data[item.storage_index].offset)
+        return plan
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        return S3FileSystem.validate_checkpoint_id(checkpoint_id)
