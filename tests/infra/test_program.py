@@ -95,6 +95,7 @@ def test_components_and_resource_counts(runs: dict[str, ProgramRun], stack: str)
         RELEASE: 1 + any(g.efa for g in cfg.gpu_node_groups),
         "aws:eks/addon:Addon": 2
         + cfg.node_monitoring_agent
+        + cfg.data_bucket.enabled  # the Pod Identity agent (infra/pod_identity.py)
         + cfg.cloudwatch_observability
         + cfg.shared_storage.is_fsx,
     }
@@ -308,6 +309,8 @@ def test_cluster_control_plane_and_addons(runs: dict[str, ProgramRun], stack: st
     expected = {"coredns", "aws-ebs-csi-driver"}
     if cfg.node_monitoring_agent:
         expected.add("eks-node-monitoring-agent")
+    if cfg.data_bucket.enabled:
+        expected.add("eks-pod-identity-agent")
     if cfg.cloudwatch_observability:
         expected.add("amazon-cloudwatch-observability")
     if cfg.shared_storage.is_fsx:
