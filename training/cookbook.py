@@ -25,7 +25,6 @@ planner read it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ __all__ = [
     "CHECKPOINT_TYPES",
     "CONFIGS",
     "COOKBOOK_VERSION",
+    "DATASET_CONFIGS",
     "OPTIMIZERS",
     "TABLE",
     "CookbookError",
@@ -199,6 +199,21 @@ TABLE: dict[str, dict[str, Flag]] = {
 }
 """{config class: {field: Flag}} for every field of the pinned llama-cookbook configs."""
 
+DATASET_CONFIGS = {
+    "samsum_dataset": ("dataset", "train_split", "test_split"),
+    "grammar_dataset": ("dataset", "train_split", "test_split"),
+    "alpaca_dataset": ("dataset", "train_split", "test_split", "data_path"),
+    "custom_dataset": ("dataset", "file", "train_split", "test_split", "data_path"),
+    "llamaguard_toxicchat_dataset": ("dataset", "train_split", "test_split"),
+}
+"""llama-cookbook's dataset configs (configs/datasets.py), set by update_config like the others
+(`--samsum_dataset.train_split`, bare `--file`): outside TABLE, refused with `_DATASET_REFUSED`."""
+_DATASET_REFUSED = (
+    "llama-cookbook's dataset configs are not read here; choose the data with --dataset "
+    "(samsum_dataset, alpaca_dataset or custom with --data_path, hf_dataset with --hf_dataset "
+    "--hf_split --hf_eval_split)"
+)
+
 _BARE_ORDER = ("train_config", "fsdp_config", "lora_config", "wandb_config", "llama_adapter_config")
 """Which config a bare name resolves to when several have it (`task_type`): lora_config, the
 peft config of the one --peft_method this trainer runs, before the refused ones."""
@@ -239,6 +254,8 @@ def resolve(name: str, is_ours: Callable[[str], bool]) -> Resolved | None:
     and for a dotted name whose config has no such field.
     """
     config, dot, field = name.partition(".")
+    if config in DATASET_CONFIGS or (not dot and name in ("train_split", "test_split", "file")):
+        raise CookbookError(f"--{name}: {_DATASET_REFUSED}")
     if dot:
         if config not in TABLE:
             return None
@@ -423,11 +440,3 @@ def notes(cfg: Any) -> list[str]:
             "sequences tokenized once at start, in the training process: no loader workers"
         )
     return out
-
-
-_DOTTED = re.compile(r"^[a-z_]+_config\.[A-Za-z_]+$")
-
-
-def is_dotted(name: str) -> bool:
-    """Whether `name` has the shape `<config>.<field>`."""
-    return bool(_DOTTED.match(name))

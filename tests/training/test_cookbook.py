@@ -90,6 +90,13 @@ def test_cookbook_spelling_means_ours(cookbook_argv: list[str], our_argv: list[s
         (["--num_workers_dataloader=-1"], "--num_workers_dataloader: ", ">= 0"),
         (["--from_peft_checkpoint", "x"], "--from_peft_checkpoint: ", "only used with --use_peft"),
         (["--fsdp_config.pure_bf1"], "--fsdp_config.pure_bf1: ", "did you mean pure_bf16?"),
+        (
+            ["--samsum_dataset.trust_remote_code=True"],
+            "--samsum_dataset.trust_remote_code: ",
+            "--dataset",
+        ),
+        (["--custom_dataset.file", "ds.py"], "--custom_dataset.file: ", "custom with --data_path"),
+        (["--train_split", "train"], "--train_split: ", "--hf_split"),
         (["--train_config.lr", "1", "--lr", "2"], "--lr: ", "given more than once"),
     ],
 )

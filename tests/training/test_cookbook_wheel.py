@@ -115,6 +115,22 @@ def test_table_covers_every_wheel_field() -> None:
         assert set(fields) == set(cookbook.TABLE[config]), config
 
 
+def test_dataset_configs_are_the_wheels() -> None:
+    """The dataset configs refused as a group (training.cookbook.DATASET_CONFIGS) are the
+    wheel's, field for field, so their flags get the refusal's reason, not "unknown flag"."""
+    tree = ast.parse(_source("llama_cookbook/configs/datasets.py"))
+    wheel = {
+        cls.name: tuple(
+            n.target.id if isinstance(n, ast.AnnAssign) else n.targets[0].id  # type: ignore[union-attr]
+            for n in cls.body
+            if isinstance(n, ast.AnnAssign | ast.Assign)
+        )
+        for cls in tree.body
+        if isinstance(cls, ast.ClassDef)
+    }
+    assert wheel == cookbook.DATASET_CONFIGS
+
+
 def test_update_config_forms_are_the_ones_we_take() -> None:
     """llama-cookbook's update_config: a bare name, or `<config class>.<field>` split on ".";
     the source is read, so a new form upstream shows up here."""
