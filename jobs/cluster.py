@@ -22,6 +22,7 @@ from typing import Any
 from jobs import cluster_logs, manifest, resume_from
 from jobs.file import JobFile, loads
 from jobs.kube import TIMEOUT, api_errors, object_not_found, stack_output
+from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of
 from jobs.progress import from_prometheus, planned_steps
 from jobs.types import FINISHED, Condition, JobInfo, JobsError, Progress, Replica, Submitted
 from workloads.specs import pytorchjob as pj
@@ -30,10 +31,6 @@ from workloads.specs.stack import job_workloads
 GROUP = "kubeflow.org"
 VERSION = "v1"
 PLURAL = "pytorchjobs"
-JOB_LABEL = "training.kubeflow.org/job-name"
-TYPE_LABEL = "training.kubeflow.org/replica-type"
-INDEX_LABEL = "training.kubeflow.org/replica-index"
-OPERATOR_PHASES = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 DELETE_WAIT_S = 60.0
 """Seconds ``resume`` and ``submit --replace`` wait for a deleted job to be gone."""
 ROOT_KEY = "checkpointRoot"
@@ -71,15 +68,6 @@ def _raw(call: Callable[..., Any], *args: Any, text: bool = False, **kwargs: Any
     if text:
         return data
     return json.loads(data) if data else None
-
-
-def phase_of(job: dict[str, Any]) -> str:
-    """The last true operator condition (``Pending`` before the operator saw the job)."""
-    phase = "Pending"
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("status") == "True" and cond.get("type") in OPERATOR_PHASES:
-            phase = cond["type"]
-    return "Pending" if phase == "Created" else phase
 
 
 def _replica(pod: dict[str, Any]) -> Replica:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobs.kube import TIMEOUT, api_errors
+from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of
 from jobs.types import FINISHED, JobsError
 from workloads.specs import pytorchjob as pj
 
@@ -76,8 +77,6 @@ def wait_started(
     """Worker pod ``rank`` of job ``name`` once its container has started; ``note`` gets one
     line per state it passes through. ``JobsError`` (one line) when the job goes away or ends
     without it, when ``rank`` is not a pod of the job, or after ``timeout_s``."""
-    from jobs.cluster import INDEX_LABEL, JOB_LABEL, phase_of
-
     pod_name = f"{name}-worker-{rank}"
     deadline = time.monotonic() + timeout_s
     last = ""

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from jobs import cli, cluster, cluster_logs
+from jobs import cli, cluster, cluster_logs, operator
 from jobs.manifest import record_name
 from tests.jobs.fake_kube import FakeKube
 from workloads.specs import pytorchjob as pj
@@ -76,9 +76,9 @@ def _pod(fake: FakeKube, index: int, status: dict[str, Any]) -> None:
             "metadata": {
                 "name": f"{NAME}-worker-{index}",
                 "labels": {
-                    cluster.JOB_LABEL: NAME,
-                    cluster.TYPE_LABEL: "worker",
-                    cluster.INDEX_LABEL: str(index),
+                    operator.JOB_LABEL: NAME,
+                    operator.TYPE_LABEL: "worker",
+                    operator.INDEX_LABEL: str(index),
                 },
                 "ownerReferences": [{"kind": pj.KIND, "name": NAME, "uid": job["metadata"]["uid"]}],
             },
