@@ -9,9 +9,9 @@ when the stack sets ``debugTools``),
 ``training-operator/kustomization.yaml`` (the operator install, pinned), on stacks with
 ``sharedStorage.type: fsx`` ``checkpoint-volume.yaml`` (the FSx PersistentVolume and the claim
 the job mounts; ``--fsx-id``/``--fsx-mount-name`` fill in the file system, placeholders
-otherwise), ``kueue/`` (the pinned Kueue chart's values, ``queues.yaml``: flavors, ClusterQueues,
-LocalQueues, priorities; ``teams.yaml``: each team's namespace, queues, RBAC and policies) and,
-when the stack enables observability, ``observability.yaml`` (namespace, dashboard ConfigMap) with the pinned
+otherwise), with ``--kueue`` ``kueue/`` (the pinned Kueue chart's values, ``queues.yaml``:
+flavors, ClusterQueues, LocalQueues, priorities; ``teams.yaml``: each team's namespace, queues,
+RBAC and policies) and, when the stack enables observability, ``observability.yaml`` (namespace, dashboard ConfigMap) with the pinned
 Helm charts' values under ``observability/``. Each object is
 validated before anything is written (strict schemas for the stack's Kubernetes version; the
 PyTorchJob against the operator's SDK types). Secrets are referenced, never rendered: the
@@ -78,10 +78,12 @@ def render(
     fsx_id: str | None = None,
     fsx_mount_name: str | None = None,
     debug_tools: bool = False,
+    kueue: bool = False,
 ) -> list[Path]:
     """Write the objects of the stack running ``job`` (default: the stack's example job)
     under ``out``; return the files written. ``debug_tools`` renders the opt-in debug
-    DaemonSets even when the stack leaves ``debugTools`` off."""
+    DaemonSets even when the stack leaves ``debugTools`` off; ``kueue`` the queues and teams
+    the cluster stack installs (``kueue/``)."""
     stack_cfg = job_platform(stack, job)
     kubernetes_version = stack_cfg.kubernetes_version
     image = resolve_image(stack, stack_cfg, image)
@@ -112,7 +114,7 @@ def render(
         written += _render_observability(
             obs.settings_from_stack(stack_cfg), out, kubernetes_version
         )
-    if stack_cfg.gpu_node_groups:
+    if kueue and stack_cfg.gpu_node_groups:
         written += _render_kueue(stack_cfg, out / KUEUE_DIR, kubernetes_version)
     return written
 
@@ -262,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also render the htop/nvtop DaemonSets (opt-in: stack key debugTools)",
     )
+    parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="also render Kueue's chart values, the queues and the stack's teams (kueue/)",
+    )
     args = parser.parse_args(argv)
     try:
         files = render(
@@ -273,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             fsx_id=args.fsx_id,
             fsx_mount_name=args.fsx_mount_name,
             debug_tools=args.debug_tools,
+            kueue=args.kueue,
         )
     except OSError as err:
         where = err.filename if err.filename is not None else args.out
@@ -291,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         "--from-literal=token=$HF_TOKEN  (never rendered)"
     )
     stack_cfg = job_platform(args.stack, args.job)
-    if stack_cfg.gpu_node_groups:
+    if args.kueue and stack_cfg.gpu_node_groups:
         from workloads.specs.kueue import helm_command
 
         kueue_dir = args.out / KUEUE_DIR

@@ -180,6 +180,23 @@ def test_the_validator_is_strict() -> None:
         kueue.validate(lq)
 
 
+def test_render_writes_the_queues_on_request(tmp_path: Path) -> None:
+    from workloads import render
+
+    image = "123456789012.dkr.ecr.us-east-2.amazonaws.com/eks-fsdp:kueue-test"
+    plain = render.render("p5-16", tmp_path / "plain", image=image)
+    assert not any("kueue" in p.parts for p in plain)
+    assert (
+        render.main(["--stack", "p5-16", "--out", str(tmp_path / "q"), "--image", image, "--kueue"])
+        == 0
+    )
+    out = tmp_path / "q" / render.KUEUE_DIR
+    assert sorted(p.name for p in out.iterdir()) == ["queues.yaml", "values.yaml"]
+    cfg = stack("p5-16")
+    assert list(yaml.safe_load_all((out / "queues.yaml").read_text())) == kueue.cluster_objects(cfg)
+    assert yaml.safe_load((out / "values.yaml").read_text()) == kueue.chart_values()
+
+
 def _kueue_module() -> Path | None:
     """The Kueue module at the pin in Go's module cache (None without Go or the module)."""
     try:
