@@ -96,8 +96,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     (
         "quota larger than the pool",
         {"teams": [_team(quota={"p5-block": 136})]},
-        "eks-fsdp:teams[0].quota.p5-block: 136 GPUs is more than the pool's 128"
-        " (16 x p5.48xlarge)",
+        "eks-fsdp:teams[0].quota.p5-block: 136 GPUs is more than the pool's 128 (16 x p5.48xlarge)",
     ),
     (
         "quotas adding up past the pool",
@@ -130,8 +129,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     (
         "unknown key",
         {"teams": [_team(share=0.5)]},
-        "eks-fsdp:teams[0].share: unknown key (known: name, principalArns, quota,"
-        " defaultPriority)",
+        "eks-fsdp:teams[0].share: unknown key (known: name, principalArns, quota, defaultPriority)",
     ),
     (
         "not an ARN",
