@@ -233,6 +233,7 @@ def apply_sets(values: dict[str, Any], sets: Sequence[str]) -> dict[str, Any]:
 def _train_args(args: Any, source: str, lines: Mapping[str, int]) -> tuple[str, ...]:
     """``args`` (flag: value) as ``--flag=value``; unknown flags and the ones a key or the
     manifest sets are refused here, the values by ``training.config`` later."""
+    from training import cookbook
     from training.config import TrainConfig
 
     if args is None:
@@ -244,8 +245,18 @@ def _train_args(args: Any, source: str, lines: Mapping[str, int]) -> tuple[str, 
     known = [f.name for f in dataclasses.fields(TrainConfig)]
     out = []
     for raw_flag, value in args.items():
-        flag = _flag(raw_flag)
+        spelled = flag = _flag(raw_flag)
         where = _where(source, lines, f"args.{raw_flag}")
+        if flag not in known:  # llama-cookbook's spellings (`fsdp_config.pure_bf16`) resolve here
+            try:
+                hit = cookbook.resolve(flag, known.__contains__)
+            except cookbook.CookbookError as err:
+                raise JobFileError(f"{where}: args.{raw_flag}: {err}") from None
+            if hit is not None and hit.field:
+                flag = hit.field
+            elif hit is not None:
+                spelled = flag = hit.spelled
+                known.append(flag)
         if flag in FLAG_KEYS:
             raise JobFileError(f"{where}: args.{raw_flag}: set by the key {FLAG_KEYS[flag]}")
         if flag in SPEC_FLAGS:
@@ -259,7 +270,7 @@ def _train_args(args: Any, source: str, lines: Mapping[str, int]) -> tuple[str, 
             )
         if value is None or isinstance(value, Mapping | list):
             raise JobFileError(f"{where}: args.{raw_flag}: expected a single value, got {value!r}")
-        out.append(f"--{flag}={value}")
+        out.append(f"--{spelled}={value}")
     return tuple(out)
 
 

@@ -123,6 +123,13 @@ def test_set_and_name_override_the_file(tmp_path: Path) -> None:
         (DEV + "  output_dir: /x\n", [], "job.yaml:9: args.output_dir: set by the manifest"),
         (DEV + "  lr: [1, 2]\n", [], "job.yaml:9: args.lr: expected a single value"),
         (DEV + "  lr: fast\n", [], "job.yaml:9: args.lr: expects a number, got 'fast'"),
+        (DEV + "  fsdp_config.nope: 1\n", [], "job.yaml:9: args.fsdp_config.nope: --fsdp_config"),
+        (DEV + "  use_fp16: true\n", [], "job.yaml:9: args.use_fp16"),
+        (
+            DEV + "  train_config.model_name: x\n",
+            [],
+            "job.yaml:9: args.train_config.model_name: set",
+        ),
         (DEV.replace("samsum_sample", "nope"), [], "job.yaml:4: dataset: "),
         (DEV.replace("args:\n", "args: 3\n").rsplit("\n", 2)[0], [], "job.yaml:7: args: expected"),
         ("name: [x\n", [], "job.yaml:2: not valid YAML"),
@@ -144,6 +151,23 @@ def test_bad_job_files_are_one_line_naming_the_key(
     assert text_err.startswith(message.replace("job.yaml", str(path))) or (
         message.replace("job.yaml", str(path)) in text_err
     ), text_err
+
+
+def test_llama_cookbook_spellings_pass_through_to_training(tmp_path: Path) -> None:
+    """A job file takes the seed's flags as llama-cookbook spells them (`--fsdp_config.pure_bf16`,
+    `--lora_config.r`, training.cookbook's table); the training parser reads them back with their
+    meaning. Without this, pasting the seed's command into `args:` fails flag by flag."""
+    from training.config import parse_args
+
+    text = DEV + "  fsdp_config.pure_bf16: false\n  lora_config.r: 4\n  use_peft: true\n"
+    job = jobfile.load(_write(tmp_path, text))
+    assert job.config.extra_args[1:] == (
+        "--fsdp_config.pure_bf16=False",
+        "--lora_config.r=4",
+        "--use_peft=True",
+    )
+    cfg = parse_args(list(job.config.extra_args))
+    assert (cfg.pure_bf16, cfg.lora_r, cfg.use_peft) == (False, 4, True)
 
 
 def test_a_missing_file_names_the_examples(tmp_path: Path) -> None:
