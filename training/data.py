@@ -29,8 +29,10 @@ packing chats, that line also counts the tail tokens dropped.
 
 Batching (`--batching_strategy`): `packing` concatenates all examples of a split and cuts them into
 chunks of exactly context_length tokens, dropping the incomplete tail (llama-recipes'
-ConcatDataset); `padding` keeps one example per row, truncated to context_length, and `collate`
-right-pads.
+ConcatDataset; `--packing_strategy wrapped`), or with `--packing_strategy bfd` places whole
+examples in rows of at most context_length tokens, best fit decreasing (TRL's default;
+training.packing); `padding` keeps one example per row, truncated to context_length, and
+`collate` right-pads.
 
 Where each part lives (all of it re-exported here, the package's one data API):
 `training.rows` reads the files into rows (prompts, validation splits, "FILE:LINE" errors),
@@ -58,6 +60,7 @@ from training.batches import (
 from training.chat import ChatError, Conversation, tokenize_chats
 from training.chat_templates import ChatTemplateError, read_template
 from training.examples import IGNORE_INDEX, DataError, Example
+from training.packing import fill_ratio, pack_bfd
 from training.rows import (
     ALPACA_PROMPT_INPUT,
     ALPACA_PROMPT_NO_INPUT,
@@ -261,7 +264,14 @@ def build_dataset(
     examples = _tokenize_rows(tokenizer, split_rows, cfg.model_name)
     examples, said = _drop_long_chats(split_rows, examples, cfg, split)
     n = cfg.context_length
-    if cfg.batching_strategy == "packing":
+    if cfg.batching_strategy == "packing" and cfg.packing_strategy == "bfd":
+        out = pack_bfd(examples, n)
+        if said is not None:
+            said.append(
+                f"packing keeps each conversation whole: {len(examples)} examples in "
+                f"{len(out)} rows of up to {n} tokens, {fill_ratio(out, n):.0%} filled"
+            )
+    elif cfg.batching_strategy == "packing":
         out = pack(examples, n)
         if said is not None:  # chats: packing cuts through them and loses the incomplete tail
             tail = sum(len(ex["input_ids"]) for ex in examples) - len(out) * n

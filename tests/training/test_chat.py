@@ -31,6 +31,7 @@ from training.data import (
     pack,
     use_chat_template,
 )
+from training.packing import fill_ratio, pack_bfd
 
 CHAT = [
     {"role": "system", "content": "Be brief."},
@@ -399,3 +400,73 @@ def test_pairs_without_a_bos_token_start_with_the_prompt(tmp_path: Path, qwen3_d
     ex = _build(qwen, path)[0]
     assert qwen.decode(ex["input_ids"]) == "2+2=4<|im_end|>"
     assert qwen.decode([t for t in ex["labels"] if t != IGNORE_INDEX]) == "4<|im_end|>"
+
+
+# ------------------------------------------------------------------------------------------------
+# --packing_strategy bfd: whole conversations, best fit decreasing
+
+
+def _ex(ids: list[int]) -> dict[str, list[int]]:
+    return {"input_ids": ids, "labels": [-i for i in ids], "attention_mask": [1] * len(ids)}
+
+
+def test_bfd_packs_as_trls_pack_dataset_documents() -> None:
+    """trl/data_utils.py (v1.16.0) `pack_dataset` docstring, strategy "bfd", seq_length 4:
+    [[1..5], [6, 7], [8, 9, 10], [11]] -> [1, 2, 3, 4], [8, 9, 10, 11], [6, 7] (the overflow
+    of the first cut, each other sequence whole); labels and masks travel with their tokens."""
+    rows = pack_bfd([_ex([1, 2, 3, 4, 5]), _ex([6, 7]), _ex([8, 9, 10]), _ex([11])], 4)
+    assert [r["input_ids"] for r in rows] == [[1, 2, 3, 4], [8, 9, 10, 11], [6, 7]]
+    assert [r["labels"] for r in rows] == [[-1, -2, -3, -4], [-8, -9, -10, -11], [-6, -7]]
+    assert [sum(r["attention_mask"]) for r in rows] == [4, 4, 2]
+    assert fill_ratio(rows, 4) == 10 / 12
+
+
+def test_bfd_keeps_every_conversation_whole_with_its_masks(
+    tmp_path: Path, tok: PreTrainedTokenizerBase
+) -> None:
+    long = [{"role": "user", "content": "word " * 40}, {"role": "assistant", "content": "ok"}]
+    rows = [{"messages": CHAT}, {"messages": long}, {"messages": CHAT[:3]}] * 6 + [{"text": "x"}]
+    path = _file(tmp_path, rows)  # 19 rows: the first 18 (all chats) train, the last validates
+    padded = _build(tok, path, context_length=256)
+    notes: list[str] = []
+    cfg = TrainConfig(
+        dataset="custom", data_path=str(path), context_length=256, packing_strategy="bfd"
+    )
+    packed = build_dataset(cfg, tok, "train", notes)
+    assert all(len(r["input_ids"]) <= 256 for r in packed)
+    # every example is one contiguous run of one row, labels and masks included
+    pieces = sorted(
+        tuple(tuple(ex[k]) for k in ("input_ids", "labels", "attention_mask")) for ex in padded
+    )
+    found = []
+    for r in packed:
+        at = 0
+        while at < len(r["input_ids"]):
+            match = [
+                ex
+                for ex in padded
+                if r["input_ids"][at : at + len(ex["input_ids"])] == ex["input_ids"]
+                and r["labels"][at : at + len(ex["labels"])] == ex["labels"]
+            ]
+            assert match, "a row holds a piece that is no whole example"
+            ex = max(match, key=lambda e: len(e["input_ids"]))
+            found.append(tuple(tuple(ex[k]) for k in ("input_ids", "labels", "attention_mask")))
+            at += len(ex["input_ids"])
+    assert sorted(found) == pieces
+    total = sum(len(ex["input_ids"]) for ex in padded)
+    assert -(-total // 256) <= len(packed) < len(padded)
+    # the any-fit invariant: a row opened later never had room in an earlier one, so at most
+    # one row is filled to half or less
+    assert sum(1 for r in packed if len(r["input_ids"]) <= 128) <= 1
+    assert notes == [
+        f"data custom (train): packing keeps each conversation whole: {len(padded)} examples "
+        f"in {len(packed)} rows of up to 256 tokens, {fill_ratio(packed, 256):.0%} filled"
+    ]
+    for argv, what in (
+        (["--packing_strategy", "bfd", "--batching_strategy", "padding"], "only used with"),
+        (["--packing_strategy", "first_fit"], "first_fit"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            parse_args(argv)
+        assert str(err.value).startswith("--packing_strategy") and what in str(err.value)
+        assert "\n" not in str(err.value)
