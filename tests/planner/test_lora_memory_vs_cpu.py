@@ -183,8 +183,8 @@ def test_lora_step_peak_matches_the_planner(tmp_path: Path) -> None:
       activations (logits, the loss's log-sum-exp, the final norm's input) and the gathered
       ``[norm, lm_head]`` unit to the recompute of a decoder layer, i.e. it takes the end of
       forward and the middle of backward as one instant, while the backward frees both before
-      the last layer is recomputed (measured: the live bytes at the end of forward, 8.1 MB, are
-      the inputs kept by AC plus exactly those two). That is the conservative side a "fits"
+      the last layer is recomputed (measured: the live bytes at the end of forward, 8.14 MB, are
+      the inputs AC keeps plus those two, to within 0.09 MB). That is the conservative side a "fits"
       verdict wants; the band is 6.0 MB wide here, the measured peaks 29.1 MB (q, v) and
       30.4 MB (all-linear) against predictions of 31.7 and 35.2 MB.
     """
