@@ -87,6 +87,15 @@ RULES: dict[str, AddonRule] = {
             ),
         ),
         AddonRule(
+            addon="eks-pod-identity-agent",
+            series={"1.35": ("v1.3",)},
+            source=(
+                "describe-addon-versions: v1.3.10-eksbuild.3 is a 1.36 cluster's default and the"
+                " v1.3 series serves 1.32-1.34 (EKS user guide, 'Set up the EKS Pod Identity"
+                " Agent'); no per-minor table for 1.35"
+            ),
+        ),
+        AddonRule(
             addon="aws-fsx-csi-driver",
             series={"1.35": ("v1.9",)},
             source=(
@@ -112,6 +121,7 @@ PINNED: dict[str, str] = {
     "aws-ebs-csi-driver": versions.EBS_CSI_ADDON_VERSION,
     "eks-node-monitoring-agent": versions.NODE_MONITORING_AGENT_ADDON_VERSION,
     "aws-fsx-csi-driver": versions.FSX_CSI_ADDON_VERSION,
+    "eks-pod-identity-agent": versions.POD_IDENTITY_AGENT_ADDON_VERSION,
     "amazon-cloudwatch-observability": versions.CLOUDWATCH_OBSERVABILITY_ADDON_VERSION,
 }
 """The add-on builds the cluster installs (``infra.versions``), by add-on name."""

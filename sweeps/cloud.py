@@ -217,7 +217,7 @@ def measure_cloud(
     recovery_destroy = [
         *recovery_up[:3],
         *([empty_repository_command(plan.repository, plan.region)] if plan.repository else []),
-        f"pulumi destroy --stack {stack_name} --yes",
+        f"pulumi destroy --stack {stack_name} --yes --exclude-protected",
     ]
     if group is not None and original is not None:
         recovery_up.insert(1, " ".join(group.scale_command(original)))
@@ -308,7 +308,7 @@ def measure_cloud(
                 def tear_down() -> None:
                     if plan.repository:  # ECR refuses to delete a repository with images
                         empty_repository(run, plan.repository, plan.region, log)
-                    stack.destroy(on_output=stream)
+                    stack.destroy(on_output=stream, exclude_protected=True)
 
                 cleanup(
                     tear_down,

@@ -428,10 +428,15 @@ class FakeStack:
         self.deployed = True
         self.lock.unlink()
 
-    def destroy(self, on_output: Any = None) -> None:
+    def destroy(self, on_output: Any = None, exclude_protected: bool = False) -> None:
         self.calls.append("destroy")
         self._locked_op("destroy")
         self.lock.unlink()
+        if not exclude_protected:  # the stack's data bucket is protected (infra/data_bucket.py)
+            raise RuntimeError(
+                "error: resource urn:pulumi:...:aws:s3/bucket:Bucket::data cannot be deleted"
+                " because it is protected"
+            )
         if self.aws.ecr.get(REPOSITORY):  # aws.ecr.Repository(force_delete=False)
             raise RuntimeError(
                 "error: deleting ECR Repository: RepositoryNotEmptyException: The repository "
@@ -811,7 +816,7 @@ def test_destroy_empties_the_repository_retries_and_prints_the_recovery(
     assert f"    cd {work}" in lines
     assert f"    cp {backup} Pulumi.{STACK}.yaml" in lines
     empty = f"    {empty_repository_command(REPOSITORY, 'us-east-2')}"
-    destroy = f"    pulumi destroy --stack {STACK} --yes"
+    destroy = f"    pulumi destroy --stack {STACK} --yes --exclude-protected"
     assert empty in lines and lines.index(empty) < lines.index(destroy)
 
 

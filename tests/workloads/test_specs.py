@@ -379,7 +379,7 @@ def test_hf_token_only_through_a_secret_key_ref(stack_objects: Any) -> None:
     assert pytorchjob.needs_token("meta-llama/Llama-2-7b-hf")
     assert not pytorchjob.needs_token("tiny-llama") and not pytorchjob.needs_token("/models/x")
     text = json.dumps(objs)
-    assert "hf_" not in text.lower().replace("hf_token", "")
+    assert "hf_" not in text.lower().replace("hf_token", "").replace("hf_home", "")
     assert not any(o["kind"] == "Secret" for o in objs)
     assert not any("token" in a.lower() for a in _container(job)["command"])
 
