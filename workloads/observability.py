@@ -1,7 +1,8 @@
 """``Observability``: Prometheus, Grafana and the DCGM exporter, wrapping the pure specs.
 
-Children: the monitoring Namespace, the Grafana admin Secret (password from the
-``grafanaAdminPassword`` secret config, kept secret), the dashboard ConfigMap (label
+Children: the monitoring Namespace, the gp3 StorageClass of Prometheus' claim, the Grafana
+admin Secret (password from the ``grafanaAdminPassword`` secret config, kept secret), the
+dashboard ConfigMap (label
 ``grafana_dashboard: "1"``), and two Helm releases with pinned charts (``infra.versions``):
 kube-prometheus-stack (our scrape jobs and alert rules in its values) and dcgm-exporter (GPU nodes
 only). Services stay ClusterIP; ``port_forward`` holds the kubectl commands to reach them, which
@@ -66,6 +67,8 @@ class Observability(pulumi.ComponentResource):
     """Grafana admin credentials."""
     dashboard: k8s.core.v1.ConfigMap
     """The dashboard ConfigMap the Grafana sidecar loads."""
+    storage_class: k8s.storage.v1.StorageClass
+    """gp3 StorageClass of Prometheus' PersistentVolumeClaim."""
     prometheus_stack: k8s.helm.v3.Release
     """kube-prometheus-stack release."""
     dcgm_exporter: k8s.helm.v3.Release | None
@@ -94,6 +97,17 @@ class Observability(pulumi.ComponentResource):
                 in_ns, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"])
             ),
         )
+        sc = spec.storage_class(s)
+        self.storage_class = k8s.storage.v1.StorageClass(
+            f"{name}-storage-class",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=sc["metadata"]["name"]),
+            provisioner=sc["provisioner"],
+            parameters=sc["parameters"],
+            reclaim_policy=sc["reclaimPolicy"],
+            volume_binding_mode=sc["volumeBindingMode"],
+            allow_volume_expansion=sc["allowVolumeExpansion"],
+            opts=child,
+        )
         cm = spec.dashboard_configmap(s)
         self.dashboard = k8s.core.v1.ConfigMap(
             f"{name}-dashboard", metadata=_meta(cm), data=cm["data"], opts=in_ns
@@ -110,7 +124,7 @@ class Observability(pulumi.ComponentResource):
             values=spec.kube_prometheus_stack_values(s),
             timeout=KPS_RELEASE_TIMEOUT_S,
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[self.namespace, self.grafana_admin]
+                parent=self, depends_on=[self.namespace, self.grafana_admin, self.storage_class]
             ),
         )
         self.dcgm_exporter = None

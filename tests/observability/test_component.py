@@ -59,6 +59,7 @@ def test_children_pinned_and_secret(program: Path) -> None:
         "kubernetes:core/v1:Namespace",
         "kubernetes:core/v1:Secret",
         "kubernetes:core/v1:ConfigMap",
+        "kubernetes:storage.k8s.io/v1:StorageClass",
     }
     releases = {r.inputs["chart"]: r for r in run.resources if r.type == RELEASE}
     assert {

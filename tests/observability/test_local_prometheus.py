@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from localrun.prometheus import free_port, start_local_prometheus, worker_targets
+from workloads.specs.prometheus_files import ALERT_NAMES
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -91,7 +92,7 @@ def test_prometheus_reads_back_exporter_values(tmp_path: Path) -> None:
             agg = prom.query_values("max by (training_job) (eksfsdp_tokens_per_second)")
             assert agg == {(("training_job", "e2e"),): pytest.approx(last["tokens_per_s"])}
             assert {t["health"] for t in prom.targets()} == {"up"}
-            assert sum(len(g["rules"]) for g in prom.rules()) == 6
+            assert sum(len(g["rules"]) for g in prom.rules()) == len(ALERT_NAMES)
             print(
                 f"prometheus ready after {ready_s:.1f}s; final step seen after {seen_s:.1f}s; "
                 f"series={len(done)}"

@@ -89,6 +89,10 @@ def test_promtool_rule_unit_tests_pass(files) -> None:
         ("GpuTemperatureHigh", "DCGM_FI_DEV_GPU_TEMP) > 85", "DCGM_FI_DEV_GPU_TEMP) > 95"),
         ("TrainingThroughputDropped", "< 0.5 *", "< 0.1 *"),
         ("TrainingStalled", "== 0 and", "== 1 and"),
+        # an Unknown condition (the agent starting) taken for a fault
+        ("NodeConditionUnhealthy", 'status="false"', 'status=~"false|unknown"'),
+        # the agent's GPU condition left out
+        ("NodeConditionUnhealthy", "AcceleratedHardwareReady|", ""),
     ],
 )
 def test_rule_tests_catch_a_broken_rule(files, alert: str, old: str, new: str) -> None:

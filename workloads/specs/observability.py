@@ -46,6 +46,7 @@ __all__ = [
     "kube_prometheus_stack_values",
     "namespace",
     "port_forward_commands",
+    "storage_class",
     "training_pod_annotations",
 ]
 
@@ -80,6 +81,11 @@ class ObservabilitySettings:
     """Prometheus scrape and rule evaluation interval."""
     retention: str = "15d"
     """How long Prometheus keeps samples."""
+    prometheus_storage_gib: int = 50
+    """Size of Prometheus' PersistentVolumeClaim (gp3): its data outlives the pod. 15 days of a
+    16-node job's DCGM and training series take a few GiB; the rest is headroom."""
+    storage_class: str = "eks-fsdp-gp3"
+    """The StorageClass of the claim (``storage_class``: EBS CSI, gp3, encrypted)."""
     gpu_tolerations: tuple[dict[str, str], ...] = (
         {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
     )
@@ -88,7 +94,11 @@ class ObservabilitySettings:
     """Alert thresholds."""
 
     def __post_init__(self) -> None:
-        for name in ("namespace", "release", "grafana_admin_secret"):
+        if self.prometheus_storage_gib < 1:
+            raise ValueError(
+                f"observability.prometheus_storage_gib {self.prometheus_storage_gib} is below 1"
+            )
+        for name in ("namespace", "release", "grafana_admin_secret", "storage_class"):
             value = getattr(self, name)
             if not _DNS_LABEL.fullmatch(value) or len(value) > 40:
                 raise ValueError(f"observability.{name} {value!r} is not a DNS label (<= 40 chars)")
@@ -143,6 +153,25 @@ def grafana_admin_secret(s: ObservabilitySettings, password: Any) -> dict[str, A
         "metadata": {"name": s.grafana_admin_secret, "namespace": s.namespace},
         "type": "Opaque",
         "stringData": {GRAFANA_USER_KEY: s.grafana_admin_user, GRAFANA_PASSWORD_KEY: password},
+    }
+
+
+def storage_class(s: ObservabilitySettings) -> dict[str, Any]:
+    """The gp3 StorageClass of Prometheus' claim (EBS CSI driver, the cluster's add-on).
+
+    EKS clusters created on Kubernetes 1.30 or later have no default StorageClass (EKS user
+    guide, "Store Kubernetes volumes with Amazon EBS"), so the claim names this one. Parameters
+    are the aws-ebs-csi-driver's (docs/parameters.md: ``type``, ``encrypted``);
+    ``WaitForFirstConsumer`` creates the volume in the zone the pod is scheduled to."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": s.storage_class},
+        "provisioner": "ebs.csi.aws.com",
+        "parameters": {"type": "gp3", "encrypted": "true"},
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": True,
     }
 
 
@@ -207,6 +236,17 @@ def kube_prometheus_stack_values(s: ObservabilitySettings) -> dict[str, Any]:
                 "scrapeInterval": s.scrape_interval,
                 "evaluationInterval": s.scrape_interval,
                 "retention": s.retention,
+                # On a claim, not the chart's emptyDir: the samples outlive the pod
+                # (prometheus-operator PrometheusSpec.storage.volumeClaimTemplate).
+                "storageSpec": {
+                    "volumeClaimTemplate": {
+                        "spec": {
+                            "storageClassName": s.storage_class,
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": f"{s.prometheus_storage_gib}Gi"}},
+                        }
+                    }
+                },
                 "additionalScrapeConfigs": kubernetes_scrape_configs(dcgm=s.dcgm),
                 # Pick up ServiceMonitors/PodMonitors/rules from any release, not only ours.
                 "serviceMonitorSelectorNilUsesHelmValues": False,

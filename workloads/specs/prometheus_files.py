@@ -278,6 +278,30 @@ def _alert(
     return rule
 
 
+NODE_MONITORING_CONDITIONS = (
+    "AcceleratedHardwareReady",
+    "NetworkingReady",
+    "KernelReady",
+    "StorageReady",
+    "ContainerRuntimeReady",
+)
+"""Node conditions the EKS node monitoring agent sets (EKS user guide, "Detect node health
+issues with the EKS node monitoring agent"); kube-state-metrics exports every node condition
+as ``kube_node_status_condition{node, condition, status}`` (kube-state-metrics
+docs/metrics/cluster/node-metrics.md), which kube-prometheus-stack scrapes."""
+NODE_CONDITION_FOR = "5m"
+"""Half of EKS's 10-minute repair delay for AcceleratedHardwareReady: the alert comes first."""
+
+
+def node_condition_expr() -> str:
+    """A monitored condition reported False on a node."""
+    conditions = "|".join(NODE_MONITORING_CONDITIONS)
+    return (
+        "max by (node, condition) (kube_node_status_condition"
+        f'{{condition=~"{conditions}",status="false"}}) == 1'
+    )
+
+
 def rule_groups(thresholds: AlertThresholds | None = None) -> list[dict[str, Any]]:
     """Alert rule groups (the ``groups`` of a Prometheus rules file)."""
     t = thresholds or AlertThresholds()
@@ -338,9 +362,22 @@ def rule_groups(thresholds: AlertThresholds | None = None) -> list[dict[str, Any
             "membership change).",
         ),
     ]
+    nodes = [
+        _alert(
+            "NodeConditionUnhealthy",
+            node_condition_expr(),
+            "critical",
+            "Node {{ $labels.node }}: {{ $labels.condition }} is False",
+            "The EKS node monitoring agent reports a fault (GPU/XID, network, kernel, storage or"
+            " container runtime); node auto repair reboots or replaces the node if it stays"
+            " (10 min for AcceleratedHardwareReady). Pods on it may be stuck or slow.",
+            NODE_CONDITION_FOR,
+        ),
+    ]
     return [
         {"name": "eksfsdp-gpu", "rules": gpu},
         {"name": "eksfsdp-training", "rules": training},
+        {"name": "eksfsdp-node", "rules": nodes},
     ]
 
 
@@ -534,6 +571,42 @@ def rule_tests(thresholds: AlertThresholds | None = None) -> dict[str, Any]:
                     alert("8m", "TrainingRestarted"),
                     alert("12m", "TrainingRestarted", _expected("TrainingRestarted", job, "", t)),
                     alert("35m", "TrainingRestarted"),  # the restart left the 15m window
+                ],
+            },
+            {  # Node conditions: n1's GPU goes bad at minute 3 (False = 1) and is repaired at
+                # minute 20; n2 stays healthy; n3's NetworkingReady is Unknown (agent starting),
+                # which is not a fault. Only n1 fires, after 5m, and clears once repaired.
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": 'kube_node_status_condition{node="n1",'
+                        'condition="AcceleratedHardwareReady",status="false"}',
+                        "values": "0 0 0 1x16 0x20",
+                    },
+                    {
+                        "series": 'kube_node_status_condition{node="n2",'
+                        'condition="AcceleratedHardwareReady",status="false"}',
+                        "values": "0x40",
+                    },
+                    {
+                        "series": 'kube_node_status_condition{node="n3",'
+                        'condition="NetworkingReady",status="unknown"}',
+                        "values": "1x40",
+                    },
+                ],
+                "alert_rule_test": [
+                    alert("6m", "NodeConditionUnhealthy"),  # pending: not for 5m yet
+                    alert(
+                        "10m",
+                        "NodeConditionUnhealthy",
+                        _expected(
+                            "NodeConditionUnhealthy",
+                            {"node": "n1", "condition": "AcceleratedHardwareReady"},
+                            "",
+                            t,
+                        ),
+                    ),
+                    alert("30m", "NodeConditionUnhealthy"),  # repaired
                 ],
             },
         ],
