@@ -5,8 +5,10 @@ v2.13.0) do all their I/O through `self.fs`, a `FileSystemBase` (`create_stream`
 `rename`, `exists`, `rm_file`, ...); s3torchconnector's `S3StorageWriter` is built the same way
 (s3torchconnector/dcp/s3_file_system.py at v1.5.0). Each rank streams its shard file as a
 multipart upload of `PART_BYTES` parts with at most `PARTS_IN_FLIGHT` parts buffered, so a
-rank's memory for the write is bounded whatever its shard size; reads are ranged GETs behind a
-read buffer, and the reader asks for each file's items in offset order.
+rank's memory for the write is bounded whatever its shard size. Reads ask for each file's items
+in offset order, and each item is cut from a window of at least `WINDOW_BYTES` fetched by one
+ranged GET: DCP writes a rank's items back to back, so a window serves many small tensors, and
+`torch.load`'s seeks within an item (to its zip directory and back) cost no request.
 
 What makes a save complete is not here: DCP writes `.metadata` last (after gathering every
 rank's write results), and `training.checkpoint` then writes the `COMPLETE` marker
@@ -20,7 +22,7 @@ import os
 from collections.abc import Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import IO, Any
 
 from torch.distributed.checkpoint.filesystem import (
     FileSystemBase,
@@ -37,7 +39,9 @@ PART_BYTES = 32 * 2**20
 PARTS_IN_FLIGHT = 4
 """Parts uploaded concurrently per stream (memory: this many parts plus the one filling)."""
 READ_BUFFER_BYTES = 8 * 2**20
-"""Smallest ranged GET of a read stream (small items are served from it)."""
+"""Buffer of a sequential read stream (DCP's `.metadata`)."""
+WINDOW_BYTES = 32 * 2**20
+"""Smallest ranged GET of the item reads (a larger item is fetched whole)."""
 
 
 class _MultipartWriter(io.RawIOBase):
@@ -137,6 +141,7 @@ class _RangedReader(io.RawIOBase):
         self.s3, self.bucket, self.key = s3, bucket, key
         self.size = int(s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
         self._pos = 0
+        self._win, self._win_start = b"", 0
 
     def readable(self) -> bool:
         return True
@@ -157,18 +162,37 @@ class _RangedReader(io.RawIOBase):
         end = min(self._pos + len(view), self.size)
         if end <= self._pos:
             return 0
-        body = self.s3.get_object(
-            Bucket=self.bucket, Key=self.key, Range=f"bytes={self._pos}-{end - 1}"
-        )["Body"]
-        n = 0
-        while n < end - self._pos:
-            chunk = body.read(end - self._pos - n)
-            if not chunk:
-                raise OSError(f"s3://{self.bucket}/{self.key}: short read at {self._pos + n}")
-            view[n : n + len(chunk)] = chunk
-            n += len(chunk)
+        data = self._get(self._pos, end)
+        view[: len(data)] = data
         self._pos = end
-        return n
+        return len(data)
+
+    def readall(self) -> bytes:
+        """The rest of the object in one GET (RawIOBase's would read 8 KiB at a time)."""
+        data = self._get(self._pos, self.size) if self._pos < self.size else b""
+        self._pos = max(self._pos, self.size)
+        return data
+
+    def _get(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) by one ranged GET."""
+        body = self.s3.get_object(
+            Bucket=self.bucket, Key=self.key, Range=f"bytes={start}-{end - 1}"
+        )
+        data = body["Body"].read()
+        if len(data) != end - start:
+            raise OSError(
+                f"s3://{self.bucket}/{self.key}: {len(data)} bytes at {start}, not {end - start}"
+            )
+        return data
+
+    def window(self, offset: int, length: int) -> memoryview:
+        """Bytes [offset, offset + length), from the current window or a new one."""
+        start = self._win_start
+        if not (start <= offset and offset + length <= start + len(self._win)):
+            end = min(self.size, max(offset + length, offset + WINDOW_BYTES))
+            self._win, self._win_start = self._get(offset, end), offset
+        at = offset - self._win_start
+        return memoryview(self._win)[at : at + length]
 
 
 def _split(path: str | os.PathLike[str]) -> tuple[str, str]:
@@ -265,8 +289,13 @@ class S3Reader(FileSystemReader):
         self.fs = S3FileSystem()  # type: ignore[assignment]
         self.path = self.fs.init_path(path)
 
+    def _slice_file(self, file: Any, sinfo: Any) -> IO[bytes]:
+        """One item's bytes in memory, cut from the stream's window (see the module docstring)."""
+        raw = file.raw if isinstance(file, io.BufferedReader) else file
+        return io.BytesIO(raw.window(sinfo.offset, sinfo.length))
+
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
-        """Each file's items in offset order, so its reads move forward through the buffer."""
+        """Each file's items in offset order, so its windows move forward through the file."""
         plan.items.sort(key=lambda item: self.storage_data[item.storage_index].offset)
         return plan
 
