@@ -8,6 +8,7 @@ jobs are submitted apart from the stack (``python -m jobs``).
 
 import pulumi
 
+from doctor.preview import check_on_preview
 from infra import outputs
 from infra.cluster import Cluster, ClusterArgs
 from infra.config import from_pulumi
@@ -22,6 +23,9 @@ from workloads.specs.pytorchjob import SERVICE_ACCOUNT as JOBS_SERVICE_ACCOUNT
 from workloads.specs.stack import JOBS_NAMESPACE
 
 cfg = from_pulumi()
+# At preview (and so before `pulumi up` changes anything): each GPU group's reservation exists
+# and matches it, when AWS credentials resolve (docs/doctor.md).
+check_on_preview(cfg)
 
 network = Network(
     "network",

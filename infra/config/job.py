@@ -26,6 +26,33 @@ RDZV_BACKENDS = ("etcd", "c10d")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DEVICES = ("cuda", "cpu")
 
+_REPO_ID = re.compile(r"(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b", re.ASCII)
+"""huggingface_hub's ``REPO_ID_REGEX`` (``utils/_validators.py``, v1.x/2.x): an optional
+``namespace/``, then a name of ASCII letters, digits, ``-``, ``_``, ``.``; with
+``validate_repo_id``'s other rules (``repo_problem``), what the Hub accepts before any request."""
+
+
+def repo_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a Hugging Face repo id (huggingface_hub ``validate_repo_id``:
+    1-96 characters a-z A-Z 0-9 ``-_.`` per part, at most one ``/``, no ``--`` or ``..``, no
+    ``.git`` ending, no leading or trailing ``-``/``.``); None when it can, or when ``name`` is a
+    local or remote folder (starts with ``/``, ``.``, ``~`` or holds ``://``)."""
+    if "://" in name or name.startswith(("/", ".", "~")):
+        return None
+    if name.count("/") > 1:
+        return "is not a Hugging Face repo id (namespace/name) nor an absolute path"
+    if not _REPO_ID.fullmatch(name) or any(
+        p[:1] in "-." or p[-1:] in "-." for p in name.split("/")
+    ):
+        return (
+            "is not a Hugging Face repo id: letters, digits, '-', '_' and '.' only, at most 96 "
+            "per part, not starting or ending with '-' or '.'"
+        )
+    if "--" in name or ".." in name or name.endswith(".git"):
+        return "is not a Hugging Face repo id: no '--' or '..', no '.git' ending"
+    return None
+
+
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -125,6 +152,9 @@ def parse_job(
             f"{claim!r} is not a DNS-1123 name (a-z, 0-9, '-', '.'; at most 253 characters)",
         )
     default = JobConfig(node_group=group_name, workers=workers, min_workers=min_workers)
+    model = _str(obj.get("model", default.model), f"{path}.model")
+    if (problem := repo_problem(model)) is not None:
+        raise _fail(f"{path}.model", f"{model!r} {problem}")
     return JobConfig(
         enabled=enabled,
         name=name,
@@ -137,7 +167,7 @@ def parse_job(
         rdzv_backend=_choice(
             obj.get("rdzvBackend", default.rdzv_backend), RDZV_BACKENDS, f"{path}.rdzvBackend"
         ),
-        model=_str(obj.get("model", default.model), f"{path}.model"),
+        model=model,
         dataset=_str(obj.get("dataset", default.dataset), f"{path}.dataset"),
         num_epochs=_int(obj.get("numEpochs", default.num_epochs), f"{path}.numEpochs", minimum=1),
         batch_size=_int(obj.get("batchSize", default.batch_size), f"{path}.batchSize", minimum=1),

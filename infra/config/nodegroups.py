@@ -28,6 +28,12 @@ PLACEMENT_NONE = "none"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DEFAULT_GPU_TAINT = "nvidia.com/gpu=true:NoSchedule"
 DEFAULT_ROOT_VOLUME_GIB = 500
+MAX_ROOT_VOLUME_GIB = 16384
+"""gp3's largest volume, 16 TiB (EBS user guide, "Amazon EBS volume types", General Purpose
+SSD: volume size 1 GiB - 16 TiB): a larger root volume fails only when EC2 launches a node."""
+MAX_NODES_PER_GROUP = 450
+"""EKS service quota "Nodes per managed node group" (EKS user guide, "View and manage Amazon
+EKS and Fargate service quotas"): EKS refuses a larger maxSize when it creates the group."""
 EC2_TERMINATION_LEAD_MINUTES = 30
 """EKS user guide, "Create self-managed nodes with Capacity Blocks for ML" (and the managed
 node group page it points to): "we suggest that you schedule scaling to scale to zero more
@@ -202,6 +208,12 @@ def _sizes(obj: Mapping[str, Any], path: str, defaults: tuple[int, int, int]) ->
     desired = _int(obj.get("desiredSize", defaults[1]), f"{path}.desiredSize", minimum=0)
     if hi == 0:
         raise _fail(f"{path}.maxSize", "must be greater than 0")
+    if hi > MAX_NODES_PER_GROUP:
+        raise _fail(
+            f"{path}.maxSize",
+            f"{hi} is above EKS's {MAX_NODES_PER_GROUP} nodes per managed node group "
+            "(split the nodes into several groups)",
+        )
     if lo > hi:
         raise _fail(f"{path}.minSize", f"{lo} is greater than maxSize {hi}")
     if not lo <= desired <= hi:
@@ -362,6 +374,11 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
     root = _int(obj.get("rootVolumeGiB", DEFAULT_ROOT_VOLUME_GIB), f"{path}.rootVolumeGiB")
     if root < 20:
         raise _fail(f"{path}.rootVolumeGiB", f"{root} GiB is below the 20 GiB the AMI needs")
+    if root > MAX_ROOT_VOLUME_GIB:
+        raise _fail(
+            f"{path}.rootVolumeGiB",
+            f"{root} GiB is above gp3's largest volume, {MAX_ROOT_VOLUME_GIB} GiB (16 TiB)",
+        )
     price = obj.get("pricePerHour")
     if price is not None:
         if isinstance(price, bool) or not isinstance(price, int | float) or price <= 0:

@@ -1,0 +1,9 @@
+"""``doctor``: what would stop a deployment or a job, found before anyone pays.
+
+- ``doctor.aws``: the AWS account (region, zones, capacity reservations, quotas), boto3 with
+  the user's credentials; ``Clients`` bundles the clients (tests hand in their own);
+- ``doctor.local``: the stack's secrets (never decrypted), Docker buildx, the model on the Hub;
+- ``doctor.fit``: "fits in GPU memory" by the planner (``jobs.file`` refuses a job that cannot);
+- ``doctor.preview``: the reservation check the Pulumi program runs at preview;
+- ``doctor.checks``: ``Result``, the table and the JSON; ``doctor.cli``: ``main(argv) -> int``.
+"""

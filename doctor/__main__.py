@@ -1,0 +1,7 @@
+"""``python -m doctor``: see ``doctor.cli``."""
+
+import sys
+
+from doctor.cli import main
+
+sys.exit(main())

@@ -1,0 +1,226 @@
+"""``python -m doctor --stack STACK`` end to end, and its checks on this machine.
+
+If this fails, ``doctor`` no longer stops a user before ``pulumi up`` on the shipped
+placeholder reservation (or stops one whose account is right), the table loses the fix beside
+a failure, the exit status stops being 1 on a failure, a missing secret (checked without
+decrypting) or a missing ``docker buildx`` goes unnoticed, or a gated model without a token
+is reported reachable.
+
+What answers: moto's EC2 API on 127.0.0.1 (``ThreadedMotoServer``) for regions, zones,
+addresses and VPCs; a botocore ``Stubber`` for ``describe_capacity_reservations`` and the
+quota values (moto 5.2.5 implements neither for EC2); a loopback HTTP server speaking the
+Hugging Face Hub's ``/api/models`` shape for the model (huggingface_hub ``HfApi.model_info``,
+``X-Error-Code: GatedRepo``); a fake ``docker`` script on PATH (no Docker here).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from doctor.aws import EIP_QUOTA, VPC_QUOTA, Clients
+from doctor.cli import main
+from doctor.local import check_docker, check_model, check_secrets
+from infra.config import load_stack_file
+from infra.config.sources import REPO_ROOT
+from tests.doctor.conftest import quota, reservation, stubbed
+
+PLACEHOLDER = "cr-0fedcba9876543210"
+GATED = "meta-llama/Llama-2-7b-hf"
+SHA = "01c7f73d771dfac7d292323805ebc428287df4f9"
+TOKEN = "hf_loopback"
+
+
+@pytest.fixture
+def stack_root(tmp_path: Path) -> Path:
+    """A copy of the project's stack files and p5-16 example job (the test edits secrets)."""
+    for name in ("Pulumi.yaml", "Pulumi.p5-16.yaml"):
+        shutil.copy(REPO_ROOT / name, tmp_path / name)
+    (tmp_path / "jobs" / "examples").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "jobs/examples/p5-16.yaml", tmp_path / "jobs/examples/p5-16.yaml")
+    return tmp_path
+
+
+def _set_secret(root: Path, key: str) -> None:
+    """As `pulumi config set --secret KEY ...` leaves it: a `secure:` ciphertext."""
+    path = root / "Pulumi.p5-16.yaml"
+    path.write_text(path.read_text() + f"  eks-fsdp:{key}:\n    secure: v1:bG9vcGJhY2s=\n")
+
+
+@pytest.fixture
+def docker_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A `docker` script answering `docker buildx version` as buildx 0.x does (no Docker here)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "docker"
+    script.write_text(
+        '#!/bin/sh\n[ "$1 $2" = "buildx version" ] && '
+        'echo "github.com/docker/buildx v0.20.0 a1b2c3d" && exit 0\nexit 1\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return bin_dir
+
+
+class Hub(BaseHTTPRequestHandler):
+    """The Hub's ``GET /api/models/{repo}[/revision/{rev}]``: the gated model needs the token."""
+
+    def do_GET(self) -> None:
+        prefix = f"/api/models/{GATED}"
+        if not self.path.startswith(prefix):
+            self._send(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+        elif self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            self._send(
+                401,
+                {"error": "Access to model is restricted"},
+                {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access restricted"},
+            )
+        else:
+            self._send(
+                200,
+                {"id": GATED, "modelId": GATED, "sha": SHA, "gated": "manual", "private": False},
+            )
+
+    def _send(self, code: int, body: dict, headers: dict | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def hub():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _clients(aws, found: dict | None) -> Clients:
+    """moto for EC2 reads; Stubber for the reservation and the two quota values."""
+    reservations, stub = stubbed("ec2")
+    if found is None:
+        stub.add_client_error(
+            "describe_capacity_reservations",
+            service_error_code="InvalidCapacityReservationId.NotFound",
+            service_message=f"The capacity reservation ID '{PLACEHOLDER}' does not exist",
+        )
+    else:
+        stub.add_response("describe_capacity_reservations", {"CapacityReservations": [found]})
+    quotas, qstub = stubbed("service-quotas")
+    qstub.add_response("get_service_quota", quota("ec2", EIP_QUOTA[1], 5.0))
+    qstub.add_response("get_service_quota", quota("vpc", VPC_QUOTA[1], 5.0))
+    return Clients(ec2=aws.client("ec2"), reservations=reservations, quotas=quotas)
+
+
+def test_p5_16_placeholder_fails_then_a_matching_account_passes(
+    aws, hub, stack_root, docker_on_path, monkeypatch, capsys
+) -> None:
+    """The issue's "done when": p5-16 with the shipped placeholder reservation exits 1 with a
+    line naming the reservation and its fix; with a matching block, quotas, the secrets set,
+    buildx present and the gated model reachable with the token, it exits 0."""
+    monkeypatch.setenv("HF_ENDPOINT", hub)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    argv = ["--stack", "p5-16"]
+    rc = main(argv, clients=_clients(aws, None), root=stack_root)
+    out = capsys.readouterr().out
+    assert rc == 1
+    line = next(x for x in out.splitlines() if x.startswith("reservation p5-block"))
+    assert "FAIL" in line and f"{PLACEHOLDER} does not exist" in line
+    assert "fix: set gpuNodeGroups[p5-block].capacityReservationId" in line
+    assert any(
+        x.startswith("secret grafanaAdminPassword") and "FAIL" in x for x in out.splitlines()
+    )
+    model = next(x for x in out.splitlines() if x.startswith(f"model {GATED}"))
+    assert "gated: no HF_TOKEN" in model and f"accept the licence at {hub}/{GATED}" in model
+
+    _set_secret(stack_root, "grafanaAdminPassword")
+    _set_secret(stack_root, "hfToken")
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    rc = main([*argv, "--json"], clients=_clients(aws, reservation(PLACEHOLDER)), root=stack_root)
+    report = json.loads(capsys.readouterr().out)
+    statuses = {c["check"]: c["status"] for c in report["checks"]}
+    assert rc == 0 and report["ok"] is True, report
+    assert statuses == {
+        "region": "ok",
+        "zones": "ok",
+        "reservation p5-block": "ok",
+        "quota P vCPUs": "skip",
+        "quota Elastic IPs": "ok",
+        "quota VPCs": "ok",
+        "job p5-16.yaml": "ok",
+        f"model {GATED}": "ok",
+        "secret grafanaAdminPassword": "ok",
+        "secret hfToken": "ok",
+        "docker buildx": "ok",
+    }
+    model = next(c for c in report["checks"] if c["check"] == f"model {GATED}")
+    assert SHA in model["detail"]
+
+
+def test_unknown_stack_is_a_usage_error(capsys) -> None:
+    """No AWS call: a stack without a file stops with one line and exit 2."""
+    assert main(["--stack", "nope"], clients=Clients(None, None, None)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "doctor: error: --stack nope: Pulumi.nope.yaml: no such stack file"
+
+
+def test_secrets_are_read_without_decrypting(stack_root) -> None:
+    """A plaintext value is not a set secret; a `secure:` one is (nothing decrypts it)."""
+    cfg = load_stack_file("p5-16", stack_root)
+    (missing,) = [r for r in check_secrets(cfg, [], stack_root) if "grafana" in r.check]
+    assert missing.status == "fail"
+    assert missing.fix == "pulumi config set --secret grafanaAdminPassword ... --stack p5-16"
+    _set_secret(stack_root, "grafanaAdminPassword")
+    results = {r.check: r.status for r in check_secrets(cfg, [GATED], stack_root)}
+    assert results == {"secret grafanaAdminPassword": "ok", "secret hfToken": "fail"}
+
+
+def test_docker_without_buildx_fails(tmp_path, monkeypatch) -> None:
+    """A `docker` whose `buildx` subcommand is missing (exit 1) fails with the install hint;
+    no `docker` at all fails too; a stack without GPU groups needs none."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(
+        "#!/bin/sh\necho \"docker: 'buildx' is not a docker command.\" >&2\nexit 1\n"
+    )
+    (bin_dir / "docker").chmod(0o755)
+    cfg = load_stack_file("p5-16")
+    result = check_docker(cfg, env={"PATH": str(bin_dir)})
+    assert (
+        result.status == "fail"
+        and "exit 1: docker: 'buildx' is not a docker command." in result.detail
+    )
+    assert check_docker(cfg, env={"PATH": str(tmp_path / "empty")}).detail == "no docker on PATH"
+    import dataclasses
+
+    assert check_docker(dataclasses.replace(cfg, gpu_node_groups=()), env={}).status == "skip"
+
+
+def test_model_offline_and_unknown(hub) -> None:
+    """Unreachable Hub (a closed loopback port) or HF_HUB_OFFLINE: skipped (offline); a repo the
+    Hub does not have: fail; the gated one with the token: ok and gated."""
+    closed = check_model(GATED, env={"HF_ENDPOINT": "http://127.0.0.1:9"})[0]
+    assert closed.status == "skip" and closed.detail.startswith("skipped (offline")
+    assert check_model(GATED, env={"HF_HUB_OFFLINE": "1"})[0].detail == (
+        "skipped (offline: HF_HUB_OFFLINE)"
+    )
+    missing = check_model("nobody/nothing", env={"HF_ENDPOINT": hub})[0]
+    assert missing.status == "fail" and missing.detail.startswith("not found on")
+    result, gated = check_model(GATED, env={"HF_ENDPOINT": hub, "HF_TOKEN": TOKEN})
+    assert result.status == "ok" and gated is True
