@@ -1,5 +1,6 @@
-"""``python -m jobs``: submit, list, status, logs, cancel and resume fine-tuning jobs, on a
-cluster (a PyTorchJob through the Kubernetes API) or on this machine (``--local``).
+"""``python -m jobs``: submit, list, status, logs, suspend, unsuspend, cancel and resume
+fine-tuning jobs, on a cluster (a PyTorchJob through the Kubernetes API) or on this machine
+(``--local``).
 
 Tables for people, ``--json`` for scripts; exit status 0 on success, 1 when the request
 failed (or, for ``submit --follow``, the job did), 2 on bad input; every error is one line
@@ -42,6 +43,15 @@ EXAMPLES = {
     "cancel": (
         "examples:\n  python -m jobs cancel --local llama-finetune-dev   (checkpoints kept)\n"
         "  python -m jobs cancel --local llama-finetune-dev --purge   (and removed)"
+    ),
+    "suspend": (
+        "examples:\n  python -m jobs suspend --stack p5-16 llama2-7b-samsum-128gpu\n"
+        "  python -m jobs suspend --local llama-finetune-dev\n"
+        "(a queued job: its Kueue Workload is deactivated; else runPolicy.suspend)"
+    ),
+    "unsuspend": (
+        "examples:\n  python -m jobs unsuspend --stack p5-16 llama2-7b-samsum-128gpu\n"
+        "  python -m jobs unsuspend --local llama-finetune-dev"
     ),
     "resume": (
         "examples:\n  python -m jobs resume --local llama-finetune-dev --follow\n"
@@ -103,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     submit.add_argument("--name", help="job name instead of the file's")
     submit.add_argument(
+        "--team", help="submit to this team's queue and namespace (the stack's teams)"
+    )
+    submit.add_argument(
+        "--priority", help="Kueue priority class: production | experiment (default: the team's)"
+    )
+    submit.add_argument(
         "--replace",
         action="store_true",
         help="replace a finished job of the same name (its record; local: logs, checkpoints)",
@@ -146,6 +162,11 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument(
         "--purge", action="store_true", help="also remove its record (local: logs, checkpoints)"
     )
+    for name, text in (
+        ("suspend", "stop a job's pods with SIGTERM (a checkpoint), keeping the job"),
+        ("unsuspend", "start a suspended job's pods again, from its last checkpoint"),
+    ):
+        verb(name, text).add_argument("name", metavar="NAME")
     resume = verb("resume", "a new job from the last complete checkpoint (new rendezvous id)")
     resume.add_argument("name", metavar="NAME")
     resume.add_argument("-f", "--follow", action="store_true", help="follow until it ends")
@@ -211,10 +232,11 @@ def run(args: argparse.Namespace) -> int:
         from jobs.file import load
 
         sets = list(args.sets) + ([f"namespace={args.namespace}"] if args.namespace else [])
+        sets += [f"{k}={v}" for k, v in (("team", args.team), ("priority", args.priority)) if v]
         job = load(args.file, sets=sets, name=args.name, stack=args.stack)
         if args.local and args.image:
             raise JobsError("--image: a local job runs this checkout's training/", status=2)
-        if not args.local and args.stack and "namespace" not in job.values:
+        if not args.local and args.stack and not {"namespace", "team"} & set(job.values):
             from jobs.kube import jobs_namespace  # the namespace the stack prepared for jobs
 
             sets.append(f"namespace={jobs_namespace(args.stack)}")
@@ -258,6 +280,9 @@ def run(args: argparse.Namespace) -> int:
     elif args.verb == "cancel":
         message = backend.cancel(args.name, purge=args.purge)
         _print(args, {"name": args.name, "cancelled": True, "message": message}, message)
+    elif args.verb in ("suspend", "unsuspend"):
+        message = backend.suspend(args.name, on=args.verb == "suspend")
+        _print(args, {"name": args.name, args.verb + "ed": True, "message": message}, message)
     elif args.verb == "resume":
         done = backend.resume(args.name, from_uri=args.from_uri)
         _print(args, done.as_dict(), output.submitted_text(done, "resumed"))

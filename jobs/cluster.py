@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from jobs import cluster_logs, manifest, resume_from
+from jobs import cluster_logs, manifest, queue, resume_from
 from jobs.file import JobFile, loads
 from jobs.kube import TIMEOUT, api_errors, object_not_found, stack_output
 from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of
@@ -133,6 +133,36 @@ class ClusterBackend:
                 raise
         return obj  # type: ignore[no-any-return]
 
+    def _workloads(self, selector: str | None = None) -> list[dict[str, Any]]:
+        """Kueue's Workloads in the namespace (none where Kueue is not installed or its
+        Workloads may not be read: the queue's state is then left out)."""
+        try:
+            data = _raw(
+                self.custom.list_namespaced_custom_object,
+                queue.WORKLOAD_GROUP,
+                queue.WORKLOAD_VERSION,
+                self.namespace,
+                queue.WORKLOAD_PLURAL,
+                **({"label_selector": selector} if selector else {}),
+            )
+        except Exception as err:
+            if getattr(err, "status", None) in (403, 404):
+                return []
+            raise
+        return list((data or {}).get("items") or [])
+
+    def _workload_of(
+        self, job: dict[str, Any], workloads: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """The Workload Kueue made for ``job``: labelled with its uid, owned by it."""
+        uid = job["metadata"].get("uid")
+        for w in workloads:
+            meta = w.get("metadata") or {}
+            owners = [o.get("uid") for o in meta.get("ownerReferences") or []]
+            if (meta.get("labels") or {}).get(queue.JOB_UID_LABEL) == uid or uid in owners:
+                return w
+        return None
+
     def _pods(self, selector: str) -> list[dict[str, Any]]:
         with api_errors(self.api, f"list pods in {self.namespace}"):
             pods = _raw(self.core.list_namespaced_pod, self.namespace, label_selector=selector)
@@ -176,6 +206,7 @@ class ClusterBackend:
         pods: list[dict[str, Any]],
         *,
         detail: bool,
+        workload: dict[str, Any] | None = None,
     ) -> JobInfo:
         data = (record or {}).get("data") or {}
         meta = (job or record or {}).get("metadata") or {}
@@ -238,6 +269,7 @@ class ClusterBackend:
                 )
         phase = phase_of(job)
         ns = meta.get("namespace", self.namespace)
+        admission, why = queue.admission(workload)
         return JobInfo(
             name=name,
             backend=self.name,
@@ -263,7 +295,15 @@ class ClusterBackend:
             where={
                 "pytorchjob": f"{ns}/{name}",
                 "record": f"configmap/{manifest.record_name(name)}",
+                **(
+                    {"workload": f"{ns}/{workload['metadata']['name']}"}
+                    if workload is not None
+                    else {}
+                ),
             },
+            queue=queue.queue_of(job),
+            admission=admission,
+            admission_reason=why,
         )
 
     # -- verbs ----------------------------------------------------------------------------------
@@ -300,7 +340,11 @@ class ClusterBackend:
         settings = settings.replace(rdzv_id=rdzv)
         from workloads.specs.observability import ObservabilitySettings
 
-        body = manifest.pytorchjob(settings, w.etcd.host)
+        body = queue.queued(
+            manifest.pytorchjob(settings, w.etcd.host),
+            job_file.queue,
+            pod_template_paths=queue.pytorchjob_templates,
+        )
         ns = settings.namespace
         with api_errors(
             self.api,
@@ -393,11 +437,20 @@ class ClusterBackend:
             ).get("items") or []
         by_name = {r["metadata"]["labels"][manifest.RECORD_LABEL]: r for r in records}
         pods = self._pods(JOB_LABEL)
+        workloads = self._workloads() if any(queue.queue_of(j) for j in jobs) else []
         out = []
         for job in jobs:
             name = job["metadata"]["name"]
             mine = [p for p in pods if p["metadata"]["labels"].get(JOB_LABEL) == name]
-            out.append(self._info(job, by_name.pop(name, None), mine, detail=False))
+            out.append(
+                self._info(
+                    job,
+                    by_name.pop(name, None),
+                    mine,
+                    detail=False,
+                    workload=self._workload_of(job, workloads),
+                )
+            )
         out += [self._info(None, r, [], detail=False) for r in by_name.values()]
         return sorted(out, key=lambda i: -(i.age_s or 0.0))
 
@@ -409,7 +462,11 @@ class ClusterBackend:
                 f"no job {name!r} in namespace {self.namespace}: `python -m jobs list` shows them"
             )
         pods = self._pods(f"{JOB_LABEL}={name}") if job is not None else []
-        return self._info(job, record, pods, detail=True)
+        workload = None
+        if job is not None and queue.queue_of(job):
+            uid = job["metadata"].get("uid", "")
+            workload = self._workload_of(job, self._workloads(f"{queue.JOB_UID_LABEL}={uid}"))
+        return self._info(job, record, pods, detail=True, workload=workload)
 
     def logs(
         self,
@@ -500,6 +557,60 @@ class ClusterBackend:
             f"cancelled {name}: the PyTorchJob and its pods are deleted; its checkpoints stay on "
             f"the claim (resume: python -m jobs resume {name})"
         )
+
+    def suspend(self, name: str, *, on: bool = True) -> str:
+        """Stop (``on``) or restart a job's pods, keeping the job. A job in a Kueue queue is
+        stopped through its Workload (``spec.active: false``, what ``kueuectl stop workload``
+        sets): Kueue evicts it, suspends the job and releases its quota, and would undo a
+        suspend written on an admitted job (it unsuspends admitted jobs, ``jobframework/
+        reconciler.go`` step 7, v0.17.0); ``active: true`` requeues it. Any other job gets
+        ``runPolicy.suspend``: the operator deletes its pods (SIGTERM, the grace period, the
+        emergency checkpoint) and, once unsuspended, creates them again, each resuming from the
+        newest checkpoint (``pkg/controller.v1/common/job.go`` ``ReconcileJobs``, v1.9.4)."""
+        verb = "suspend" if on else "unsuspend"
+        job = self._get_job(name)
+        if job is None:
+            raise JobsError(
+                f"no job {name!r} in namespace {self.namespace}: `python -m jobs list` shows them"
+            )
+        phase = phase_of(job)
+        if phase in FINISHED:
+            raise JobsError(f"job {name} is {phase}: nothing to {verb}")
+        workload = None
+        if queue.queue_of(job):
+            uid = job["metadata"].get("uid", "")
+            workload = self._workload_of(job, self._workloads(f"{queue.JOB_UID_LABEL}={uid}"))
+        if workload is not None:
+            wname = workload["metadata"]["name"]
+            with api_errors(self.api, f"patch workload {wname}"):
+                _raw(
+                    self.custom.patch_namespaced_custom_object,
+                    queue.WORKLOAD_GROUP,
+                    queue.WORKLOAD_VERSION,
+                    self.namespace,
+                    queue.WORKLOAD_PLURAL,
+                    wname,
+                    {"spec": {"active": not on}},
+                )
+            how = f"workload {wname} {'deactivated' if on else 'active again'}"
+        else:
+            with api_errors(self.api, f"patch pytorchjob {name}", NO_OPERATOR):
+                _raw(
+                    self.custom.patch_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    PLURAL,
+                    name,
+                    {"spec": {"runPolicy": {"suspend": on}}},
+                )
+            how = f"runPolicy.suspend: {str(on).lower()}"
+        if on:
+            return (
+                f"suspended {name} ({how}): its pods get SIGTERM and write a checkpoint; "
+                f"`python -m jobs unsuspend {name}` resumes it from there"
+            )
+        return f"unsuspended {name} ({how}): its pods resume from the newest checkpoint"
 
     def resume(self, name: str, *, from_uri: str | None = None) -> Submitted:
         """A new generation of job ``name`` from its newest complete checkpoint: in its own

@@ -26,6 +26,8 @@ import yaml
 
 from infra.config import DEFAULT_CHECKPOINT_CLAIM, ConfigError, JobConfig, StackConfig
 from infra.config.job import parse_job
+from jobs.queue import Queue, QueueError
+from jobs.queue import resolve as resolve_queue
 
 REQUIRED = ("name", "stack", "model")
 """Keys a job file must give (``name`` and ``stack`` may come from ``--name`` / ``--stack``)."""
@@ -52,6 +54,8 @@ KEYS: dict[str, str] = {
     "checkpointClaim": "PVC every worker mounts for checkpoints (fsx stacks: fsx-checkpoints)",
     "namespace": "namespace of the job (the stack's jobs namespace, default)",
     "preflight": "check collectives, matmul and memory before step 1 (default: on EFA nodes)",
+    "team": "team of the stack whose queue, namespace and ServiceAccount the job uses",
+    "priority": "Kueue priority class: production | experiment (default: the team's)",
     "args": "more training.finetune flags, as a mapping flag: value (lr: 3.0e-4)",
 }
 """Every key of a job file, with its one-line meaning (``python -m jobs submit --help``)."""
@@ -124,6 +128,8 @@ class JobFile:
     """The stack it runs on (``Pulumi.<stack>.yaml``), with ``job`` set to ``config``."""
     lines: Mapping[str, int] = dataclasses.field(default_factory=dict)
     """Line of each key in the file (``args.<flag>`` too), for messages."""
+    queue: Queue | None = None
+    """The Kueue queue the job names (``jobs.queue``); None = none (a CPU job without team)."""
 
     @property
     def name(self) -> str:
@@ -331,14 +337,28 @@ def parse(
             f"{_where(source, lines, key)}: {key}{match['rest']}: {match['msg']}"
             + (f" of stack {stack_name}" if key == "nodeGroup" else "")
         ) from None
+    from doctor.fit import fit_problem
+
+    problem = fit_problem(config, platform.node_group(config.node_group))
+    if problem is not None:
+        key = "batchSize" if "batchSize" in values else "contextLength"
+        raise JobFileError(f"{_where(source, lines, key)}: {key}: {problem}")
     if platform.shared_storage.is_fsx and config.checkpoint_claim is None:
         config = dataclasses.replace(config, checkpoint_claim=DEFAULT_CHECKPOINT_CLAIM)
+    try:
+        queue = resolve_queue(values, platform, gpu_job=config.device != "cpu")
+    except QueueError as err:
+        key = str(err).split(":", 1)[0]
+        raise JobFileError(f"{_where(source, lines, key)}: {err}") from None
+    if queue is not None and queue.team is not None:
+        config = dataclasses.replace(config, namespace=queue.team)
     return JobFile(
         source=source,
         values=values,
         config=config,
         platform=dataclasses.replace(platform, job=config),
         lines=dict(lines),
+        queue=queue,
     )
 
 

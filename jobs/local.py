@@ -422,6 +422,13 @@ class LocalBackend:
             f"resume: python -m jobs resume --local {name})"
         )
 
+    def suspend(self, name: str, *, on: bool = True) -> str:
+        raise JobsError(
+            f"{'suspend' if on else 'unsuspend'} --local: not supported by the local runner yet; "
+            f"`python -m jobs cancel {name}` then `resume` keeps the checkpoints",
+            status=2,
+        )
+
     def resume(self, name: str, *, from_uri: str | None = None) -> Submitted:
         """The next generation of job ``name`` from its newest complete checkpoint: in its own
         folder, or under ``from_uri`` (``resume --from``: a folder here or

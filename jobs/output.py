@@ -38,11 +38,20 @@ def step_text(p: Progress) -> str:
     return f"{p.step}/{p.total}" if p.total else str(p.step)
 
 
+def queue_text(j: JobInfo) -> str:
+    """``queued: waiting for 16 GPUs in p5-block, 8 free``, ``admitted``, ... ('-': none)."""
+    if not j.admission:
+        return "-" if not j.queue else "not seen by Kueue yet"
+    return f"{j.admission}: {j.admission_reason}" if j.admission_reason else j.admission
+
+
 def list_table(jobs: Sequence[JobInfo]) -> str:
+    """The jobs; a QUEUE column (Kueue's state and reason) when any job names a queue."""
     if not jobs:
         return "no jobs"
+    queued = any(j.queue for j in jobs)
     return table(
-        ("NAME", "PHASE", "WORKERS", "RESTARTS", "STEP", "AGE"),
+        ("NAME", "PHASE", "WORKERS", "RESTARTS", "STEP", "AGE") + (("QUEUE",) if queued else ()),
         [
             (
                 j.name,
@@ -52,6 +61,7 @@ def list_table(jobs: Sequence[JobInfo]) -> str:
                 step_text(j.progress),
                 duration(j.age_s),
             )
+            + ((queue_text(j),) if queued else ())
             for j in jobs
         ],
     )
@@ -80,6 +90,8 @@ def status_page(j: JobInfo) -> str:
         f"age {duration(j.age_s)}",
         f"progress:  {progress_text(j.progress)}",
     ]
+    if j.queue:
+        lines.append(f"queue:     {j.queue}: {queue_text(j)}")
     if j.conditions:
         lines.append("conditions:")
         cond = table(

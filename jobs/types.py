@@ -93,6 +93,12 @@ class JobInfo:
     """What the user would do next, as a command."""
     where: dict[str, str] = field(default_factory=dict)
     """Local paths (logs, checkpoints) or cluster references."""
+    queue: str = ""
+    """The queue the job names and its priority (``p5-block (production)``); '' = none."""
+    admission: str = ""
+    """What the queue says: queued | admitted | preempted | evicted | finished | inactive."""
+    admission_reason: str = ""
+    """Why (Kueue's message: ``waiting for 16 GPUs in p5-block, 8 free``)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,5 +143,7 @@ class Backend(Protocol):
     ) -> None: ...
 
     def cancel(self, name: str, *, purge: bool = False) -> str: ...
+
+    def suspend(self, name: str, *, on: bool = True) -> str: ...
 
     def resume(self, name: str, *, from_uri: str | None = None) -> Submitted: ...

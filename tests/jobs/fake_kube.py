@@ -5,7 +5,7 @@ response shapes of the real API (upstream OpenAPI and API conventions): objects 
 ``resourceVersion`` and ``creationTimestamp``; errors are ``Status`` objects (``NotFound`` with
 ``details.kind``, ``AlreadyExists``, ``Forbidden``); a group it does not serve answers the
 plain-text "404 page not found" of an unregistered API; lists honour ``labelSelector``
-(``k=v``, ``k``, comma-joined); configmap PATCH is a JSON merge patch; deleting an object
+(``k=v``, ``k``, comma-joined); PATCH is a JSON merge patch; deleting an object
 deletes what names it in ``ownerReferences`` (the garbage collector), and an object with
 ``metadata.finalizers`` only gets a ``deletionTimestamp`` (it stays until they are removed,
 as the API server keeps it); pod logs and the pod proxy's ``/metrics`` return the texts a
@@ -34,6 +34,7 @@ ROUTES = {
     ("api/v1", "configmaps"): ("", "ConfigMap"),
     ("api/v1", "pods"): ("", "Pod"),
     ("apis/networking.k8s.io/v1", "networkpolicies"): ("networking.k8s.io", "NetworkPolicy"),
+    ("apis/kueue.x-k8s.io/v1beta2", "workloads"): ("kueue.x-k8s.io", "Workload"),
 }
 
 
@@ -45,6 +46,20 @@ def _matches(labels: dict[str, str], selector: str) -> bool:
         if not eq and key not in labels:
             return False
     return True
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386, what ``application/merge-patch+json`` does): mappings
+    merge recursively, ``null`` removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
 
 
 class FakeKube:
@@ -327,10 +342,4 @@ class FakeKube:
                     },
                 )
             elif method == "PATCH":
-                for key, value in (body or {}).items():
-                    if isinstance(value, dict):
-                        merged = {**(found.get(key) or {}), **value}
-                        found[key] = {k: v for k, v in merged.items() if v is not None}
-                    else:
-                        found[key] = value
-                self._send(h, 200, self.put(plural, found))
+                self._send(h, 200, self.put(plural, _merge(found, body or {})))

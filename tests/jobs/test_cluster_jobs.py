@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from jobs import cli
+from jobs import cli, queue
 from jobs import file as jobfile
 from jobs.manifest import record_name
 from tests.jobs.fake_kube import FakeKube
@@ -180,7 +180,11 @@ def test_submit_creates_the_builders_job_its_policy_and_its_record(
     for key in ("uid", "creationTimestamp", "resourceVersion", "namespace"):
         created["metadata"].pop(key)
     want["metadata"].pop("namespace")
-    assert created == want  # the pure builders' object, unchanged
+    assert job.queue is not None and job.queue.team is None  # a GPU job: its pool's queue
+    want["metadata"]["labels"].update(
+        {queue.QUEUE_LABEL: job.config.node_group, queue.PRIORITY_LABEL: "experiment"}
+    )
+    assert created == want  # the pure builders' object, with the queue's labels only
     assert rdzv.startswith(f"{NAME}-g1-") and rdzv != pj.rdzv_id(w.job)
     (policy,) = fake.of("networkpolicies")
     assert policy["metadata"]["name"] == f"{NAME}-workers"
