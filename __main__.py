@@ -53,6 +53,10 @@ cluster = Cluster(
         cloudwatch_observability=cfg.cloudwatch_observability,
         fsx_csi_driver=cfg.shared_storage.is_fsx,
         node_monitoring_agent=cfg.node_monitoring_agent,
+        # One GPU metrics path: ours (dcgm-exporter + Prometheus) when the stack runs it.
+        cloudwatch_gpu_metrics=not (
+            cfg.observability.enabled and cfg.observability.dcgm and bool(cfg.gpu_node_groups)
+        ),
     ),
 )
 gpu_node_groups = {

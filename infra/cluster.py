@@ -63,6 +63,29 @@ to create, delete or resize a file system, the only calls that reach the FSx API
 ``ControllerExpandVolume``, ``ValidateVolumeCapabilities``); the node plugin mounts with the
 Lustre client and no IAM. The driver's ``docs/install.md`` asks for AmazonFSxFullAccess "to
 create/delete file systems", which this project never lets it do."""
+CLOUDWATCH_NO_GPU_METRICS: dict[str, object] = {
+    "agent": {
+        "config": {
+            "logs": {
+                "metrics_collected": {
+                    "kubernetes": {
+                        "enhanced_container_insights": True,
+                        "accelerated_compute_metrics": False,
+                    }
+                }
+            }
+        }
+    }
+}
+"""amazon-cloudwatch-observability configuration without its GPU path: Container Insights
+(enhanced) and the container logs stay; ``accelerated_compute_metrics: false`` stops the agent's
+DCGM scraper (amazon-cloudwatch-agent ``AcceleratedComputeMetricsEnabled``, default true) and
+the operator's DCGM exporter (amazon-cloudwatch-agent-operator ``DcgmExporterReconciler`` reads
+the same key; CloudWatch user guide, "NVIDIA GPU metrics": opt out with this key). ``agent.config``
+replaces the add-on's default agent config, so Application Signals, which no workload here
+uses, is off too. The stack's GPU metrics path is its own dcgm-exporter + Prometheus: the XID
+and temperature alerts, the dashboard, the local runner's Prometheus and the preflight share
+one list of XIDs there (docs/observability.md); CloudWatch would only duplicate it."""
 CLUSTER_ADMIN_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 SYSTEM_NODEGROUP_LABEL = {"eks-fsdp/nodegroup": "system"}
 SYSTEM_ROOT_VOLUME_GIB = 50
@@ -99,6 +122,9 @@ class ClusterArgs:
     fsx_csi_driver: bool = False
     """Install the aws-fsx-csi-driver add-on (no IAM role: static volumes only) for FSx for
     Lustre volumes."""
+    cloudwatch_gpu_metrics: bool = True
+    """Let the CloudWatch add-on collect GPU metrics with its own DCGM exporter. False when the
+    stack runs ours (``observability.dcgm``): one GPU metrics path, not two."""
     node_monitoring_agent: bool = True
     """Install the eks-node-monitoring-agent add-on: a DaemonSet on every node that turns GPU
     (XID, DCGM), NCCL/EFA networking, kernel and storage faults into node conditions, which
@@ -349,6 +375,7 @@ class Cluster(pulumi.ComponentResource):
             version: str | None,
             opts: pulumi.ResourceOptions = after_nodes,
             role_arn: pulumi.Input[str] | None = None,
+            configuration: dict[str, object] | None = None,
         ) -> aws.eks.Addon:
             """A pinned EKS add-on after the system nodes (our settings win conflicts)."""
             return aws.eks.Addon(
@@ -357,6 +384,7 @@ class Cluster(pulumi.ComponentResource):
                 addon_name=addon_name,
                 addon_version=version,
                 service_account_role_arn=role_arn,
+                configuration_values=json.dumps(configuration) if configuration else None,
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
                 tags=tags,
@@ -417,6 +445,7 @@ class Cluster(pulumi.ComponentResource):
                 "cloudwatch",
                 "amazon-cloudwatch-observability",
                 versions.CLOUDWATCH_OBSERVABILITY_ADDON_VERSION,
+                configuration=None if args.cloudwatch_gpu_metrics else CLOUDWATCH_NO_GPU_METRICS,
             )
 
         # Everything deployed through the provider waits for a node and cluster DNS.
