@@ -102,7 +102,8 @@ def tokenize_chats(
     own = tokenizer.chat_template
     template = training_template(own) or own
     if has_generation_markers(template):
-        return _tokenize_marked(tokenizer, chats, template, ignore_index)
+        marked = template.get("default", "") if isinstance(template, dict) else template
+        return _tokenize_marked(tokenizer, chats, marked, ignore_index)
     texts, spans = [], []
     for conv in chats:
         try:

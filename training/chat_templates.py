@@ -41,14 +41,20 @@ class ChatTemplateError(ValueError):
     """A --chat_template file that cannot be used; one line naming the flag."""
 
 
-def has_generation_markers(template: str) -> bool:
+def _default(template: str | dict[str, str]) -> str:
+    """A template shipped as named variants is a dict; its `default` is the one used (TRL)."""
+    return template.get("default", "") if isinstance(template, dict) else template
+
+
+def has_generation_markers(template: str | dict[str, str]) -> bool:
     """Whether the template marks assistant output with `{% generation %}` (any trim form)."""
-    return _GENERATION.search(template) is not None
+    return _GENERATION.search(_default(template)) is not None
 
 
-def training_template(template: str) -> str | None:
+def training_template(template: str | dict[str, str]) -> str | None:
     """The training variant of a model template this package knows (byte for byte, as TRL
     compares them), or None: the template is used as it is."""
+    template = _default(template)
     if has_generation_markers(template):
         return None
     for original, variant in _PAIRS:

@@ -316,6 +316,7 @@ def test_qwen3_multi_turn_learns_only_the_assistant_turns_token_by_token(
     variant = training_template(qwen.chat_template)
     assert variant is not None and has_generation_markers(variant)
     assert variant == (TEMPLATES / "qwen3_training.jinja").read_text(encoding="utf-8")
+    assert training_template({"default": qwen.chat_template}) == variant  # named variants
     own = qwen.chat_template
     path = _file(tmp_path, [{"messages": QWEN3_CHAT}] * 2)
     ex = _build(qwen, path, model_name=str(qwen3_dir), context_length=4096)[0]
