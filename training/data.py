@@ -121,8 +121,8 @@ def is_tiny_preset(model_name: str) -> bool:
     return model_name in PRESETS
 
 
-def load_tokenizer(model_name: str) -> PreTrainedTokenizerBase:
-    """The tokenizer for `model_name`, with eos and pad tokens set.
+def load_tokenizer(model_name: str, revision: str | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer for `model_name` (at hub `revision`, the model's), with eos and pad set.
 
     Tiny presets get the bundled byte-level BPE in training/assets/tokenizer (no network);
     len(tokenizer) is the vocabulary size the presets are built with. Anything else is loaded
@@ -135,7 +135,7 @@ def load_tokenizer(model_name: str) -> PreTrainedTokenizerBase:
 
     source = str(TOKENIZER_DIR) if is_tiny_preset(model_name) else model_name
     try:
-        tok = AutoTokenizer.from_pretrained(source)
+        tok = AutoTokenizer.from_pretrained(source, revision=revision)
     except Exception as e:  # OSError, ValueError, HTTP errors: all mean "cannot load it"
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DataError(f"--model_name {model_name}: cannot load its tokenizer: {first}") from e

@@ -41,8 +41,11 @@ def parse_columns(text: str) -> dict[str, str]:
     return out
 
 
-def load_rows(source: str, split: str, columns: dict[str, str]) -> list[tuple[str, Any]]:
-    """(NAME[split]:INDEX, row with the mapped fields) of every row of `split`."""
+def load_rows(
+    source: str, split: str, columns: dict[str, str], revision: str | None = None
+) -> list[tuple[str, Any]]:
+    """(NAME[split]:INDEX, row with the mapped fields) of every row of `split`; a hub name is
+    read at `revision` (a commit pins reruns to the same rows; None: the default branch)."""
     try:
         import datasets
     except ImportError:
@@ -62,9 +65,10 @@ def load_rows(source: str, split: str, columns: dict[str, str]) -> list[tuple[st
             builder = _BUILDERS.get(path.suffix.lower())
             if builder is None:
                 raise HFDataError(f"--hf_dataset {source}: a data file is {', '.join(_BUILDERS)}")
-            ds = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+            # A local file: a packaged builder, no hub repository (no revision to pin).
+            ds = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)  # local
         else:
-            ds = datasets.load_dataset(source, split=split)
+            ds = datasets.load_dataset(source, split=split, revision=revision)
     except HFDataError:
         raise
     except Exception as e:  # missing, offline, bad split, unreadable: all "cannot load it"
@@ -84,9 +88,9 @@ def load_rows(source: str, split: str, columns: dict[str, str]) -> list[tuple[st
     return out
 
 
-def hub_samsum(split: str) -> list[tuple[str, str]]:
-    """samsum from the hub (`knkarthick/samsum`, then `samsum`): (dialogue, summary) of the rows
-    where both are non-empty strings (the hub copy has a few empty ones)."""
+def hub_samsum(split: str, revision: str | None = None) -> list[tuple[str, str]]:
+    """samsum from the hub (`knkarthick/samsum`, then `samsum`, at `revision`): (dialogue,
+    summary) of the rows where both are non-empty strings (the hub copy has a few empty ones)."""
     hint = "use --dataset samsum_sample for the bundled sample"
     try:
         import datasets
@@ -98,7 +102,7 @@ def hub_samsum(split: str) -> list[tuple[str, str]]:
     errors = []
     for name in ("knkarthick/samsum", "samsum"):
         try:
-            ds = datasets.load_dataset(name, split=split)
+            ds = datasets.load_dataset(name, split=split, revision=revision)
             break
         except Exception as e:  # offline, not found, script datasets refused, ...
             errors.append(f"{name}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}")

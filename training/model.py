@@ -65,12 +65,20 @@ class ModelSpec:
     """Dtype the parameters are kept in (bf16 with --pure_bf16)."""
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
     """Non-persistent buffers (rotary inv_freq) computed at build time, put back after to_empty."""
+    revision: str | None = None
+    """Hub revision (commit, branch or tag) the config and the weights are read at; None: the
+    repository's default branch. A commit pins restarts and reruns to the same weights."""
 
 
 def model_spec(
-    name: str, vocab_size: int, context_length: int, dtype: torch.dtype = torch.float32
+    name: str,
+    vocab_size: int,
+    context_length: int,
+    dtype: torch.dtype = torch.float32,
+    revision: str | None = None,
 ) -> ModelSpec:
-    """Resolve --model_name to a config without loading any weight."""
+    """Resolve --model_name to a config without loading any weight (at ``revision`` for a hub
+    id; transformers ignores it for a local folder)."""
     from transformers import AutoConfig, LlamaConfig
 
     if name in PRESETS:
@@ -84,7 +92,7 @@ def model_spec(
         preset = True
     else:
         try:
-            config = AutoConfig.from_pretrained(name)
+            config = AutoConfig.from_pretrained(name, revision=revision)
         except (OSError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ModelError(
@@ -98,7 +106,7 @@ def model_spec(
             f"--context_length {context_length} exceeds the model's "
             f"max_position_embeddings {max_pos} (--model_name {name})"
         )
-    return ModelSpec(name=name, config=config, is_preset=preset, dtype=dtype)
+    return ModelSpec(name=name, config=config, is_preset=preset, dtype=dtype, revision=revision)
 
 
 def build_empty(spec: ModelSpec) -> nn.Module:
@@ -164,7 +172,9 @@ def full_state_dict(
         if spec.is_preset:
             model = AutoModelForCausalLM.from_config(spec.config, dtype=torch.float32)
         else:
-            model = AutoModelForCausalLM.from_pretrained(spec.name, dtype=torch.float32)
+            model = AutoModelForCausalLM.from_pretrained(
+                spec.name, revision=spec.revision, dtype=torch.float32
+            )
         if adapt is not None:
             adapt(model)
     return {k: v.to(spec.dtype) for k, v in model.state_dict().items()}
