@@ -17,7 +17,7 @@ times:
 The server is a Python process on the same (small) machine: the figures rank the clients and
 show the S3 path's overhead here; they are not S3's throughput.
 
-    python benchmarks/checkpoint_s3.py [--model tiny-llama] [--repeat 3] [--object_mb 64]
+    python benchmarks/checkpoint_s3.py [--model tiny-llama] [--repeat 3] [--object_mb 32]
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--object_mb", type=int, default=64)
+    p.add_argument("--object_mb", type=int, default=32)
     args = p.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     server, endpoint = start_server()

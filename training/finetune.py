@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -
     from training.dist import distributed, world_from_env
     from training.model import ModelError
     from training.parallelize import ParallelDims, ParallelError
-    from training.s3.client import S3AccessError, check_locations
+    from training.s3.check import S3AccessError, check_locations
 
     rank, world, _, local_world = world_from_env()
     try:  # a layout this world cannot take: before the process group and the model libraries

@@ -2,7 +2,8 @@
 
 If these fail, `--output_dir s3://...` no longer puts a servable Hugging Face folder in the
 bucket (sharded safetensors with their index, config, tokenizer) that, downloaded, gives the
-trained model's logits with `from_pretrained`, or no longer uploads the run's metrics there;
+trained model's logits with `from_pretrained`, no longer uploads the run's metrics or a LoRA
+run's adapter folder there;
 or `--model_name s3://...` no longer trains exactly as the same weights from a local folder,
 or downloads them again when the node's cache (HF_HOME) already has them. Only AWS itself is
 replaced (by moto's server).
@@ -49,6 +50,16 @@ def test_export_to_s3_and_weights_from_s3(
         },
         {
             "kind": "train",
+            "name": "lora",
+            "argv": merge(
+                TINY,
+                two,
+                run_dirs(tmp_path, "lora"),
+                ["--use_peft", f"--output_dir=s3://{bucket}/runs/lora", "--save_model=True"],
+            ),
+        },
+        {
+            "kind": "train",
             "name": "local_weights",
             "argv": merge(
                 TINY, two, run_dirs(tmp_path, "local"), [f"--model_name={hf_checkpoint}"]
@@ -61,7 +72,7 @@ def test_export_to_s3_and_weights_from_s3(
         },
     ]
     results = launch(2, jobs, tmp_path / "launch")
-    for name in ("local_weights", "s3_weights"):
+    for name in ("lora", "local_weights", "s3_weights"):
         assert results[name]["rc"] == [0, 0], results[name]["stderr"]
 
     # the export: shards, index, config and tokenizer in the bucket; nothing left on local disk
@@ -75,6 +86,12 @@ def test_export_to_s3_and_weights_from_s3(
     assert list((tmp_path / "tmp").rglob("*.safetensors")) == []  # each shard deleted once sent
     rows = s3.get_object(Bucket=bucket, Key="runs/export/metrics.jsonl")["Body"].read()
     assert [json.loads(r)["step"] for r in rows.decode().splitlines()] == [1, 2, 3]
+
+    adapter = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="runs/lora/")["Contents"]}
+    assert {
+        "runs/lora/adapter/adapter_config.json",
+        "runs/lora/adapter/adapter_model.safetensors",
+    } <= adapter
 
     from transformers import AutoModelForCausalLM
 
@@ -95,5 +112,5 @@ def test_export_to_s3_and_weights_from_s3(
     # a second start on this node takes the cache: the bucket's copy is no longer needed
     for obj in s3.list_objects_v2(Bucket=bucket, Prefix="models/")["Contents"]:
         s3.delete_object(Bucket=bucket, Key=obj["Key"])
-    again = launch(2, [{**jobs[2], "name": "again"}], tmp_path / "launch2")
+    again = launch(2, [{**jobs[-1], "name": "again"}], tmp_path / "launch2")
     assert again["again"]["rc"] == [0, 0], again["again"]["stderr"]

@@ -1,7 +1,7 @@
 """Bad S3 inputs stop the run before any step with one line naming the flag.
 
 If these fail, an `s3://` flag without a bucket, a bucket that does not exist, an endpoint
-that cannot be reached, or a missing AWS region is found only when the first checkpoint or the
+that cannot be reached, a model prefix that holds nothing, or a missing AWS region is found only when the first checkpoint or the
 export fails (hours into a run), or is reported as a traceback instead of one line. The S3 API
 is moto's server on loopback; only AWS itself is replaced.
 """
@@ -69,6 +69,18 @@ def test_bucket_that_does_not_exist(
     assert not (tmp_path / "x" / "out" / "metrics.jsonl").exists()  # no step ran
 
 
+def test_model_prefix_without_objects(
+    s3_env: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bucket = s3_env.bucket("models")
+    argv = merge(TINY, run_dirs(tmp_path, "x"), [f"--model_name=s3://{bucket}/models/typo"])
+    rc, lines = _run(argv, capsys)
+    assert (rc, lines) == (
+        2,
+        [f"error: --model_name s3://{bucket}/models/typo: no objects under this prefix"],
+    )
+
+
 def test_endpoint_that_cannot_be_reached(
     s3_env: S3Server,
     tmp_path: Path,
@@ -110,7 +122,7 @@ def test_write_check_leaves_nothing(
 ) -> None:
     """A reachable bucket passes the start check, which leaves no probe object behind."""
     from training.config import parse_args
-    from training.s3.client import check_locations
+    from training.s3.check import check_locations
 
     bucket = s3_env.bucket("probe")
     cfg = parse_args(

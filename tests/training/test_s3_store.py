@@ -10,6 +10,7 @@ no complete newest checkpoint, pruning leaves old or torn checkpoints in the buc
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -77,13 +78,10 @@ def _objects(s3: S3Server, bucket: str) -> dict[str, int]:
 
 def test_save_resave_load_and_prune(s3_env: S3Server, tmp_path: Path) -> None:
     bucket = s3_env.bucket("ckpt")
-    root = checkpoint.root_of(
-        type(
-            "Cfg",
-            (),
-            {"dist_checkpoint_root_folder": f"s3://{bucket}/runs", "dist_checkpoint_folder": "job"},
-        )
+    cfg = SimpleNamespace(
+        dist_checkpoint_root_folder=f"s3://{bucket}/runs", dist_checkpoint_folder="job"
     )
+    root = checkpoint.root_of(cfg)
     assert root == S3Uri(bucket, "runs/job")
     model, opt, state = _state(0)
     saver = checkpoint.Checkpointer(root, state, use_async=False)

@@ -73,7 +73,7 @@ def delete(location: S3Uri) -> int:
     pages = s3.get_paginator("list_objects_v2")
     for page in pages.paginate(Bucket=location.bucket, Prefix=location.prefix):
         keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
-        for i in range(0, len(keys), 1000):  # DeleteObjects takes at most 1,000 keys
+        for i in range(0, len(keys), 1000):  # at most 1,000 keys (S3 API Reference, DeleteObjects)
             s3.delete_objects(
                 Bucket=location.bucket, Delete={"Objects": keys[i : i + 1000], "Quiet": True}
             )

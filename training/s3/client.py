@@ -11,29 +11,20 @@ multiprocessing with clients"), so a background checkpoint write shares it with 
 - Region: `AWS_REGION`, else `AWS_DEFAULT_REGION`, else the profile's `region` (botocore reads
   only the last two; the AWS SDKs and Tools reference guide, "AWS Region", gives AWS_REGION
   precedence). None of them is a one-line error naming the flag.
-- Credentials: botocore's default chain (environment, web identity, the container provider that
-  EKS Pod Identity feeds through `AWS_CONTAINER_CREDENTIALS_FULL_URI`, instance profile).
+- Credentials: botocore's default chain: environment, profile, web identity, the container
+  provider (which EKS Pod Identity feeds from boto3/botocore 1.34.41 on: EKS User Guide, "Use
+  pod identity with the AWS SDK"; the pin is 1.44.8), instance profile.
 
-`check_locations(cfg)` runs on every process before the process group exists: for each `s3://`
-flag it lists one key under the prefix and, for the two places the run writes to, puts and
-deletes a zero-byte probe, so a missing region, no credentials, a bucket that does not exist or
-that these credentials may not read or write stops the run with one line before any step.
+The start-up check of every `s3://` flag is `training.s3.check`.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
-from training.s3.uri import S3Uri, is_s3
-
-if TYPE_CHECKING:
-    from training.config import TrainConfig
-
-WRITE_PROBE = ".write-check"
-"""Zero-byte object put and deleted under a write location by `check_locations`."""
 MAX_ATTEMPTS = 10
 """Attempts per request (throttling, 5xx, connection resets) unless AWS_MAX_ATTEMPTS is set;
 the retry mode is `standard` unless AWS_RETRY_MODE is set (boto3 guide "Retries")."""
@@ -121,35 +112,3 @@ def describe(err: BaseException) -> str:
         return "no AWS region: set AWS_REGION"
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return first
-
-
-def _locations(cfg: TrainConfig) -> Iterator[tuple[str, S3Uri, bool]]:
-    """(flag, location, written by the run) of every s3:// flag of `cfg`."""
-    if is_s3(cfg.dist_checkpoint_root_folder):
-        root = S3Uri.parse(cfg.dist_checkpoint_root_folder)
-        yield "dist_checkpoint_root_folder", root / cfg.dist_checkpoint_folder, True
-    if is_s3(cfg.output_dir):
-        yield "output_dir", S3Uri.parse(cfg.output_dir), True
-    if is_s3(cfg.model_name):
-        yield "model_name", S3Uri.parse(cfg.model_name), False
-
-
-def check_locations(cfg: TrainConfig) -> None:
-    """Stop with one line (S3AccessError) when an s3:// flag of `cfg` cannot be used."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    for flag, uri, writes in _locations(cfg):
-        try:
-            s3 = client()
-        except S3AccessError as e:
-            raise S3AccessError(f"--{flag} {uri}: {e}") from None
-        try:
-            s3.list_objects_v2(Bucket=uri.bucket, Prefix=uri.prefix, MaxKeys=1)
-            if writes:
-                probe = f"{uri.prefix}{WRITE_PROBE}"
-                s3.put_object(Bucket=uri.bucket, Key=probe, Body=b"")
-                s3.delete_object(Bucket=uri.bucket, Key=probe)
-        except (BotoCoreError, ClientError) as e:
-            where = endpoint_url()
-            via = f" via {where}" if where else ""
-            raise S3AccessError(f"--{flag} {uri}: {describe(e)}{via}") from None

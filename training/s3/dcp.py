@@ -35,7 +35,8 @@ from training.s3.client import client
 from training.s3.uri import S3Uri, is_s3
 
 PART_BYTES = 32 * 2**20
-"""Multipart part size: 10,000 parts (S3's limit) of it hold 320 GiB, far above a rank's shard."""
+"""Multipart part size: 10,000 parts of it (S3's limit, with parts of 5 MiB to 5 GiB: Amazon S3
+User Guide, "Amazon S3 multipart upload limits") hold 320 GiB, far above a rank's shard."""
 PARTS_IN_FLIGHT = 4
 """Parts uploaded concurrently per stream (memory: this many parts plus the one filling)."""
 READ_BUFFER_BYTES = 8 * 2**20
