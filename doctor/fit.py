@@ -11,6 +11,23 @@ from __future__ import annotations
 
 from infra.config import GpuNodeGroupConfig, JobConfig
 
+_PRECISION_FLAGS = ("mixed_precision", "pure_bf16")
+
+
+def _precision(extra_args: tuple[str, ...]) -> str | None:
+    """``mixed`` | ``pure_bf16`` | ``fp32`` from the job's training flags, read with
+    ``training.config``'s own parser and defaults (pure Python); None on a bad flag."""
+    from training.config import ConfigError, parse_args
+
+    ours = [a for a in extra_args if a[2:].partition("=")[0].replace("-", "_") in _PRECISION_FLAGS]
+    try:
+        cfg = parse_args(ours)
+    except ConfigError:
+        return None
+    if cfg.pure_bf16:
+        return "pure_bf16"
+    return "mixed" if cfg.mixed_precision else "fp32"
+
 
 def fit_problem(job: JobConfig, group: GpuNodeGroupConfig) -> str | None:
     """One line when the job cannot fit on ``group``'s GPUs; None when it fits or when the
@@ -37,7 +54,9 @@ def fit_problem(job: JobConfig, group: GpuNodeGroupConfig) -> str | None:
         lora = _stack_lora("<job>", job.extra_args).get("lora")
     except UsageError:
         return None  # training.config names the bad flag itself, later in the same check
-    pure = any(a in ("--pure_bf16", "--pure_bf16=True", "--pure_bf16=true") for a in job.extra_args)
+    precision = _precision(job.extra_args)
+    if precision is None:
+        return None  # training.config names the bad flag itself
     from planner.lora import LINEAR, LoraSpec
 
     spec = None
@@ -54,7 +73,7 @@ def fit_problem(job: JobConfig, group: GpuNodeGroupConfig) -> str | None:
     inp = PlanInput(
         shape=shape,
         instance=group.instance,
-        precision=PRECISIONS["pure_bf16" if pure else "mixed"],
+        precision=PRECISIONS[precision],
         strategy=job.sharding_strategy,
         ac=1.0 if ac["ac"] else 0.0,
         ac_mode=ac["ac_mode"] or "full",

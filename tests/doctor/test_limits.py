@@ -94,3 +94,40 @@ def test_shipped_stacks_pass_the_limits() -> None:
     """Every shipped stack file is inside every limit."""
     for stack in ("dev", "p5-16", "p4de-odcr"):
         load_stack_file(stack)
+
+
+def test_fit_uses_the_jobs_precision_and_the_planners_figure() -> None:
+    """``doctor.fit`` reads the job's precision flags with training's parser (mixed by default,
+    fp32 with --mixed_precision=False, bf16 state with --pure_bf16) and refuses with the
+    planner's own peak: the GiB it prints is ``planner.predict``'s for that layout."""
+    import dataclasses
+
+    from doctor.fit import _precision, fit_problem
+    from jobs.file import load
+    from planner.memory import PRECISIONS
+    from planner.predict import PlanInput, predict
+    from planner.shapes import resolve
+
+    assert _precision(()) == "mixed"
+    assert _precision(("--mixed_precision=False",)) == "fp32"
+    assert _precision(("--pure_bf16=True",)) == "pure_bf16"
+    from infra.config.sources import REPO_ROOT
+
+    job = load(REPO_ROOT / "jobs" / "examples" / "p5-16.yaml")
+    group = job.platform.node_group(job.config.node_group)
+    assert fit_problem(job.config, group) is None
+    big = dataclasses.replace(job.config, batch_size=64)
+    for flags, name in (((), "mixed"), (("--mixed_precision=False",), "fp32")):
+        cfg = dataclasses.replace(big, extra_args=flags)
+        inp = PlanInput(
+            shape=resolve("llama2-7b"),
+            instance=group.instance,
+            precision=PRECISIONS[name],
+            strategy=cfg.sharding_strategy,
+            ac=1.0,
+            batch=64,
+            seq=cfg.context_length,
+        )
+        peak = predict(inp, cfg.workers).memory.total / 1024**3
+        assert peak > 80
+        assert f"the planner puts {peak:.1f} GiB on each GPU" in (fit_problem(cfg, group) or "")
