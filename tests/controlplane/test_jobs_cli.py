@@ -26,6 +26,7 @@ from controlplane.client import Client, wait_for
 from controlplane.cluster import ControlPlane
 from jobs import cli
 from jobs.manifest import record_name
+from workloads.specs import pytorchjob
 
 pytestmark = pytest.mark.controlplane
 
@@ -83,7 +84,9 @@ def _volume() -> list[dict[str, Any]]:
 def cluster(control_plane: ControlPlane) -> Iterator[tuple[Client, str]]:
     client = control_plane.client
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
-    objs = [namespace, *_volume()]
+    # The jobs' ServiceAccount, as the platform creates it (infra.pod_identity on EKS): the API
+    # server refuses pods whose ServiceAccount does not exist.
+    objs = [namespace, pytorchjob.service_account(NS), *_volume()]
     control_plane.apply_all(objs)
     try:
         yield client, str(control_plane.kubeconfig)

@@ -364,6 +364,27 @@ def test_docs_carry_the_budget_table_the_function_renders() -> None:
     assert documented == budget_table(rows)
 
 
+def test_pods_run_as_the_jobs_service_account_the_platform_creates(stack_objects: Any) -> None:
+    """Worker pods name the ServiceAccount EKS Pod Identity gives the data bucket's role
+    (infra.pod_identity); the rendered objects create it in the job's namespace, as a team's
+    objects do in theirs. Without the name the pods would run as ``default`` and get no S3
+    credentials; without the object the API server refuses every pod (kubernetes
+    plugin/pkg/admission/serviceaccount/admission.go)."""
+    from workloads.specs import teams
+
+    _, w, objs = stack_objects
+    for spec in _job(objs)["spec"]["pytorchReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        assert pod["serviceAccountName"] == pytorchjob.SERVICE_ACCOUNT == teams.SERVICE_ACCOUNT
+        assert pod["automountServiceAccountToken"] is False
+    (account,) = [o for o in objs if o["kind"] == "ServiceAccount"]
+    assert account["metadata"]["name"] == pytorchjob.SERVICE_ACCOUNT
+    assert (
+        account["metadata"]["namespace"] == w.job.namespace == _job(objs)["metadata"]["namespace"]
+    )
+    assert account["automountServiceAccountToken"] is False
+
+
 def test_hf_token_only_through_a_secret_key_ref(stack_objects: Any) -> None:
     _, w, objs = stack_objects
     job = _job(objs)

@@ -104,6 +104,26 @@ SERVICE_ACCOUNT = "jobs"
 """The ServiceAccount job pods run as, in the stack's jobs namespace and in each team's
 (``workloads.specs.teams``): EKS Pod Identity gives it the data bucket's role
 (``infra.pod_identity``); no API token mounted."""
+
+
+def service_account(namespace: str) -> K8sObject:
+    """The ServiceAccount job pods run as (``SERVICE_ACCOUNT``), in ``namespace``. The API
+    server refuses a pod whose ServiceAccount does not exist (kubernetes
+    plugin/pkg/admission/serviceaccount/admission.go: "error looking up service account"), so the
+    platform creates it before any job: ``infra.pod_identity`` on EKS, the rendered platform
+    objects for ``kubectl apply``, ``workloads.specs.teams`` in every team's namespace."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": SERVICE_ACCOUNT,
+            "namespace": namespace,
+            "labels": labels(SERVICE_ACCOUNT, "jobs"),
+        },
+        "automountServiceAccountToken": False,
+    }
+
+
 HF_HOME_DIR = "hf-home"
 """Folder of the shared checkpoint volume that is the workers' ``HF_HOME`` (hub downloads and
 the ``s3://`` weights cache, ``training/s3``): one download serves every node and restart."""
@@ -360,6 +380,7 @@ def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
         ),
         spec=k8s.V1PodSpec(
             containers=[container],
+            service_account_name=SERVICE_ACCOUNT,
             automount_service_account_token=False,
             security_context=k8s.V1PodSecurityContext(
                 seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault")

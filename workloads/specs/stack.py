@@ -190,6 +190,7 @@ def objects_by_component(
         out["etcd"] = etcd.objects(w.etcd)
     if w.job_enabled:
         metrics_namespace = ObservabilitySettings().namespace if w.job.metrics_port else None
+        out["jobs-service-account"] = [pytorchjob.service_account(w.job.namespace)]
         out["pytorchjob"] = [pytorchjob.pytorchjob(w.job, w.etcd.host)]
         out["workers-network-policy"] = [pytorchjob.network_policy(w.job, metrics_namespace)]
     if w.debug_tools:

@@ -38,7 +38,7 @@ from workloads.specs.settings import ETCD_CLIENT_PORT
 
 TEAM_LABEL = "eks-fsdp/team"
 """Label on a team's namespace (and objects) naming the team."""
-SERVICE_ACCOUNT = "jobs"
+SERVICE_ACCOUNT = pytorchjob.SERVICE_ACCOUNT
 """The ServiceAccount a team's job pods run as (``spec.serviceAccountName``)."""
 ROLE = "job-submitter"
 NETWORK_POLICY = "deny-other-namespaces"
