@@ -66,10 +66,6 @@ class S3Uri:
         """The key prefix of everything under this location ('' or 'a/b/')."""
         return f"{self.key}/" if self.key else ""
 
-    def with_name(self, name: str) -> S3Uri:
-        parent = self.key.rsplit("/", 1)[0] if "/" in self.key else ""
-        return S3Uri(self.bucket, f"{parent}/{name}" if parent else name)
-
 
 def bucket_problem(bucket: str) -> str:
     """Why `bucket` is not a valid general purpose bucket name ('' when it is)."""
