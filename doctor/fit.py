@@ -4,25 +4,67 @@ refused before anything is submitted (``jobs.file`` calls ``fit_problem`` on eve
 The peak is ``planner.predict``'s (parameters, gradients and optimizer state sharded as the
 job's strategy shards them, activations of one micro-batch with the job's activation
 checkpointing, the loss chunk, the allocator's reserve: ``planner.memory``), compared with
-``infra.instances``' ``gpu_memory_bytes``, the memory CUDA can use. Pure Python: no torch.
+``infra.instances``' ``gpu_memory_bytes``, the memory CUDA can use. The job's precision, AC
+and LoRA flags are read with ``training.config``'s own parser and defaults (pure Python, no
+torch). ``planner.args`` is not imported: it reads job files itself (``jobs.file``), which
+call this module.
 """
 
 from __future__ import annotations
 
+import re
+
 from infra.config import GpuNodeGroupConfig, JobConfig
 
-_PRECISION_FLAGS = ("mixed_precision", "pure_bf16")
+HUB_IDS = (
+    (r"llama-2-7b", "llama2-7b"),
+    (r"llama-2-13b", "llama2-13b"),
+    (r"llama-2-70b", "llama2-70b"),
+    (r"llama-3(\.\d)?-8b", "llama3-8b"),
+    (r"llama-3(\.\d)?-70b", "llama3-70b"),
+)
+"""Hugging Face ids -> the planner's built-in shapes: the same table as
+``planner.args._HF_IDS`` (a test keeps them equal), which this module cannot import."""
+_FLAGS = (
+    "mixed_precision",
+    "pure_bf16",
+    "fsdp_activation_checkpointing",
+    "nofsdp_activation_checkpointing",
+    "ac_mode",
+    "use_peft",
+    "peft_method",
+    "lora_r",
+    "lora_dropout",
+    "lora_target_modules",
+)
+"""The training flags that change the memory a step needs."""
+
+
+def planner_model(name: str) -> str:
+    """``meta-llama/Llama-2-7b-hf`` -> ``llama2-7b`` (the planner's name); others unchanged."""
+    lowered = name.lower()
+    for pattern, key in HUB_IDS:
+        if re.search(pattern, lowered):
+            return key
+    return name
+
+
+def _train_flags(extra_args: tuple[str, ...]) -> object | None:
+    """``training.config.TrainConfig`` of the job's memory-relevant flags; None on a bad flag
+    (``training.config`` names it when the job starts, and ``jobs.file`` checks it before)."""
+    from training.config import ConfigError, parse_args
+
+    ours = [a for a in extra_args if a[2:].partition("=")[0].replace("-", "_") in _FLAGS]
+    try:
+        return parse_args(ours)
+    except ConfigError:
+        return None
 
 
 def _precision(extra_args: tuple[str, ...]) -> str | None:
-    """``mixed`` | ``pure_bf16`` | ``fp32`` from the job's training flags, read with
-    ``training.config``'s own parser and defaults (pure Python); None on a bad flag."""
-    from training.config import ConfigError, parse_args
-
-    ours = [a for a in extra_args if a[2:].partition("=")[0].replace("-", "_") in _PRECISION_FLAGS]
-    try:
-        cfg = parse_args(ours)
-    except ConfigError:
+    """``mixed`` | ``pure_bf16`` | ``fp32`` as training decides from its flags."""
+    cfg = _train_flags(extra_args)
+    if cfg is None:
         return None
     if cfg.pure_bf16:
         return "pure_bf16"
@@ -35,13 +77,13 @@ def fit_problem(job: JobConfig, group: GpuNodeGroupConfig) -> str | None:
     job runs on CPUs."""
     if job.device != "cuda":
         return None
-    from planner.args import UsageError, _stack_ac, _stack_lora, builtin_for_hub_id
+    from planner.lora import LINEAR, LoraSpec
     from planner.memory import PRECISIONS
     from planner.predict import PlanInput, predict
     from planner.shapes import ShapeError, resolve
 
     try:
-        shape = resolve(builtin_for_hub_id(job.model))
+        shape = resolve(planner_model(job.model))
     except (ShapeError, KeyError, ValueError, OSError):
         return None
     if job.context_length > shape.max_position_embeddings:
@@ -49,38 +91,37 @@ def fit_problem(job: JobConfig, group: GpuNodeGroupConfig) -> str | None:
             f"contextLength {job.context_length} is longer than {job.model}'s "
             f"max_position_embeddings {shape.max_position_embeddings}"
         )
-    try:
-        ac = _stack_ac("<job>", job.extra_args)
-        lora = _stack_lora("<job>", job.extra_args).get("lora")
-    except UsageError:
-        return None  # training.config names the bad flag itself, later in the same check
+    cfg = _train_flags(job.extra_args)
     precision = _precision(job.extra_args)
-    if precision is None:
-        return None  # training.config names the bad flag itself
-    from planner.lora import LINEAR, LoraSpec
-
+    if cfg is None or precision is None:
+        return None
+    ac = cfg.fsdp_activation_checkpointing and cfg.ac_mode != "none"
     spec = None
-    if lora is not None:
+    if cfg.use_peft:
+        text = cfg.lora_target_modules.strip()
         targets = (
             LINEAR
-            if lora["targets"].strip() == "all-linear"
-            else tuple(t.strip() for t in lora["targets"].split(",") if t.strip())
+            if text == "all-linear"
+            else tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
         )
         try:
-            spec = LoraSpec(r=lora["r"], targets=targets, dropout=lora["dropout"] > 0)
+            spec = LoraSpec(r=cfg.lora_r, targets=targets, dropout=cfg.lora_dropout > 0)
         except ValueError:
             return None  # the LoRA target check (training.lora) names it at start-up
-    inp = PlanInput(
-        shape=shape,
-        instance=group.instance,
-        precision=PRECISIONS[precision],
-        strategy=job.sharding_strategy,
-        ac=1.0 if ac["ac"] else 0.0,
-        ac_mode=ac["ac_mode"] or "full",
-        batch=job.batch_size,
-        seq=job.context_length,
-        lora=spec,
-    )
+    try:
+        inp = PlanInput(
+            shape=shape,
+            instance=group.instance,
+            precision=PRECISIONS[precision],
+            strategy=job.sharding_strategy,
+            ac=1.0 if ac else 0.0,
+            ac_mode=cfg.ac_mode if ac else "full",
+            batch=job.batch_size,
+            seq=job.context_length,
+            lora=spec,
+        )
+    except ValueError:
+        return None  # a combination the planner does not model (selective AC with LoRA)
     pr = predict(inp, job.workers)
     if pr.fits:
         return None

@@ -131,3 +131,14 @@ def test_fit_uses_the_jobs_precision_and_the_planners_figure() -> None:
         peak = predict(inp, cfg.workers).memory.total / 1024**3
         assert peak > 80
         assert f"the planner puts {peak:.1f} GiB on each GPU" in (fit_problem(cfg, group) or "")
+
+
+def test_hub_ids_match_the_planners_table() -> None:
+    """``doctor.fit`` maps hub ids to the planner's shapes with the planner's own table (a copy:
+    importing ``planner.args`` from ``jobs.file``'s check would be an import cycle)."""
+    from doctor.fit import HUB_IDS, planner_model
+    from planner.args import _HF_IDS, builtin_for_hub_id
+
+    assert HUB_IDS == _HF_IDS
+    for name in ("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-3.1-70B", "tiny-llama", "x/y"):
+        assert planner_model(name) == builtin_for_hub_id(name)
