@@ -93,7 +93,7 @@ def job_checks(
             )
         )
         model = job.config.model
-        revision = job.values.get("modelRevision")
+        revision = None  # the default branch, as training loads it (a job file pins none yet)
         if not is_hub_id(model) or (model, revision) in seen:
             continue
         seen.add((model, revision))
@@ -137,6 +137,14 @@ def main(
     """The command; ``clients`` and ``root`` are for tests (the environment's AWS session and
     the project's stack files otherwise)."""
     args = parser().parse_args(argv)
+    if not (root / f"Pulumi.{args.stack}.yaml").is_file():
+        stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+        print(
+            f"doctor: error: --stack {args.stack}: no stack file Pulumi.{args.stack}.yaml "
+            f"(stacks: {', '.join(stacks)})",
+            file=sys.stderr,
+        )
+        return 2
     try:
         results = run(args.stack, jobs=args.job, offline=args.offline, clients=clients, root=root)
     except ConfigError as err:

@@ -174,10 +174,14 @@ def test_p5_16_placeholder_fails_then_a_matching_account_passes(
 
 
 def test_unknown_stack_is_a_usage_error(capsys) -> None:
-    """No AWS call: a stack without a file stops with one line and exit 2."""
+    """No AWS call: a stack without a file stops with one line listing the stacks, exit 2."""
     assert main(["--stack", "nope"], clients=Clients(None, None, None)) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "doctor: error: --stack nope: Pulumi.nope.yaml: no such stack file"
+    stacks = sorted(p.name.split(".")[1] for p in REPO_ROOT.glob("Pulumi.*.yaml"))
+    assert "p5-16" in stacks
+    assert err == (
+        f"doctor: error: --stack nope: no stack file Pulumi.nope.yaml (stacks: {', '.join(stacks)})"
+    )
 
 
 def test_secrets_are_read_without_decrypting(stack_root) -> None:
