@@ -118,7 +118,10 @@ class DistributedBatches:
         seed: int,
         shuffle: bool,
         pad_id: int,
+        num_workers: int = 0,
     ) -> None:
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         if micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
         if grad_accum < 1:
@@ -133,6 +136,7 @@ class DistributedBatches:
         self.seed = seed
         self.shuffle = shuffle
         self.pad_id = pad_id
+        self.num_workers = num_workers
         self.global_batch_size = micro_batch_size * world_size * grad_accum
         if len(dataset) < self.global_batch_size:
             raise DataError(
@@ -202,20 +206,36 @@ class DistributedBatches:
         ]
 
     # -- iteration ------------------------------------------------------------------------------
+    def _step_starts(self) -> list[int]:
+        """Epoch positions of the remaining steps of the current epoch."""
+        n, g = len(self.dataset), self.global_batch_size
+        return list(range(self.consumed_samples, n, g))
+
     def __iter__(self) -> Iterator[list[dict[str, torch.Tensor]]]:
-        """For each remaining step of the current epoch, this rank's grad_accum micro-batches."""
-        while self.consumed_samples < len(self.dataset):
-            micro = [
-                collate(
-                    [self._filler if i == FILLER else self.dataset[i] for i in ids], self.pad_id
-                )
-                for ids in self.rank_ids(self.consumed_samples)
-            ]
-            self._step_counts = self._token_counts(self.global_indices(self.consumed_samples))
+        """For each remaining step of the current epoch, this rank's grad_accum micro-batches.
+
+        With num_workers > 0 the micro-batches are collated in that many DataLoader worker
+        processes (`worker_batches`), ahead of the training step; the sample ids and the
+        position are decided here, so the batches and the Stateful position are the same as with
+        num_workers 0 (collation in this process, when the step is handed out).
+        """
+        starts = self._step_starts()
+        ids = [ids for start in starts for ids in self.rank_ids(start)]
+        if self.num_workers:
+            micro_batches = worker_batches(self, ids, self.num_workers)
+        else:
+            micro_batches = (self.collate_ids(i) for i in ids)
+        for start in starts:
+            micro = [next(micro_batches) for _ in range(self.grad_accum)]
+            self._step_counts = self._token_counts(self.global_indices(start))
             self.consumed_samples = min(
                 self.consumed_samples + self.global_batch_size, len(self.dataset)
             )
             yield micro
+
+    def collate_ids(self, ids: list[int]) -> dict[str, torch.Tensor]:
+        """The micro-batch of sample ids `ids` (`FILLER` for a filler row), collated."""
+        return collate([self._filler if i == FILLER else self.dataset[i] for i in ids], self.pad_id)
 
     def step_token_counts(self) -> tuple[int, int]:
         """(label tokens, input tokens) of the global batch last handed out, over ALL ranks.
@@ -273,6 +293,49 @@ class DistributedBatches:
             raise DataError(f"cannot resume: bad data position epoch={epoch} consumed={consumed}")
         self.epoch = epoch
         self.consumed_samples = consumed
+
+
+def _as_is(batch: Any) -> Any:
+    """The DataLoader's collate_fn: the dataset item is the collated micro-batch already."""
+    return batch
+
+
+def worker_batches(
+    batches: DistributedBatches, ids: list[list[int]], num_workers: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    """The micro-batches of `ids` (one sample-id list each), in that order, collated by a torch
+    DataLoader with `num_workers` worker processes (llama-cookbook's --num_workers_dataloader:
+    llama_cookbook/finetuning.py at 0.0.5.post1 gives `num_workers=train_config.
+    num_workers_dataloader` to its training and validation DataLoaders).
+
+    The DataLoader's map-style dataset is `batches.collate_ids` and its sampler the id lists
+    themselves (batch_size=None: each index goes to the dataset as it is, and collate_fn sees
+    the one collated micro-batch; torch/utils/data/dataloader.py `_MapDatasetFetcher`). Workers
+    hand their results back in sampler order (`in_order=True`, the default), so the sequence is
+    that of collating in this process. Workers are forked with the training split in memory
+    (copy on write, Linux's default start method), prefetch `prefetch_factor` (2) micro-batches
+    each, and stop with the iterator (at the end of the epoch, or when the loop leaves early).
+    """
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(
+        _IdsDataset(batches),
+        batch_size=None,
+        sampler=ids,
+        num_workers=num_workers,
+        collate_fn=_as_is,
+    )
+    return iter(loader)
+
+
+class _IdsDataset(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    """A map-style dataset indexed by a list of sample ids: the collated micro-batch."""
+
+    def __init__(self, batches: DistributedBatches) -> None:
+        self.batches = batches
+
+    def __getitem__(self, ids: list[int]) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        return self.batches.collate_ids(ids)
 
 
 class EvalBatches:

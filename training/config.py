@@ -195,8 +195,8 @@ class TrainConfig:
     """Accepted, always on: rank 0 alone builds the weights, other ranks start on the meta device."""
     use_fast_kernels: bool = False
     """Accepted, always on: attention runs torch SDPA's fused kernels."""
-    num_workers_dataloader: int = 1
-    """Accepted: batches come from sequences tokenized once at start; there are no loader workers."""
+    num_workers_dataloader: int = 0
+    """DataLoader worker processes collating the batches per rank; 0 = in the training process."""
     freeze_layers: bool = False
     """Freeze the first --num_freeze_layers decoder layers (full fine-tuning; not with --use_peft)."""
     num_freeze_layers: int = 1

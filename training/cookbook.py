@@ -434,9 +434,6 @@ def notes(cfg: Any) -> list[str]:
             "--use_fast_kernels: always on here: attention runs torch SDPA's fused causal "
             "kernels (flash / memory-efficient where the device has them)"
         )
-    if cfg.num_workers_dataloader != 1:
-        out.append(
-            f"--num_workers_dataloader {cfg.num_workers_dataloader}: batches are cut from "
-            "sequences tokenized once at start, in the training process: no loader workers"
-        )
+    # --num_workers_dataloader carries its meaning (DataLoader workers: training.batches), so it
+    # needs no line here.
     return out
