@@ -99,6 +99,7 @@ def checkpoint_times(state: dict[str, Any], root: Any, repeat: int) -> tuple[flo
     step = iter(range(1, 1000))
     save = median_s(lambda: saver.save(next(step), {}), repeat)
     latest = checkpoint.latest_complete(root)
+    assert latest is not None
     load = median_s(lambda: checkpoint.load(latest, state), repeat)
     return save, load
 

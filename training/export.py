@@ -320,11 +320,12 @@ def export_run(
     written: list[tuple[str, Any]] = []
     if peft_model is not None:
         path = export_adapter(model, peft_model, tokenizer, out / "adapter")
+        where: Any = path
         if path is not None and target.uri is not None:
             upload_folder(path, target.uri / "adapter", last=["adapter_config.json"])
             shutil.rmtree(path)
-            path = target.uri / "adapter"
-        written += [("exported adapter", path)] if path is not None else []
+            where = target.uri / "adapter"
+        written += [("exported adapter", where)] if where is not None else []
         if not cfg.merge_adapters:
             return written
     sink = _S3Sink(out / "hf", target.uri / "hf") if target.uri is not None and main else None

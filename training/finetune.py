@@ -189,7 +189,6 @@ class Trainer:
             seed=cfg.seed,
             shuffle=True,
             pad_id=pad_id,
-            num_workers=cfg.num_workers_dataloader,
         )
         self.eval_data = None
         if cfg.run_validation:
@@ -244,7 +243,7 @@ class Trainer:
         }
         # the flags a checkpoint fits only with: recorded in meta.json, compared by --resume
         self._settings = lora_settings(cfg)
-        self.resumed_from: Path | None = None
+        self.resumed_from: checkpoint.Location | None = None
         self._saved_at: tuple[int, int] | None = None
         if env.is_main:  # writes that never finished (a killed pod, a cut-off emergency save)
             checkpoint.prune(self.ckpt_root)

@@ -108,7 +108,7 @@ def test_sigkill_then_resume_from_s3_equals_uninterrupted_local_run(
         if proc.poll() is None:
             _kill_tree(proc.pid)
     latest = latest_complete(root)
-    assert latest is not None
+    assert isinstance(latest, S3Uri)
     meta = json.loads(
         s3_env.client().get_object(Bucket=bucket, Key=f"{latest.key}/meta.json")["Body"].read()
     )

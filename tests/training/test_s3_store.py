@@ -112,7 +112,9 @@ def test_save_resave_load_and_prune(s3_env: S3Server, tmp_path: Path) -> None:
 
     # load into a different model: every tensor and the counter come back exactly
     model2, opt2, state2 = _state(1)
-    meta = checkpoint.load(checkpoint.latest_complete(root), state2)
+    latest = checkpoint.latest_complete(root)
+    assert latest is not None
+    meta = checkpoint.load(latest, state2)
     assert meta["epoch"] == 1 and state2["c"].step == 40
     for a, b in zip(model.state_dict().values(), model2.state_dict().values(), strict=True):
         assert torch.equal(a, b)

@@ -274,7 +274,7 @@ class S3Writer(FileSystemWriter):
     def __init__(self, path: str) -> None:
         # sync_files: there is no file descriptor to fsync; an upload is durable once S3 answers.
         super().__init__(path, sync_files=False)
-        self.fs = S3FileSystem()
+        self.fs = S3FileSystem()  # type: ignore[assignment]  # DCP's own writers swap it too
         self.path = self.fs.init_path(path)
 
     @classmethod
