@@ -189,6 +189,7 @@ class Trainer:
             seed=cfg.seed,
             shuffle=True,
             pad_id=pad_id,
+            num_workers=cfg.num_workers_dataloader,
         )
         self.eval_data = None
         if cfg.run_validation:
