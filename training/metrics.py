@@ -349,7 +349,10 @@ def plot_metrics(jsonl: Path, png: Path) -> None:
 
 
 def format_summary(
-    s: Mapping[str, Any], exported: Sequence[tuple[str, Path]], ckpt_root: Path, preempted_exit: int
+    s: Mapping[str, Any],
+    exported: Sequence[tuple[str, object]],
+    ckpt_root: object,
+    preempted_exit: int,
 ) -> str:
     """The summary block rank 0 prints at the end: `s` is summary.json's content, `exported`
     the (what, folder) pairs the export wrote."""
