@@ -143,8 +143,9 @@ KUEUE = WebhookServer(
         for r in ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
     ),
 )
-KUEUE_FRAMEWORKS = ("batch/job", "kubeflow.org/pytorchjob")
-"""Kueue integrations enabled here (the PyTorchJob one is the project's)."""
+KUEUE_TEST_FRAMEWORKS = ("batch/job",)
+"""Kueue integrations enabled here besides the stack's (``workloads.specs.kueue.FRAMEWORKS``):
+plain Jobs, which the control-plane tests use as the smallest queued workload."""
 
 
 def load_docs(paths: Iterable[Path]) -> list[dict[str, Any]]:
@@ -241,11 +242,17 @@ def make_certs(server: WebhookServer, folder: Path) -> pki.WebhookPki:
 
 
 def kueue_configuration(*, webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
-    """Kueue's ``--config`` (``config.kueue.x-k8s.io/v1beta2`` ``Configuration``): every
-    listener on 127.0.0.1, metrics off, internal cert management on (the pre-seeded Secret)."""
+    """Kueue's ``--config`` (``config.kueue.x-k8s.io/v1beta2`` ``Configuration``): the
+    cluster stack's own (``workloads.specs.kueue.configuration``: ``waitForPodsReady`` with
+    ``blockAdmission`` and requeuing, the PyTorchJob and TrainJob integrations) with every
+    listener on 127.0.0.1, metrics off, no leader election, internal cert management on (the
+    pre-seeded Secret), and plain Jobs integrated too (``KUEUE_TEST_FRAMEWORKS``)."""
+    from workloads.specs import kueue
+
+    cfg = kueue.configuration()
+    frameworks = list(cfg["integrations"]["frameworks"])
     return {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-        "kind": "Configuration",
+        **cfg,
         "namespace": KUEUE.namespace,
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
         "metrics": {"bindAddress": "0"},
@@ -256,6 +263,10 @@ def kueue_configuration(*, webhook_port: int, health_port: int, cert_dir: Path) 
             "webhookServiceName": KUEUE.service,
             "webhookSecretName": KUEUE.secret,
         },
-        "clientConnection": {"qps": 50, "burst": 100},
-        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        "integrations": {
+            "frameworks": [
+                *KUEUE_TEST_FRAMEWORKS,
+                *(f for f in frameworks if f not in KUEUE_TEST_FRAMEWORKS),
+            ]
+        },
     }

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from jobs import cluster_logs, manifest, queue, resume_from
+from jobs import capacity, cluster_logs, manifest, queue, resume_from
 from jobs.file import JobFile, loads
 from jobs.kube import TIMEOUT, api_errors, object_not_found, stack_output
 from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of
@@ -367,6 +367,13 @@ class ClusterBackend:
         return settings, rdzv
 
     def submit(self, job: JobFile, *, image: str | None = None, replace: bool = False) -> Submitted:
+        if job.api != "v1":
+            raise JobsError(
+                f"api: {job.api}: the job CLI renders Trainer v2 TrainJobs "
+                "(workloads.specs.trainjob) but submits, lists and suspends PyTorchJobs only "
+                "so far; use api: v1",
+                status=2,
+            )
         image = self.image_for(job, image)
         job_workloads(job, image=image)  # every check before the first request
         ns = job.config.namespace
@@ -466,7 +473,9 @@ class ClusterBackend:
         if job is not None and queue.queue_of(job):
             uid = job["metadata"].get("uid", "")
             workload = self._workload_of(job, self._workloads(f"{queue.JOB_UID_LABEL}={uid}"))
-        return self._info(job, record, pods, detail=True, workload=workload)
+        info = self._info(job, record, pods, detail=True, workload=workload)
+        info.capacity_ends_at = capacity.ends_at(self.core, job, info.namespace) if job else ""
+        return info
 
     def logs(
         self,

@@ -56,6 +56,7 @@ KEYS: dict[str, str] = {
     "preflight": "check collectives, matmul and memory before step 1 (default: on EFA nodes)",
     "team": "team of the stack whose queue, namespace and ServiceAccount the job uses",
     "priority": "Kueue priority class: production | experiment (default: the team's)",
+    "api": "v1: a PyTorchJob (elastic; default) | v2: a Trainer v2 TrainJob (fixed world size)",
     "args": "more training.finetune flags, as a mapping flag: value (lr: 3.0e-4)",
 }
 """Every key of a job file, with its one-line meaning (``python -m jobs submit --help``)."""
@@ -130,6 +131,8 @@ class JobFile:
     """Line of each key in the file (``args.<flag>`` too), for messages."""
     queue: Queue | None = None
     """The Kueue queue the job names (``jobs.queue``); None = none (a CPU job without team)."""
+    api: str = "v1"
+    """``v1``: the PyTorchJob; ``v2``: Trainer v2's TrainJob (``workloads.specs.trainjob``)."""
 
     @property
     def name(self) -> str:
@@ -346,12 +349,21 @@ def parse(
     if platform.shared_storage.is_fsx and config.checkpoint_claim is None:
         config = dataclasses.replace(config, checkpoint_claim=DEFAULT_CHECKPOINT_CLAIM)
     try:
-        queue = resolve_queue(values, platform, gpu_job=config.device != "cpu")
+        group = next(g for g in platform.gpu_node_groups if g.name == config.node_group)
+        queue = resolve_queue(values, platform, gpu_job=group.instance.gpus > 0)
     except QueueError as err:
         key = str(err).split(":", 1)[0]
         raise JobFileError(f"{_where(source, lines, key)}: {err}") from None
     if queue is not None and queue.team is not None:
         config = dataclasses.replace(config, namespace=queue.team)
+    api = values.get("api", "v1")
+    if api not in ("v1", "v2"):
+        raise JobFileError(f"{_where(source, lines, 'api')}: api: {api!r} is not v1 or v2")
+    if api == "v2" and config.min_workers < config.workers:
+        raise JobFileError(
+            f"{_where(source, lines, 'api')}: api: v2 (Trainer v2) has no elastic policy: "
+            f"minWorkers {config.min_workers} < workers {config.workers} needs api: v1"
+        )
     return JobFile(
         source=source,
         values=values,
@@ -359,6 +371,7 @@ def parse(
         platform=dataclasses.replace(platform, job=config),
         lines=dict(lines),
         queue=queue,
+        api=str(api),
     )
 
 

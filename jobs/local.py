@@ -26,10 +26,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from jobs import resume_from
+from jobs import local_queue, resume_from
 from jobs.file import JobFile, loads
 from jobs.manifest import fresh_rdzv_id
 from jobs.progress import from_rows, planned_steps, read_rows
+from jobs.queue import Queue
 from jobs.types import FINISHED, Condition, JobInfo, JobsError, Replica, Submitted
 from localrun.result import complete_checkpoint_steps
 from workloads.specs.settings import JobSettings
@@ -50,6 +51,8 @@ RUNNER_LOG = "runner.log"
 PODS = "pods.json"
 RESULT = "result.json"
 CANCEL_MARK = "cancel-requested"
+SUSPEND_MARK = "suspend-requested"
+"""Written by ``suspend`` before it stops the runner: the run ends Suspended, not Cancelled."""
 
 
 def state_root() -> Path:
@@ -200,7 +203,12 @@ class LocalBackend:
             "generation": 1,
             "rdzv_id": fresh_rdzv_id(settings),
             "submitted_at": time.time(),
+            "suspend": False,
         }
+        quota = local_queue.quota_from_env()
+        if quota is not None:
+            queued = job.queue or Queue(name=job.config.node_group, priority="")
+            record["queue"] = {"name": queued.name, "priority": queued.priority, "quota": quota}
         write_json(folder / RECORD, record)
         self._start(job.name)
         return self._submitted(record)
@@ -287,6 +295,8 @@ class LocalBackend:
             if failed:
                 last_failure = f"{failed[-1].name} exited with {failed[-1].exit_code}"
         steps = complete_checkpoint_steps(self.checkpoints(name))
+        queue = record.get("queue") or {}
+        admission = local_queue.read(folder) if queue else {}
         return JobInfo(
             name=name,
             backend=self.name,
@@ -310,12 +320,19 @@ class LocalBackend:
                 + (f" (newest complete: step {steps[-1]})" if steps else " (none complete)"),
                 "metrics": str(self.metrics_path(name)),
             },
+            queue=(
+                f"{queue['name']} (local, {queue['quota']} workers)" if queue.get("name") else ""
+            ),
+            admission=str(admission.get("state", "")),
+            admission_reason=str(admission.get("reason", "")),
         )
 
     @staticmethod
     def _next(name: str, phase: str, steps: Sequence[int]) -> str:
         if phase in ("Pending", "Running", "Restarting"):
             return f"python -m jobs logs --local {name} --follow"
+        if phase == "Suspended":
+            return f"python -m jobs unsuspend --local {name}"
         if phase == "Succeeded":
             return f"python -m jobs logs --local {name} --runner  (the run's summary)"
         if steps:
@@ -384,27 +401,17 @@ class LocalBackend:
         folder = self._existing(name)
         steps_note = ""
         if self.alive(name):
-            (folder / CANCEL_MARK).write_text(_iso(time.time()))
-            pid = int((folder / PID).read_text())
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)  # the runner stops its pods and etcd
-            deadline = time.monotonic() + CANCEL_WAIT_S
-            while self.alive(name) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if self.alive(name):
-                raise JobsError(
-                    f"job {name}: the runner (pid {pid}) did not stop within "
-                    f"{CANCEL_WAIT_S:.0f} s; see {folder / RUNNER_LOG}"
-                )
-            if read_json(folder / RESULT) is None:  # it died before writing one
-                write_json(
-                    folder / RESULT,
-                    {
-                        "phase": "Cancelled",
-                        "reason": "Cancelled: by the user",
-                        "finished_at": time.time(),
-                    },
-                )
+            self._stop(name, CANCEL_MARK, "Cancelled", "Cancelled: by the user")
+        elif not purge and self.status(name).phase == "Suspended":
+            (folder / RESULT).unlink(missing_ok=True)
+            write_json(
+                folder / RESULT,
+                {
+                    "phase": "Cancelled",
+                    "reason": "Cancelled: while suspended",
+                    "finished_at": time.time(),
+                },
+            )
         elif not purge:
             phase = self.status(name).phase
             raise JobsError(
@@ -422,12 +429,58 @@ class LocalBackend:
             f"resume: python -m jobs resume --local {name})"
         )
 
+    def _stop(self, name: str, mark: str, phase: str, reason: str) -> None:
+        """SIGTERM to the runner (it stops every pod with SIGTERM, then etcd), waited for."""
+        folder = self.folder(name)
+        (folder / mark).write_text(_iso(time.time()))
+        pid = int((folder / PID).read_text())
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)  # the runner stops its pods and etcd
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while self.alive(name) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.alive(name):
+            raise JobsError(
+                f"job {name}: the runner (pid {pid}) did not stop within "
+                f"{CANCEL_WAIT_S:.0f} s; see {folder / RUNNER_LOG}"
+            )
+        if read_json(folder / RESULT) is None:  # it died before writing one
+            write_json(
+                folder / RESULT, {"phase": phase, "reason": reason, "finished_at": time.time()}
+            )
+
     def suspend(self, name: str, *, on: bool = True) -> str:
-        raise JobsError(
-            f"{'suspend' if on else 'unsuspend'} --local: not supported by the local runner yet; "
-            f"`python -m jobs cancel {name}` then `resume` keeps the checkpoints",
-            status=2,
-        )
+        """``runPolicy.suspend`` as the training operator honours it (``pkg/controller.v1/
+        common/job.go`` ``ReconcileJobs`` at v1.9.4: a suspended job's pods are deleted and the
+        job kept, with a ``Suspended`` condition; unsuspended, its pods are created again):
+        suspend stops every pod with SIGTERM (the training program writes its emergency
+        checkpoint, docs/adr/0004) and keeps the job, its record saying ``suspend: true``;
+        unsuspend starts its pods again, which resume from the newest complete checkpoint
+        (a fresh rendezvous id, as a re-created pod set would need: a closed one stays
+        closed). A job in the local queue waits there again before its pods start."""
+        folder = self._existing(name)
+        record = read_json(folder / RECORD) or {}
+        phase = self.status(name).phase
+        if on:
+            if phase in FINISHED or phase == "Suspended" or not self.alive(name):
+                raise JobsError(f"job {name} is {phase}: nothing to suspend")
+            record["suspend"] = True
+            write_json(folder / RECORD, record)
+            self._stop(name, SUSPEND_MARK, "Suspended", "Suspended: by the user")
+            steps = complete_checkpoint_steps(self.checkpoints(name))
+            newest = f"step {steps[-1]}" if steps else "none complete"
+            return (
+                f"suspended {name}: its pods were stopped with SIGTERM, the job is kept "
+                f"(newest checkpoint: {newest}); `python -m jobs unsuspend --local {name}` "
+                "resumes it"
+            )
+        if phase != "Suspended":
+            raise JobsError(f"job {name} is {phase}, not Suspended: nothing to unsuspend")
+        steps = complete_checkpoint_steps(self.checkpoints(name))
+        root = record.get("checkpoint_root")
+        self._next_generation(name, record, root, steps, suspend=False)
+        since = f"step {steps[-1]}" if steps else "the start (no complete checkpoint)"
+        return f"unsuspended {name}: its pods start again from {since}"
 
     def resume(self, name: str, *, from_uri: str | None = None) -> Submitted:
         """The next generation of job ``name`` from its newest complete checkpoint: in its own
@@ -460,6 +513,18 @@ class LocalBackend:
                 status=2 if from_uri is not None else 1,
             )
         record = read_json(folder / RECORD) or {}
+        return self._next_generation(name, record, root, steps)
+
+    def _next_generation(
+        self,
+        name: str,
+        record: dict[str, Any],
+        root: str | None,
+        steps: Sequence[int],
+        **changes: Any,
+    ) -> Submitted:
+        """Start the job's next generation (its earlier logs kept as ``logs-g<N>``)."""
+        folder = self.folder(name)
         job_file = loads(
             (folder / JOB_FILE).read_text(encoding="utf-8"), source=f"{folder / JOB_FILE}"
         )
@@ -474,7 +539,7 @@ class LocalBackend:
         ):
             if entry.exists():
                 entry.rename(folder / kept)
-        for stale in (RESULT, PODS, CANCEL_MARK):
+        for stale in (RESULT, PODS, CANCEL_MARK, SUSPEND_MARK, local_queue.ADMISSION):
             (folder / stale).unlink(missing_ok=True)
         record.update(
             generation=generation,
@@ -482,6 +547,7 @@ class LocalBackend:
             resumed_from_step=steps[-1] if steps else None,
             started_at=None,
             checkpoint_root=root,
+            **changes,
         )
         write_json(folder / RECORD, record)
         self._start(name)

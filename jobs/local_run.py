@@ -6,7 +6,8 @@ runs it with ``localrun`` (real etcd on free loopback ports, one torchrun agent 
 operator's environment; ``keep_checkpoints`` from the second generation on, so the pods
 resume), writes the pods' states to ``pods.json`` every second, prints what ``python -m
 localrun`` prints (progress lines and the summary), and ends with ``result.json``. SIGTERM
-(``cancel``) and Ctrl-C stop every pod and etcd before it exits.
+(``cancel``, ``suspend``) and Ctrl-C stop every pod and etcd before it exits. A job whose
+record names a local queue (``jobs.local_queue``) first waits there for its quota.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jobs import local_queue
 from jobs.file import JobFileError, loads
 from jobs.local import (
     CANCEL_MARK,
@@ -26,6 +28,8 @@ from jobs.local import (
     PODS,
     RECORD,
     RESULT,
+    SUSPEND_MARK,
+    LocalBackend,
     local_settings,
     read_json,
     write_json,
@@ -86,9 +90,11 @@ def _final_pods(result: RunResult) -> list[dict[str, Any]]:
     ]
 
 
-def _outcome(result: RunResult, cancelled: bool) -> tuple[str, str]:
+def _outcome(result: RunResult, cancelled: bool, suspended: bool = False) -> tuple[str, str]:
     if result.succeeded:
         return "Succeeded", "Succeeded: every worker exited 0"
+    if result.interrupted and suspended:
+        return "Suspended", "Suspended: runPolicy.suspend (SIGTERM to every pod; the job is kept)"
     if result.interrupted and cancelled:
         return "Cancelled", "Cancelled: by the user (SIGTERM to every pod)"
     if result.interrupted:
@@ -99,6 +105,12 @@ def _outcome(result: RunResult, cancelled: bool) -> tuple[str, str]:
     if failed:
         return "Failed", f"WorkerFailed: {failed[-1].name} exited with {failed[-1].exit_code}"
     return "Failed", "NoProgress: no optimizer step was logged"
+
+
+def _admission_end(folder: Path, state: str) -> None:
+    """The local queue's record of a run that held (or waited for) quota: it holds none now."""
+    if local_queue.read(folder):
+        local_queue.write(folder, state)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
             keep_checkpoints=generation > 1,
             timeout_s=math.inf,
         )
+        local_queue.admit(  # the local stand-in for Kueue, when the record names a queue
+            folder,
+            alive=LocalBackend(folder.parent).alive,
+            note=lambda line: print(f"local: {line}", flush=True),
+        )
         runner = Runner(opts)
         beat.start()
         result = runner.run_job(job, device)
@@ -149,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         cancelled = (folder / CANCEL_MARK).exists()
         phase = "Cancelled" if cancelled else "Failed"
+        if (folder / SUSPEND_MARK).exists():
+            phase = "Suspended"
+            _admission_end(folder, "suspended")
         write_json(
             folder / RESULT,
             {
@@ -161,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop.set()
     print(summary(result), flush=True)
-    phase, reason = _outcome(result, (folder / CANCEL_MARK).exists())
+    phase, reason = _outcome(
+        result, (folder / CANCEL_MARK).exists(), (folder / SUSPEND_MARK).exists()
+    )
+    _admission_end(folder, phase.lower() if phase == "Suspended" else "finished")
     write_json(
         folder / RESULT,
         {

@@ -7,16 +7,18 @@ A job file's ``team`` (or ``submit --team``) puts the job in the team's namespac
 namespace, ``workloads.specs.kueue.local_queue_name``) and ``kueue.x-k8s.io/priority-class``
 (a WorkloadPriorityClass: ``priority``, else the team's ``defaultPriority``). The label keys are
 Kueue's ``QueueLabel`` and ``WorkloadPriorityClassLabel`` (``pkg/controller/constants/
-constants.go`` at v0.17.0). A GPU job without a team still names its pool's queue in the jobs
-namespace (the stack creates a LocalQueue per pool there), so every GPU job on a cluster is
-admitted by Kueue; a CPU job (the demo) names one only with a team.
+constants.go`` at v0.17.0). A job on a GPU node group without a team still names its pool's
+queue when it runs in the jobs namespace (``default``, where the stack creates a LocalQueue per
+pool), so every GPU job there is admitted by Kueue; elsewhere (a namespace without queues) and
+on nodes without GPUs it names one only with a team.
 
 Kueue's webhook suspends a queued job on creation (``jobframework.ApplyDefaultForSuspend``,
 ``pkg/controller/jobframework/defaults.go``) and creates a **Workload** for it, labelled
 ``kueue.x-k8s.io/job-uid: <job uid>`` (``JobUIDLabel``, set in ``jobframework/reconciler.go``)
 and owned by the job. ``admission`` folds its conditions (``apis/kueue/v1beta2/
 workload_types.go``: ``QuotaReserved``, ``Admitted``, ``Evicted``, ``Preempted``,
-``Finished``) into one state and a reason a person reads: Kueue's flavor-assigner message
+``Finished``, ``Requeued``: an evicted Workload Kueue requeued, e.g. ``Reactivated``, waits
+again) into one state and a reason a person reads: Kueue's flavor-assigner message
 ``insufficient unused quota for R in flavor F, N more needed`` (``pkg/scheduler/
 flavorassigner/flavorassigner.go``) becomes ``waiting for W R in F, W-N free``, W being what
 the Workload's pod sets request.
@@ -36,6 +38,8 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 WORKLOAD_GROUP = "kueue.x-k8s.io"
 WORKLOAD_VERSION = "v1beta2"
 WORKLOAD_PLURAL = "workloads"
+JOBS_NAMESPACE = "default"
+"""The stack's jobs namespace: it has a LocalQueue per pool (``workloads.specs.kueue``)."""
 SERVICE_ACCOUNT = "jobs"
 """A team's job pods run as this ServiceAccount (``workloads.specs.teams.SERVICE_ACCOUNT``)."""
 STATES = ("queued", "admitted", "preempted", "evicted", "finished", "inactive")
@@ -67,7 +71,8 @@ class Queue:
 
 def resolve(values: Mapping[str, Any], platform: Any, *, gpu_job: bool) -> Queue | None:
     """The queue of a job file's ``team`` and ``priority`` on ``platform`` (its stack config),
-    or None (a CPU job without a team). Raises ``QueueError`` (``KEY: message``)."""
+    or None (no team, and not a GPU job in the jobs namespace). ``gpu_job``: its node group's
+    instances have GPUs. Raises ``QueueError`` (``KEY: message``)."""
     from infra.config.teams import DEFAULT_PRIORITY, PRIORITIES
 
     team_name = values.get("team")
@@ -91,9 +96,11 @@ def resolve(values: Mapping[str, Any], platform: Any, *, gpu_job: bool) -> Queue
         raise QueueError(
             f"priority: {priority!r} is not a priority class ({', '.join(PRIORITIES)})"
         )
-    if team is None and not gpu_job:
+    in_jobs_namespace = values.get("namespace") in (None, JOBS_NAMESPACE)
+    if team is None and not (gpu_job and in_jobs_namespace):
         if priority is not None:
-            raise QueueError("priority: a CPU job goes through a queue only with a team (add team)")
+            where = "on nodes without GPUs" if not gpu_job else "outside the jobs namespace"
+            raise QueueError(f"priority: a job {where} goes through a queue only with a team")
         return None
     default = team.default_priority if team is not None else DEFAULT_PRIORITY
     return Queue(
@@ -174,9 +181,10 @@ def _number(value: float) -> str:
 def waiting_text(workload: Mapping[str, Any], message: str) -> str:
     """Kueue's 'insufficient unused quota' message as ``waiting for W R in F, N free``
     (the message itself when it says something else)."""
-    hit = _NEEDED.search(message)
-    if hit is None:
+    hits = list(_NEEDED.finditer(message))
+    if not hits:
         return message
+    hit = next((h for h in hits if h["resource"] == "nvidia.com/gpu"), hits[0])
     try:
         needed = _quantity(hit["needed"])
     except ValueError:
@@ -207,12 +215,15 @@ def admission(workload: Mapping[str, Any] | None) -> tuple[str, str]:
     if preempted or (evicted and evicted.get("reason") == "Preempted"):
         c = preempted or evicted or {}
         return "preempted", f"{c.get('reason', '')}: {c.get('message', '')}".strip(": ")
-    if evicted:
+    requeued = true("Requeued")
+    if evicted and not requeued:  # e.g. PodsReadyTimeout, waiting out its back-off
         return "evicted", f"{evicted.get('reason', '')}: {evicted.get('message', '')}".strip(": ")
     if true("Admitted"):
         return "admitted", ""
     reserved = cond.get("QuotaReserved")
     if reserved is not None and reserved.get("status") == "True":
         return "admitted", "quota reserved, waiting for admission checks"
-    message = str((reserved or {}).get("message", "")) or "waiting for Kueue to admit it"
-    return "queued", waiting_text(workload, message)
+    message = str((reserved or {}).get("message", ""))
+    if requeued and (not message or (reserved or {}).get("reason") != "Pending"):
+        message = f"requeued ({requeued.get('reason', '')}: {requeued.get('message', '')})"
+    return "queued", waiting_text(workload, message or "waiting for Kueue to admit it")

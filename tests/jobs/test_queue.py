@@ -67,7 +67,7 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def kube(tmp_path: Path, root: Path) -> Iterator[tuple[FakeKube, str]]:
     fake = FakeKube().start()
-    fake.namespaces |= {"nlp", "vision"}
+    fake.namespaces |= {"nlp", "vision", "lab"}
     try:
         yield fake, str(fake.kubeconfig(tmp_path / "kubeconfig"))
     finally:
@@ -168,20 +168,21 @@ def test_a_bad_team_or_priority_is_one_line_and_creates_nothing(
     fake, kubeconfig = kube
     code, out, err = _submit(capsys, kubeconfig, *argv)
     assert code == 2 and out == "" and err.count("\n") == 1, err
-    assert culprit in err and err.startswith(f"jobs: {P4DE}")
+    assert culprit in err and err.startswith(f"eks-fsdp jobs: error: {P4DE}")
     assert not [r for r in fake.requests if r[0] == "POST"]
 
 
-def test_a_cpu_job_names_a_queue_only_with_a_team(root: Path) -> None:
+def test_outside_the_jobs_namespace_a_job_names_a_queue_only_with_a_team(root: Path) -> None:
     from jobs.file import JobFileError, load
 
-    assert load(DEV).queue is None
+    assert load(DEV, sets=["namespace=lab"]).queue is None  # no LocalQueue there
+    assert load(DEV).queue == queue.Queue(name="gpu-g5", priority="experiment")
     assert load(P4DE).queue == queue.Queue(name=POOL, priority="experiment")
     team = load(DEV, sets=["team=vision"])
     assert team.queue == queue.Queue(name="gpu-g5", priority="experiment", team="vision")
     assert team.config.namespace == "vision"
-    with pytest.raises(JobFileError, match="priority: a CPU job goes through a queue only"):
-        load(DEV, sets=["priority=production"])
+    with pytest.raises(JobFileError, match="priority: a job outside the jobs namespace goes"):
+        load(DEV, sets=["priority=production", "namespace=lab"])
 
 
 def test_list_and_status_show_kueues_state_and_reason(
@@ -235,6 +236,20 @@ def test_list_and_status_show_kueues_state_and_reason(
     )
     info = json.loads(_cli(capsys, "status", NAME, *where, "--json")[1])
     assert (info["admission"], info["admission_reason"]) == ("admitted", "")
+    # deactivated (suspend), then active again: Kueue requeues it (Requeued, Reactivated)
+    fake.objects.pop(("workloads", "nlp", f"pytorchjob-{NAME}-3f2a1"))
+    _workload(
+        fake,
+        job,
+        [
+            _cond("Evicted", "True", "Deactivated", "The workload is deactivated"),
+            _cond("QuotaReserved", "False", "Deactivated", "The workload is deactivated"),
+            _cond("Requeued", "True", "Reactivated", "The workload was reactivated"),
+        ],
+    )
+    info = json.loads(_cli(capsys, "status", NAME, *where, "--json")[1])
+    assert info["admission"] == "queued"
+    assert info["admission_reason"] == "requeued (Reactivated: The workload was reactivated)"
 
 
 def test_suspend_deactivates_a_queued_jobs_workload_and_patches_any_other_job(
@@ -255,17 +270,17 @@ def test_suspend_deactivates_a_queued_jobs_workload_and_patches_any_other_job(
     assert _cli(capsys, "unsuspend", NAME, *where)[0] == 0
     wl = fake.get("workloads", f"pytorchjob-{NAME}-3f2a1", "nlp")
     assert wl is not None and wl["spec"]["active"] is True
-    # a job Kueue does not manage (a CPU job without team): runPolicy.suspend
+    # a job Kueue does not manage (no team, a namespace without queues): runPolicy.suspend
     code, _, err = _cli(
-        capsys, "submit", DEV, "--kubeconfig", kubeconfig, "--name", "cpu-job", "--set", "workers=1"
+        capsys, "submit", DEV, "--kubeconfig", kubeconfig, "--name", "cpu-job", "-n", "lab"
     )
     assert code == 0, err
-    assert _cli(capsys, "suspend", "cpu-job", "--kubeconfig", kubeconfig)[0] == 0
-    cpu = fake.get("pytorchjobs", "cpu-job")
+    assert _cli(capsys, "suspend", "cpu-job", "--kubeconfig", kubeconfig, "-n", "lab")[0] == 0
+    cpu = fake.get("pytorchjobs", "cpu-job", "lab")
     assert cpu is not None and cpu["spec"]["runPolicy"]["suspend"] is True
     assert cpu["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"  # kept by the merge patch
-    assert _cli(capsys, "unsuspend", "cpu-job", "--kubeconfig", kubeconfig)[0] == 0
-    cpu = fake.get("pytorchjobs", "cpu-job")
+    assert _cli(capsys, "unsuspend", "cpu-job", "--kubeconfig", kubeconfig, "-n", "lab")[0] == 0
+    cpu = fake.get("pytorchjobs", "cpu-job", "lab")
     assert cpu is not None and cpu["spec"]["runPolicy"]["suspend"] is False
     code, _, err = _cli(capsys, "suspend", "nope", "--kubeconfig", kubeconfig)
     assert code == 1 and "no job 'nope'" in err and err.count("\n") == 1

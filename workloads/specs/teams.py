@@ -12,7 +12,8 @@ For each ``teams[]`` entry (``infra.config.teams``):
   policy in the jobs namespace lets the team's training pods into etcd (policies add up; the
   stack's ``etcd-jobs`` admits only pods of its own namespace);
 - a **Role** ``job-submitter`` and its **RoleBinding** to the Kubernetes group the team's EKS
-  access entries carry (``group_name``): create, watch and delete PyTorchJobs and TrainJobs,
+  access entries carry (``group_name``): create, watch, patch (suspend) and delete PyTorchJobs
+  and TrainJobs,
   the NetworkPolicy and record ConfigMap ``python -m jobs submit`` makes with each job, read
   pods, logs, events and the queue's state (Kueue Workloads, LocalQueues), in this namespace
   only. The access entries (``workloads.team``) also associate ``AmazonEKSViewPolicy`` scoped
@@ -52,7 +53,8 @@ ETCD_COMPONENT = etcd.COMPONENT
 TRAINING_COMPONENT = pytorchjob.COMPONENT
 """The label of every training pod."""
 
-JOB_VERBS = ("get", "list", "watch", "create", "delete")
+JOB_VERBS = ("get", "list", "watch", "create", "delete", "patch")
+"""``patch``: ``python -m jobs suspend``/``unsuspend`` (``runPolicy.suspend``)."""
 
 
 def group_name(team: str) -> str:
@@ -198,13 +200,15 @@ def role(team: TeamConfig) -> K8sObject:
             {
                 "apiGroups": [""],
                 "resources": ["configmaps"],
-                "verbs": [*JOB_VERBS, "patch"],
+                "verbs": list(JOB_VERBS),
             },
             {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": read},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": read},
+            # patch: suspend/unsuspend of a queued job sets its Workload's spec.active
             {
                 "apiGroups": ["kueue.x-k8s.io"],
-                "resources": ["workloads", "localqueues"],
-                "verbs": read,
+                "resources": ["workloads"],
+                "verbs": [*read, "patch"],
             },
         ],
     }
