@@ -3,8 +3,8 @@
 What a user's job does, on one device: random init (no download), `training.parallelize` (FSDP2
 with bf16 compute and fp32 master weights and reduction, activation checkpointing per decoder
 layer: `--ac selective` by default, torchtitan's usual pairing with compile; `full`, `none`),
-the chunked loss of `training.loss`, fused AdamW (`training.finetune.build_optimizer`), the
-trainer's gradient clipping (`training.finetune.clip_grads`), sequence 4,096, batch 2 (2-4 is what
+the chunked loss of `training.loss`, fused AdamW (`training.step.build_optimizer`), the
+trainer's gradient clipping (`training.step.clip_grads`), sequence 4,096, batch 2 (2-4 is what
 fits next to fp32 master weights). Each variant (torch.compile per block off, then on) runs
 WARMUP steps, then STEPS timed steps with no host sync inside (the loss is read once at the
 end; on CUDA `torch.cuda.set_sync_debug_mode("error")` makes any sync in them an error).
@@ -99,10 +99,10 @@ def run_variant(a: argparse.Namespace, env: Any, compile_on: bool) -> dict[str, 
     from training.config import TrainConfig
     from training.data import to_device
     from training.dist import device_type
-    from training.finetune import build_optimizer, clip_grads, token_loss_sum
     from training.metrics import peak_flops
     from training.model import ModelSpec, build_empty, flops_per_token, restore_buffers
     from training.parallelize import ParallelDims, build_mesh, parallelize, resolve_precision
+    from training.step import build_optimizer, clip_grads, token_loss_sum
 
     seq = a.seq or (128 if a.tiny else 4096)
     config = LlamaConfig(

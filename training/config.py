@@ -189,6 +189,10 @@ class TrainConfig:
     """Largest safetensors file of the export (GB); also the most the export holds in rank 0's memory."""
 
     # --- the rest of llama-cookbook's train_config / fsdp_config (training.cookbook) -----------
+    model_revision: str = ""
+    """Hub revision (commit, tag or branch) of --model_name's files; "" = the default branch."""
+    dataset_revision: str = ""
+    """Hub revision of --hf_dataset (or samsum_dataset); "" = the default branch."""
     tokenizer_name: str | None = None
     """Tokenizer to load (hub name or folder) instead of --model_name's; None = the model's."""
     low_cpu_fsdp: bool = False

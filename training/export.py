@@ -165,6 +165,7 @@ def export_model(
     max_shard_bytes: int,
     merge_adapters: bool = False,
     generation_source: str | None = None,
+    generation_revision: str | None = None,
     sink: Callable[[Path], None] | None = None,
 ) -> ExportReport | None:
     """Write the servable folder `out_dir` (collective); rank 0 returns what it wrote.
@@ -209,7 +210,9 @@ def export_model(
                 "weight_map": {name: files[shard_of[name]] for name, _ in sizes},
             }
             (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
-        _write_configs(model, config, tokenizer, out_dir, dtype, generation_source)
+        _write_configs(
+            model, config, tokenizer, out_dir, dtype, generation_source, generation_revision
+        )
         if sink is not None:
             rest = sorted(p for p in out_dir.rglob("*") if p.is_file() and p.name not in files)
             for path in sorted(rest, key=lambda p: p.name == "config.json"):
@@ -240,6 +243,7 @@ def _write_configs(
     out_dir: Path,
     dtype: torch.dtype,
     generation_source: str | None,
+    generation_revision: str | None = None,
 ) -> None:
     """config.json (dtype, architectures), generation_config.json and the tokenizer (rank 0)."""
     from transformers import GenerationConfig
@@ -251,7 +255,9 @@ def _write_configs(
     generation = None
     if generation_source is not None:
         try:
-            generation = GenerationConfig.from_pretrained(generation_source)
+            generation = GenerationConfig.from_pretrained(
+                generation_source, revision=generation_revision
+            )
         except (OSError, ValueError):
             generation = None  # the base has none: derived from its config below
     if generation is None:
@@ -338,6 +344,7 @@ def export_run(
         max_shard_bytes=int(cfg.export_max_shard_gb * 1e9),
         merge_adapters=peft_model is not None,
         generation_source=None if spec.is_preset else spec.name,
+        generation_revision=spec.revision,
         sink=sink,
     )
     if report is not None:

@@ -190,9 +190,9 @@ def _read_alpaca(path: Path) -> list[Pair]:
     return pairs
 
 
-def _hub_samsum(split: str) -> list[Pair]:
+def _hub_samsum(split: str, revision: str | None) -> list[Pair]:
     try:
-        rows = hub_samsum(split)
+        rows = hub_samsum(split, revision)
     except HFDataError as e:
         raise DataError(str(e)) from None
     return [Pair(samsum_prompt(dialogue), summary) for dialogue, summary in rows]
@@ -203,7 +203,8 @@ def _hf_rows(cfg: TrainConfig, split: str) -> list[Row]:
     columns = parse_columns(cfg.hf_columns)
     name = cfg.hf_eval_split if cfg.hf_eval_split and split == "validation" else cfg.hf_split
     try:
-        rows = [_custom_row(row, where) for where, row in load_rows(cfg.hf_dataset, name, columns)]
+        found = load_rows(cfg.hf_dataset, name, columns, cfg.dataset_revision or None)
+        rows = [_custom_row(row, where) for where, row in found]
     except HFDataError as e:
         raise DataError(str(e)) from None
     if not rows:
@@ -234,5 +235,5 @@ def read_rows(cfg: TrainConfig, split: str) -> list[Row]:
         n_eval = max(1, int(len(pairs) * ALPACA_EVAL_FRACTION)) if len(pairs) > 1 else 0
         return pairs[:n_eval] if split == "validation" else pairs[n_eval:]
     if cfg.dataset == "samsum_dataset":
-        return list(_hub_samsum(split))
+        return list(_hub_samsum(split, cfg.dataset_revision or None))
     raise DataError(f"--dataset: unknown dataset {cfg.dataset!r}")

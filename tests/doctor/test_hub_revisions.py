@@ -16,9 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LOADS = ("from_pretrained", "load_dataset")
-PENDING = {("training/export.py", "GenerationConfig.from_pretrained")}
-"""Hub loads outside this change's files, each waiting for its one-line ``revision=`` (the
-export room): the base model's generation config read when exporting."""
+PENDING: set[tuple[str, str]] = set()
+"""Hub loads still waiting for their ``revision=`` (none)."""
 
 
 def hub_loads(root: Path = ROOT) -> list[tuple[str, int, str, bool]]:

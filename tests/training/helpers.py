@@ -168,7 +168,8 @@ def _state_bytes(argv: list[str]) -> dict[str, Any]:
 
     from training.config import parse_args
     from training.dist import distributed
-    from training.finetune import Trainer, token_loss_sum
+    from training.finetune import Trainer
+    from training.step import token_loss_sum
 
     cfg = parse_args(argv)
     with distributed() as env:

@@ -100,7 +100,7 @@ def test_selective_ac_without_fsdp_stops_before_the_process_group() -> None:
 
 
 def test_fused_adamw_matches_foreach() -> None:
-    from training.finetune import build_optimizer
+    from training.step import build_optimizer
 
     torch.manual_seed(0)
     a = torch.nn.Linear(32, 16)
@@ -332,9 +332,9 @@ def test_host_to_device_copy_is_pinned_on_cuda() -> None:
 
 
 def test_clip_grads_is_clip_grad_norm() -> None:
-    """training.finetune.clip_grads (the trainer's path, also benchmarks/gpu_mfu.py's) returns
+    """training.step.clip_grads (the trainer's path, also benchmarks/gpu_mfu.py's) returns
     the norm before clipping and scales the gradients as torch.nn.utils.clip_grad_norm_."""
-    from training.finetune import clip_grads
+    from training.step import clip_grads
 
     torch.manual_seed(0)
     a, b = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
