@@ -65,6 +65,13 @@ S3_PUBLIC_ACCESS_FLAGS = (
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 HELM_CHART_V4 = "kubernetes:helm.sh/v4:Chart"
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+PYTORCH_JOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
+TRAIN_JOB = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
+"""pulumi-kubernetes names a custom resource ``kubernetes:<group>/<version>:<Kind>``."""
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""Kueue's ``QueueLabel`` (sigs.k8s.io/kueue ``pkg/controller/constants/constants.go``, v0.17.0);
+``workloads.specs.kueue.QUEUE_LABEL`` (a test keeps them equal)."""
+GPU_RESOURCE = "nvidia.com/gpu"
 
 IMDS_HOP_LIMIT = 1
 """Pods (one network hop further than the node) cannot get an IMDSv2 token at hop limit 1.
@@ -248,6 +255,42 @@ def placement_with_capacity_block(props: Props) -> Iterable[str]:
     group = _get(props, "placement", "groupName")
     if market == "capacity-block" and group:
         yield f"placement group {group} with a capacity block (its instances are co-located)"
+
+
+def _gpus(resources: Any) -> float:
+    """``nvidia.com/gpu`` of a container's ``resources`` (limits, else requests)."""
+    for kind in ("limits", "requests"):
+        value = _get(resources, kind, GPU_RESOURCE)
+        if value is not None:
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                return 1.0  # a quantity we cannot read still asks for GPUs
+    return 0.0
+
+
+def _job_gpus(props: Props) -> float:
+    """GPUs a PyTorchJob (every replica's containers) or a TrainJob (``spec.trainer.
+    resourcesPerNode``, Trainer v2 ``trainjob_types.go``) asks for, per pod."""
+    total = 0.0
+    replicas = _get(props, "spec", "pytorchReplicaSpecs")
+    if isinstance(replicas, Mapping):
+        for replica in replicas.values():
+            for container in _get(replica, "template", "spec", "containers") or []:
+                total += _gpus(_get(container, "resources"))
+    total += _gpus(_get(props, "spec", "trainer", "resourcesPerNode"))
+    return total
+
+
+def gpu_job_names_queue(props: Props) -> Iterable[str]:
+    """A job that asks for GPUs carries Kueue's queue label: without it Kueue ignores the job
+    (``manageJobsWithoutQueueName`` is off), which then competes for the GPUs outside every
+    quota and may half-start (docs/adr/0016)."""
+    labels = _get(props, "metadata", "labels")
+    queue = labels.get(QUEUE_LABEL) if isinstance(labels, Mapping) else None
+    if _job_gpus(props) > 0 and not queue:
+        name = _get(props, "metadata", "name") or "job"
+        yield f"{props.get('kind', 'job')} {name} asks for GPUs but names no Kueue queue ({QUEUE_LABEL})"
 
 
 # --- stack checks: (resources) -> (urn, message) --------------------------------------------
@@ -545,6 +588,11 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
         "no-placement-group-with-capacity-block",
         "A capacity block's launch template names no placement group",
         {LAUNCH_TEMPLATE: placement_with_capacity_block},
+    ),
+    _resource_policy(
+        "gpu-jobs-name-a-queue",
+        "Jobs that ask for GPUs name a Kueue queue",
+        {PYTORCH_JOB: gpu_job_names_queue, TRAIN_JOB: gpu_job_names_queue},
     ),
 ]
 STACK_POLICIES: list[StackValidationPolicy] = [

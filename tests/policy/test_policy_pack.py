@@ -391,6 +391,41 @@ def bucket_without_tls_policy(res: Resources) -> None:
     res.remove(_one(res, "aws:s3/bucketPolicy:BucketPolicy"))
 
 
+def gpu_job_without_queue(res: Resources) -> None:
+    """A PyTorchJob asking for 8 GPUs, with no labels (so no Kueue queue)."""
+    res.append(
+        {
+            "type": "kubernetes:kubeflow.org/v1:PyTorchJob",
+            "name": "unqueued",
+            "urn": "urn:pulumi:p5-16::eks-fsdp::kubernetes:kubeflow.org/v1:PyTorchJob::unqueued",
+            "props": {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "metadata": {"name": "unqueued", "namespace": "default"},
+                "spec": {
+                    "pytorchReplicaSpecs": {
+                        "Worker": {
+                            "replicas": 2,
+                            "template": {
+                                "spec": {
+                                    "containers": [
+                                        {
+                                            "name": "pytorch",
+                                            "image": "r/t:1",
+                                            "resources": {"limits": {"nvidia.com/gpu": 8}},
+                                        }
+                                    ]
+                                }
+                            },
+                        }
+                    }
+                },
+            },
+            "propertyDependencies": {},
+        }
+    )
+
+
 BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("imdsv2-hop-limit-1", "p5-16", hop_limit_2),
     ("imdsv2-hop-limit-1", "dev", system_hop_limit_2),
@@ -415,6 +450,7 @@ BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("pinned-versions", "p4de-odcr", unpinned_addon),
     ("pinned-versions", "dev", unpinned_vpc_cni),
     ("no-placement-group-with-capacity-block", "p5-16", placement_group_with_block),
+    ("gpu-jobs-name-a-queue", "p5-16", gpu_job_without_queue),
     ("eks-standard-support", "p5-16", kubernetes_1_33),
     ("s3-bucket-encrypted-kms", "p5-16", bucket_sse_s3),
     ("s3-bucket-encrypted-kms", "dev", bucket_without_encryption),
