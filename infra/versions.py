@@ -110,6 +110,10 @@ KUEUE_IMAGE_NAME = "registry.k8s.io/kueue/kueue"
 """The released controller image (tagged ``KUEUE_VERSION``); the chart's source values name a
 staging image that release packaging replaces."""
 KUEUE_NAMESPACE = "kueue-system"
+TRAINER_V2_VERSION = "v2.3.0"
+"""Kubeflow Trainer v2 release (github.com/kubeflow/trainer, tag of 2026-08-06): the
+``TrainJob`` and ``ClusterTrainingRuntime`` CRDs (``manifests/base/crds`` at the tag, vendored
+under ``workloads/manifests/trainer/crds``) that ``api: v2`` job files render against."""
 
 # --- The training image (training/Dockerfile; built by workloads/training_image.py) ----------
 # Only the pins below reach the image, as build arguments; the image's tag hashes them and the

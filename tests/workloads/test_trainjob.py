@@ -1,0 +1,146 @@
+"""``api: v2``: the Trainer v2 TrainJob and the project's ClusterTrainingRuntime.
+
+Checked offline: both objects against the CRDs of Kubeflow Trainer ``TRAINER_V2_VERSION``
+(vendored from ``manifests/base/crds`` at the tag), strictly; the TrainJob runs the v1 job's
+image, training flags and environment; and torchrun, given the TrainJob's command and the
+variables Trainer's torch plugin injects (``pkg/runtime/framework/plugins/torch/torch.go`` at
+v2.3.0: PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT),
+forms a fixed-size static rendezvous at the master (torch's own ``parse_args`` and
+``config_from_args``). The Trainer controller itself does not run here.
+
+If this fails, an ``api: v2`` job would be refused by the API server, train something other
+than its v1 twin, start torchrun with an elastic or wrong-sized world, or an elastic job file
+would silently lose its elasticity on v2.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra import versions
+from jobs import file as jobfile
+from jobs.cluster import ClusterBackend
+from jobs.types import JobsError
+from workloads.specs import pytorchjob as pj
+from workloads.specs import trainjob as tj
+from workloads.specs.stack import job_workloads
+from workloads.specs.validate import ValidationError
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "jobs" / "examples"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp:sha-1"
+
+
+def _v2(example: str) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """The example as a fixed-size ``api: v2`` job: its TrainJob, its v1 PyTorchJob, settings."""
+    job = jobfile.load(EXAMPLES / f"{example}.yaml", sets=["api=v2", "minWorkers=2", "workers=2"])
+    assert job.api == "v2"
+    w = job_workloads(job, image=IMAGE)
+    return tj.trainjob(w.job), pj.pytorchjob(w.job, w.etcd.host), w.job
+
+
+def test_the_crds_are_the_pinned_releases() -> None:
+    assert versions.TRAINER_V2_VERSION == "v2.3.0"
+    for kind in tj.KINDS:
+        crd = tj.crd(kind)
+        assert crd["spec"]["group"] == tj.GROUP
+        assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha1"]
+    # runtimePatches arrived with v2.3 (trainjob_types.go at the tag)
+    spec = tj.crd("TrainJob")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert "runtimePatches" in spec["properties"]["spec"]["properties"]
+
+
+@pytest.mark.parametrize("example", ["dev", "p4de-odcr", "p5-16"])
+def test_runtime_and_trainjobs_are_valid_and_run_the_v1_jobs_container(example: str) -> None:
+    tj.validate(tj.cluster_training_runtime())
+    train, v1, s = _v2(example)
+    tj.validate(train)
+    container = v1["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    trainer = train["spec"]["trainer"]
+    assert trainer["image"] == container["image"] == IMAGE
+    assert pj.finetune_flags(trainer["command"]) == pj.finetune_flags(container["command"])
+    assert trainer["command"][:5] == ["python", "-m", "training.launch", "-m", "training.finetune"]
+    v1_env = {e["name"]: e for e in container["env"]}
+    v2_env = {e["name"]: e for e in trainer["env"]}
+    assert {k: v for k, v in v1_env.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"} == {
+        k: v for k, v in v2_env.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+    }
+    assert not set(v2_env) & tj.RESERVED_ENV
+    assert trainer["numNodes"] == 2 and trainer["numProcPerNode"] == pj.nproc_per_node(s)
+    assert trainer["resourcesPerNode"] == container["resources"]
+    pod = tj.pod_spec_patch(train)["spec"]
+    v1_pod = v1["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["volumes"] == v1_pod["volumes"]
+    assert pod.get("nodeSelector") == v1_pod.get("nodeSelector")
+    assert pod["terminationGracePeriodSeconds"] == v1_pod["terminationGracePeriodSeconds"]
+
+
+def test_broken_objects_fail_naming_the_field() -> None:
+    train, _, _ = _v2("p5-16")
+    bad = copy.deepcopy(train)
+    bad["spec"]["trainer"]["numNodez"] = 2
+    with pytest.raises(ValidationError, match=r"TrainJob/.*: spec.trainer: .*numNodez"):
+        tj.validate(bad)
+    bad = copy.deepcopy(train)
+    bad["spec"]["runtimePatches"][0].pop("manager")
+    with pytest.raises(ValidationError, match="manager"):
+        tj.validate(bad)
+    runtime = tj.cluster_training_runtime()
+    runtime["metadata"]["namespace"] = "default"
+    with pytest.raises(ValidationError, match=r"metadata\.namespace must be absent"):
+        tj.validate(runtime)
+
+
+def test_torchrun_under_the_v2_env_forms_a_fixed_static_world(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torch.distributed.run import config_from_args, parse_args
+
+    train, _, s = _v2("p4de-odcr")
+    name = train["metadata"]["name"]
+    injected = {  # what torch.go injects for numNodes 2 on the 8-GPU node, node 1
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": str(train["spec"]["trainer"]["numProcPerNode"]),
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": f"{name}-node-0-0.{name}",
+        "PET_MASTER_PORT": "29500",
+    }
+    for key in [k for k in os.environ if k.startswith("PET_")]:
+        monkeypatch.delenv(key)
+    for key, value in injected.items():
+        monkeypatch.setenv(key, value)
+    command = train["spec"]["trainer"]["command"]
+    args = parse_args(command[command.index("training.launch") + 1 :])
+    config, _, cmd_args = config_from_args(args)
+    assert (config.min_nodes, config.max_nodes) == (2, 2)
+    assert config.nproc_per_node == 8 == pj.nproc_per_node(s)
+    assert config.rdzv_backend == "static"
+    assert config.rdzv_endpoint == f"{name}-node-0-0.{name}:29500"
+    assert config.rdzv_configs["rank"] == 1
+    assert cmd_args[cmd_args.index("-m") + 1] == "training.finetune"
+
+
+def test_elastic_or_unknown_api_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(jobfile.JobFileError) as err:
+        jobfile.load(EXAMPLES / "p5-16.yaml", sets=["api=v2"])
+    assert str(err.value).count("\n") == 0
+    assert "api: v2 (Trainer v2) has no elastic policy: minWorkers 14 < workers 16" in str(
+        err.value
+    )
+    with pytest.raises(jobfile.JobFileError, match="api: 'v3' is not v1 or v2"):
+        jobfile.load(EXAMPLES / "p5-16.yaml", sets=["api=v3"])
+    job = jobfile.load(EXAMPLES / "p5-16.yaml")
+    assert job.api == "v1"
+
+
+def test_the_cluster_backend_refuses_to_submit_v2_in_one_line() -> None:
+    job = jobfile.load(EXAMPLES / "p4de-odcr.yaml", sets=["api=v2"])
+    backend = ClusterBackend.__new__(ClusterBackend)
+    with pytest.raises(JobsError) as err:
+        backend.submit(job, image=IMAGE)
+    assert err.value.status == 2 and "api: v2" in str(err.value)

@@ -1,0 +1,242 @@
+"""Kubeflow Trainer v2: the project's ``ClusterTrainingRuntime`` for torch and a job's
+``TrainJob`` (``trainer.kubeflow.org/v1alpha1`` at ``TRAINER_V2_VERSION``), as plain data.
+
+What a job file with ``api: v2`` renders instead of the v1 PyTorchJob. Names and fields are
+Trainer's at the tag (github.com/kubeflow/trainer ``pkg/apis/trainer/v1alpha1/
+trainjob_types.go`` and ``trainingruntime_types.go``; its own ``manifests/base/runtimes/
+torch_distributed.yaml`` is the model of the runtime):
+
+- the **runtime** (``eks-fsdp-torch``) is a JobSet of one replicated job ``node`` whose pods
+  carry the ancestor label ``trainer.kubeflow.org/trainjob-ancestor-step: trainer`` and one
+  container ``node`` (``constants.AncestorTrainer``, ``constants.Node``), with ``mlPolicy.torch``:
+  Trainer's torch plugin (``pkg/runtime/framework/plugins/torch/torch.go``) then injects
+  ``PET_NNODES`` (= ``numNodes``, fixed), ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK`` (the Job
+  completion index), ``PET_MASTER_ADDR`` (``<job>-node-0-0.<job>``) and ``PET_MASTER_PORT``
+  (29500), and refuses those names in the TrainJob's own env (``TorchRunReservedEnvNames``);
+- the **TrainJob** names the runtime and sets, per job, what the v1 PyTorchJob's pod template
+  holds: the same image, the same command (``python -m training.launch -m training.finetune
+  <flags>``, torchrun reading the ``PET_*`` variables: with a master address and no rendezvous
+  backend torchrun uses its ``static`` rendezvous, so ``--rdzv-backend`` is left out), the same
+  env (``workloads.specs.pytorchjob.container_env``: the same variables the training package
+  reads), ``numNodes`` = workers, ``numProcPerNode``, ``resourcesPerNode`` (GPUs, EFA devices,
+  cpu and memory); the node selector, tolerations, volumes (checkpoint claim, ``/dev/shm``),
+  security contexts, pod annotations and grace period go in a ``runtimePatches`` entry (the
+  ``PodSpecPatch`` fields v2.3 allows).
+
+Trainer v2 has no elastic policy (v2.2 removed ``ElasticPolicy``): a job whose ``minWorkers`` is
+below ``workers`` stays on v1 (``jobs.file`` refuses it with ``api: v2``). ``validate`` checks an
+object against the vendored CRD's ``v1alpha1`` schema, strictly (unknown fields fail); the CEL
+rules are the API server's. The Trainer v2 controller (and JobSet) is not run on the local
+control plane: building it from its Go module was left out.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workloads.specs import pytorchjob as pj
+from workloads.specs.common import K8sObject, labels
+from workloads.specs.settings import JobSettings
+
+API_VERSION = "trainer.kubeflow.org/v1alpha1"
+GROUP = "trainer.kubeflow.org"
+RUNTIME = "eks-fsdp-torch"
+"""The ClusterTrainingRuntime every ``api: v2`` job names."""
+NODE = "node"
+"""The replicated job and its container (Trainer's ``constants.Node``)."""
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+ANCESTOR_TRAINER = "trainer"
+FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+MANAGER = "eks-fsdp.io/jobs"
+"""``runtimePatches[].manager``: who wrote the patch (required, 1..253 characters)."""
+RESERVED_ENV = frozenset(
+    {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"}
+)
+"""The torch plugin's ``TorchRunReservedEnvNames`` (``pkg/constants/constants.go``)."""
+CRD_DIR = Path(__file__).resolve().parents[1] / "manifests" / "trainer" / "crds"
+KINDS = {"TrainJob": "trainjobs", "ClusterTrainingRuntime": "clustertrainingruntimes"}
+
+
+def cluster_training_runtime() -> K8sObject:
+    """The runtime the cluster stack installs: JobSet ``node`` x ``numNodes``, torch policy;
+    everything per job comes from the TrainJob."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {
+            "name": RUNTIME,
+            "labels": {FRAMEWORK_LABEL: "torch", "app.kubernetes.io/part-of": "eks-fsdp"},
+        },
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {}},
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": NODE,
+                            "template": {
+                                "metadata": {"labels": {ANCESTOR_LABEL: ANCESTOR_TRAINER}},
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "automountServiceAccountToken": False,
+                                            "containers": [{"name": NODE}],
+                                        }
+                                    }
+                                },
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    }
+
+
+def trainjob(s: JobSettings) -> K8sObject:
+    """A job's TrainJob (fixed world size: ``s.workers`` nodes)."""
+    if s.min_workers < s.workers:
+        raise ValueError(
+            f"job.minWorkers: {s.min_workers} < workers {s.workers}: Trainer v2 has no elastic "
+            "policy (api: v1)"
+        )
+    static = s.replace(rdzv_backend="c10d")  # no --rdzv-backend flag: torchrun's static one
+    template = pj.to_dict(pj._pod_template(static))
+    pod, meta = template["spec"], template.get("metadata") or {}
+    (container,) = pod.pop("containers")
+    env = [e for e in container.get("env") or [] if e["name"] not in RESERVED_ENV]
+    patch_pod = {
+        k: pod[k]
+        for k in (
+            "nodeSelector",
+            "tolerations",
+            "volumes",
+            "securityContext",
+            "terminationGracePeriodSeconds",
+        )
+        if pod.get(k) is not None
+    }
+    patch_pod["containers"] = [
+        {
+            "name": NODE,
+            "volumeMounts": container["volumeMounts"],
+            "securityContext": container["securityContext"],
+        }
+    ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TrainJob",
+        "metadata": {
+            "name": s.name,
+            "namespace": s.namespace,
+            "labels": labels(s.name, pj.COMPONENT, {"eks-fsdp/generation": str(s.generation)}),
+        },
+        "spec": {
+            "runtimeRef": {"name": RUNTIME, "apiGroup": GROUP, "kind": "ClusterTrainingRuntime"},
+            "trainer": {
+                "image": s.image,
+                "command": container["command"],
+                "env": env,
+                "numNodes": s.workers,
+                "numProcPerNode": pj.nproc_per_node(s),
+                "resourcesPerNode": container["resources"],
+            },
+            "runtimePatches": [
+                {
+                    "manager": MANAGER,
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": NODE,
+                                        "template": {
+                                            "spec": {
+                                                "template": {
+                                                    "metadata": {
+                                                        k: v
+                                                        for k, v in meta.items()
+                                                        if k in ("labels", "annotations")
+                                                    },
+                                                    "spec": patch_pod,
+                                                }
+                                            }
+                                        },
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def pod_spec_patch(job: K8sObject) -> dict[str, Any]:
+    """The pod-spec patch of a TrainJob this module built (its node selector, volumes...)."""
+    patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    return patch["replicatedJobs"][0]["template"]["spec"]["template"]  # type: ignore[no-any-return]
+
+
+# --- validation against the vendored CRDs ------------------------------------------------------
+
+
+@functools.cache
+def crd(kind: str) -> dict[str, Any]:
+    path = CRD_DIR / f"{GROUP}_{KINDS[kind]}.yaml"
+    return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
+
+
+def _strict(schema: Any) -> Any:
+    """``additionalProperties: false`` wherever ``properties`` are listed and unknown fields are
+    not kept (the API server prunes them silently; here they fail)."""
+    if isinstance(schema, list):
+        return [_strict(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    if schema.get("x-kubernetes-int-or-string"):
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        out.pop("type", None)
+    return out
+
+
+@functools.cache
+def _validator(kind: str) -> Any:
+    import jsonschema
+
+    (version,) = [v for v in crd(kind)["spec"]["versions"] if v["name"] == "v1alpha1"]
+    schema = _strict(version["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft4Validator(schema)
+
+
+def validate(obj: K8sObject) -> None:
+    """Check a TrainJob or ClusterTrainingRuntime against its CRD at the pin."""
+    from workloads.specs.validate import ValidationError
+
+    kind = str(obj.get("kind"))
+    name = f"{kind}/{obj.get('metadata', {}).get('name')}"
+    if obj.get("apiVersion") != API_VERSION or kind not in KINDS:
+        raise ValidationError(f"{name}: not a {API_VERSION} kind of {', '.join(KINDS)}")
+    namespaced = crd(kind)["spec"]["scope"] == "Namespaced"
+    if namespaced != ("namespace" in obj["metadata"]):
+        raise ValidationError(
+            f"{name}: metadata.namespace must be {'set' if namespaced else 'absent'}"
+        )
+    errors = sorted(_validator(kind).iter_errors(obj), key=lambda e: list(e.path))
+    if errors:
+        err = errors[0]
+        where = ".".join(str(p) for p in err.path) or "(root)"
+        raise ValidationError(f"{name}: {where}: {err.message}")
