@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +23,19 @@ def duration(seconds: float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60}m"
     return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+def capacity_text(iso: str, now: float | None = None) -> str:
+    """``ends in 2d3h (2026-12-17T10:30:00Z) ...`` or ``ended 5m ago (...)`` for a capacity end
+    (``jobs.capacity``); the text as is when it is not a time."""
+    try:
+        end = dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return iso
+    left = end - (time.time() if now is None else now)
+    if left >= 0:
+        return f"ends in {duration(left)} ({iso}): the job checkpoints and exits 0 before"
+    return f"ended {duration(-left)} ago ({iso}): resume the job on the next block's nodes"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -92,6 +107,8 @@ def status_page(j: JobInfo) -> str:
     ]
     if j.queue:
         lines.append(f"queue:     {j.queue}: {queue_text(j)}")
+    if j.capacity_ends_at:
+        lines.append(f"capacity:  {capacity_text(j.capacity_ends_at)}")
     if j.conditions:
         lines.append("conditions:")
         cond = table(

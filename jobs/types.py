@@ -99,6 +99,9 @@ class JobInfo:
     """What the queue says: queued | admitted | preempted | evicted | finished | inactive."""
     admission_reason: str = ""
     """Why (Kueue's message: ``waiting for 16 GPUs in p5-block, 8 free``)."""
+    capacity_ends_at: str = ""
+    """When the job's capacity block scales to zero (ISO 8601 UTC; ``jobs.capacity``); "" when
+    the job's node group has no announced end."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

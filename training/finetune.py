@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training import cookbook, gc_policy
+from training import cookbook, deadline, gc_policy
 from training.config import ConfigError, TrainConfig, parse_args
 from training.step import build_optimizer, clip_grads, token_loss_sum
 from training.tracking.hooks import RunHooks
@@ -94,6 +94,7 @@ def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -
         try:
             preempted = trainer.fit()
             trainer.finish(preempted)
+            status = trainer.deadline.exit_status(preempted, PREEMPTED_EXIT)
         except Exception:
             # A peer is dead or hung: the process group cannot be torn down cleanly, and a
             # background checkpoint thread waiting on it would keep the process alive. Exit now,
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -
         # is alive: collected after it is destroyed, they can abort the process at exit.
         del trainer
         gc.collect()
-    return PREEMPTED_EXIT if preempted else 0
+    return status
 
 
 def _fail(err: Exception | str, rank: int = 0) -> int:
@@ -168,6 +169,7 @@ class Trainer:
 
         cfg, self.precision_note = resolve_precision(cfg, env.device)
         self.cfg, self.env = cfg, env
+        self.deadline = deadline.CapacityDeadline.from_env(cfg)  # EKS_FSDP_CAPACITY_ENDS_AT
         torch.manual_seed(cfg.seed)
         self.dims = ParallelDims.from_config(cfg, env.world_size, env.local_world_size)
 
@@ -360,6 +362,8 @@ class Trainer:
                 if out["stop"]:
                     self._settle()
                     self._end_epoch_stats(losses, t_epoch)
+                    if self.deadline.reached:  # the capacity ends: checkpoint, exit 0
+                        return self.deadline.stop(self)
                     self._stop_on_signal()
                     return True
                 self.checkpointer.poll()
@@ -469,7 +473,7 @@ class Trainer:
     def _vote(self) -> tuple[bool, bool]:
         """This step's vote, decided for all ranks: (stop, checkpoint time due).
 
-        Every rank votes [SIGTERM seen, --checkpoint_every_s elapsed since the last save] and
+        Every rank votes [SIGTERM or capacity end (training.deadline), checkpoint time due] and
         the element-wise MAX decides for all (clocks differ: any rank's vote counts), so every
         rank stops or checkpoints after the same step. The vote is a CPU tensor (gloo, also
         under NCCL: the process group is "cpu:gloo,cuda:nccl") all-reduced once the step's
@@ -485,14 +489,14 @@ class Trainer:
 
         every_s = self.cfg.checkpoint_every_s
         mine = [
-            float(self.stop.requested),
+            self.deadline.vote(self.stop.requested, self.checkpointer.write_s),
             float(bool(every_s) and time.monotonic() - self._last_save_t >= every_s),
         ]
         if self.env.world_size > 1:
             flags = torch.tensor(mine, dtype=torch.float64)
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
             mine = host_only(flags).tolist()
-        return mine[0] > 0, mine[1] > 0
+        return self.deadline.decided(mine[0]), mine[1] > 0
 
     def _settle(self) -> None:
         """Write the metric rows still held (end of training or a stop)."""
@@ -602,7 +606,8 @@ class Trainer:
             "layout": self.dims.describe(),
             "params": self.n_params,
             "trainable_params": self.n_trainable,
-            "preempted": preempted,
+            "preempted": preempted and not self.deadline.reached,
+            "capacity_end": self.deadline.reached,
             **g.as_dict(),
         }
         write_summary(self.out_dir / "summary.json", summary)

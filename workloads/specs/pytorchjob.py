@@ -50,6 +50,7 @@ from kubeflow.training.api_client import ApiClient
 from kubernetes.client import models as k8s
 
 from infra.instances import lookup
+from workloads.specs import capacity
 from workloads.specs.common import K8sObject, labels, stable_hash, tolerations
 from workloads.specs.preemption import PreemptionBudget, backoff_limit, preemption_budget
 from workloads.specs.prometheus_files import training_pod_annotations
@@ -127,6 +128,11 @@ def service_account(namespace: str) -> K8sObject:
 HF_HOME_DIR = "hf-home"
 """Folder of the shared checkpoint volume that is the workers' ``HF_HOME`` (hub downloads and
 the ``s3://`` weights cache, ``training/s3``): one download serves every node and restart."""
+CAPACITY_ENDS_AT_ENV = "EKS_FSDP_CAPACITY_ENDS_AT"
+"""Variable the workers read the capacity end from (``training.deadline.ENV``; a test checks)."""
+CAPACITY_KEY = "scaleDownAt"
+"""Key of the capacity-block ConfigMap it comes from (``workloads.specs.capacity.KEYS``): the
+time the stack scales the group to zero, which drains the job's nodes."""
 
 
 def security_skips(s: JobSettings) -> dict[str, str]:
@@ -319,6 +325,20 @@ def container_env(s: JobSettings) -> list[k8s.V1EnvVar]:
         # huggingface_hub reads HF_HOME for its cache root (``constants.HF_HOME``); on the
         # shared claim, the first node's download serves every other node and every restart.
         env.append(k8s.V1EnvVar(name="HF_HOME", value=f"{s.checkpoint_mount}/{HF_HOME_DIR}"))
+    if s.capacity_block_group:
+        # optional: no ConfigMap (no window in the stack yet) leaves the variable unset
+        env.append(
+            k8s.V1EnvVar(
+                name=CAPACITY_ENDS_AT_ENV,
+                value_from=k8s.V1EnvVarSource(
+                    config_map_key_ref=k8s.V1ConfigMapKeySelector(
+                        name=capacity.configmap_name(s.capacity_block_group),
+                        key=CAPACITY_KEY,
+                        optional=True,
+                    )
+                ),
+            )
+        )
     if s.hf_token_secret:
         env.append(
             k8s.V1EnvVar(

@@ -154,9 +154,15 @@ class JobSettings:
     preflight_expect: str | None = None
     """``--preflight`` with these ``--preflight_expect`` thresholds (``planner.expect``; empty:
     measure and report only); None = no preflight."""
+    capacity_block_group: str | None = None
+    """The job's node group when it is a capacity block: the workers read its ConfigMap's
+    ``scaleDownAt`` (``workloads.specs.capacity``) as ``EKS_FSDP_CAPACITY_ENDS_AT`` and stop
+    before it (``training.deadline``); None = no capacity end."""
 
     def __post_init__(self) -> None:
         check_dns_label(self.name, "job.name", max_len=50)
+        if self.capacity_block_group is not None:
+            check_dns_label(self.capacity_block_group, "job.capacity_block_group")
         check_dns_label(self.namespace, "job.namespace")
         if not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"job.metrics_port: {self.metrics_port} is not a TCP port (0 = off)")
@@ -391,6 +397,9 @@ def from_stack(
         checkpoint_mb_per_s=storage_mb_per_s(getattr(stack_cfg, "shared_storage", None)),
         metrics_port=TRAINING_METRICS_PORT if _observability_on(stack_cfg) else 0,
         preflight_expect=_preflight_expect(job_cfg, group, int(workers)),
+        capacity_block_group=(
+            group.name if getattr(group, "capacity_type", "") == "capacity-block" else None
+        ),
     )
     etcd = EtcdSettings(namespace=namespace, client_job_names=(job.name,))
     storage = getattr(stack_cfg, "shared_storage", None)
