@@ -5,7 +5,9 @@
 
 For each stack it writes, into a scratch folder, the objects ``workloads.render`` writes (the
 checkpoint volume, etcd, the PyTorchJob, the observability namespace and dashboard), the debug
-DaemonSets (opt-in on a stack, scanned on every stack so their hardening is checked) and, for
+DaemonSets (opt-in on a stack, scanned on every stack so their hardening is checked), the
+objects of each team (``workloads.specs.teams``: namespace, ServiceAccount, NetworkPolicies,
+Role; on a stack without teams, those of an example team) and Kueue's queues, and, for
 each replica of the PyTorchJob, its pod template as a ``Pod``: checkov does not know the
 PyTorchJob custom resource, so without that the pods that run the training would go unscanned.
 It then runs checkov 3.3.30 (from the tools virtualenv, ``.venv-tools``) with ``.checkov.yaml``
@@ -16,7 +18,6 @@ and prints ``<stack>: passed N, failed N, suppressed N`` with every failure; the
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import subprocess
@@ -26,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workloads.specs import observability, storage
+from eks_fsdp_cli.errors import Parser, fail
+from workloads.specs import kueue, observability, storage, teams
 from workloads.specs.common import K8sObject, dump_all_yaml
 from workloads.specs.stack import load, objects_by_component
 
@@ -85,7 +87,22 @@ def stack_objects(stack: str) -> dict[str, list[K8sObject]]:
     if cfg.observability.enabled:
         s = observability.settings_from_stack(cfg)
         files["observability"] = [observability.namespace(s), observability.dashboard_configmap(s)]
+    files["teams"] = [o for t in cfg.teams or (example_team(cfg),) for o in teams.objects(t, cfg)]
+    files["kueue"] = kueue.cluster_objects(cfg)
     return files
+
+
+def example_team(cfg: Any) -> Any:
+    """A team with a placeholder principal, for a stack that declares none: its objects (a
+    namespace, a ServiceAccount, NetworkPolicies, a Role) are scanned on every stack, as the
+    opt-in debug DaemonSets are."""
+    from infra.config.teams import TeamConfig
+
+    return TeamConfig(
+        name="example",
+        principal_arns=("arn:aws:iam::123456789012:role/example",),
+        quota={g.name: 0 for g in cfg.gpu_node_groups},
+    )
 
 
 def run_checkov(folder: Path) -> dict[str, Any]:
@@ -142,7 +159,7 @@ def scan(stack: str, folder: Path) -> ScanResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workloads.scan", description=__doc__)
+    parser = Parser(prog="python -m workloads.scan", description=__doc__, command="scan")
     parser.add_argument("--stack", action="append", help="stack to scan (default: every stack)")
     args = parser.parse_args(argv)
     failed = False
@@ -151,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 result = scan(stack, Path(tmp) / stack)
             except (ValueError, KeyError, FileNotFoundError, RuntimeError) as err:
-                print(f"scan: {err.args[0] if err.args else err}", file=sys.stderr)
-                return 2
+                return fail("scan", err.args[0] if err.args else err)
             print(
                 f"{stack}: passed {result.passed}, failed {result.failed},"
                 f" suppressed {result.suppressed}"

@@ -128,3 +128,19 @@ def test_the_rule_reads_kueues_label() -> None:
     text = (REPO / "policy" / "rules.py").read_text()
     assert f'QUEUE_LABEL = "{kueue.QUEUE_LABEL}"' in text
     assert queue.QUEUE_LABEL == kueue.QUEUE_LABEL and queue.PRIORITY_LABEL == kueue.PRIORITY_LABEL
+
+
+def test_the_checkov_gate_sees_the_team_and_queue_objects() -> None:
+    """``workloads.scan`` writes every team's objects (an example team's on a stack without
+    teams) and Kueue's queues next to the rest, so checkov's gate (tests/security) scans the
+    Role, ServiceAccount and NetworkPolicies a team gets."""
+    from workloads import scan
+
+    files = scan.stack_objects("p5-16")
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in files["teams"]}
+    assert {
+        ("Role", "job-submitter"),
+        ("ServiceAccount", "jobs"),
+        ("Namespace", "example"),
+    } <= kinds
+    assert {o["kind"] for o in files["kueue"]} >= {"ClusterQueue", "LocalQueue", "ResourceFlavor"}
