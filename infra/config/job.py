@@ -22,6 +22,13 @@ from infra.config.fields import (
 )
 from infra.config.nodegroups import GpuNodeGroupConfig
 
+MAX_JOB_NAME = 50
+"""A job name's longest: its pods and their Services are ``<name>-worker-<index>``, DNS
+labels of at most 63 characters."""
+_JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,48}[a-z0-9])?$")
+"""A DNS-1035 label (starts with a letter): the training operator's webhook refuses any other
+PyTorchJob name (``apimachineryvalidation.NameIsDNS1035Label`` in
+``pkg/webhooks/pytorch/pytorchjob_webhook.go``, kubeflow/trainer v1.9.4)."""
 RDZV_BACKENDS = ("etcd", "c10d")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DEVICES = ("cuda", "cpu")
@@ -136,8 +143,18 @@ def parse_job(
     if min_workers > workers:
         raise _fail(f"{path}.minWorkers", f"{min_workers} is greater than workers {workers}")
     name = _str(obj.get("name", "llama-finetune"), f"{path}.name")
-    if not _DNS_LABEL.match(name):
-        raise _fail(f"{path}.name", f"{name!r} is not a DNS label (a-z, 0-9, '-')")
+    if len(name) > MAX_JOB_NAME:
+        raise _fail(
+            f"{path}.name",
+            f"{name!r} is {len(name)} characters: at most {MAX_JOB_NAME} (pods are "
+            "<name>-worker-<i>, 63 at most)",
+        )
+    if not _JOB_NAME.match(name):
+        raise _fail(
+            f"{path}.name",
+            f"{name!r} is not a DNS-1035 label (a-z, 0-9, '-'; starts with a letter, ends with a "
+            "letter or digit)",
+        )
     extra = _str_list(obj.get("extraArgs", []), f"{path}.extraArgs")
     for i, arg in enumerate(extra):
         if not arg.startswith("--"):

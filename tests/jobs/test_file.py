@@ -117,6 +117,12 @@ def test_set_and_name_override_the_file(tmp_path: Path) -> None:
         (DEV.replace("workers: 2", "workers: 5"), [], "job.yaml:5: workers: 5 is greater than"),
         (DEV.replace("device: cpu", "device: tpu"), [], "job.yaml:6: device: 'tpu' is not one"),
         (DEV.replace("name: demo", "name: Demo_1"), [], "job.yaml:1: name: 'Demo_1' is not a DNS"),
+        (DEV.replace("name: demo", "name: 1abc"), [], "job.yaml:1: name: '1abc' is not a DNS-1035"),
+        (
+            DEV.replace("name: demo", "name: " + "a" * 51),
+            [],
+            f"job.yaml:1: name: '{'a' * 51}' is 51 characters: at most 50",
+        ),
         (DEV + "workers: 1\n", [], "job.yaml:9: workers: given twice (first on line 5)"),
         (DEV + "  bogus_flag: 1\n", [], "job.yaml:9: args.bogus_flag: unknown training flag"),
         (DEV + "  model_name: x\n", [], "job.yaml:9: args.model_name: set by the key model"),
@@ -151,6 +157,25 @@ def test_bad_job_files_are_one_line_naming_the_key(
     assert text_err.startswith(message.replace("job.yaml", str(path))) or (
         message.replace("job.yaml", str(path)) in text_err
     ), text_err
+
+
+def test_the_longest_job_name_renders_pods_the_api_accepts(tmp_path: Path) -> None:
+    """A 50-character name (the limit ``parse_job`` keeps) still gives pod and Service names
+    ``<name>-worker-<i>`` that are DNS-1035 labels of at most 63 characters, the rule the
+    operator's webhook applies to the job's own name (``NameIsDNS1035Label``,
+    ``pkg/webhooks/pytorch/pytorchjob_webhook.go``, kubeflow/trainer v1.9.4)."""
+    import re
+
+    name = "a" + "-b" * 24 + "9"
+    assert len(name) == 50
+    job = jobfile.load(_write(tmp_path, DEV), name=name)
+    w = job_workloads(job)
+    rendered = pj.pytorchjob(w.job, w.etcd.host)
+    assert rendered["metadata"]["name"] == name
+    workers = rendered["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+    for i in range(workers):
+        pod = f"{name}-worker-{i}"
+        assert len(pod) <= 63 and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", pod)
 
 
 def test_llama_cookbook_spellings_pass_through_to_training(tmp_path: Path) -> None:
