@@ -114,6 +114,15 @@ TRAINER_V2_VERSION = "v2.3.0"
 """Kubeflow Trainer v2 release (github.com/kubeflow/trainer, tag of 2026-08-06): the
 ``TrainJob`` and ``ClusterTrainingRuntime`` CRDs (``manifests/base/crds`` at the tag, vendored
 under ``workloads/manifests/trainer/crds``) that ``api: v2`` job files render against."""
+TRAINER_V2_KUSTOMIZE_URL = (
+    f"https://github.com/kubeflow/trainer.git/manifests/overlays/manager?ref={TRAINER_V2_VERSION}"
+)
+"""The upstream manager overlay at the tag: namespace ``kubeflow-system``, the CRDs, the
+controller (image ``ghcr.io/kubeflow/trainer/trainer-controller-manager:v2.3.0``, pinned by the
+overlay itself), RBAC, webhook, and JobSet ``JOBSET_VERSION`` (``manifests/third-party/jobset``:
+the release manifest of kubernetes-sigs/jobset)."""
+JOBSET_VERSION = "v0.12.0"
+"""JobSet release the Trainer overlay at ``TRAINER_V2_VERSION`` installs (for reference)."""
 
 # --- The training image (training/Dockerfile; built by workloads/training_image.py) ----------
 # Only the pins below reach the image, as build arguments; the image's tag hashes them and the

@@ -144,3 +144,14 @@ def test_the_cluster_backend_refuses_to_submit_v2_in_one_line() -> None:
     with pytest.raises(JobsError) as err:
         backend.submit(job, image=IMAGE)
     assert err.value.status == 2 and "api: v2" in str(err.value)
+
+
+def test_the_install_manifests_are_the_specs() -> None:
+    """``workloads/manifests/trainer`` (what the ``TrainerV2`` component applies) is what the
+    spec functions write: the upstream overlay at the pin and the runtime, which is valid."""
+    for name, text in tj.manifest_files().items():
+        assert (tj.MANIFEST_DIR / name).read_text() == text, name
+    assert versions.TRAINER_V2_VERSION in tj.kustomization()["resources"][0]
+    import yaml
+
+    tj.validate(yaml.safe_load((tj.MANIFEST_DIR / "runtime.yaml").read_text()))

@@ -26,8 +26,9 @@ torch_distributed.yaml`` is the model of the runtime):
 Trainer v2 has no elastic policy (v2.2 removed ``ElasticPolicy``): a job whose ``minWorkers`` is
 below ``workers`` stays on v1 (``jobs.file`` refuses it with ``api: v2``). ``validate`` checks an
 object against the vendored CRD's ``v1alpha1`` schema, strictly (unknown fields fail); the CEL
-rules are the API server's. The Trainer v2 controller (and JobSet) is not run on the local
-control plane: building it from its Go module was left out.
+rules are the API server's. ``kustomization`` is the cluster install (``workloads.trainer``,
+opt-in): the upstream manager overlay at the tag and the runtime. The Trainer v2 controller (and
+JobSet) is not run on the local control plane: building it from its Go module was left out.
 """
 
 from __future__ import annotations
@@ -94,6 +95,34 @@ def cluster_training_runtime() -> K8sObject:
                 }
             },
         },
+    }
+
+
+MANIFEST_DIR = Path(__file__).resolve().parents[1] / "manifests" / "trainer"
+"""``kustomization.yaml`` (the upstream overlay and the runtime) and ``runtime.yaml``."""
+
+
+def kustomization() -> dict[str, Any]:
+    """The ``kustomization.yaml`` of the Trainer v2 install (not a Kubernetes object): the
+    upstream manager overlay at the tag (controller, CRDs, JobSet) and the project's runtime."""
+    from infra import versions
+
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [versions.TRAINER_V2_KUSTOMIZE_URL, "runtime.yaml"],
+        "labels": [{"pairs": {"app.kubernetes.io/part-of": "eks-fsdp"}, "includeSelectors": False}],
+    }
+
+
+def manifest_files() -> dict[str, str]:
+    """What ``workloads/manifests/trainer`` holds besides the CRDs (a test keeps them equal)."""
+    head = "# Written from workloads.specs.trainjob.{}(); a test keeps the two equal.\n"
+    return {
+        "kustomization.yaml": head.format("kustomization")
+        + yaml.safe_dump(kustomization(), sort_keys=False),
+        "runtime.yaml": head.format("cluster_training_runtime")
+        + yaml.safe_dump(cluster_training_runtime(), sort_keys=False),
     }
 
 
