@@ -274,7 +274,7 @@ class TrainConfig:
     profiler_dir: str = ""
     """Folder of the --use_profiler traces (Perfetto / TensorBoard); empty = <output_dir>/profiler."""
     flop_counter: bool = False
-    """Count the FLOPs of one step (torch FlopCounterMode) on every rank; report them beside 6N+12LdS."""
+    """Count the FLOPs of one step (torch FlopCounterMode) on every rank; report them beside the MFU formula."""
     flop_counter_start: int = 3
     """With --flop_counter: warm-up steps before the counted step (llama-cookbook's default 3)."""
     save_metrics: bool = False

@@ -301,9 +301,10 @@ class Trainer:
         self.peak_flops = peak_flops(env.device)
         from training.model import flops_per_token, num_params
 
-        self.flops_per_token = flops_per_token(self.spec.config, cfg.context_length)
         self.n_params = num_params(self.model)
         self.n_trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        lora = self.n_trainable if cfg.use_peft else None  # frozen base: 4 N + 6 N_adapters
+        self.flops_per_token = flops_per_token(self.spec.config, cfg.context_length, lora)
         self.history: dict[str, list[float]] = {
             "epoch_loss": [],
             "epoch_time": [],
@@ -609,6 +610,7 @@ class Trainer:
             "preempted": preempted and not self.deadline.reached,
             "capacity_end": self.deadline.reached,
             **g.as_dict(),
+            **({"data_notes": self.data_notes} if self.data_notes else {}),  # rows cut, left out
         }
         write_summary(self.out_dir / "summary.json", summary)
         self.hooks.finish(summary)

@@ -6,12 +6,13 @@ warm-up steps of this process: step `first + start` (step 4 of a fresh run). Eve
 the operations it runs (FSDP2 gathers the weights, so each rank multiplies full matrices with
 its own micro-batches); the ranks' counts are summed into the step's global figure and printed
 by rank 0 beside `training.model.flops_per_token` x the step's tokens, the formula of MFU
-(6 N + 12 L d S, PaLM's convention; the planner's `model_flops_per_token` is the same formula).
+(PaLM's convention: 6 N + 12 L h_q S, h_q = heads x head_dim; 4 N + 6 N_adapters + 12 L h_q S
+with LoRA; the planner's `model_flops_per_token` is the same formula).
 
 What the count holds (torch 2.13, `torch/utils/flop_counter.py`): matrix products (`mm`,
 `addmm`, `bmm`) and attention kernels, forward and backward, including what activation
 checkpointing recomputes; no element-wise work. Its attention formula counts the full S x S
-scores (no causal saving) and, in backward, the score recomputation flash kernels do: 14 L d S
+scores (no causal saving) and, in backward, the score recomputation flash kernels do: 14 L h_q S
 per token against the formula's 12. torch registers no formula for the CPU flash kernel
 (`_scaled_dot_product_flash_attention_for_cpu` and its backward), so `CPU_ATTENTION` gives it
 torch's own SDPA counts. Measured / formula is therefore about 1 without activation
@@ -81,7 +82,8 @@ class FlopReport:
     measured_attention: float
     """Of which attention kernels."""
     formula: float
-    """flops_per_token (6 N + 12 L d S) x the step's input tokens: what MFU assumes."""
+    """flops_per_token (6 N + 12 L h_q S; 4 N + 6 N_adapters + ... with LoRA) x the step's input
+    tokens: what MFU assumes."""
     tokens: int
     """Input tokens of the global batch (training.batches' step_token_counts)."""
     seconds: float
@@ -99,7 +101,7 @@ class FlopReport:
         return (
             f"flop counter, step {self.step}: measured {self.measured:.4g} FLOPs "
             f"(matmul {self.measured_matmul:.4g}, attention {self.measured_attention:.4g}); "
-            f"formula 6N+12LdS x {self.tokens} tokens {self.formula:.4g}; "
+            f"MFU formula x {self.tokens} tokens {self.formula:.4g}; "
             f"measured/formula {self.ratio:.3f}; {rate:.3g} TFLOP/s while counting"
         )
 

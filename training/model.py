@@ -331,18 +331,31 @@ def num_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def flops_per_token(config: Any, seq_len: int) -> float:
-    """Training FLOPs per token: 6 N (dense) + 12 L d S (attention scores), as in PaLM's MFU."""
+def flops_per_token(config: Any, seq_len: int, lora_params: int | None = None) -> float:
+    """MFU FLOPs per token (PaLM's convention): 6 N_matmul + 12 L (a x head_dim) S.
+
+    N_matmul: every weight multiplied per token (the layers' projections and lm_head, tied or
+    not; the embedding lookup is free, 1-D biases and norms are not matmuls); attention: QK^T
+    and AV, forward and backward, over the query width a x head_dim (which is not the hidden
+    size for Qwen3 or Llama 3.2 3B), without causal savings. With LoRA (``lora_params``: the
+    trainable adapter parameters) a frozen weight gets no weight gradient, only the input
+    gradient: 4 N_matmul + 6 N_adapters + the same attention. The planner's
+    ``model_flops_per_token`` is the same formula (tests/training/test_mfu_formula.py).
+    """
     d = config.hidden_size
     layers = config.num_hidden_layers
     inter = config.intermediate_size
     heads = config.num_attention_heads
     kv = getattr(config, "num_key_value_heads", heads) or heads
     head_dim = getattr(config, "head_dim", None) or d // heads
-    attn = d * heads * head_dim + 2 * d * kv * head_dim + heads * head_dim * d
+    q_size = heads * head_dim
+    attn = d * q_size + 2 * d * kv * head_dim + q_size * d
     mlp = 3 * d * inter
     dense = layers * (attn + mlp) + config.vocab_size * d  # lm_head; embedding lookup is free
-    return 6.0 * dense + 12.0 * layers * d * seq_len
+    attention = 12.0 * layers * q_size * seq_len
+    if lora_params is not None:
+        return 4.0 * dense + 6.0 * lora_params + attention
+    return 6.0 * dense + attention
 
 
 def is_local_checkpoint(name: str) -> bool:
