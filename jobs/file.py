@@ -54,6 +54,7 @@ KEYS: dict[str, str] = {
     "checkpointClaim": "PVC every worker mounts for checkpoints (fsx stacks: fsx-checkpoints)",
     "namespace": "namespace of the job (the stack's jobs namespace, default)",
     "preflight": "check collectives, matmul and memory before step 1 (default: on EFA nodes)",
+    "ncclDebug": "NCCL_DEBUG of the workers: WARN (default) | INFO (init, network) | VERSION | TRACE",
     "team": "team of the stack whose queue, namespace and ServiceAccount the job uses",
     "priority": "Kueue priority class: production | experiment (default: the team's)",
     "api": "v1: a PyTorchJob (elastic; default) | v2: a Trainer v2 TrainJob (fixed world size)",
@@ -82,6 +83,7 @@ _TO_CONFIG = {
     "checkpointClaim": "checkpointClaim",
     "namespace": "namespace",
     "preflight": "preflight",
+    "ncclDebug": "ncclDebug",
 }
 """Job-file keys handed to ``infra.config.job.parse_job`` (the schema both share)."""
 

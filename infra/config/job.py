@@ -32,6 +32,9 @@ PyTorchJob name (``apimachineryvalidation.NameIsDNS1035Label`` in
 RDZV_BACKENDS = ("etcd", "c10d")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DEVICES = ("cuda", "cpu")
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
+"""``NCCL_DEBUG`` values NCCL reads (NCCL docs, "Environment Variables", NCCL_DEBUG: VERSION,
+WARN, INFO, TRACE; src/debug.cc ``ncclDebugInit``)."""
 
 _REPO_ID = re.compile(r"(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b", re.ASCII)
 """huggingface_hub's ``REPO_ID_REGEX`` (``utils/_validators.py``, v1.x/2.x): an optional
@@ -116,6 +119,9 @@ class JobConfig:
     preflight: bool = False
     """Run ``training.preflight`` before step 1 of every (re)start (parsed default: on when the
     job's nodegroup attaches EFA)."""
+    nccl_debug: str = "WARN"
+    """``NCCL_DEBUG`` of the workers: WARN logs NCCL's errors only; INFO (init, topology, the
+    network chosen) on request, for a job whose network is in question."""
 
 
 def parse_job(
@@ -209,4 +215,7 @@ def parse_job(
         checkpoint_claim=claim,
         namespace=namespace,
         preflight=_bool(obj.get("preflight", group.efa), f"{path}.preflight"),
+        nccl_debug=_choice(
+            obj.get("ncclDebug", default.nccl_debug), NCCL_DEBUG_LEVELS, f"{path}.ncclDebug"
+        ),
     )

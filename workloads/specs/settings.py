@@ -129,8 +129,10 @@ class JobSettings:
     """Where the checkpoint volume is mounted in the container."""
     log_level: str = "INFO"
     """LOGLEVEL of torchrun and the training package."""
-    nccl_debug: str = "INFO"
-    """NCCL_DEBUG of the workers."""
+    nccl_debug: str = "WARN"
+    """NCCL_DEBUG of the workers: WARN (NCCL's errors) unless the job asks for INFO
+    (``ncclDebug``): INFO prints init, topology and every channel of every communicator, on
+    every rank, into the job's logs (and CloudWatch Logs) for each run."""
     shm_size: str | None = None
     """sizeLimit of the memory-backed /dev/shm; None = 10% of host memory, at most 64Gi."""
     termination_grace_s: int | None = None
@@ -397,6 +399,7 @@ def from_stack(
         checkpoint_mb_per_s=storage_mb_per_s(getattr(stack_cfg, "shared_storage", None)),
         metrics_port=TRAINING_METRICS_PORT if _observability_on(stack_cfg) else 0,
         preflight_expect=_preflight_expect(job_cfg, group, int(workers)),
+        nccl_debug=getattr(job_cfg, "nccl_debug", None) or "WARN",
         capacity_block_group=(
             group.name if getattr(group, "capacity_type", "") == "capacity-block" else None
         ),
