@@ -105,12 +105,19 @@ def _entries(model: nn.Module, merge_adapters: bool) -> list[_Entry]:
     """The tensors to export, in state-dict order: tied weights once; with `merge_adapters`
     each adapted linear layer as its merged weight under the base model's own name."""
     sd = model.state_dict(keep_vars=True)
-    seen: set[int] = set()
+    seen: dict[int, str] = {}
     out = []
     for key, value in sd.items():
-        if id(value) in seen or ".lora_" in key:
+        if ".lora_" in key:
             continue
-        seen.add(id(value))
+        if id(value) in seen:
+            first = seen[id(value)]
+            if ".base_layer." in key or ".base_layer." in first:
+                # an adapted layer tied to another (lm_head on tied embeddings): the tensor is
+                # written once, so one of the two would lose or wrongly gain the adapter's delta
+                raise ValueError(f"{key}: adapted, and tied to {first}; cannot be exported")
+            continue
+        seen[id(value)] = key
         lora = None
         if ".base_layer." in key:
             if not merge_adapters:

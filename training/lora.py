@@ -69,9 +69,17 @@ def lora_config(cfg: TrainConfig) -> Any:
 
 def check_targets(model: nn.Module, targets: list[str] | str) -> None:
     """Every named target is a linear layer of `model`, matched as peft matches a name (the
-    module's full name, or its last dotted parts); else one line naming the flag."""
+    module's full name, or its last dotted parts); else one line naming the flag.
+
+    A target that is the output embedding while it shares its weight with the input embedding
+    (tie_word_embeddings: Llama 3.2 1B/3B, small Qwen) is refused: the adapter would change
+    lm_head alone, and the tied weight, stored once, cannot carry its merged delta. peft's own
+    "all-linear" leaves the output embedding out (`_maybe_include_all_linear_layers`,
+    peft/tuners/tuners_utils.py at v0.21.2), so it needs no check.
+    """
     if targets == "all-linear":
         return
+    tied = _tied_output_embedding(model)
     linear = sorted(
         {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
     )
@@ -88,6 +96,30 @@ def check_targets(model: nn.Module, targets: list[str] | str) -> None:
                 f"--lora_target_modules: {target!r} names {', '.join(other)} modules, not "
                 f"linear layers (its linear layers: {', '.join(linear)})"
             )
+        if tied is not None and any(m is tied for m in hits):
+            out_name = next(n for n, m in model.named_modules() if m is tied)
+            raise ModelError(
+                f"--lora_target_modules: {out_name} shares its weight with "
+                f"{_input_embedding_name(model)} (tie_word_embeddings); leave it out"
+            )
+
+
+def _tied_output_embedding(model: nn.Module) -> nn.Module | None:
+    """The output embedding module when its weight is the input embedding's, else None."""
+    get_out = getattr(model, "get_output_embeddings", None)
+    get_in = getattr(model, "get_input_embeddings", None)
+    if get_out is None or get_in is None:
+        return None
+    out, inp = get_out(), get_in()
+    if out is None or inp is None or getattr(out, "weight", None) is None:
+        return None
+    return out if out.weight is inp.weight else None
+
+
+def _input_embedding_name(model: nn.Module) -> str:
+    inp = model.get_input_embeddings()  # type: ignore[operator]
+    name = next((n for n, m in model.named_modules() if m is inp), "the input embedding")
+    return name.rsplit(".", 1)[-1]
 
 
 def apply_lora(model: nn.Module, cfg: TrainConfig, *, empty: bool) -> Any:
