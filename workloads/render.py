@@ -189,7 +189,7 @@ def _stack_output_image(stack: str) -> str | None:
 
 def _render_observability(s: obs.ObservabilitySettings, out: Path, k8s_version: str) -> list[Path]:
     """The observability objects we own, and the values of the two pinned charts."""
-    objs = [obs.namespace(s), obs.dashboard_configmap(s)]
+    objs = [obs.namespace(s), obs.storage_class(s), obs.dashboard_configmap(s)]
     for obj in objs:
         validate(obj, k8s_version)
     path = out / "observability.yaml"

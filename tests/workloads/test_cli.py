@@ -43,8 +43,9 @@ def test_render_writes_one_file_per_component(
 def test_render_observability_objects_and_pinned_chart_values(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A stack with observability on also renders its namespace, dashboard and chart values
-    (what the Observability component applies), never the Grafana password."""
+    """A stack with observability on also renders its namespace, the gp3 StorageClass of
+    Prometheus' claim, dashboard and chart values (what the Observability component applies),
+    never the Grafana password."""
     from infra import versions
     from infra.config import load_stack_file
     from workloads.specs import observability as obs
@@ -53,7 +54,7 @@ def test_render_observability_objects_and_pinned_chart_values(
     assert render.main(["--stack", "p4de-odcr", "--out", str(tmp_path), "--image", image]) == 0
     s = obs.settings_from_stack(load_stack_file("p4de-odcr"))
     objs = list(yaml.safe_load_all((tmp_path / "observability.yaml").read_text()))
-    assert objs == [obs.namespace(s), obs.dashboard_configmap(s)]
+    assert objs == [obs.namespace(s), obs.storage_class(s), obs.dashboard_configmap(s)]
     values = {p.name: yaml.safe_load(p.read_text()) for p in (tmp_path / "observability").iterdir()}
     assert values == {
         "kube-prometheus-stack-values.yaml": obs.kube_prometheus_stack_values(s),
