@@ -393,17 +393,53 @@ def _check_adapter_folder(cfg: Any, fail: Callable[[str, str], None]) -> None:
     if saved.get("peft_type") != "LORA":
         fail(flag, f"{folder} holds a {saved.get('peft_type')} adapter, not LoRA")
     # llama-cookbook takes the folder's own peft config; here the flags must agree with it
-    wanted = {
-        "r": ("lora_r", cfg.lora_r),
-        "lora_alpha": ("lora_alpha", cfg.lora_alpha),
-        "target_modules": ("lora_target_modules", _targets(cfg.lora_target_modules)),
-    }
-    for key, (ours, value) in wanted.items():
-        got = saved.get(key)
-        if key == "target_modules":
-            got = sorted(got) if isinstance(got, list) else got
-        if got != value:
-            fail(flag, f"{folder} was trained with {key}={got!r}; pass --{ours} to match")
+    for key, ours, value in (
+        ("r", "lora_r", cfg.lora_r),
+        ("lora_alpha", "lora_alpha", cfg.lora_alpha),
+    ):
+        if saved.get(key) != value:
+            fail(
+                flag, f"{folder} was trained with {key}={saved.get(key)!r}; pass --{ours} to match"
+            )
+    targets = _targets(cfg.lora_target_modules)
+    got = saved.get("target_modules")
+    # peft saves the names it matched: "all-linear" resolved to the layers' full dotted names
+    # (`_maybe_include_all_linear_layers`, peft/tuners/tuners_utils.py at v0.21.2), a list as
+    # given (short or full names): compared by their last dotted part. With all-linear here the comparison is left to the
+    # weights' keys (training.cookbook_run.with_adapter: a missing or unexpected key stops).
+    if targets != "all-linear":
+        short = sorted({t.rsplit(".", 1)[-1] for t in got}) if isinstance(got, list) else got
+        if short != targets:
+            fail(
+                flag,
+                f"{folder} was trained with target_modules={got!r}; "
+                "pass --lora_target_modules to match",
+            )
+    for key, plain in _ADAPTER_FORWARD.items():
+        value = saved.get(key)
+        if value is None or value == plain or (not isinstance(plain, str) and not value):
+            continue  # absent (an older peft), the default, or an empty pattern / list
+        fail(
+            flag,
+            f"{folder} was trained with {key}={value!r}, which changes the adapters' forward "
+            f"and is not built here (peft's default: {plain!r})",
+        )
+
+
+_ADAPTER_FORWARD: dict[str, Any] = {
+    "use_rslora": False,
+    "use_dora": False,
+    "rank_pattern": {},
+    "alpha_pattern": {},
+    "layers_to_transform": None,
+    "modules_to_save": [],
+    "bias": "none",
+    "lora_bias": False,
+    "fan_in_fan_out": False,
+}
+"""`peft.LoraConfig` fields (peft/tuners/lora/config.py at v0.21.2) that change what a loaded
+adapter computes, with the value training.lora builds (peft's default): a folder saved with
+another value is refused rather than loaded into adapters that compute something else."""
 
 
 def _targets(value: str) -> list[str] | str:

@@ -164,7 +164,13 @@ def with_adapter(adapt: Callable[[nn.Module], Any], folder: str) -> Callable[[nn
 
         peft_model = adapt(model)
         weights = _adapter_weights(Path(folder))
-        result = set_peft_model_state_dict(peft_model, weights)
+        try:
+            result = set_peft_model_state_dict(peft_model, weights)
+        except RuntimeError as e:  # load_state_dict's size mismatch: another model or rank
+            first = str(e).strip().splitlines()[-1].strip()
+            raise ModelError(
+                f"--from_peft_checkpoint {folder}: weights do not fit ({first})"
+            ) from e
         missing = [k for k in result.missing_keys if "lora_" in k]
         if result.unexpected_keys or missing:
             bad = (result.unexpected_keys or missing)[0]
