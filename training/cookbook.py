@@ -357,12 +357,6 @@ def check(cfg: Any) -> None:
             f"must be one of {', '.join(CHECKPOINT_TYPES)} (or StateDictType.<name>), "
             f"got {cfg.checkpoint_type!r}",
         )
-    if cfg.checkpoint_type == "FULL_STATE_DICT" and cfg.use_peft:
-        fail(
-            "checkpoint_type",
-            "FULL_STATE_DICT saves a full fine-tune's weights; with --use_peft the adapters are "
-            "saved (the adapter folder in --output_dir), as llama-cookbook does",
-        )
     if cfg.optimizer not in OPTIMIZERS:
         fail("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}")
     if cfg.optimizer == "anyprecision" and not cfg.pure_bf16:
@@ -470,6 +464,38 @@ def notes(cfg: Any) -> list[str]:
             "--use_fast_kernels: always on here: attention runs torch SDPA's fused causal "
             "kernels (flash / memory-efficient where the device has them)"
         )
+    if cfg.checkpoint_type == "FULL_STATE_DICT" and cfg.use_peft:
+        # llama-cookbook saves the PEFT modules whatever checkpoint_type says (train_utils.py
+        # `train` at 0.0.5.post1: the use_peft branch comes before the checkpoint_type test)
+        out.append(
+            "--checkpoint_type FULL_STATE_DICT with --use_peft: the adapters are what is saved "
+            "(<output_dir>/adapter with --save_model), as llama-cookbook saves the PEFT modules"
+        )
+    out += step_unit_notes(cfg)
     # --num_workers_dataloader carries its meaning (DataLoader workers: training.batches), so it
     # needs no line here.
+    return out
+
+
+def step_unit_notes(cfg: Any) -> list[str]:
+    """--max_train_step and --flop_counter_start count optimizer steps here; llama-cookbook's
+    train loop counts dataloader batches (`total_train_steps += 1` per batch, before the
+    accumulation test: llama_cookbook/utils/train_utils.py at 0.0.5.post1, and its FlopMeasure
+    steps per batch). The two agree without gradient accumulation; with it, one line each."""
+    accum = cfg.gradient_accumulation_steps
+    if accum <= 1:
+        return []
+    out = []
+    if cfg.max_train_step > 0:
+        out.append(
+            f"--max_train_step {cfg.max_train_step}: counts optimizer steps here "
+            f"({cfg.max_train_step * accum} micro-batches with --gradient_accumulation_steps "
+            f"{accum}); llama-cookbook counts micro-batches and would stop after "
+            f"{cfg.max_train_step // accum} optimizer steps"
+        )
+    if cfg.flop_counter:
+        out.append(
+            f"--flop_counter_start {cfg.flop_counter_start}: counts optimizer steps here "
+            f"({accum} micro-batches each); llama-cookbook counts micro-batches"
+        )
     return out

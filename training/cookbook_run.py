@@ -121,8 +121,8 @@ def save_full_state(trainer: Any, epoch: int) -> Path | None:
     when this epoch's eval loss is the best so far), and the full optimizer state with
     --save_optimizer. Returns the model file rank 0 wrote."""
     cfg: TrainConfig = trainer.cfg
-    if cfg.checkpoint_type != "FULL_STATE_DICT" or not cfg.save_model:
-        return None
+    if cfg.checkpoint_type != "FULL_STATE_DICT" or not cfg.save_model or cfg.use_peft:
+        return None  # with --use_peft the adapter folder is the save (training.cookbook.notes)
     model, optimizer, is_main = trainer.model, trainer.optimizer, trainer.env.is_main
     eval_losses: list[float] = trainer.history["eval_loss"]
     if (

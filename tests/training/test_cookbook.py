@@ -83,7 +83,6 @@ def test_cookbook_spelling_means_ours(cookbook_argv: list[str], our_argv: list[s
         (["--optimizer", "anyprecision"], "--optimizer: ", "add --pure_bf16"),
         (["--optimizer", "sgd"], "--optimizer: ", "AdamW, anyprecision"),
         (["--checkpoint_type", "LOCAL_STATE_DICT"], "--checkpoint_type: ", "FULL_STATE_DICT"),
-        (["--use_peft", "--checkpoint_type", "FULL_STATE_DICT"], "--checkpoint_type: ", "adapters"),
         (["--use_peft", "--freeze_layers"], "--freeze_layers: ", "frozen already"),
         (["--num_freeze_layers", "2"], "--num_freeze_layers: ", "only used with --freeze_layers"),
         (["--freeze_layers", "--num_freeze_layers=0"], "--num_freeze_layers: ", ">= 1"),
