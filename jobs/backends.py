@@ -5,6 +5,8 @@ stack's ``jobsNamespace`` output (with ``--stack``), else ``default``."""
 
 from __future__ import annotations
 
+import shlex
+
 from jobs.types import Backend, JobsError
 
 
@@ -28,4 +30,11 @@ def choose(
     api = api_client(kubeconfig, stack)
     if not namespace:  # -n, else the stack's jobsNamespace output, else "default"
         namespace = jobs_namespace(stack) if stack else "default"
-    return ClusterBackend(api, namespace=namespace, stack=stack)
+    connection = (
+        f"--kubeconfig {shlex.quote(kubeconfig)}"
+        if kubeconfig
+        else f"--stack {stack}"
+        if stack
+        else ""
+    )
+    return ClusterBackend(api, namespace=namespace, stack=stack, connection=connection)

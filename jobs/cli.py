@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from eks_fsdp_cli.errors import Parser, fail
 from jobs.types import FINISHED, JobsError
 
 FINISH_WAIT_S = 30.0
@@ -83,7 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
+        command="jobs",
         prog="python -m jobs",
         description="Submit, watch, cancel and resume fine-tuning jobs, on a cluster or locally.",
         epilog="python -m jobs VERB --help shows each verb with an example.",
@@ -177,7 +179,15 @@ def _parser() -> argparse.ArgumentParser:
         help="continue from the checkpoints under this root: a path (cluster: on the job's "
         "checkpoint claim) or s3://BUCKET/PREFIX; kept for later resumes",
     )
+    resume.add_argument(
+        "--image",
+        help="training image (cluster; default: the one the job was submitted with); kept for "
+        "later resumes",
+    )
     _wait_flag(resume)
+    from jobs.data import add_parser as data_verb
+
+    data_verb(verbs)  # python -m jobs data put|get (jobs.data)
     return parser
 
 
@@ -221,6 +231,10 @@ def run(args: argparse.Namespace) -> int:
     from jobs import output
     from jobs.backends import choose
 
+    if args.verb == "data":
+        from jobs.data import main as data_main
+
+        return data_main(args)
     if getattr(args, "wait_timeout", 1.0) <= 0:
         raise JobsError(f"--wait-timeout {args.wait_timeout:g}: must be > 0 seconds", status=2)
     if args.verb == "resume" and args.from_uri is not None:
@@ -247,6 +261,10 @@ def run(args: argparse.Namespace) -> int:
             stack=args.stack,
             namespace=job.config.namespace,
         )
+        from planner.estimate import lines as estimate
+
+        for line in estimate(job):  # the planner's figures before anything is sent
+            print(line, file=sys.stderr, flush=True)
         done = backend.submit(job, image=args.image, replace=args.replace)
         _print(args, done.as_dict(), output.submitted_text(done))
         if args.follow:
@@ -284,7 +302,10 @@ def run(args: argparse.Namespace) -> int:
         message = backend.suspend(args.name, on=args.verb == "suspend")
         _print(args, {"name": args.name, args.verb + "ed": True, "message": message}, message)
     elif args.verb == "resume":
-        done = backend.resume(args.name, from_uri=args.from_uri)
+        if args.local and args.image:
+            raise JobsError("--image: a local job runs this checkout's training/", status=2)
+        image = {} if args.local else {"image": args.image}
+        done = backend.resume(args.name, from_uri=args.from_uri, **image)
         _print(args, done.as_dict(), output.submitted_text(done, "resumed"))
         if args.follow:
             return _follow(args, backend, done.name)
@@ -325,8 +346,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except JobFileError as err:
-        print(f"jobs: {err}", file=sys.stderr)
-        return 2
+        return fail("jobs", err)
     except JobsError as err:
-        print(f"jobs: {err}", file=sys.stderr)
-        return err.status
+        return fail("jobs", err, err.status)

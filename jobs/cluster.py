@@ -6,8 +6,9 @@ job again (same name, so the same checkpoint folder; next generation, fresh rend
 
 Phases are the training operator's conditions (the last true one: Created, Running,
 Restarting, Succeeded, Failed, Suspended); a job deleted by ``cancel`` is ``Cancelled`` from its
-record. Progress comes from the rank-0 worker's exporter (``eksfsdp_*``), read through the API
-server's pod proxy, on jobs that export metrics (stacks with observability).
+record. Progress comes from the job's ``eksfsdp_*`` gauges in the cluster's Prometheus (through
+the API server's service proxy), else from a worker's exporter through the pod proxy
+(``jobs.cluster_metrics``), on jobs that export metrics (stacks with observability).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from jobs import capacity, cluster_logs, manifest, queue, resume_from
+from jobs import capacity, cluster_logs, cluster_metrics, manifest, queue, resume_from
 from jobs.file import JobFile, loads
 from jobs.kube import TIMEOUT, api_errors, object_not_found, stack_output
-from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of
-from jobs.progress import from_prometheus, planned_steps
+from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of, worker_container, worker_spec
+from jobs.progress import from_gauges, planned_steps
 from jobs.types import FINISHED, Condition, JobInfo, JobsError, Progress, Replica, Submitted
 from workloads.specs import pytorchjob as pj
 from workloads.specs.stack import job_workloads
@@ -99,12 +100,22 @@ class ClusterBackend:
 
     name = "cluster"
 
-    def __init__(self, api: Any, *, namespace: str = "default", stack: str | None = None) -> None:
+    def __init__(
+        self,
+        api: Any,
+        *,
+        namespace: str = "default",
+        stack: str | None = None,
+        connection: str = "",
+    ) -> None:
         from kubernetes import client
 
         self.api = api
         self.namespace = namespace
         self.stack = stack
+        self.connection = connection
+        """The flags that reached this cluster (``--stack S`` / ``--kubeconfig P``): the
+        commands the CLI prints carry them, so they talk to the same cluster."""
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.net = client.NetworkingV1Api(api)
@@ -148,7 +159,8 @@ class ClusterBackend:
         except Exception as err:
             if getattr(err, "status", None) in (403, 404):
                 return []
-            raise
+            with api_errors(self.api, f"list workloads in {self.namespace}"):
+                raise
         return list((data or {}).get("items") or [])
 
     def _workload_of(
@@ -171,33 +183,42 @@ class ClusterBackend:
             items, key=lambda p: int((p["metadata"].get("labels") or {}).get(INDEX_LABEL, 0))
         )
 
-    def _metrics(self, job: dict[str, Any], pods: list[dict[str, Any]]) -> str:
-        """The rank-0 worker's exporter text through the API server's pod proxy ('' if none)."""
-        container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][
-            0
-        ]
+    def _progress(
+        self, job: dict[str, Any], pods: list[dict[str, Any]], total: int | None
+    ) -> Progress:
+        """The job's gauges from the cluster's Prometheus, else from a running worker's
+        exporter (``jobs.cluster_metrics``); none on a job without a metrics port."""
+        from workloads.specs.observability import ObservabilitySettings
+
         port = next(
             (
-                p["containerPort"]
-                for p in container.get("ports") or []
+                p.get("containerPort")
+                for p in worker_container(job).get("ports") or []
                 if p.get("name") == "metrics"
             ),
             None,
         )
-        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-        if port is None or not running:
-            return ""
-        try:
-            text = _raw(
-                self.core.connect_get_namespaced_pod_proxy_with_path,
-                f"{running[0]['metadata']['name']}:{port}",
-                self.namespace,
-                "metrics",
-                text=True,
-            )
-        except Exception:
-            return ""  # progress is a nicety: a job without a reachable exporter still lists
-        return str(text)
+        if port is None:
+            return Progress(total=total)
+        obs = ObservabilitySettings()
+        meta = job.get("metadata") or {}
+        values = cluster_metrics.prometheus_values(
+            self.api,
+            meta.get("name", ""),
+            meta.get("namespace", self.namespace),
+            metrics_namespace=obs.namespace,
+            service=obs.prometheus_service,
+        )
+        if values is None:
+            values = cluster_metrics.pod_values(self.api, pods, port, self.namespace)
+        return from_gauges(values, total)
+
+    def _cmd(self, verb: str, name: str, *flags: str) -> str:
+        """A ``python -m jobs`` command for job ``name`` on this cluster and namespace."""
+        words = ["python -m jobs", verb, name, *flags]
+        if self.connection:
+            words.append(self.connection)
+        return " ".join([*words, "-n", self.namespace])
 
     def _info(
         self,
@@ -223,17 +244,17 @@ class ClusterBackend:
                 generation=int(data.get(manifest.GENERATION_KEY, 1)),
                 rdzv_id=data.get(manifest.RDZV_ID_KEY, ""),
                 age_s=_age(meta.get("creationTimestamp")),
-                next_step=f"python -m jobs resume {name}",
+                next_step=self._cmd("resume", name),
                 where={"record": f"configmap/{manifest.record_name(name)}"},
             )
-        spec = job["spec"]
-        worker = spec["pytorchReplicaSpecs"]["Worker"]
+        spec = job.get("spec") or {}
+        worker = worker_spec(job)
         replicas = [_replica(p) for p in pods]
-        container = worker["template"]["spec"]["containers"][0]
+        container = worker_container(job)
         total = planned_steps(pj.finetune_flags(container.get("command") or []))
         progress = Progress(total=total)
         if detail or phase_of(job) in ("Running", "Restarting"):
-            progress = from_prometheus(self._metrics(job, pods), total)
+            progress = self._progress(job, pods, total)
         conditions = [
             Condition(
                 type=c.get("type", ""),
@@ -281,16 +302,16 @@ class ClusterBackend:
             progress=progress,
             namespace=ns,
             generation=int((meta.get("labels") or {}).get("eks-fsdp/generation", 1)),
-            rdzv_id=spec.get("elasticPolicy", {}).get("rdzvId", ""),
+            rdzv_id=(spec.get("elasticPolicy") or {}).get("rdzvId", ""),
             conditions=conditions,
             replicas=replicas,
             last_failure=last_failure,
             next_step=(
-                f"python -m jobs logs {name} --follow"
+                self._cmd("logs", name, "--follow")
                 if phase not in FINISHED
-                else f"python -m jobs resume {name}"
+                else self._cmd("resume", name)
                 if phase == "Failed"
-                else f"python -m jobs logs {name}"
+                else self._cmd("logs", name)
             ),
             where={
                 "pytorchjob": f"{ns}/{name}",
@@ -346,6 +367,7 @@ class ClusterBackend:
             pod_template_paths=queue.pytorchjob_templates,
         )
         ns = settings.namespace
+        self._clear_stale_policy(settings.name, ns)
         with api_errors(
             self.api,
             f"create pytorchjob {settings.name} in {ns}",
@@ -365,6 +387,31 @@ class ClusterBackend:
             self._delete_job(settings.name, ns)  # nothing half-made is left behind
             raise
         return settings, rdzv
+
+    def _clear_stale_policy(self, name: str, ns: str) -> None:
+        """Delete ``<name>-workers`` when it belongs to a deleted job. ``cancel``, ``resume``
+        and ``submit --replace`` delete a PyTorchJob in the background: the API server removes
+        the job at once and the garbage collector its NetworkPolicy later, so a job created
+        again under the name would meet the old policy (409 AlreadyExists). Called when no job
+        of this name exists, so an owner that is a PyTorchJob is a deleted one; a policy with
+        other owners, or none, is left alone (the create then says so)."""
+        policy_name = f"{name}-workers"  # workloads.specs.pytorchjob.network_policy's name
+        with api_errors(self.api, f"get networkpolicy {policy_name}"):
+            try:
+                policy = _raw(self.net.read_namespaced_network_policy, policy_name, ns)
+            except Exception as err:
+                if object_not_found(err):
+                    return
+                raise
+        owners = (policy.get("metadata") or {}).get("ownerReferences") or []
+        if not owners or any(o.get("kind") != pj.KIND for o in owners):
+            return
+        with api_errors(self.api, f"delete networkpolicy {policy_name} (of a deleted job)"):
+            try:
+                _raw(self.net.delete_namespaced_network_policy, policy_name, ns)
+            except Exception as err:
+                if not object_not_found(err):  # the garbage collector was quicker
+                    raise
 
     def submit(self, job: JobFile, *, image: str | None = None, replace: bool = False) -> Submitted:
         if job.api != "v1":
@@ -420,7 +467,7 @@ class ClusterBackend:
             rdzv_id=rdzv,
             generation=1,
             namespace=ns,
-            follow=f"python -m jobs logs {job.name} --follow -n {ns}",
+            follow=self._cmd("logs", job.name, "--follow"),
         )
 
     def list(self) -> list[JobInfo]:
@@ -509,7 +556,7 @@ class ClusterBackend:
             raise JobsError(
                 f"no job {name!r} in namespace {self.namespace}: `python -m jobs list` shows them"
             )
-        wanted = job["spec"]["pytorchReplicaSpecs"]["Worker"].get("replicas", 0)
+        wanted = int(worker_spec(job).get("replicas", 0))
         if not 0 <= rank < wanted:
             raise JobsError(
                 f"--rank {rank}: job {name} has {wanted} worker pods (--rank 0..{wanted - 1})",
@@ -564,7 +611,7 @@ class ClusterBackend:
                 _raw(self.core.patch_namespaced_config_map, manifest.record_name(name), ns, patch)
         return (
             f"cancelled {name}: the PyTorchJob and its pods are deleted; its checkpoints stay on "
-            f"the claim (resume: python -m jobs resume {name})"
+            f"the claim (resume: {self._cmd('resume', name)})"
         )
 
     def suspend(self, name: str, *, on: bool = True) -> str:
@@ -617,14 +664,19 @@ class ClusterBackend:
         if on:
             return (
                 f"suspended {name} ({how}): its pods get SIGTERM and write a checkpoint; "
-                f"`python -m jobs unsuspend {name}` resumes it from there"
+                f"`{self._cmd('unsuspend', name)}` resumes it from there"
             )
         return f"unsuspended {name} ({how}): its pods resume from the newest checkpoint"
 
-    def resume(self, name: str, *, from_uri: str | None = None) -> Submitted:
+    def resume(
+        self, name: str, *, from_uri: str | None = None, image: str | None = None
+    ) -> Submitted:
         """A new generation of job ``name`` from its newest complete checkpoint: in its own
         checkpoint folder, or under ``from_uri`` (``resume --from``: a path on its claim or
-        ``s3://BUCKET/PREFIX``), which the record keeps for the next resume."""
+        ``s3://BUCKET/PREFIX``), which the record keeps for the next resume. It runs the image
+        the job was submitted with (the record's), or ``image`` (``resume --image``: a newer
+        build, or one that replaces an image the registry's lifecycle rule expired), which the
+        record then keeps."""
         ns = self.namespace
         if from_uri is not None:  # its form before any request; the claim once it is known
             resume_from.parse(from_uri, local=False, claim_mount="/")
@@ -639,7 +691,10 @@ class ClusterBackend:
             data[manifest.JOB_FILE_KEY], source=f"configmap/{manifest.record_name(name)}"
         )
         generation = int(data.get(manifest.GENERATION_KEY, 1)) + 1
-        image = data.get(manifest.IMAGE_KEY) or self.image_for(job_file, None)
+        if image is not None:
+            image = self.image_for(job_file, image)  # a registry image (or any, on CPU)
+        else:
+            image = data.get(manifest.IMAGE_KEY) or self.image_for(job_file, None)
         w = job_workloads(job_file, image=image, generation=generation)
         root = data.get(ROOT_KEY) or None
         if from_uri is not None:
@@ -675,6 +730,7 @@ class ClusterBackend:
                 manifest.RDZV_ID_KEY: rdzv,
                 manifest.CANCELLED_KEY: None,
                 ROOT_KEY: root,
+                manifest.IMAGE_KEY: image,
             }
         }
         with api_errors(self.api, f"patch configmap {manifest.record_name(name)}"):
@@ -685,5 +741,5 @@ class ClusterBackend:
             rdzv_id=rdzv,
             generation=generation,
             namespace=ns,
-            follow=f"python -m jobs logs {name} --follow -n {ns}",
+            follow=self._cmd("logs", name, "--follow"),
         )

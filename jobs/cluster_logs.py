@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobs.kube import TIMEOUT, api_errors
-from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of
+from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of, worker_spec
 from jobs.types import FINISHED, JobsError
 from workloads.specs import pytorchjob as pj
 
@@ -90,7 +90,7 @@ def wait_started(
                 f"job {name}: gone before worker pod {rank} started (cancelled?): "
                 f"`python -m jobs list` shows it"
             )
-        wanted = int(job["spec"]["pytorchReplicaSpecs"]["Worker"].get("replicas", 0))
+        wanted = int(worker_spec(job).get("replicas", 0))
         if not 0 <= rank < wanted:
             raise JobsError(
                 f"--rank {rank}: job {name} has {wanted} worker pods (--rank 0..{wanted - 1})",

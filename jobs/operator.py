@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobs.types import JobsError
+
 JOB_LABEL = "training.kubeflow.org/job-name"
 TYPE_LABEL = "training.kubeflow.org/replica-type"
 INDEX_LABEL = "training.kubeflow.org/replica-index"
@@ -22,3 +24,24 @@ def phase_of(job: dict[str, Any]) -> str:
         if cond.get("status") == "True" and cond.get("type") in OPERATOR_PHASES:
             phase = cond["type"]
     return "Pending" if phase == "Created" else phase
+
+
+def worker_spec(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's ``Worker`` replica spec; ``JobsError`` (one line) for a PyTorchJob without one
+    (a Master-only job made by other means: this CLI makes elastic, Worker-only jobs)."""
+    meta = job.get("metadata") or {}
+    specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    worker = specs.get("Worker")
+    if not isinstance(worker, dict):
+        raise JobsError(
+            f"pytorchjob {meta.get('namespace', '')}/{meta.get('name', '')} has no Worker replica "
+            f"({', '.join(specs) or 'no replicas'}): not a job of this CLI; "
+            f"kubectl describe pytorchjob {meta.get('name', '')}"
+        )
+    return worker
+
+
+def worker_container(job: dict[str, Any]) -> dict[str, Any]:
+    """The Worker pod template's first container (``{}`` when the template has none)."""
+    containers = ((worker_spec(job).get("template") or {}).get("spec") or {}).get("containers")
+    return containers[0] if containers and isinstance(containers[0], dict) else {}

@@ -65,20 +65,42 @@ def from_rows(rows: Sequence[dict[str, Any]], total: int | None) -> Progress:
     )
 
 
-def from_prometheus(text: str, total: int | None) -> Progress:
-    """Progress from an exporter's text exposition (the rank-0 series of each gauge)."""
+GAUGES = (
+    "eksfsdp_step",
+    "eksfsdp_loss",
+    "eksfsdp_tokens_per_second",
+    "eksfsdp_step_time_seconds",
+    "eksfsdp_goodput_ratio",
+    "eksfsdp_world_size",
+)
+"""The exporter's gauges progress is read from (``training.prometheus``)."""
+
+
+def exporter_values(text: str) -> dict[str, float]:
+    """The first series of each ``eksfsdp_*`` gauge in an exporter's text exposition, whatever
+    its labels: a pod's exporter labels its series with the global rank of its local rank 0
+    (``training.prometheus``), and the values are the job's (logged by global rank 0), so the
+    rank of the pod that serves them does not matter."""
     values: dict[str, float] = {}
     for line in text.splitlines():
         if not line.startswith("eksfsdp_"):
             continue
         name, _, rest = line.partition("{") if "{" in line else line.partition(" ")
-        labels, _, value = rest.rpartition("} ") if "}" in rest else ("", "", rest)
-        if labels and 'rank="0"' not in labels:
-            continue
+        _, _, value = rest.rpartition("} ") if "}" in rest else ("", "", rest)
         try:
             values.setdefault(name.strip(), float(value.split()[0]))
         except (ValueError, IndexError):
             continue
+    return values
+
+
+def from_prometheus(text: str, total: int | None) -> Progress:
+    """Progress from an exporter's text exposition (``exporter_values``)."""
+    return from_gauges(exporter_values(text), total)
+
+
+def from_gauges(values: dict[str, float], total: int | None) -> Progress:
+    """Progress from the gauges' values by name (an exporter's, or the cluster Prometheus')."""
     if "eksfsdp_step" not in values:
         return Progress(total=total)
     step = int(values["eksfsdp_step"])

@@ -11,14 +11,27 @@ deletes what names it in ``ownerReferences`` (the garbage collector), and an obj
 as the API server keeps it); pod logs and the pod proxy's ``/metrics`` return the texts a
 test put there, and a log in ``broken_logs`` is cut off mid-body (the connection closes before
 its announced length, as when a node or a proxy drops it). The PyTorchJob's ``status`` is what the
-test writes, in the operator's shape (``conditions``, ``replicaStatuses``). Nothing here
-reaches beyond 127.0.0.1.
+test writes, in the operator's shape (``conditions``, ``replicaStatuses``).
+
+With ``deferred_gc`` the garbage collector runs only when the test calls ``collect()``: the API
+server answers a background-propagation DELETE once the owner is gone and the controller
+manager's garbage collector removes the dependents asynchronously later
+(``DeletePropagationBackground``, k8s.io/apimachinery ``pkg/apis/meta/v1/types.go``).
+
+The service proxy (``services/<svc>:<port>/proxy/api/v1/query``) plays the cluster's
+Prometheus when ``prometheus`` holds series (labels with ``__name__``, value): it answers the
+one query shape ``jobs.cluster_metrics.promql`` sends, ``max by (__name__) ({matchers})`` with
+``=`` and ``=~`` matchers, in the HTTP API's instant-vector format (``{"status": "success",
+"data": {"resultType": "vector", "result": [{"metric": ..., "value": [t, "v"]}]}}``,
+prometheus.io/docs/prometheus/latest/querying/api/); with ``prometheus`` None the Service does
+not exist (404 NotFound, as the API server answers). Nothing here reaches beyond 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 import uuid
@@ -33,6 +46,7 @@ ROUTES = {
     ("apis/kubeflow.org/v1", "pytorchjobs"): ("kubeflow.org", "PyTorchJob"),
     ("api/v1", "configmaps"): ("", "ConfigMap"),
     ("api/v1", "pods"): ("", "Pod"),
+    ("api/v1", "services"): ("", "Service"),
     ("apis/networking.k8s.io/v1", "networkpolicies"): ("networking.k8s.io", "NetworkPolicy"),
     ("apis/kueue.x-k8s.io/v1beta2", "workloads"): ("kueue.x-k8s.io", "Workload"),
 }
@@ -79,6 +93,15 @@ class FakeKube:
         """Pods whose log answer breaks off after its first half."""
         self.on_request: Any = None
         """Called with (method, path) before each request is answered (a test's clock)."""
+        self.deferred_gc = False
+        """Leave an owner's dependents in place until ``collect()`` (the asynchronous GC)."""
+        self._garbage: list[str] = []
+        """The uids of deleted owners whose dependents ``collect()`` removes."""
+        self.prometheus: list[tuple[dict[str, str], float]] | None = None
+        """The cluster Prometheus' series (None: no Prometheus Service)."""
+        self.broken: dict[str, int] = {}
+        """Resource (plural) -> the status every request on it gets (an InternalError ``Status``:
+        an apiserver or a webhook failing)."""
         self._version = itertools.count(1)
         self._lock = threading.Lock()
         fake = self
@@ -148,12 +171,43 @@ class FakeKube:
     def _delete(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         gone = self.objects.pop((plural, namespace, name), None)
         if gone is not None:  # the garbage collector: dependents go with their owner
-            uid = gone["metadata"]["uid"]
+            self._garbage.append(gone["metadata"]["uid"])
+            if not self.deferred_gc:
+                self.collect()
+        return gone
+
+    def collect(self) -> None:
+        """One pass of the garbage collector: the dependents of every deleted owner."""
+        while self._garbage:
+            uid = self._garbage.pop()
             for key, obj in list(self.objects.items()):
                 owners = obj["metadata"].get("ownerReferences") or []
                 if any(o.get("uid") == uid for o in owners):
                     self._delete(*key)
-        return gone
+
+    def _query(self, query: str) -> tuple[int, dict[str, Any]]:
+        """Prometheus' answer to ``query`` (the one shape the job CLI sends)."""
+        m = re.fullmatch(r"max by \(__name__\) \(\{(.*)\}\)", query)
+        if m is None:
+            return 400, {
+                "status": "error",
+                "errorType": "bad_data",
+                "error": f"unsupported: {query}",
+            }
+        matchers = re.findall(r'(\w+)(=~|=)"([^"]*)"', m.group(1))
+        best: dict[str, float] = {}
+        for labels, value in self.prometheus or []:
+            if all(
+                re.fullmatch(want, labels.get(key, ""))
+                if op == "=~"
+                else labels.get(key, "") == want
+                for key, op, want in matchers
+            ):
+                metric = labels["__name__"]
+                best[metric] = max(value, best.get(metric, value))
+        now = time.time()
+        result = [{"metric": {"__name__": k}, "value": [now, repr(v)]} for k, v in best.items()]
+        return 200, {"status": "success", "data": {"resultType": "vector", "result": result}}
 
     # -- HTTP -----------------------------------------------------------------------------------
     @staticmethod
@@ -215,10 +269,35 @@ class FakeKube:
             self._send(h, 404, "404 page not found\n", "text/plain; charset=utf-8")
             return
         ns, plural = rest[1], rest[2]
+        if plural in self.broken:
+            code = self.broken[plural]
+            self._send(h, code, self._status(code, "InternalError", f"{plural}: internal error"))
+            return
         group, kind = ROUTES[(prefix, plural)]
         name = rest[3] if len(rest) > 3 else None
         sub = rest[4] if len(rest) > 4 else None
         with self._lock:
+            if plural == "services" and name and sub == "proxy":  # the cluster's Prometheus
+                if self.prometheus is None:
+                    svc = name.split(":")[0]
+                    self._send(
+                        h,
+                        404,
+                        self._status(
+                            404,
+                            "NotFound",
+                            f'services "{svc}" not found',
+                            name=svc,
+                            kind="services",
+                        ),
+                    )
+                    return
+                if rest[5:] != ["api", "v1", "query"]:
+                    self._send(h, 404, "404 page not found\n", "text/plain; charset=utf-8")
+                    return
+                code, answer = self._query((query.get("query") or [""])[0])
+                self._send(h, code, answer)
+                return
             if name and ":" in name and sub == "proxy":  # pods/<pod>:<port>/proxy/metrics
                 pod = name.split(":")[0]
                 self._send(h, 200, self.metrics.get(pod, ""), "text/plain; version=0.0.4")

@@ -291,7 +291,9 @@ def train_command(s: JobSettings) -> list[str]:
 
 def finetune_flags(command: list[str]) -> list[str]:
     """The ``training.finetune`` flags of a container command (what follows ``-m
-    training.finetune``)."""
+    training.finetune``); none when the command does not run it (a job made elsewhere)."""
+    if "training.finetune" not in command:
+        return []
     return command[command.index("training.finetune") + 1 :]
 
 

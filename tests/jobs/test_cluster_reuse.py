@@ -1,0 +1,347 @@
+"""A cluster job's progress, a name used again, the printed commands and odd jobs: the client
+layer over real HTTP.
+
+The requests go to ``FakeKube`` (``tests/jobs/fake_kube.py``), a loopback server answering in
+the upstream API's response shapes (no API server runs here); the test plays the operator, the
+kubelet, the garbage collector (``deferred_gc``: dependents go only when the test calls
+``collect()``, as the controller manager's collector removes them after a background-propagation
+DELETE) and the cluster's Prometheus (series with the scrape job's labels, answered in the
+Prometheus HTTP API's instant-vector format). The exporter text is the real
+``training.prometheus.PrometheusSink``'s.
+
+If these fail: ``status``/``list`` would show no progress for a job whose worker 0 is not
+global rank 0 (etcd rendezvous orders ranks freely), or whose worker 0 is not running, or on
+EKS, where the workers' NetworkPolicy keeps the API server's pod proxy out and only the
+cluster's Prometheus can tell; a resume of a Failed job or a ``submit --replace`` would fail on
+the old job's NetworkPolicy that the garbage collector has not removed yet; the printed
+"follow it" command would talk to another cluster than ``--kubeconfig``/``--stack`` named; a
+PyTorchJob made by other means would print a stack trace; and ``resume`` could not move a job
+to a new image when its old one expired from the registry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+import yaml
+
+from jobs.manifest import record_name
+from tests.jobs.fake_kube import FakeKube
+from tests.jobs.test_cluster_follow import _fake_pulumi
+from tests.jobs.test_cluster_jobs import (
+    IMAGE,
+    NAME,
+    P4DE,
+    _cli,
+    _obj,
+    _operate,
+    _submit,
+    kube,
+)
+from workloads.specs import pytorchjob as pj
+from workloads.specs.prometheus_files import TRAINING_METRICS_PORT
+
+__all__ = ["kube"]  # the fixture, shared with test_cluster_jobs
+
+FAILED = {
+    "conditions": [
+        {
+            "type": "Failed",
+            "status": "True",
+            "reason": "PyTorchJobFailed",
+            "message": "PyTorchJob default/x has failed because 1 Worker replica(s) failed.",
+        }
+    ]
+}
+
+
+def _exporter(step: int, rank: int) -> str:
+    """What the exporter of a pod whose local rank 0 is global rank ``rank`` serves."""
+    from training.prometheus import PrometheusSink
+
+    sink = PrometheusSink(0, addr="127.0.0.1", env={"RANK": str(rank), "WORLD_SIZE": "16"})
+    try:
+        sink.log({"loss": 1.5, "tokens_per_s": 40000.0, "step_time_s": 2.0, "goodput": 0.9}, step)
+        with urllib.request.urlopen(sink.url, timeout=5) as resp:
+            return resp.read().decode()
+    finally:
+        sink.close()
+
+
+def _scraped(text: str, **target: str) -> list[tuple[dict[str, str], float]]:
+    """The series Prometheus stores from an exporter's text: its labels plus the scrape job's
+    target labels (``training_job``, ``namespace``, ``pod``:
+    ``workloads.specs.prometheus_files.kubernetes_scrape_configs``)."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("eksfsdp_"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, _, labels = head.partition("{")
+        pairs = dict(p.split("=", 1) for p in labels.rstrip("}").split(",") if "=" in p)
+        series = {k: v.strip('"') for k, v in pairs.items()}
+        out.append(({**series, **target, "__name__": name}, float(value)))
+    return out
+
+
+def _status(capsys: pytest.CaptureFixture[str], kubeconfig: str) -> dict[str, Any]:
+    code, out, err = _cli(capsys, "status", NAME, "--kubeconfig", kubeconfig, "--json")
+    assert code == 0, err
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def _pod_proxy_requests(fake: FakeKube) -> list[str]:
+    return [unquote(p) for _, p in fake.requests if "/pods/" in p and p.endswith("/proxy/metrics")]
+
+
+def test_progress_from_a_worker_0_that_is_not_rank_0(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pod proxy path (no Prometheus): worker 0's local rank 0 is global rank 8."""
+    fake, kubeconfig = kube
+    assert _submit(capsys, kubeconfig)[0] == 0
+    _operate(fake, NAME)
+    fake.metrics[f"{NAME}-worker-0"] = _exporter(57, rank=8)
+    assert 'rank="8"' in fake.metrics[f"{NAME}-worker-0"]
+    p = _status(capsys, kubeconfig)["progress"]
+    assert (p["step"], p["loss"], p["tokens_per_s"], p["world_size"]) == (57, 1.5, 40000.0, 16)
+    code, out, _ = _cli(capsys, "list", "--kubeconfig", kubeconfig)
+    assert code == 0 and out.splitlines()[1].split()[4] == "57"
+
+
+def test_progress_from_worker_1_when_worker_0_is_pending(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake, kubeconfig = kube
+    assert _submit(capsys, kubeconfig)[0] == 0
+    _operate(fake, NAME)
+    pod0 = _obj(fake, "pods", f"{NAME}-worker-0")
+    pod0["status"] = {"phase": "Pending"}
+    fake.metrics[f"{NAME}-worker-0"] = ""
+    fake.metrics[f"{NAME}-worker-1"] = _exporter(33, rank=0)
+    p = _status(capsys, kubeconfig)["progress"]
+    assert (p["step"], p["goodput"]) == (33, 0.9)
+    assert (
+        _pod_proxy_requests(fake)[-1].split("/")[-3] == f"{NAME}-worker-1:{TRAINING_METRICS_PORT}"
+    )
+
+
+def test_progress_comes_from_the_clusters_prometheus_through_the_service_proxy(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where the workers' NetworkPolicy keeps the API server out (EKS), the job's series in the
+    cluster's Prometheus are the only way in: no pod-proxy request is made when it answers."""
+    fake, kubeconfig = kube
+    assert _submit(capsys, kubeconfig)[0] == 0
+    _operate(fake, NAME)
+    fake.metrics.clear()  # a pod-proxy request would find nothing
+    ours = {"training_job": NAME, "namespace": "default"}
+    fake.prometheus = [
+        *_scraped(_exporter(88, rank=8), **ours, pod=f"{NAME}-worker-0"),
+        *_scraped(_exporter(88, rank=0), **ours, pod=f"{NAME}-worker-1"),
+        # another job, and a job of the same name in another namespace
+        *_scraped(_exporter(999, rank=0), training_job="other", namespace="default", pod="o-0"),
+        *_scraped(_exporter(777, rank=0), training_job=NAME, namespace="team-a", pod="t-0"),
+    ]
+    p = _status(capsys, kubeconfig)["progress"]
+    assert (p["step"], p["loss"], p["tokens_per_s"], p["goodput"], p["world_size"]) == (
+        88,
+        1.5,
+        40000.0,
+        0.9,
+        16,
+    )
+    if p["total"] is not None:
+        assert p["eta_s"] == pytest.approx((p["total"] - 88) * 2.0)
+    queries = [unquote(path) for _, path in fake.requests if "/services/" in path]
+    assert queries and queries[-1] == (
+        "/api/v1/namespaces/monitoring/services/kps-prometheus:9090/proxy/api/v1/query"
+    )
+    assert _pod_proxy_requests(fake) == []
+    fake.prometheus = []  # Prometheus answers but has not scraped the job yet
+    p = _status(capsys, kubeconfig)["progress"]
+    assert p["step"] is None and _pod_proxy_requests(fake) == []
+
+
+@pytest.mark.parametrize("how", ["resume", "replace", "cancel-resume"])
+def test_a_name_used_again_while_the_gc_still_holds_the_old_policy(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    fake, kubeconfig = kube
+    fake.deferred_gc = True
+    assert _submit(capsys, kubeconfig)[0] == 0
+    old_uid = _obj(fake, "pytorchjobs", NAME)["metadata"]["uid"]
+    if how == "cancel-resume":
+        assert _cli(capsys, "cancel", NAME, "--kubeconfig", kubeconfig)[0] == 0
+    else:
+        _obj(fake, "pytorchjobs", NAME)["status"] = FAILED
+    policy = _obj(fake, "networkpolicies", f"{NAME}-workers")
+    if how == "replace":
+        code, _, err = _submit(capsys, kubeconfig, "--replace")
+    else:
+        code, _, err = _cli(capsys, "resume", NAME, "--kubeconfig", kubeconfig)
+    assert code == 0, err
+    job = _obj(fake, "pytorchjobs", NAME)
+    assert job["metadata"]["uid"] != old_uid
+    again = _obj(fake, "networkpolicies", f"{NAME}-workers")
+    assert again["metadata"]["uid"] != policy["metadata"]["uid"]
+    assert again["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    fake.collect()  # the collector's late pass leaves the new job's policy alone
+    assert (
+        _obj(fake, "networkpolicies", f"{NAME}-workers")["metadata"]["uid"]
+        == (again["metadata"]["uid"])
+    )
+
+
+def test_a_policy_not_owned_by_a_job_is_left_alone(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake, kubeconfig = kube
+    fake.put(
+        "networkpolicies",
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": f"{NAME}-workers"},
+            "spec": {"podSelector": {}},
+        },
+    )
+    code, _, err = _submit(capsys, kubeconfig)
+    assert code == 1 and err.count("\n") == 1 and "networkpolicy" in err and "already exists" in err
+    assert fake.get("pytorchjobs", NAME) is None  # nothing half-made is left behind
+    assert "ownerReferences" not in _obj(fake, "networkpolicies", f"{NAME}-workers")["metadata"]
+
+
+def test_printed_commands_carry_the_kubeconfig(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake, kubeconfig = kube
+    code, out, _ = _submit(capsys, kubeconfig)
+    where = f"--kubeconfig {kubeconfig} -n default"
+    assert code == 0 and f"python -m jobs logs {NAME} --follow {where}" in out
+    _operate(fake, NAME)
+    assert (
+        _status(capsys, kubeconfig)["next_step"] == f"python -m jobs logs {NAME} --follow {where}"
+    )
+    code, out, _ = _cli(capsys, "cancel", NAME, "--kubeconfig", kubeconfig)
+    assert f"python -m jobs resume {NAME} {where}" in out
+    assert _status(capsys, kubeconfig)["next_step"] == f"python -m jobs resume {NAME} {where}"
+
+
+def test_printed_commands_carry_the_stack(
+    tmp_path: Path,
+    kube: tuple[FakeKube, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake, kubeconfig = kube
+    fake.namespaces.add("team-a")
+    outputs = {
+        "kubeconfig": json.dumps(yaml.safe_load(Path(kubeconfig).read_text())),
+        "jobsNamespace": "team-a",
+        "trainingImage": IMAGE,
+    }
+    monkeypatch.setenv("PATH", _fake_pulumi(tmp_path, outputs) + os.pathsep + os.environ["PATH"])
+    code, out, err = _cli(capsys, "submit", P4DE, "--stack", "p4de-odcr")
+    assert code == 0, err
+    assert f"python -m jobs logs {NAME} --follow --stack p4de-odcr -n team-a" in out
+
+
+def _foreign_job(fake: FakeKube, replicas: dict[str, Any]) -> None:
+    """A PyTorchJob made by other means (kubectl apply of the operator's own example)."""
+    fake.put(
+        "pytorchjobs",
+        {
+            "apiVersion": pj.API_VERSION,
+            "kind": pj.KIND,
+            "metadata": {"name": "other"},
+            "spec": {"pytorchReplicaSpecs": replicas},
+        },
+    )
+
+
+def test_jobs_made_elsewhere_are_shown_or_refused_in_one_line(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The training operator's mnist example: a ``Master`` replica and ``python3
+    /opt/pytorch-mnist/mnist.py`` (kubeflow/trainer v1.9.4
+    ``examples/pytorch/simple.yaml``)."""
+    fake, kubeconfig = kube
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "pytorch",
+                    "image": "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727",
+                    "command": ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"],
+                }
+            ]
+        }
+    }
+    _foreign_job(fake, {"Worker": {"replicas": 1, "template": template}})
+    code, out, err = _cli(capsys, "status", "other", "--kubeconfig", kubeconfig, "--json")
+    assert code == 0, err
+    assert json.loads(out)["progress"]["total"] is None
+    fake.objects.clear()
+    _foreign_job(fake, {"Master": {"replicas": 1, "template": template}})
+    for argv in (["status", "other"], ["logs", "other"], ["logs", "other", "-f"]):
+        code, _, err = _cli(capsys, *argv, "--kubeconfig", kubeconfig)
+        assert code == 1 and err.count("\n") == 1, err
+        assert "pytorchjob default/other has no Worker replica (Master)" in err
+
+
+def test_an_api_error_listing_workloads_is_one_line(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake, kubeconfig = kube
+    assert _submit(capsys, kubeconfig)[0] == 0  # a GPU job: in its pool's Kueue queue
+    fake.broken["workloads"] = 500
+    code, _, err = _cli(capsys, "status", NAME, "--kubeconfig", kubeconfig)
+    assert code == 1 and err.count("\n") == 1 and "list workloads in default: 500" in err, err
+    code, _, err = _cli(capsys, "list", "--kubeconfig", kubeconfig)
+    assert code == 1 and err.count("\n") == 1 and "list workloads in default: 500" in err, err
+
+
+def test_resume_keeps_the_recorded_image_or_takes_a_new_one(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ADR 0010: a resume runs the image its job was submitted with; ``--image`` moves it to
+    another (the registry's lifecycle rule may have expired the old one), and the record
+    keeps it for the next resume."""
+    fake, kubeconfig = kube
+
+    def image() -> str:
+        job = _obj(fake, "pytorchjobs", NAME)
+        return str(
+            job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+                "image"
+            ]
+        )
+
+    assert _submit(capsys, kubeconfig)[0] == 0
+    assert _cli(capsys, "cancel", NAME, "--kubeconfig", kubeconfig)[0] == 0
+    assert _cli(capsys, "resume", NAME, "--kubeconfig", kubeconfig)[0] == 0
+    assert image() == IMAGE
+    _obj(fake, "pytorchjobs", NAME)["status"] = FAILED
+    before = {k: dict(v) for k, v in fake.objects.items()}
+    code, out, err = _cli(
+        capsys, "resume", NAME, "--kubeconfig", kubeconfig, "--image", "training:new"
+    )
+    assert code == 2 and out == "" and err.count("\n") == 1 and "names no registry" in err
+    assert {k: dict(v) for k, v in fake.objects.items()} == before
+    newer = IMAGE.replace(":sha-1", ":sha-2")
+    code, _, err = _cli(capsys, "resume", NAME, "--kubeconfig", kubeconfig, "--image", newer)
+    assert code == 0, err
+    assert image() == newer
+    assert _obj(fake, "configmaps", record_name(NAME))["data"]["image"] == newer
+    _obj(fake, "pytorchjobs", NAME)["status"] = FAILED
+    assert _cli(capsys, "resume", NAME, "--kubeconfig", kubeconfig)[0] == 0
+    assert image() == newer  # kept
+    code, _, err = _cli(capsys, "resume", "--local", NAME, "--image", newer)
+    assert code == 2 and err.count("\n") == 1 and "--image: a local job runs" in err
