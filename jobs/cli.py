@@ -16,7 +16,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from eks_fsdp_cli.errors import Parser, fail
 from jobs.types import FINISHED, JobsError
 
 FINISH_WAIT_S = 30.0
@@ -84,8 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
 
-    parser = Parser(
-        command="jobs",
+    parser = argparse.ArgumentParser(
         prog="python -m jobs",
         description="Submit, watch, cancel and resume fine-tuning jobs, on a cluster or locally.",
         epilog="python -m jobs VERB --help shows each verb with an example.",
@@ -185,9 +183,6 @@ def _parser() -> argparse.ArgumentParser:
         "later resumes",
     )
     _wait_flag(resume)
-    from jobs.data import add_parser as data_verb
-
-    data_verb(verbs)  # python -m jobs data put|get (jobs.data)
     return parser
 
 
@@ -231,10 +226,6 @@ def run(args: argparse.Namespace) -> int:
     from jobs import output
     from jobs.backends import choose
 
-    if args.verb == "data":
-        from jobs.data import main as data_main
-
-        return data_main(args)
     if getattr(args, "wait_timeout", 1.0) <= 0:
         raise JobsError(f"--wait-timeout {args.wait_timeout:g}: must be > 0 seconds", status=2)
     if args.verb == "resume" and args.from_uri is not None:
@@ -261,10 +252,6 @@ def run(args: argparse.Namespace) -> int:
             stack=args.stack,
             namespace=job.config.namespace,
         )
-        from planner.estimate import lines as estimate
-
-        for line in estimate(job):  # the planner's figures before anything is sent
-            print(line, file=sys.stderr, flush=True)
         done = backend.submit(job, image=args.image, replace=args.replace)
         _print(args, done.as_dict(), output.submitted_text(done))
         if args.follow:
@@ -346,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except JobFileError as err:
-        return fail("jobs", err)
+        print(f"jobs: {err}", file=sys.stderr)
+        return 2
     except JobsError as err:
-        return fail("jobs", err, err.status)
+        print(f"jobs: {err}", file=sys.stderr)
+        return err.status
