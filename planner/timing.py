@@ -53,7 +53,8 @@ def executed_flops_per_token(
     lora_params: int | None = None,
     lora_skipped: int = 0,
 ) -> FlopsExecuted:
-    """GEMM: 6 N_matmul + 2 N_layers x ac (checkpointed layers run their forward again).
+    """GEMM: 6 N_matmul + 2 (N_layer - h i) L x ac (checkpointed layers run their forward
+    again, but for the MLP's down projection: ``full_ac_recomputed_params``).
 
     Attention: flash attention skips the masked half: 6 L h_q s + 2 L h_q s x ac.
     ``ac``: fraction of decoder layers checkpointed (1.0 = every layer, 0.0 = none).
@@ -62,27 +63,54 @@ def executed_flops_per_token(
     ``lora_params`` (LoRA on a frozen base): autograd computes no weight gradient for a frozen
     weight, only the input gradient, so the base costs 4 N_matmul; the adapters 6 N_adapters
     and their share of the recomputation, less ``lora_skipped``: the input gradients the
-    first layer does not need (``planner.lora.first_layer_skipped_flops``).
+    first layer does not need (``planner.lora.first_layer_skipped_flops``). Under full AC the
+    adapters run again whole: training's default targets (q_proj, v_proj) come before the
+    down projection. (With adapters on down_proj itself, the replay stops before lora_B's
+    matmul instead and runs the base down projection: 2 L (h i - r h) more than counted.)
     """
-    layers_matmul = shape.layer_matmul_params * shape.num_layers
-    share = recompute_share(shape, ac, ac_mode)
+    if ac_mode == "selective":
+        recomputed = shape.selective_ac_recomputed_params
+        adapter_share = recompute_share(shape, ac, ac_mode)
+    else:
+        recomputed = full_ac_recomputed_params(shape)
+        adapter_share = ac
+    recomputed_base = 2.0 * recomputed * shape.num_layers * ac
     if lora_params is not None:
         gemm = 4.0 * shape.matmul_params + 6.0 * lora_params - lora_skipped
-        gemm += 2.0 * (layers_matmul + lora_params) * share
+        gemm += recomputed_base + 2.0 * lora_params * adapter_share
     else:
-        gemm = 6.0 * shape.matmul_params + 2.0 * layers_matmul * share
+        gemm = 6.0 * shape.matmul_params + recomputed_base
     attn_fwd = 2.0 * shape.num_layers * shape.q_size * seq  # 4 L h s forward, halved (causal)
     attention = 3.0 * attn_fwd + (0.0 if ac_mode == "selective" else attn_fwd * ac)
     return FlopsExecuted(gemm=gemm, attention=attention)
 
 
+def full_ac_recomputed_params(shape: ModelShape) -> int:
+    """Weights of one layer whose matmul full AC runs again in backward: all but the MLP's
+    down projection (h x i), the layer's last matmul.
+
+    The training package checkpoints with torch's non-reentrant checkpoint
+    (``training.parallelize``: ``checkpoint(..., use_reentrant=False)``), whose ``early_stop``
+    (default True; ``set_checkpoint_early_stop``) "stops recomputation as soon as it has
+    computed all needed Tensors" (torch/utils/checkpoint.py at v2.13.0: the pack hook raises
+    ``_StopRecomputationError`` once ``recomp_counter`` reaches the number of tensors the
+    forward saved). An op's inputs are saved before it runs (torch's generated autograd
+    kernels, tools/autograd/gen_variable_type.py: saved inputs are set up before the call,
+    saved outputs after), and nothing after the down projection (the residual add) saves
+    anything: the replay stops right before that matmul. Measured with torch's FlopCounterMode
+    on tiny-llama-2l (tests/training/test_flops.py): exact.
+    """
+    return shape.layer_matmul_params - shape.hidden_size * shape.intermediate_size
+
+
 def recompute_share(shape: ModelShape, ac: float, ac_mode: str = "full") -> float:
-    """The part of a forward's matmul work that AC runs again in backward (0 to 1): ``ac``
-    under full AC; under selective AC ``ac`` times the recomputed matmuls' share of a layer.
+    """The part of a layer's forward matmul work that AC runs again in backward (0 to 1):
+    ``ac`` times the recomputed matmuls' share of a layer (full AC: all but the down
+    projection, ``full_ac_recomputed_params``; selective AC: k, o and up).
     A step is then (3 + this) forwards, which places the forward/backward split."""
     if ac_mode == "selective":
         return ac * shape.selective_ac_recomputed_params / shape.layer_matmul_params
-    return ac
+    return ac * full_ac_recomputed_params(shape) / shape.layer_matmul_params
 
 
 def elementwise_bytes_per_token(
