@@ -185,6 +185,14 @@ def test_resume_after_sigkill_is_exact(tmp_path: Path, world1: tuple[Path, dict[
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from {latest} at step {saved_at}" in resumed.stdout
+    # the trainable fraction peft would print, in the run's own log and its summary
+    summary = json.loads((tmp_path / name / "out" / "summary.json").read_text())
+    trainable, total = _lora_params(hidden=64, kv_dim=32, layers=2), summary["params"]
+    assert summary["trainable_params"] == trainable == 3584
+    assert (
+        f"on q_proj,v_proj: trainable params: {trainable:,d} || all params: {total:,d} || "
+        f"trainable%: {100 * trainable / total:.4f}"
+    ) in resumed.stdout
     ref, after = metrics(world1[0], "lora_dropout_ref"), metrics(tmp_path, name)
     assert [r["step"] for r in after] == list(range(1, LORA_KILL_STEPS + 1))
     redone = [r for r in after if r["step"] > saved_at]
