@@ -156,6 +156,8 @@ def test_wandb_offline_run_folder_holds_the_logged_losses(runs: dict[str, Any]) 
     for key in ("train/lr", "train/grad_norm", "perf/tokens_per_s", "memory/peak_bytes"):
         assert all(key in item for item in logged.values()), key
     assert all(0 < item["goodput/ratio"] <= 1 for item in logged.values())
+    # llama-cookbook's names: the optimizer step as train/step, the epoch counted from 1
+    assert all(item["train/step"] == s and item["train/epoch"] >= 1 for s, item in logged.items())
     cookbook = json.loads(next(_out(runs, "wandb").glob("metrics_data_0-*.json")).read_text())
     assert logged[STEPS]["eval/loss"] == cookbook["val_epoch_loss"][0]
     assert logged[STEPS]["eval/perplexity"] == pytest.approx(
@@ -280,7 +282,15 @@ def test_tracked_names_keep_llama_cookbooks_and_drop_non_numbers() -> None:
     from training.tracking.trackers import tracked
 
     row = {"loss": 2.5, "epoch": 0, "lr": 1e-4, "time": 1.0, "layout": "x", "preempted": True}
-    assert tracked(row) == {"train/loss": 2.5, "train/epoch": 0.0, "train/lr": 1e-4}
+    # llama-cookbook logs the epoch 1-based ('train/epoch': epoch + 1) and a train/step
+    assert tracked(row) == {"train/loss": 2.5, "train/epoch": 1.0, "train/lr": 1e-4}
+    assert tracked(row, 7) == {
+        "train/loss": 2.5,
+        "train/epoch": 1.0,
+        "train/lr": 1e-4,
+        "train/step": 7.0,
+    }
+    assert tracked({"eval_loss": 2.0, "epoch": 1}, 8) == {"eval/loss": 2.0, "train/epoch": 2.0}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -76,14 +76,23 @@ def tracker_kind(cfg: TrainConfig) -> str:
     return "wandb" if cfg.use_wandb else cfg.tracker
 
 
-def tracked(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric values of `metrics` under their tracker names (`TRACKED`)."""
+def tracked(metrics: Mapping[str, Any], step: int | None = None) -> dict[str, float]:
+    """The numeric values of `metrics` under their tracker names (`TRACKED`).
+
+    As llama-cookbook logs them (`train` in llama_cookbook/utils/train_utils.py at
+    0.0.5.post1: `'train/epoch': epoch + 1`, `'train/step'` with each loss): the epoch 1-based
+    (the rows' is 0-based), and a training row's `step` as `train/step`. That step is the
+    optimizer step (1-based); llama-cookbook's is the 0-based index of the batch, which is
+    the same count only without gradient accumulation (docs/tracking.md).
+    """
     out: dict[str, float] = {}
     for key, value in metrics.items():
         name = TRACKED.get(key)
         if name is None or isinstance(value, bool) or not isinstance(value, int | float):
             continue
-        out[name] = float(value)
+        out[name] = float(value) + (1.0 if key == "epoch" else 0.0)
+    if step is not None and "train/loss" in out:
+        out["train/step"] = float(step)
     return out
 
 
@@ -137,7 +146,7 @@ class WandbTracker:
         """The run folder (`.../wandb/<offline-run-...>`), holding `run-<id>.wandb`."""
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
-        values = tracked(metrics)
+        values = tracked(metrics, step)
         if values:
             self.run.log(values, step=step)
 
@@ -172,7 +181,7 @@ class MlflowTracker:
         self._last_step = 0
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
-        values = tracked(metrics)
+        values = tracked(metrics, step)
         if values:  # queued: a slow store or server never holds up rank 0 (and so the step)
             self._mlflow.log_metrics(values, step=step, synchronous=False)
         self._last_step = max(self._last_step, step)
@@ -204,7 +213,7 @@ class TensorBoardTracker:
         self._last_step = 0
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
-        for name, value in tracked(metrics).items():
+        for name, value in tracked(metrics, step).items():
             self.writer.add_scalar(name, value, global_step=step)
         self._last_step = max(self._last_step, step)
 
