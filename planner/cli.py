@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
+from eks_fsdp_cli.errors import fail
 from planner.args import UsageError, calibrate_parser, parser, read_reports, resolve_args
 from planner.calibrate import (
     CalibrationError,
@@ -45,8 +46,7 @@ def calibrate_main(argv: list[str]) -> int:
         cal = calibrate(resolved.inp, reports, args.run, args.step_stat)
     except (UsageError, CalibrationError, KeyError) as e:
         message = e.args[0] if isinstance(e, KeyError) else str(e)
-        print(f"plan: error: {message}", file=sys.stderr)
-        return 2
+        return fail("plan", message)
     text = json.dumps(cal.to_json(), indent=2)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -73,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.preflight:
             raise UsageError("--preflight needs --calibration (or the calibrate command)")
     except UsageError as e:
-        print(f"plan: error: {e}", file=sys.stderr)
-        return 2
+        return fail("plan", e)
     rows = plan(resolved.inp, resolved.nodes)
     if args.json:
         print(json.dumps(rows, indent=2))

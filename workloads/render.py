@@ -30,7 +30,6 @@ is all it needs (kubernetes-validate included).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shutil
 import subprocess
@@ -40,17 +39,22 @@ from typing import Any
 
 import yaml
 
+from eks_fsdp_cli.errors import Parser, fail
 from infra import versions
 from workloads.specs import observability as obs
 from workloads.specs import storage
 from workloads.specs.common import dump_all_yaml
 from workloads.specs.image import REPO_ROOT, has_registry, local_reference
 from workloads.specs.operator import KUSTOMIZATION_FILE
+from workloads.specs.pytorchjob import model_name, needs_token
 from workloads.specs.stack import load, objects_by_component, operator_kustomization
 from workloads.specs.validate import ValidationError, validate
 
 OUTPUT_TRAINING_IMAGE = "trainingImage"
 """Stack output holding the pushed image (``workloads.program.OUTPUT_TRAINING_IMAGE``)."""
+
+COMMAND = "render"
+"""``eks-fsdp render``: the name its errors carry."""
 
 OPERATOR_DIR = "training-operator"
 OBSERVABILITY_DIR = "observability"
@@ -231,8 +235,8 @@ def helm_commands(s: obs.ObservabilitySettings, out: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m workloads.render", description=__doc__.split("\n")[0]
+    parser = Parser(
+        prog="python -m workloads.render", description=__doc__.split("\n")[0], command=COMMAND
     )
     parser.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml)")
     parser.add_argument(
@@ -284,20 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     except OSError as err:
         where = err.filename if err.filename is not None else args.out
-        print(f"render: --out {args.out}: cannot write {where}: {err.strerror}", file=sys.stderr)
-        return 2
+        return fail(COMMAND, f"--out {args.out}: cannot write {where}: {err.strerror}")
     except (ValueError, KeyError, ValidationError) as err:
-        message = err.args[0] if err.args else str(err)
-        print(f"render: {message}", file=sys.stderr)
-        return 2
+        return fail(COMMAND, err.args[0] if err.args else str(err))
     for path in files:
         print(path)
     print(f"apply: kubectl apply --server-side -k {args.out / OPERATOR_DIR}")
     print(f"       kubectl apply -f {args.out}  (after the operator's CRDs are established)")
-    print(
-        "secret: kubectl create secret generic <job.hfTokenSecretName> "
-        "--from-literal=token=$HF_TOKEN  (never rendered)"
-    )
     stack_cfg = job_platform(args.stack, args.job)
     if args.kueue and stack_cfg.gpu_node_groups:
         from workloads.specs.kueue import helm_command
@@ -312,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"observability: {cmd}")
     w = load(args.stack, job=args.job, image=args.image, generation=args.generation)
     job = w.job
+    if job.hf_token_secret and needs_token(model_name(job)):  # a hub model: gated for Llama
+        print(
+            f"secret: kubectl create secret generic {job.hf_token_secret} -n {job.namespace} "
+            "--from-literal=token=$HF_TOKEN  (never rendered)"
+        )
     if not has_registry(job.image):
         print(
             f"note: image {job.image} names no registry: the local runner builds and uses it; "

@@ -134,7 +134,9 @@ def test_submit_status_list_and_logs(
     *waiting, last = err.splitlines()
     note = f"waiting for pod {NAME}-worker-0 to start: "
     assert all(line.startswith(note) for line in waiting), err  # none if the operator was quick
-    assert code == 1 and last.startswith(f"jobs: logs of pod {NAME}-worker-0: "), err
+    assert code == 1 and last.startswith(f"eks-fsdp jobs: error: logs of pod {NAME}-worker-0: "), (
+        err
+    )
     info = wait_for(
         "the operator runs the job on kwok's nodes",
         lambda: (s := _status(capsys, kubeconfig))["phase"] == "Running" and s["ready"] == 2 and s,

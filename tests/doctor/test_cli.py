@@ -180,7 +180,7 @@ def test_unknown_stack_is_a_usage_error(capsys) -> None:
     stacks = sorted(p.name.split(".")[1] for p in REPO_ROOT.glob("Pulumi.*.yaml"))
     assert "p5-16" in stacks
     assert err == (
-        f"doctor: error: --stack nope: no stack file Pulumi.nope.yaml (stacks: {', '.join(stacks)})"
+        f"eks-fsdp doctor: error: --stack nope: no stack file Pulumi.nope.yaml (stacks: {', '.join(stacks)})"
     )
 
 

@@ -179,7 +179,7 @@ def test_follow_gives_up_after_the_wait_timeout_in_one_line(
     note, error = err.splitlines()
     assert note == f"waiting for pod {POD0} to start: Pending: Unschedulable"
     assert error == (
-        f"jobs: job {NAME}: worker pod 0 has not started after 0.2 s (Pending: Unschedulable): "
+        f"eks-fsdp jobs: error: job {NAME}: worker pod 0 has not started after 0.2 s (Pending: Unschedulable): "
         f"`python -m jobs status {NAME}` says why; --wait-timeout waits longer"
     )
     assert not any(path.endswith("/log") for _, path in fake.requests)
@@ -189,7 +189,7 @@ def test_follow_gives_up_after_the_wait_timeout_in_one_line(
     code, _, err = _cli(capsys, "logs", NAME, "--kubeconfig", kubeconfig, "-f", "--rank", "2")
     assert code == 2 and "--rank 0..1" in err
     code, _, err = _cli(capsys, "logs", NAME, "--kubeconfig", kubeconfig, "--wait-timeout", "0")
-    assert code == 2 and err == "jobs: --wait-timeout 0: must be > 0 seconds\n"
+    assert code == 2 and err == "eks-fsdp jobs: error: --wait-timeout 0: must be > 0 seconds\n"
 
 
 def test_rank_is_the_replica_index_and_a_split_character_prints_whole(

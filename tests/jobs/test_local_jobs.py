@@ -269,7 +269,10 @@ def test_a_missing_model_is_one_line(
     job = tmp_path / "job.yaml"
     job.write_text("name: x\nstack: dev\nworkers: 1\n")
     code, _, err = _cli(capsys, "submit", "--local", str(job))
-    assert code == 2 and err == f"jobs: {job}: model: required: {cli_keys()['model']}\n"
+    assert (
+        code == 2
+        and err == f"eks-fsdp jobs: error: {job}: model: required: {cli_keys()['model']}\n"
+    )
     assert not (home / "x").exists()
 
 
@@ -312,7 +315,7 @@ def test_resume_from_another_root_completes_with_every_step_logged_once(
     for step in own.glob("step-*"):
         shutil.move(str(step), elsewhere / "job-d" / step.name)
     code, _, err = _cli(capsys, "resume", "--local", "job-d", "--from", str(home / "nowhere"))
-    assert code == 2 and err == f"jobs: --from {home / 'nowhere'}: no such folder\n"
+    assert code == 2 and err == f"eks-fsdp jobs: error: --from {home / 'nowhere'}: no such folder\n"
     code, _, err = _cli(capsys, "resume", "--local", "job-d", "--from", str(home))
     assert (
         code == 2 and err.count("\n") == 1 and f"no complete checkpoint in {home / 'job-d'}" in err

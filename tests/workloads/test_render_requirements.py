@@ -80,7 +80,7 @@ def test_unwritable_out_is_one_line(
     assert render.main(["--stack", "dev", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith(f"render: --out {out}: cannot write ")
+    assert err.startswith(f"eks-fsdp render: error: --out {out}: cannot write ")
 
 
 def test_the_documented_apply_sequence_names_every_rendered_file(tmp_path: Path) -> None:

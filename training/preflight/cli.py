@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from training.preflight.measurement import Options, default_sizes, measure, parse_size
 from training.preflight.verdict import Expect, failures, parse_expect, summary, table
@@ -70,10 +70,27 @@ def gate(expect_text: str, out_dir: str | Path, device: torch.device) -> int:
     return FAILED_EXIT if problems else 0
 
 
+def _error_line(message: object) -> str:
+    """The error line every command prints (``eks_fsdp_cli.errors.line``, which ``training/``
+    cannot import: the training image carries ``training/`` alone)."""
+    return f"eks-fsdp preflight: error: {' '.join(str(message).split())}"
+
+
 def _parse(argv: Sequence[str] | None) -> Any:
     import argparse
+    import difflib
 
-    p = argparse.ArgumentParser(prog="python -m training.preflight", description=DESCRIPTION)
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            words = message.split() if message.startswith("unrecognized") else []
+            flag = next((w for w in words if w.startswith("--")), "")
+            flags = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
+            hits = difflib.get_close_matches(flag.partition("=")[0], flags, n=1) if flag else []
+            hint = f" (did you mean {hits[0]}?)" if hits else ""
+            print(_error_line(message + hint), file=sys.stderr, flush=True)
+            sys.exit(2)
+
+    p = Parser(prog="python -m training.preflight", description=DESCRIPTION)
     p.add_argument(
         "--expect",
         default="",
@@ -107,10 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if getattr(args, flag) < (1 if flag == "iters" else 0):
                 raise ValueError(f"--{flag} {getattr(args, flag)}: too small")
     except ValueError as e:
-        print(
-            f"error: --expect/--sizes: {e}" if "--" not in str(e) else f"error: {e}",
-            file=sys.stderr,
-        )
+        print(_error_line(f"--expect/--sizes: {e}" if "--" not in str(e) else e), file=sys.stderr)
         return 2
     from training.dist import distributed
 
