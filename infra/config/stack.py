@@ -54,7 +54,7 @@ TOP_LEVEL_KEYS = (
     "vpcEndpoints",
     "teams",
 )
-SECRET_KEYS = ("hfToken", "grafanaAdminPassword")
+SECRET_KEYS = ("hfToken", "grafanaAdminPassword", "alertsSecret")
 """Declared in Pulumi.yaml with ``default: ""`` and without ``secret: true`` (see the comment
 there); a non-empty value must be a secret, which this package checks."""
 _PLAINTEXT_SECRET = "is set in plaintext; remove it and run `pulumi config set --secret {key} ...`"
@@ -80,6 +80,8 @@ class Secrets:
     """``hfToken``: Output[str] or None."""
     grafana_admin_password: Any = None
     """``grafanaAdminPassword``: Output[str] or None."""
+    alerts_secret: Any = None
+    """``alertsSecret``, the alert receiver's URL or key: Output[str] or None."""
 
 
 @dataclass(frozen=True, kw_only=True)

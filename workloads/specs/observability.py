@@ -40,6 +40,8 @@ __all__ = [
     "DASHBOARD_LABEL",
     "TRAINING_METRICS_PORT",
     "ObservabilitySettings",
+    "alertmanager_config",
+    "alerts_secret",
     "dashboard_configmap",
     "dcgm_exporter_values",
     "grafana_admin_secret",
@@ -56,6 +58,13 @@ GRAFANA_USER_KEY = "admin-user"
 GRAFANA_PASSWORD_KEY = "admin-password"
 GRAFANA_LOCAL_PORT = 3000
 PROMETHEUS_LOCAL_PORT = 9090
+ALERT_RECEIVERS = ("none", "slack", "pagerduty", "webhook")
+"""``infra.config.observability.ALERT_RECEIVERS`` (a test keeps them equal)."""
+ALERTS_SECRET_KEY = "receiver"
+"""Key of the alert receiver's URL (Slack, webhook) or routing key (PagerDuty) in its Secret."""
+ALERTMANAGER_SECRETS_DIR = "/etc/alertmanager/secrets"
+"""Where the operator mounts each Secret named in ``alertmanagerSpec.secrets``:
+``<dir>/<secret>/<key>`` (prometheus-operator API, AlertmanagerSpec.secrets)."""
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 """Node label the GPU nodegroups carry (``infra.config.nodegroups.GPU_PRESENT_LABEL``; a test pins it)."""
@@ -81,6 +90,16 @@ class ObservabilitySettings:
     """Prometheus scrape and rule evaluation interval."""
     retention: str = "15d"
     """How long Prometheus keeps samples."""
+    retention_size: str | None = None
+    """Most bytes Prometheus keeps (``retentionSize``); None = 80% of its claim, so that the
+    TSDB deletes old blocks before the volume fills (the WAL and compaction need the rest)."""
+    alert_receiver: str = "none"
+    """Where Alertmanager sends alerts: none | slack | pagerduty | webhook (``ALERT_RECEIVERS``)."""
+    slack_channel: str | None = None
+    """Slack channel override of the incoming webhook (receiver slack)."""
+    alerts_secret: str = "alertmanager-receiver"
+    """Name of the Secret holding the receiver's URL or key (``alertsSecret``), mounted into
+    Alertmanager and read through ``*_file``: the Helm values carry no secret."""
     prometheus_storage_gib: int = 50
     """Size of Prometheus' PersistentVolumeClaim (gp3): its data outlives the pod. 15 days of a
     16-node job's DCGM and training series take a few GiB; the rest is headroom."""
@@ -98,7 +117,24 @@ class ObservabilitySettings:
             raise ValueError(
                 f"observability.prometheus_storage_gib {self.prometheus_storage_gib} is below 1"
             )
-        for name in ("namespace", "release", "grafana_admin_secret", "storage_class"):
+        if self.alert_receiver not in ALERT_RECEIVERS:
+            raise ValueError(
+                f"observability.alert_receiver {self.alert_receiver!r} is not one of "
+                f"{', '.join(ALERT_RECEIVERS)}"
+            )
+        if self.retention_size is not None and not re.fullmatch(
+            r"[1-9]\d*(B|KB|MB|GB|TB|PB)", self.retention_size
+        ):
+            raise ValueError(
+                f"observability.retention_size {self.retention_size!r} is not like 40GB"
+            )
+        for name in (
+            "namespace",
+            "release",
+            "grafana_admin_secret",
+            "storage_class",
+            "alerts_secret",
+        ):
             value = getattr(self, name)
             if not _DNS_LABEL.fullmatch(value) or len(value) > 40:
                 raise ValueError(f"observability.{name} {value!r} is not a DNS label (<= 40 chars)")
@@ -110,6 +146,11 @@ class ObservabilitySettings:
             raise ValueError(f"observability.retention {self.retention!r} is not like 15d")
         if self.dcgm and not self.gpu_tolerations:
             raise ValueError("observability.gpu_tolerations is empty but dcgm is on")
+
+    @property
+    def prometheus_retention_size(self) -> str:
+        """``retention_size``, else 80% of the claim in whole GB (Prometheus' GB is GiB)."""
+        return self.retention_size or f"{self.prometheus_storage_gib * 8 // 10}GB"
 
     @property
     def grafana_service(self) -> str:
@@ -130,9 +171,15 @@ def settings_from_stack(cfg: Any) -> ObservabilitySettings:
         toleration = group.taint.toleration()
         if toleration not in tolerations:
             tolerations.append(toleration)
+    o = cfg.observability
+    alerts = getattr(o, "alerts", None)
     return ObservabilitySettings(
-        dcgm=cfg.observability.dcgm and bool(cfg.gpu_node_groups),
+        dcgm=o.dcgm and bool(cfg.gpu_node_groups),
         gpu_tolerations=tuple(tolerations) or ObservabilitySettings().gpu_tolerations,
+        retention=getattr(o, "retention", "15d"),
+        retention_size=getattr(o, "retention_size", None),
+        alert_receiver=getattr(alerts, "receiver", "none"),
+        slack_channel=getattr(alerts, "slack_channel", None),
     )
 
 
@@ -153,6 +200,62 @@ def grafana_admin_secret(s: ObservabilitySettings, password: Any) -> dict[str, A
         "metadata": {"name": s.grafana_admin_secret, "namespace": s.namespace},
         "type": "Opaque",
         "stringData": {GRAFANA_USER_KEY: s.grafana_admin_user, GRAFANA_PASSWORD_KEY: password},
+    }
+
+
+def alerts_secret(s: ObservabilitySettings, value: Any) -> dict[str, Any]:
+    """The Secret Alertmanager reads the receiver's URL or routing key from (``alertsSecret``).
+
+    ``value``: a string, or a Pulumi secret Output when the component builds it (as for
+    ``grafana_admin_secret``); never rendered to disk.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": s.alerts_secret, "namespace": s.namespace},
+        "type": "Opaque",
+        "stringData": {ALERTS_SECRET_KEY: value},
+    }
+
+
+def alertmanager_config(s: ObservabilitySettings) -> dict[str, Any] | None:
+    """Alertmanager's configuration (route and receivers) for ``s.alert_receiver``; None for
+    ``none`` (the chart's own default config: alerts visible in the UI only).
+
+    The receiver reads its URL or key from the mounted Secret (``*_file`` fields, Alertmanager
+    ``config/notifiers.go``: SlackConfig.api_url_file, PagerdutyConfig.routing_key_file,
+    WebhookConfig.url_file), so neither the values nor the Helm release hold it. The chart's
+    ``Watchdog`` alert (always firing, a dead-man's switch) and ``InfoInhibitor`` go to a
+    receiver with no integration, as the chart's default config routes them.
+    """
+    if s.alert_receiver == "none":
+        return None
+    path = f"{ALERTMANAGER_SECRETS_DIR}/{s.alerts_secret}/{ALERTS_SECRET_KEY}"
+    integration: dict[str, Any]
+    if s.alert_receiver == "slack":
+        slack: dict[str, Any] = {"api_url_file": path, "send_resolved": True}
+        if s.slack_channel:
+            slack["channel"] = s.slack_channel
+        integration = {"slack_configs": [slack]}
+    elif s.alert_receiver == "pagerduty":
+        integration = {"pagerduty_configs": [{"routing_key_file": path, "send_resolved": True}]}
+    else:
+        integration = {"webhook_configs": [{"url_file": path, "send_resolved": True}]}
+    return {
+        "route": {
+            "receiver": s.alert_receiver,
+            "group_by": ["alertname", "node"],
+            "group_wait": "30s",
+            "group_interval": "5m",
+            "repeat_interval": "4h",
+            "routes": [
+                {
+                    "receiver": "null",
+                    "matchers": ['alertname =~ "Watchdog|InfoInhibitor"'],
+                }
+            ],
+        },
+        "receivers": [{"name": "null"}, {"name": s.alert_receiver, **integration}],
     }
 
 
@@ -229,13 +332,14 @@ def kube_prometheus_stack_values(s: ObservabilitySettings) -> dict[str, Any]:
         "kubeScheduler": {"enabled": False},
         "kubeEtcd": {"enabled": False},
         "kubeProxy": {"enabled": False},
-        "alertmanager": {"enabled": True, "service": {"type": "ClusterIP"}},
+        "alertmanager": _alertmanager_values(s),
         "prometheus": {
             "service": {"type": "ClusterIP"},
             "prometheusSpec": {
                 "scrapeInterval": s.scrape_interval,
                 "evaluationInterval": s.scrape_interval,
                 "retention": s.retention,
+                "retentionSize": s.prometheus_retention_size,
                 # On a claim, not the chart's emptyDir: the samples outlive the pod
                 # (prometheus-operator PrometheusSpec.storage.volumeClaimTemplate).
                 "storageSpec": {
@@ -274,6 +378,17 @@ def kube_prometheus_stack_values(s: ObservabilitySettings) -> dict[str, Any]:
             },
         },
     }
+
+
+def _alertmanager_values(s: ObservabilitySettings) -> dict[str, Any]:
+    """The chart's ``alertmanager`` values: our config and the mounted receiver Secret when a
+    receiver is set (chart values ``alertmanager.config``, ``alertmanagerSpec.secrets``)."""
+    values: dict[str, Any] = {"enabled": True, "service": {"type": "ClusterIP"}}
+    config = alertmanager_config(s)
+    if config is not None:
+        values["config"] = config
+        values["alertmanagerSpec"] = {"secrets": [s.alerts_secret]}
+    return values
 
 
 def port_forward_commands(s: ObservabilitySettings) -> dict[str, str]:

@@ -1,0 +1,135 @@
+"""Alertmanager sends the alerts somewhere a person reads, and Prometheus' retention is set.
+
+If these fail, the XID, temperature and node-condition alerts would again fire into an
+Alertmanager with no receiver (nobody told); or a receiver's URL or routing key would sit in
+the Helm values (and so in the Helm release Secret and the rendered files) instead of a
+mounted Secret read through ``*_file``; or a bad ``observability.alerts`` / ``retention``
+value would not stop the stack with one line; or Prometheus would fill its claim (no
+``retentionSize``) and stop ingesting. ``amtool check-config`` (Alertmanager's own parser, at
+the version kube-prometheus-stack 75.15.1 deploys) checks the configuration when it is built
+here; the test is skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.config import ConfigError
+from infra.config import observability as config_obs
+from infra.config.sources import load_stack_file
+from workloads.specs import observability as obs
+
+AMTOOL_VERSION = "v0.28.1"
+AMTOOL = Path.home() / ".cache" / "eks-fsdp" / "tools" / f"alertmanager-{AMTOOL_VERSION}" / "amtool"
+SECRET_PATH = "/etc/alertmanager/secrets/alertmanager-receiver/receiver"
+
+
+def _stack(**observability: object) -> obs.ObservabilitySettings:
+    cfg = load_stack_file("p4de-odcr")
+    parsed = config_obs._parse_observability({"enabled": True, **observability})
+    return obs.settings_from_stack(replace(cfg, observability=parsed))
+
+
+def test_receiver_lists_agree() -> None:
+    assert obs.ALERT_RECEIVERS == config_obs.ALERT_RECEIVERS
+
+
+@pytest.mark.parametrize(
+    ("receiver", "field", "key"),
+    [
+        ("slack", "slack_configs", "api_url_file"),
+        ("pagerduty", "pagerduty_configs", "routing_key_file"),
+        ("webhook", "webhook_configs", "url_file"),
+    ],
+)
+def test_each_receiver_reads_its_secret_from_a_file(receiver: str, field: str, key: str) -> None:
+    s = _stack(alerts={"receiver": receiver})
+    values = obs.kube_prometheus_stack_values(s)
+    am = values["alertmanager"]
+    assert am["alertmanagerSpec"]["secrets"] == [s.alerts_secret]
+    config = am["config"]
+    assert config["route"]["receiver"] == receiver
+    (ours,) = [r for r in config["receivers"] if r["name"] == receiver]
+    assert ours[field] == [{key: SECRET_PATH, "send_resolved": True}]
+    # the chart's always-firing Watchdog goes nowhere, as in its default config
+    assert config["route"]["routes"][0]["receiver"] == "null"
+    assert {"name": "null"} in config["receivers"]
+    secret = obs.alerts_secret(s, "https://hooks.example.invalid/T000/B000/XXXX")
+    assert secret["metadata"] == {"name": "alertmanager-receiver", "namespace": s.namespace}
+    assert "hooks.example.invalid" not in yaml.safe_dump(values)
+
+
+def test_no_receiver_keeps_the_chart_default() -> None:
+    am = obs.kube_prometheus_stack_values(_stack())["alertmanager"]
+    assert am == {"enabled": True, "service": {"type": "ClusterIP"}}
+
+
+def test_slack_channel_and_retention() -> None:
+    s = _stack(
+        alerts={"receiver": "slack", "slackChannel": "#gpu-alerts"},
+        retention="30d",
+        retentionSize="100GB",
+    )
+    values = obs.kube_prometheus_stack_values(s)
+    slack = values["alertmanager"]["config"]["receivers"][1]["slack_configs"][0]
+    assert slack["channel"] == "#gpu-alerts"
+    spec = values["prometheus"]["prometheusSpec"]
+    assert (spec["retention"], spec["retentionSize"]) == ("30d", "100GB")
+    # default size: 80% of the 50 GiB claim, so the TSDB deletes blocks before the disk fills
+    default = obs.kube_prometheus_stack_values(_stack())["prometheus"]["prometheusSpec"]
+    assert (default["retention"], default["retentionSize"]) == ("15d", "40GB")
+    claim = default["storageSpec"]["volumeClaimTemplate"]["spec"]["resources"]["requests"]
+    assert claim["storage"] == "50Gi"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            {"alerts": {"receiver": "email"}},
+            "eks-fsdp:observability.alerts.receiver: ",
+        ),
+        (
+            {"alerts": {"receiver": "webhook", "slackChannel": "#x"}},
+            "eks-fsdp:observability.alerts.slackChannel: is for receiver slack, not webhook",
+        ),
+        ({"retention": "two weeks"}, "eks-fsdp:observability.retention: 'two weeks' is not like"),
+        ({"retentionSize": "40G"}, "eks-fsdp:observability.retentionSize: '40G' is not like 40GB"),
+        ({"alerts": {"to": "x"}}, "eks-fsdp:observability.alerts.to: unknown key"),
+    ],
+)
+def test_bad_values_are_one_line(value: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config_obs._parse_observability(value)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("receiver", ["slack", "pagerduty", "webhook"])
+def test_amtool_accepts_the_configuration(tmp_path: Path, receiver: str) -> None:
+    amtool = AMTOOL if AMTOOL.is_file() else shutil.which("amtool")
+    if not amtool:
+        pytest.skip(
+            f"amtool {AMTOOL_VERSION} not built: go install "
+            f"github.com/prometheus/alertmanager/cmd/amtool@{AMTOOL_VERSION} (GOBIN={AMTOOL.parent})"
+        )
+    s = _stack(alerts={"receiver": receiver})
+    config = obs.alertmanager_config(s)
+    assert config is not None
+    # the chart merges our route and receivers into its default config; amtool reads the files
+    secret = tmp_path / "receiver"
+    secret.write_text("https://hooks.example.invalid/services/T0/B0/X\n")
+    text = yaml.safe_dump(config).replace(SECRET_PATH, str(secret))
+    path = tmp_path / "alertmanager.yaml"
+    path.write_text(text)
+    done = subprocess.run(
+        [str(amtool), "check-config", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
