@@ -52,6 +52,18 @@ GENERATIONS: dict[str, GpuGeneration] = {
             attention_efficiency=0.35,
             nccl_sm_fraction=16 / 132,
         ),
+        # B200 (HGX, 1,000 W): 8 TB/s HBM3e per GPU (NVIDIA DGX B200 datasheet: 64 TB/s for
+        # eight); dense bf16 2,250 TF (NVIDIA Blackwell architecture technical brief, HGX B200;
+        # the catalog's peak_bf16_tflops). No measured run here: GEMM 0.7 and attention 0.3 are
+        # assumptions below the H100's (FlashAttention-2 has no Blackwell kernels; SDPA falls
+        # back to cuDNN/efficient attention) until `planner calibrate` fits them. 148 SMs.
+        GpuGeneration(
+            name="B200",
+            hbm_gbytes_per_s=8000.0,
+            gemm_efficiency=0.7,
+            attention_efficiency=0.3,
+            nccl_sm_fraction=16 / 148,
+        ),
         # A100 SXM4: 312 TF at 1.41 GHz, which it holds at 400 W; cuBLAS ~85-90% -> 0.85.
         # FA2 fwd+bwd ~190 TF/s at head dim 128 (Dao 2023) -> 0.6. 16 channels on 108 SMs.
         # HBM2e 2.04 TB/s (80 GB) / 1.56 TB/s (40 GB): keyed by the full model name below.
