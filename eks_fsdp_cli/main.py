@@ -23,7 +23,8 @@ class Command:
     target: str
     summary: str
     module: str
-    """What ``python -m`` runs for it."""
+    """What ``python -m`` runs for it: the module, then any leading arguments
+    (``planner calibrate``)."""
 
     def load(self) -> Callable[[list[str]], int]:
         module, _, func = self.target.partition(":")

@@ -90,10 +90,9 @@ def test_a_bad_flag_is_one_line_and_exit_2(script: Path, command: str) -> None:
     via_script = _one_error(_run([str(script), command, "--bogusflag"]), command)
     assert "--bogusflag" in via_script
     if command != "train":
-        module = COMMANDS[command].module
-        assert (
-            _one_error(_run([sys.executable, "-m", module, "--bogusflag"]), command) == via_script
-        )
+        module = COMMANDS[command].module.split()  # the module, then any leading arguments
+        via_module = _one_error(_run([sys.executable, "-m", *module, "--bogusflag"]), command)
+        assert via_module == via_script
 
 
 @pytest.mark.parametrize(
