@@ -24,8 +24,10 @@ prompt tokens get label IGNORE_INDEX so only the answer is learned):
   shapes; --hf_eval_split, or else the last 10% of --hf_split, is the validation split.
 
 Malformed rows raise DataError "FILE:LINE: what is wrong", a single line. A chat longer than
---context_length is left out, never cut, and counted in a line the trainer prints (`notes`);
-packing chats, that line also counts the tail tokens dropped.
+--context_length is left out, never cut, and counted in a line the trainer prints and writes to
+summary.json (`notes`); packing chats, that line also counts the tail tokens dropped. A
+prompt/answer row longer than --context_length is cut to it (padding, bfd packing) and counted
+in that line too, with the longest row's length.
 
 Batching (`--batching_strategy`): `packing` concatenates all examples of a split and cuts them into
 chunks of exactly context_length tokens, dropping the incomplete tail (llama-recipes'
@@ -223,6 +225,31 @@ def _drop_long_chats(
     return [ex for i, ex in enumerate(examples) if i not in long], [said]
 
 
+def _cut_long_pairs(rows: Sequence[Row], examples: list[Example], cfg: TrainConfig) -> str | None:
+    """What to say about the prompt/answer rows longer than --context_length that padding and
+    bfd packing cut to it (their tail, the end of the answer and its eos, is not learned); None
+    when there are none or when wrapped packing splits them across rows instead.
+
+    They stay, cut, as before: llama-cookbook 0.0.5.post1 reads context_length only to pack
+    (finetuning.py, ConcatDataset) and pads whole rows, which the model's positions may not
+    cover; TRL's SFTTrainer cuts each row to `max_length` ("Sequences longer than `max_length`
+    are truncated", its collator's doc in trl/trainer/sft_trainer.py at v1.16.0) and its bfd
+    packing too (`pack_dataset`, trl/data_utils.py). Chats are left out instead
+    (`_drop_long_chats`).
+    """
+    if cfg.batching_strategy == "packing" and cfg.packing_strategy != "bfd":
+        return None
+    limit = cfg.context_length
+    pairs = [i for i, r in enumerate(rows) if isinstance(r, Pair)]
+    long = [len(examples[i]["input_ids"]) for i in pairs if len(examples[i]["input_ids"]) > limit]
+    if not long:
+        return None
+    return (
+        f"{len(long)} of {len(pairs)} prompt/answer rows are longer than --context_length "
+        f"{limit} tokens (up to {max(long)}) and are cut to it"
+    )
+
+
 # ------------------------------------------------------------------------------------------------
 # datasets
 
@@ -254,7 +281,8 @@ def build_dataset(
     checked; only those N are tokenized), as the Hugging Face example scripts'
     ``--max_train_samples`` selects before preprocessing; the validation split stays whole.
     Chats longer than --context_length are left out and counted in a line appended to `notes`,
-    with packing also the tokens of the incomplete tail it drops.
+    with packing also the tokens of the incomplete tail it drops; prompt/answer rows longer
+    than it are counted there too when padding or bfd packing cut them.
     """
     if split not in ("train", "validation"):
         raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
@@ -262,6 +290,7 @@ def build_dataset(
     if split == "train" and cfg.max_train_samples:
         split_rows = split_rows[: cfg.max_train_samples]
     examples = _tokenize_rows(tokenizer, split_rows, cfg.model_name)
+    cut = _cut_long_pairs(split_rows, examples, cfg)
     examples, said = _drop_long_chats(split_rows, examples, cfg, split)
     n = cfg.context_length
     if cfg.batching_strategy == "packing" and cfg.packing_strategy == "bfd":
@@ -281,6 +310,7 @@ def build_dataset(
             )
     else:
         out = [{k: v[:n] for k, v in ex.items()} for ex in examples]
+    said = [*(said or []), *([cut] if cut else [])]
     if said and notes is not None:
         notes.append(f"data {cfg.dataset} ({split}): " + "; ".join(said))
     return out

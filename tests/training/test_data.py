@@ -37,6 +37,7 @@ from training.data import (
     pack,
     samsum_prompt,
     steps_per_epoch,
+    tokenize_pair,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -607,3 +608,78 @@ def test_eval_batches_cover_a_split_smaller_than_one_batch_exactly_once() -> Non
         assert got == want, world
     with pytest.raises(DataError, match=r"^the validation split is empty; use --run_validation"):
         eval_batches([], batch_size=1, rank=0, world_size=1, pad_id=0)
+
+
+def test_prompt_answer_rows_longer_than_the_context_are_counted(
+    tmp_path: Path, tok: PreTrainedTokenizerBase
+) -> None:
+    """Two of ten prompt/answer rows are longer than --context_length: padding and bfd packing
+    cut them to it (the answer's end and its eos are not learned) and say so in one line with
+    the count and the longest row's length; wrapped packing, which splits rows across chunks
+    instead of cutting them, says nothing."""
+    limit = 32
+    rows = [{"prompt": f"Q{i}: short?", "completion": f"A{i}."} for i in range(8)]
+    rows[1] = {"prompt": "Why? " * 30, "completion": "Because. " * 10}
+    rows[4] = {"prompt": "How? " * 12, "completion": "Thus. " * 6}
+    data = tmp_path / "long.jsonl"
+    data.write_text(
+        "".join(json.dumps(r) + "\n" for r in [*rows, rows[0], rows[2]]), encoding="utf-8"
+    )
+    cfg = replace(
+        TrainConfig(),
+        dataset="custom",
+        data_path=str(data),
+        context_length=limit,
+        batching_strategy="padding",
+    )
+    lengths = [len(tokenize_pair(tok, r["prompt"], r["completion"])["input_ids"]) for r in rows]
+    long = sorted(n for n in lengths if n > limit)
+    assert len(long) == 2  # the data holds exactly two over-long rows, both in the train split
+    for strategy in (cfg, replace(cfg, batching_strategy="packing", packing_strategy="bfd")):
+        notes: list[str] = []
+        out = build_dataset(strategy, tok, "train", notes)
+        assert notes == [
+            f"data custom (train): 2 of 9 prompt/answer rows are longer than --context_length "
+            f"{limit} tokens (up to {long[-1]}) and are cut to it"
+        ], strategy
+        assert max(len(ex["input_ids"]) for ex in out) == limit
+        kept = sum(len(ex["input_ids"]) for ex in out)
+        assert kept == sum(min(n, limit) for n in [*lengths, lengths[0]])  # nothing else lost
+        notes = []
+        build_dataset(strategy, tok, "validation", notes)
+        assert notes == []  # its one row is short
+    notes = []
+    build_dataset(replace(cfg, batching_strategy="packing"), tok, "train", notes)
+    assert notes == []
+
+
+def test_a_run_reports_the_rows_it_cut_in_its_log_and_summary(tmp_path: Path) -> None:
+    """One process, two steps on ten prompt/answer rows of which two are longer than
+    --context_length: the count and the longest length are printed once at the start and kept
+    in summary.json's `data_notes`."""
+    from tests.training.helpers import TINY, launch, merge, run_dirs
+
+    rows = [{"prompt": f"Q{i}: short?", "completion": f"A{i}."} for i in range(10)]
+    rows[1] = {"prompt": "Why? " * 30, "completion": "Because. " * 10}
+    rows[4] = {"prompt": "How? " * 12, "completion": "Thus. " * 6}
+    data = tmp_path / "long.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    argv = merge(
+        TINY,
+        [
+            "--dataset=custom",
+            f"--data_path={data}",
+            "--batching_strategy=padding",
+            "--context_length=32",
+            "--batch_size_training=2",
+            "--max_train_step=2",
+        ],
+        run_dirs(tmp_path, "cut"),
+    )
+    result = launch(1, [{"kind": "train", "name": "cut", "argv": argv, "stdout": True}], tmp_path)
+    assert result["cut"]["rc"] == [0], result["cut"]["stderr"]
+    lines = [ln for ln in result["cut"]["stdout"][0].splitlines() if "prompt/answer rows" in ln]
+    assert len(lines) == 1
+    assert lines[0].startswith("data custom (train): 2 of 9 prompt/answer rows are longer than")
+    summary = json.loads((tmp_path / "cut" / "out" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["data_notes"] == lines
