@@ -163,6 +163,51 @@ def _tokenize_marked(
     return out
 
 
+def stop_token_warning(tokenizer: Any) -> str | None:
+    """One line when the chat template's `{% generation %}` blocks leave the assistant's
+    end-of-turn token out of the learned tokens (the model would never learn to stop), else
+    None; templates without markers are not concerned (their turns' spans hold the end-of-turn
+    text, `render`).
+
+    TRL's check, `is_chat_template_stop_token_trained` (trl/chat_template_utils.py at v1.16.0,
+    warned about by SFTTrainer with `assistant_only_loss`): render a user turn, an assistant
+    turn and a user turn with `return_assistant_tokens_mask=True`; the last marked token that
+    is not blank must be one of the tokenizer's added tokens (an end-of-turn token is added
+    vocabulary, not a merge); a template that cannot render that conversation fails the check.
+    """
+    own = getattr(tokenizer, "chat_template", None)
+    if not own:
+        return None
+    template = training_template(own) or own
+    if not has_generation_markers(template):
+        return None
+    marked = template.get("default", "") if isinstance(template, dict) else template
+    probe = [{"role": r, "content": "dummy"} for r in ("user", "assistant", "user")]
+    trained = False
+    try:
+        enc = tokenizer.apply_chat_template(
+            probe,
+            chat_template=marked,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+    except Exception:  # jinja2's TemplateError and whatever a template raises (TRL: False)
+        enc = None
+    if enc is not None:
+        added = set(tokenizer.get_added_vocab().values())
+        masked = [t for t, m in zip(enc["input_ids"], enc["assistant_masks"], strict=False) if m]
+        last = next((t for t in reversed(masked) if tokenizer.decode([t]).strip()), None)
+        trained = last is not None and last in added
+    if trained:
+        return None
+    return (
+        "warning: the chat template's {% generation %} blocks leave the assistant's "
+        "end-of-turn token out of the loss, so the model may not learn to stop; put it inside "
+        "{% generation %}...{% endgeneration %} (--chat_template FILE)"
+    )
+
+
 def _refusal(e: Exception) -> str:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return f"the chat template refuses this conversation: {first}"

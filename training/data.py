@@ -59,7 +59,7 @@ from training.batches import (
     steps_per_epoch,
     to_device,
 )
-from training.chat import ChatError, Conversation, tokenize_chats
+from training.chat import ChatError, Conversation, stop_token_warning, tokenize_chats
 from training.chat_templates import ChatTemplateError, read_template
 from training.examples import IGNORE_INDEX, DataError, Example
 from training.packing import fill_ratio, pack_bfd
@@ -313,4 +313,12 @@ def build_dataset(
     said = [*(said or []), *([cut] if cut else [])]
     if said and notes is not None:
         notes.append(f"data {cfg.dataset} ({split}): " + "; ".join(said))
+    if (
+        split == "train"
+        and notes is not None
+        and any(isinstance(r, Conversation) for r in split_rows)
+    ):
+        warning = stop_token_warning(tokenizer)  # TRL's check of {% generation %} templates
+        if warning:
+            notes.append(warning)
     return out

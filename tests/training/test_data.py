@@ -683,3 +683,53 @@ def test_a_run_reports_the_rows_it_cut_in_its_log_and_summary(tmp_path: Path) ->
     assert lines[0].startswith("data custom (train): 2 of 9 prompt/answer rows are longer than")
     summary = json.loads((tmp_path / "cut" / "out" / "summary.json").read_text(encoding="utf-8"))
     assert summary["data_notes"] == lines
+
+
+_MARKED = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'assistant' %}"
+    "{{ '<|assistant|>\\n' }}{% generation %}{{ m['content'] }}STOP{% endgeneration %}"
+    "{% else %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + eos_token }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+)
+"""A chat template with {% generation %} blocks; STOP is replaced by where eos goes."""
+
+
+def test_a_generation_template_without_the_end_of_turn_token_is_warned_about(
+    tmp_path: Path,
+) -> None:
+    """TRL's check (trl/chat_template_utils.py `is_chat_template_stop_token_trained` at
+    v1.16.0): a template whose {% generation %} block ends before the eos token (the model is
+    never taught to stop) gets one warning line among the data notes, with the tokens the block
+    marks learned as they are; with eos inside the block, no warning."""
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"Hi {i}"},
+                {"role": "assistant", "content": "Yo"},
+            ]
+        }
+        for i in range(10)
+    ]
+    data = tmp_path / "chats.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = replace(TrainConfig(), dataset="custom", data_path=str(data), batching_strategy="padding")
+    inside = _MARKED.replace("STOP", "{{ eos_token }}")
+    outside = _MARKED.replace("STOP{% endgeneration %}", "{% endgeneration %}{{ eos_token }}")
+    said = {}
+    for name, template in (("inside", inside), ("outside", outside)):
+        tok = load_tokenizer("tiny-llama")
+        tok.chat_template = template
+        notes: list[str] = []
+        out = build_dataset(cfg, tok, "train", notes)
+        eos_learned = [ex["labels"][-1] == tok.eos_token_id for ex in out]
+        said[name] = (notes, all(eos_learned), any(eos_learned))
+    assert said["inside"] == ([], True, True)
+    notes, _, any_eos = said["outside"]
+    assert not any_eos
+    assert len(notes) == 1 and "\n" not in notes[0]
+    assert notes[0].startswith("warning: the chat template's {% generation %} blocks leave the")
+    assert "may not learn to stop" in notes[0]
+    notes = []  # the validation split is not checked again
+    tok.chat_template = outside
+    build_dataset(cfg, tok, "validation", notes)
+    assert notes == []
