@@ -345,3 +345,41 @@ def test_resume_keeps_the_recorded_image_or_takes_a_new_one(
     assert image() == newer  # kept
     code, _, err = _cli(capsys, "resume", "--local", NAME, "--image", newer)
     assert code == 2 and err.count("\n") == 1 and "--image: a local job runs" in err
+
+
+def test_a_team_may_query_prometheus_for_progress_and_nothing_else(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The team's Role in the metrics namespace grants ``get`` on ``services/proxy`` of the
+    Service the CLI's query names (Kubernetes RBAC: a proxy request authorises the
+    ``services/proxy`` subresource of the named Service), and only on stacks with
+    observability."""
+    from infra.config import parse, project_defaults, stack_file_values
+    from jobs import cluster_metrics
+    from workloads.specs import teams
+    from workloads.specs.validate import validate
+
+    assert teams.PROMETHEUS_PORT == cluster_metrics.PROMETHEUS_PORT
+    team = {"name": "nlp", "principalArns": ["arn:aws:iam::123456789012:role/nlp"]}
+    values = {**project_defaults(), **stack_file_values("p5-16"), "teams": [team]}
+    cfg = parse(values, stack="p5-16")
+    assert cfg.observability.enabled
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in teams.metrics_objects(cfg.teams[0], cfg)}
+    role = objs[("Role", "job-metrics-nlp")]
+    binding = objs[("RoleBinding", "job-metrics-nlp")]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "monitoring"
+    assert binding["subjects"][0]["name"] == teams.group_name("nlp")
+    for obj in (role, binding):
+        validate(obj, cfg.kubernetes_version)  # strict: the Kubernetes schema of the version
+    (rule,) = role["rules"]
+    assert (rule["resources"], rule["verbs"]) == (["services/proxy"], ["get"])
+    fake, kubeconfig = kube
+    assert _submit(capsys, kubeconfig)[0] == 0
+    _operate(fake, NAME)
+    fake.prometheus = []
+    assert _cli(capsys, "status", NAME, "--kubeconfig", kubeconfig)[0] == 0
+    (path,) = [unquote(p) for _, p in fake.requests if "/services/" in p]
+    ns, service = path.split("/")[4], path.split("/")[6]
+    assert ns == role["metadata"]["namespace"] and service in rule["resourceNames"]
+    off = parse({**values, "observability": {"enabled": False}}, stack="p5-16")
+    assert teams.metrics_objects(off.teams[0], off) == []

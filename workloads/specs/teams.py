@@ -25,6 +25,9 @@ For each ``teams[]`` entry (``infra.config.teams``):
   Kubeflow's own ``kubeflow-edit``), and ``edit`` would let a member create bare pods on the
   GPUs outside any queue. So members get ``view`` (read) from EKS and the job verbs from this
   Role;
+- on stacks with observability, a **Role** ``job-metrics-<team>`` and its RoleBinding in the
+  metrics namespace (``metrics_objects``, applied after the observability stack): ``get`` on Prometheus' ``services/proxy`` only, which ``python -m jobs
+  status`` and ``list`` use to read the team's jobs' progress;
 - a **LocalQueue** per GPU pool (``workloads.specs.kueue.team_local_queues``).
 """
 
@@ -42,6 +45,11 @@ TEAM_LABEL = "eks-fsdp/team"
 SERVICE_ACCOUNT = pytorchjob.SERVICE_ACCOUNT
 """The ServiceAccount a team's job pods run as (``spec.serviceAccountName``)."""
 ROLE = "job-submitter"
+METRICS_ROLE = "job-metrics"
+"""Prefix of the Role (``<prefix>-<team>``) in the metrics namespace that lets members query
+Prometheus for their jobs' progress."""
+PROMETHEUS_PORT = 9090
+"""Prometheus' Service port (``jobs.cluster_metrics.PROMETHEUS_PORT``; a test checks)."""
 NETWORK_POLICY = "deny-other-namespaces"
 VIEW_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
 """The EKS access policy a member's access entry gets, scoped to the team's namespace."""
@@ -214,6 +222,49 @@ def role(team: TeamConfig) -> K8sObject:
     }
 
 
+def metrics_role(team: TeamConfig) -> K8sObject:
+    """Read access to the cluster's Prometheus API through the API server's service proxy, in
+    the metrics namespace: ``python -m jobs status``/``list`` read a job's progress there
+    (``jobs.cluster_metrics``), since the workers' NetworkPolicy keeps the pod proxy out. RBAC
+    names the subresource ``services/proxy``; ``resourceNames`` holds the Service both as
+    named and as ``<service>:<port>``, the two forms a proxy request's name takes."""
+    from workloads.specs.observability import ObservabilitySettings
+
+    obs = ObservabilitySettings()
+    service = obs.prometheus_service
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(f"{METRICS_ROLE}-{team.name}", team, obs.namespace),
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["services/proxy"],
+                "resourceNames": [service, f"{service}:{PROMETHEUS_PORT}"],
+                "verbs": ["get"],
+            }
+        ],
+    }
+
+
+def metrics_role_binding(team: TeamConfig) -> K8sObject:
+    role_obj = metrics_role(team)
+    name = role_obj["metadata"]["name"]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(name, team, role_obj["metadata"]["namespace"]),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [
+            {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Group",
+                "name": group_name(team.name),
+            }
+        ],
+    }
+
+
 def role_binding(team: TeamConfig) -> K8sObject:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -246,3 +297,12 @@ def objects(team: TeamConfig, stack_cfg: Any) -> list[K8sObject]:
         role_binding(team),
         *kueue.team_local_queues(team, stack_cfg.gpu_node_groups),
     ]
+
+
+def metrics_objects(team: TeamConfig, stack_cfg: Any) -> list[K8sObject]:
+    """The team's objects in the metrics namespace (``metrics_role`` and its binding) on a
+    stack with observability, none otherwise. Apart from ``objects``: they live in a namespace
+    the observability stack creates, so whatever applies them must come after it."""
+    if not getattr(getattr(stack_cfg, "observability", None), "enabled", False):
+        return []
+    return [metrics_role(team), metrics_role_binding(team)]
