@@ -383,3 +383,36 @@ def test_a_team_may_query_prometheus_for_progress_and_nothing_else(
     assert ns == role["metadata"]["namespace"] and service in rule["resourceNames"]
     off = parse({**values, "observability": {"enabled": False}}, stack="p5-16")
     assert teams.metrics_objects(off.teams[0], off) == []
+
+
+def test_a_finished_job_removed_by_its_ttl_still_shows_how_it_ended(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator deletes a finished job ``ttlSecondsAfterFinished`` after it ends
+    (``runPolicy``, kubeflow/trainer v1.9.4 ``pkg/controller.v1/common/job.go``
+    ``CleanupJob``); the record remembers Succeeded or Failed, so the job does not look
+    resumable after a success (a resume would train it again)."""
+    fake, kubeconfig = kube
+    assert _submit(capsys, kubeconfig)[0] == 0
+    _obj(fake, "pytorchjobs", NAME)["status"] = {
+        "conditions": [{"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded"}]
+    }
+    code, out, _ = _cli(capsys, "list", "--kubeconfig", kubeconfig)
+    assert out.splitlines()[1].split()[:2] == [NAME, "Succeeded"]
+    assert _obj(fake, "configmaps", record_name(NAME))["data"]["finalPhase"] == "Succeeded"
+    fake._delete("pytorchjobs", "default", NAME)  # the TTL
+    info = _status(capsys, kubeconfig)
+    assert (info["phase"], info["next_step"]) == ("Succeeded", "")
+    code, out, err = _cli(capsys, "resume", NAME, "--kubeconfig", kubeconfig)
+    assert code == 1 and err.count("\n") == 1 and "succeeded: nothing to resume" in err
+    assert fake.get("pytorchjobs", NAME) is None
+    # a Failed one stays resumable, and the resumed generation forgets the old ending
+    assert _submit(capsys, kubeconfig, "--replace")[0] == 0
+    _obj(fake, "pytorchjobs", NAME)["status"] = FAILED
+    assert _status(capsys, kubeconfig)["phase"] == "Failed"
+    fake._delete("pytorchjobs", "default", NAME)
+    code, out, _ = _cli(capsys, "list", "--kubeconfig", kubeconfig)
+    assert out.splitlines()[1].split()[:2] == [NAME, "Failed"]
+    assert _cli(capsys, "resume", NAME, "--kubeconfig", kubeconfig)[0] == 0
+    assert "finalPhase" not in _obj(fake, "configmaps", record_name(NAME))["data"]
+    assert _status(capsys, kubeconfig)["phase"] == "Pending"
