@@ -118,7 +118,9 @@ def _message(err: Any) -> str:
         body = json.loads(err.body or "{}")
     except (TypeError, ValueError):
         body = {}
-    return str(body.get("message") or err.reason or "").strip()
+    # an admission webhook's message may span lines (the operator's lists its field errors):
+    # the error stays one line
+    return " ".join(str(body.get("message") or err.reason or "").split())
 
 
 def _details(err: Any) -> dict[str, Any]:

@@ -416,3 +416,36 @@ def test_a_finished_job_removed_by_its_ttl_still_shows_how_it_ended(
     assert _cli(capsys, "resume", NAME, "--kubeconfig", kubeconfig)[0] == 0
     assert "finalPhase" not in _obj(fake, "configmaps", record_name(NAME))["data"]
     assert _status(capsys, kubeconfig)["phase"] == "Pending"
+
+
+def test_a_webhook_message_over_several_lines_is_one_line() -> None:
+    """An admission webhook's denial is a ``Status`` whose message the webhook wrote; the
+    operator's lists field errors (``field.ErrorList.ToAggregate``), and a webhook may put
+    newlines in it. The client's own ``ApiException`` carries it, as the API server sends it."""
+    from kubernetes.client.exceptions import ApiException
+
+    from jobs.kube import api_errors
+    from jobs.types import JobsError
+
+    err = ApiException(status=422, reason="Unprocessable Entity")
+    err.body = json.dumps(
+        {
+            "kind": "Status",
+            "status": "Failure",
+            "reason": "Invalid",
+            "code": 422,
+            "message": 'admission webhook "validator.pytorchjob.training-operator.kubeflow.org" '
+            'denied the request: [metadata.name: Invalid value: "1abc":\n  should match: a '
+            "DNS-1035 label,\n\tspec.elasticPolicy: Required value]",
+        }
+    )
+
+    class Api:
+        configuration = type("C", (), {"host": "https://127.0.0.1:6443"})()
+
+    with pytest.raises(JobsError) as raised, api_errors(Api(), "create pytorchjob 1abc"):
+        raise err
+    text = str(raised.value)
+    assert "\n" not in text and "\t" not in text
+    assert text.startswith("create pytorchjob 1abc: 422 Unprocessable Entity: admission webhook")
+    assert 'Invalid value: "1abc": should match: a DNS-1035 label, spec.elasticPolicy' in text
