@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from jobs import capacity, cluster_logs, cluster_metrics, manifest, queue, resume_from
+from jobs import capacity, cluster_logs, cluster_metrics, manifest, queue, resume_from, trainjob
 from jobs.file import JobFile, loads
 from jobs.kube import TIMEOUT, api_errors, object_not_found, stack_output
 from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of, worker_container, worker_spec
@@ -36,9 +36,6 @@ DELETE_WAIT_S = 60.0
 """Seconds ``resume`` and ``submit --replace`` wait for a deleted job to be gone."""
 ROOT_KEY = "checkpointRoot"
 """Record key: the checkpoint root ``resume --from`` gave (kept for the next resume)."""
-FINAL_KEY = "finalPhase"
-"""Record key: Succeeded or Failed, once seen, so a job the operator's TTL
-(``runPolicy.ttlSecondsAfterFinished``) removed still shows how it ended."""
 STILL_DELETING = (
     "a job of this name is still being deleted (a cancel in progress): wait a few seconds "
     "until `python -m jobs list` no longer shows it running, then try again"
@@ -237,12 +234,8 @@ class ClusterBackend:
         name = (job or {}).get("metadata", {}).get("name") or (record or {}).get(
             "metadata", {}
         ).get("labels", {}).get(manifest.RECORD_LABEL, "")
-        if job is None:  # cancelled, or removed (the operator's TTL) once finished
-            phase = (
-                "Cancelled"
-                if data.get(manifest.CANCELLED_KEY)
-                else data.get(FINAL_KEY) or "Deleted"
-            )
+        if job is None:
+            phase = "Cancelled" if data.get(manifest.CANCELLED_KEY) else "Deleted"
             return JobInfo(
                 name=name,
                 backend=self.name,
@@ -251,7 +244,7 @@ class ClusterBackend:
                 generation=int(data.get(manifest.GENERATION_KEY, 1)),
                 rdzv_id=data.get(manifest.RDZV_ID_KEY, ""),
                 age_s=_age(meta.get("creationTimestamp")),
-                next_step="" if phase == "Succeeded" else self._cmd("resume", name),
+                next_step=self._cmd("resume", name),
                 where={"record": f"configmap/{manifest.record_name(name)}"},
             )
         spec = job.get("spec") or {}
@@ -362,6 +355,8 @@ class ClusterBackend:
     def _create(
         self, job_file: JobFile, image: str, generation: int, root: str | None = None
     ) -> tuple[Any, str]:
+        if job_file.api == "v2":  # a Trainer v2 TrainJob (jobs.trainjob)
+            return trainjob.create(self, job_file, image, generation, root)
         w = job_workloads(job_file, image=image, generation=generation)
         settings = resume_from.with_root(w.job, root)
         rdzv = manifest.fresh_rdzv_id(settings)
@@ -421,13 +416,8 @@ class ClusterBackend:
                     raise
 
     def submit(self, job: JobFile, *, image: str | None = None, replace: bool = False) -> Submitted:
-        if job.api != "v1":
-            raise JobsError(
-                f"api: {job.api}: the job CLI renders Trainer v2 TrainJobs "
-                "(workloads.specs.trainjob) but submits, lists and suspends PyTorchJobs only "
-                "so far; use api: v1",
-                status=2,
-            )
+        if job.api == "v2":  # a Trainer v2 TrainJob (jobs.trainjob)
+            return trainjob.submit(self, job, image=image, replace=replace)
         image = self.image_for(job, image)
         job_workloads(job, image=image)  # every check before the first request
         ns = job.config.namespace
@@ -503,7 +493,6 @@ class ClusterBackend:
         for job in jobs:
             name = job["metadata"]["name"]
             mine = [p for p in pods if p["metadata"]["labels"].get(JOB_LABEL) == name]
-            self._remember_final(job, by_name.get(name))
             out.append(
                 self._info(
                     job,
@@ -513,28 +502,14 @@ class ClusterBackend:
                     workload=self._workload_of(job, workloads),
                 )
             )
+        out += trainjob.list_infos(self, by_name)  # takes the records of TrainJobs
         out += [self._info(None, r, [], detail=False) for r in by_name.values()]
         return sorted(out, key=lambda i: -(i.age_s or 0.0))
 
-    def _remember_final(self, job: dict[str, Any], record: dict[str, Any] | None) -> None:
-        """Write a finished job's phase into its record (``FINAL_KEY``), once; best effort."""
-        phase = phase_of(job)
-        data = (record or {}).get("data") or {}
-        if record is None or phase not in ("Succeeded", "Failed") or data.get(FINAL_KEY) == phase:
-            return
-        try:
-            with api_errors(self.api, "patch configmap"):
-                _raw(
-                    self.core.patch_namespaced_config_map,
-                    record["metadata"]["name"],
-                    record["metadata"].get("namespace", self.namespace),
-                    {"data": {FINAL_KEY: phase}},
-                )
-        except JobsError:
-            pass  # the phase is still shown; only its memory after the TTL is lost
-
     def status(self, name: str) -> JobInfo:
         job = self._get_job(name)
+        if job is None and (v2 := trainjob.get(self, name)) is not None:
+            return trainjob.status(self, v2)
         record = self._get_record(name)
         if job is None and record is None:
             raise JobsError(
@@ -546,8 +521,6 @@ class ClusterBackend:
             uid = job["metadata"].get("uid", "")
             workload = self._workload_of(job, self._workloads(f"{queue.JOB_UID_LABEL}={uid}"))
         info = self._info(job, record, pods, detail=True, workload=workload)
-        if job is not None:
-            self._remember_final(job, record)
         info.capacity_ends_at = capacity.ends_at(self.core, job, info.namespace) if job else ""
         return info
 
@@ -572,6 +545,11 @@ class ClusterBackend:
                 status=2,
             )
         pods = self._pods(f"{JOB_LABEL}={name},{INDEX_LABEL}={rank}")
+        if not pods and (v2 := trainjob.get(self, name)) is not None:
+            return trainjob.logs(
+                self, v2, rank=rank, follow=follow, tail=tail, write=write,
+                wait_timeout_s=wait_timeout_s, note=note,
+            )  # fmt: skip
         if follow or (pods and cluster_logs.started(pods[0])):
             pod = cluster_logs.wait_started(self, name, rank, timeout_s=wait_timeout_s, note=note)
             cluster_logs.stream(
@@ -616,6 +594,8 @@ class ClusterBackend:
     def cancel(self, name: str, *, purge: bool = False) -> str:
         ns = self.namespace
         job = self._get_job(name)
+        if job is None and (v2 := trainjob.get(self, name)) is not None:
+            return trainjob.cancel(self, v2, purge=purge)
         record = self._get_record(name)
         if job is None and record is None:
             raise JobsError(f"no job {name!r} in namespace {ns}: `python -m jobs list` shows them")
@@ -652,6 +632,8 @@ class ClusterBackend:
         newest checkpoint (``pkg/controller.v1/common/job.go`` ``ReconcileJobs``, v1.9.4)."""
         verb = "suspend" if on else "unsuspend"
         job = self._get_job(name)
+        if job is None and (v2 := trainjob.get(self, name)) is not None:
+            return trainjob.suspend(self, v2, on=on)
         if job is None:
             raise JobsError(
                 f"no job {name!r} in namespace {self.namespace}: `python -m jobs list` shows them"
@@ -734,10 +716,6 @@ class ClusterBackend:
                 "s3://BUCKET/PREFIX holding its checkpoints"
             )
         job = self._get_job(name)
-        if job is None and data.get(FINAL_KEY) == "Succeeded":
-            raise JobsError(
-                f"job {name} succeeded: nothing to resume; submit it again under a new --name"
-            )
         deleting = job is not None and (job.get("metadata") or {}).get("deletionTimestamp")
         if job is not None and not deleting:
             phase = phase_of(job)
@@ -760,7 +738,6 @@ class ClusterBackend:
                 manifest.GENERATION_KEY: str(generation),
                 manifest.RDZV_ID_KEY: rdzv,
                 manifest.CANCELLED_KEY: None,
-                FINAL_KEY: None,
                 ROOT_KEY: root,
                 manifest.IMAGE_KEY: image,
             }

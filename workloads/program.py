@@ -9,7 +9,8 @@ with a NetworkPolicy admitting the pods of any job, the Hugging Face token Secre
 secret config ``hfToken``), ``DebugTools`` (only with ``debugTools: true``) and, on
 ``sharedStorage.type: fsx`` stacks, the ``CheckpointVolume`` (the FSx PersistentVolume and the
 claim jobs mount; ``shared_storage`` is the ``infra.shared_storage.SharedStorage``
-component). Jobs are submitted apart from the stack (``python -m jobs``, docs/jobs.md), so a
+component) and, with ``trainerV2: true``, ``TrainerV2`` (Kubeflow Trainer v2 and the torch
+runtime ``api: v2`` job files name). Jobs are submitted apart from the stack (``python -m jobs``, docs/jobs.md), so a
 ``pulumi up`` never replaces, deletes or re-creates one; the stack exports what a job needs.
 """
 
@@ -28,6 +29,7 @@ from workloads.k8s_objects import apply_object
 from workloads.specs.image import repository_name
 from workloads.specs.settings import HF_TOKEN_KEY
 from workloads.specs.stack import etcd_clients_policy, platform
+from workloads.trainer import TrainerV2
 from workloads.training_image import TrainingImage, TrainingImageArgs
 from workloads.training_operator import TrainingOperator, TrainingOperatorArgs
 
@@ -66,6 +68,7 @@ class Deployed:
     training_image: TrainingImage
     checkpoint_volume: CheckpointVolume | None = None
     hf_token: k8s.core.v1.Secret | None = None
+    trainer_v2: TrainerV2 | None = None
 
 
 def deploy(
@@ -109,6 +112,7 @@ def deploy(
         "training-operator", TrainingOperatorArgs(settings=p["operator"]), opts=k8s_opts
     )
     etcd = Etcd("etcd", EtcdArgs(settings=p["etcd"]), opts=k8s_opts)
+    trainer_v2 = TrainerV2("trainer-v2", opts=k8s_opts) if cfg.trainer_v2 else None
     # NetworkPolicies add up: this one admits the pods of any job of the project to etcd.
     apply_object("etcd", etcd_clients_policy(p["etcd"]), pulumi.ResourceOptions(parent=etcd))
     hf_token = None
@@ -152,4 +156,5 @@ def deploy(
         training_image=training_image,
         checkpoint_volume=checkpoint_volume,
         hf_token=hf_token,
+        trainer_v2=trainer_v2,
     )

@@ -50,6 +50,7 @@ TOP_LEVEL_KEYS = (
     "sharedStorage",
     "dataBucket",
     "debugTools",
+    "trainerV2",
     "nodeMonitoringAgent",
     "vpcEndpoints",
     "teams",
@@ -129,6 +130,8 @@ class StackConfig:
     """Secret values (Outputs), never plain strings."""
     debug_tools: bool = False
     """Deploy the htop/nvtop debug DaemonSets (opt-in)."""
+    trainer_v2: bool = False
+    """Install Kubeflow Trainer v2 and its torch runtime (``workloads.trainer``; opt-in)."""
     node_monitoring_agent: bool = True
     """Install the eks-node-monitoring-agent add-on (node conditions for auto repair)."""
     vpc_endpoints: bool = True
@@ -240,6 +243,7 @@ def parse(
         data_bucket=data_bucket,
         secrets=secrets or Secrets(),
         debug_tools=_bool(raw.get("debugTools", False), "debugTools"),
+        trainer_v2=_bool(raw.get("trainerV2", False), "trainerV2"),
         node_monitoring_agent=_bool(raw.get("nodeMonitoringAgent", True), "nodeMonitoringAgent"),
         vpc_endpoints=_bool(raw.get("vpcEndpoints", True), "vpcEndpoints"),
         teams=_parse_teams(raw.get("teams", []), groups, access),

@@ -11,7 +11,8 @@ deletes what names it in ``ownerReferences`` (the garbage collector), and an obj
 as the API server keeps it); pod logs and the pod proxy's ``/metrics`` return the texts a
 test put there, and a log in ``broken_logs`` is cut off mid-body (the connection closes before
 its announced length, as when a node or a proxy drops it). The PyTorchJob's ``status`` is what the
-test writes, in the operator's shape (``conditions``, ``replicaStatuses``).
+test writes, in the operator's shape (``conditions``, ``replicaStatuses``); a TrainJob's
+likewise (Trainer v2's ``Complete``/``Failed``/``Suspended`` conditions): no controller runs.
 
 With ``deferred_gc`` the garbage collector runs only when the test calls ``collect()``: the API
 server answers a background-propagation DELETE once the owner is gone and the controller
@@ -49,6 +50,7 @@ ROUTES = {
     ("api/v1", "services"): ("", "Service"),
     ("apis/networking.k8s.io/v1", "networkpolicies"): ("networking.k8s.io", "NetworkPolicy"),
     ("apis/kueue.x-k8s.io/v1beta2", "workloads"): ("kueue.x-k8s.io", "Workload"),
+    ("apis/trainer.kubeflow.org/v1alpha1", "trainjobs"): ("trainer.kubeflow.org", "TrainJob"),
 }
 
 
@@ -84,6 +86,8 @@ class FakeKube:
         """(plural, namespace, name) -> object."""
         self.namespaces = {"default"}
         self.serve_kubeflow = True
+        self.serve_trainer = True
+        """Serve Trainer v2's TrainJob API (False: a cluster without ``trainerV2``)."""
         self.forbidden: set[str] = set()
         """Methods answered 403 (GET, POST, ...)."""
         self.logs: dict[str, str] = {}
@@ -262,7 +266,9 @@ class FakeKube:
             return
         prefix = "/".join(parts[:2]) if parts[0] == "api" else "/".join(parts[:3])
         rest = parts[2:] if parts[0] == "api" else parts[3:]
-        if prefix == "apis/kubeflow.org/v1" and not self.serve_kubeflow:
+        if (prefix == "apis/kubeflow.org/v1" and not self.serve_kubeflow) or (
+            prefix == "apis/trainer.kubeflow.org/v1alpha1" and not self.serve_trainer
+        ):
             self._send(h, 404, "404 page not found\n", "text/plain; charset=utf-8")
             return
         if len(rest) < 3 or rest[0] != "namespaces" or (prefix, rest[2]) not in ROUTES:

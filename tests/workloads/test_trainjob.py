@@ -24,8 +24,6 @@ import pytest
 
 from infra import versions
 from jobs import file as jobfile
-from jobs.cluster import ClusterBackend
-from jobs.types import JobsError
 from workloads.specs import pytorchjob as pj
 from workloads.specs import trainjob as tj
 from workloads.specs.stack import job_workloads
@@ -136,14 +134,6 @@ def test_elastic_or_unknown_api_is_one_line(tmp_path: Path) -> None:
         jobfile.load(EXAMPLES / "p5-16.yaml", sets=["api=v3"])
     job = jobfile.load(EXAMPLES / "p5-16.yaml")
     assert job.api == "v1"
-
-
-def test_the_cluster_backend_refuses_to_submit_v2_in_one_line() -> None:
-    job = jobfile.load(EXAMPLES / "p4de-odcr.yaml", sets=["api=v2"])
-    backend = ClusterBackend.__new__(ClusterBackend)
-    with pytest.raises(JobsError) as err:
-        backend.submit(job, image=IMAGE)
-    assert err.value.status == 2 and "api: v2" in str(err.value)
 
 
 def test_the_install_manifests_are_the_specs() -> None:
