@@ -36,6 +36,9 @@ DELETE_WAIT_S = 60.0
 """Seconds ``resume`` and ``submit --replace`` wait for a deleted job to be gone."""
 ROOT_KEY = "checkpointRoot"
 """Record key: the checkpoint root ``resume --from`` gave (kept for the next resume)."""
+FINAL_KEY = "finalPhase"
+"""Record key: Succeeded or Failed, once seen, so a job the operator's TTL
+(``runPolicy.ttlSecondsAfterFinished``) removed still shows how it ended."""
 STILL_DELETING = (
     "a job of this name is still being deleted (a cancel in progress): wait a few seconds "
     "until `python -m jobs list` no longer shows it running, then try again"
@@ -234,8 +237,12 @@ class ClusterBackend:
         name = (job or {}).get("metadata", {}).get("name") or (record or {}).get(
             "metadata", {}
         ).get("labels", {}).get(manifest.RECORD_LABEL, "")
-        if job is None:
-            phase = "Cancelled" if data.get(manifest.CANCELLED_KEY) else "Deleted"
+        if job is None:  # cancelled, or removed (the operator's TTL) once finished
+            phase = (
+                "Cancelled"
+                if data.get(manifest.CANCELLED_KEY)
+                else data.get(FINAL_KEY) or "Deleted"
+            )
             return JobInfo(
                 name=name,
                 backend=self.name,
@@ -244,7 +251,7 @@ class ClusterBackend:
                 generation=int(data.get(manifest.GENERATION_KEY, 1)),
                 rdzv_id=data.get(manifest.RDZV_ID_KEY, ""),
                 age_s=_age(meta.get("creationTimestamp")),
-                next_step=self._cmd("resume", name),
+                next_step="" if phase == "Succeeded" else self._cmd("resume", name),
                 where={"record": f"configmap/{manifest.record_name(name)}"},
             )
         spec = job.get("spec") or {}
@@ -493,6 +500,7 @@ class ClusterBackend:
         for job in jobs:
             name = job["metadata"]["name"]
             mine = [p for p in pods if p["metadata"]["labels"].get(JOB_LABEL) == name]
+            self._remember_final(job, by_name.get(name))
             out.append(
                 self._info(
                     job,
@@ -505,6 +513,23 @@ class ClusterBackend:
         out += trainjob.list_infos(self, by_name)  # takes the records of TrainJobs
         out += [self._info(None, r, [], detail=False) for r in by_name.values()]
         return sorted(out, key=lambda i: -(i.age_s or 0.0))
+
+    def _remember_final(self, job: dict[str, Any], record: dict[str, Any] | None) -> None:
+        """Write a finished job's phase into its record (``FINAL_KEY``), once; best effort."""
+        phase = phase_of(job)
+        data = (record or {}).get("data") or {}
+        if record is None or phase not in ("Succeeded", "Failed") or data.get(FINAL_KEY) == phase:
+            return
+        try:
+            with api_errors(self.api, "patch configmap"):
+                _raw(
+                    self.core.patch_namespaced_config_map,
+                    record["metadata"]["name"],
+                    record["metadata"].get("namespace", self.namespace),
+                    {"data": {FINAL_KEY: phase}},
+                )
+        except JobsError:
+            pass  # the phase is still shown; only its memory after the TTL is lost
 
     def status(self, name: str) -> JobInfo:
         job = self._get_job(name)
@@ -521,6 +546,8 @@ class ClusterBackend:
             uid = job["metadata"].get("uid", "")
             workload = self._workload_of(job, self._workloads(f"{queue.JOB_UID_LABEL}={uid}"))
         info = self._info(job, record, pods, detail=True, workload=workload)
+        if job is not None:
+            self._remember_final(job, record)
         info.capacity_ends_at = capacity.ends_at(self.core, job, info.namespace) if job else ""
         return info
 
@@ -716,6 +743,10 @@ class ClusterBackend:
                 "s3://BUCKET/PREFIX holding its checkpoints"
             )
         job = self._get_job(name)
+        if job is None and data.get(FINAL_KEY) == "Succeeded":
+            raise JobsError(
+                f"job {name} succeeded: nothing to resume; submit it again under a new --name"
+            )
         deleting = job is not None and (job.get("metadata") or {}).get("deletionTimestamp")
         if job is not None and not deleting:
             phase = phase_of(job)
@@ -738,6 +769,7 @@ class ClusterBackend:
                 manifest.GENERATION_KEY: str(generation),
                 manifest.RDZV_ID_KEY: rdzv,
                 manifest.CANCELLED_KEY: None,
+                FINAL_KEY: None,
                 ROOT_KEY: root,
                 manifest.IMAGE_KEY: image,
             }
