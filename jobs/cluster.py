@@ -13,6 +13,7 @@ the API server's service proxy), else from a worker's exporter through the pod p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -360,13 +361,18 @@ class ClusterBackend:
         )
 
     def _create(
-        self, job_file: JobFile, image: str, generation: int, root: str | None = None
+        self,
+        job_file: JobFile,
+        image: str,
+        generation: int,
+        root: str | None = None,
+        rdzv: str | None = None,
     ) -> tuple[Any, str]:
         if job_file.api == "v2":  # a Trainer v2 TrainJob (jobs.trainjob)
             return trainjob.create(self, job_file, image, generation, root)
         w = job_workloads(job_file, image=image, generation=generation)
         settings = resume_from.with_root(w.job, root)
-        rdzv = manifest.fresh_rdzv_id(settings)
+        rdzv = rdzv or manifest.fresh_rdzv_id(settings)
         settings = settings.replace(rdzv_id=rdzv)
         from workloads.specs.observability import ObservabilitySettings
 
@@ -457,13 +463,19 @@ class ClusterBackend:
                 f"jobs resume {job.name}`, or --replace (a finished job)",
                 status=2,
             )
-        settings, rdzv = self._create(job, image, 1)
-        body = manifest.record(settings, job.dump(), generation=1, rdzv_id=rdzv, image=image)
+        # The record first: a job without one could not be resumed (or listed once deleted),
+        # so an interruption between the two requests must leave neither.
+        first = job_workloads(job, image=image, generation=1).job
+        rdzv = manifest.fresh_rdzv_id(first)
+        body = manifest.record(first, job.dump(), generation=1, rdzv_id=rdzv, image=image)
+        with api_errors(self.api, f"create configmap {body['metadata']['name']}"):
+            _raw(self.core.create_namespaced_config_map, ns, body)
         try:
-            with api_errors(self.api, f"create configmap {body['metadata']['name']}"):
-                _raw(self.core.create_namespaced_config_map, ns, body)
-        except JobsError:
-            self._delete_job(job.name, ns)
+            self._create(job, image, 1, rdzv=rdzv)
+        except BaseException:  # a JobsError, or Ctrl-C while the job is created
+            made = body["metadata"]["name"]
+            with contextlib.suppress(JobsError), api_errors(self.api, f"delete configmap {made}"):
+                _raw(self.core.delete_namespaced_config_map, made, ns)
             raise
         return Submitted(
             name=job.name,

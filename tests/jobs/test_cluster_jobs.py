@@ -287,7 +287,7 @@ def _one_line(code: int, err: str, status: int, text: str) -> None:
 @pytest.mark.parametrize(
     ("setup", "argv", "status", "text"),
     [
-        (lambda f: f.forbidden.add("POST"), [], 1, "forbidden: pytorchjobs is forbidden: User"),
+        (lambda f: f.forbidden.add("POST"), [], 1, 'is forbidden: User "alice" cannot post'),
         (
             lambda f: setattr(f, "serve_kubeflow", False),
             [],

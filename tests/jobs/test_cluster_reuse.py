@@ -449,3 +449,34 @@ def test_a_webhook_message_over_several_lines_is_one_line() -> None:
     assert "\n" not in text and "\t" not in text
     assert text.startswith("create pytorchjob 1abc: 422 Unprocessable Entity: admission webhook")
     assert 'Invalid value: "1abc": should match: a DNS-1035 label, spec.elasticPolicy' in text
+
+
+def test_the_record_comes_first_and_goes_when_the_job_is_not_made(
+    kube: tuple[FakeKube, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job without a record could be neither resumed nor listed once deleted: the record is
+    created first, and removed again when the job is not created (an API error, or Ctrl-C
+    arriving while it is)."""
+    from jobs.cluster import ClusterBackend
+
+    fake, kubeconfig = kube
+    assert _submit(capsys, kubeconfig)[0] == 0
+    posts = [path.split("/")[-1] for method, path in fake.requests if method == "POST"]
+    assert posts == ["configmaps", "pytorchjobs", "networkpolicies"]
+    assert _cli(capsys, "cancel", NAME, "--kubeconfig", kubeconfig, "--purge")[0] == 0
+    assert fake.objects == {}
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ClusterBackend, "_create", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _submit(capsys, kubeconfig)
+    assert fake.objects == {}
+    monkeypatch.undo()
+    fake.serve_kubeflow = False  # the record is made, the job is refused: nothing is left
+    code, _, err = _submit(capsys, kubeconfig)
+    assert code == 1 and err.count("\n") == 1 and "no PyTorchJob API" in err
+    assert fake.objects == {}
