@@ -185,6 +185,9 @@ def _parser() -> argparse.ArgumentParser:
         "later resumes",
     )
     _wait_flag(resume)
+    from jobs.data import add_parser as data_verb
+
+    data_verb(verbs)  # python -m jobs data put|get (jobs.data)
     return parser
 
 
@@ -228,6 +231,10 @@ def run(args: argparse.Namespace) -> int:
     from jobs import output
     from jobs.backends import choose
 
+    if args.verb == "data":
+        from jobs.data import main as data_main
+
+        return data_main(args)
     if getattr(args, "wait_timeout", 1.0) <= 0:
         raise JobsError(f"--wait-timeout {args.wait_timeout:g}: must be > 0 seconds", status=2)
     if args.verb == "resume" and args.from_uri is not None:
@@ -254,6 +261,10 @@ def run(args: argparse.Namespace) -> int:
             stack=args.stack,
             namespace=job.config.namespace,
         )
+        from planner.estimate import lines as estimate
+
+        for line in estimate(job):  # the planner's figures before anything is sent
+            print(line, file=sys.stderr, flush=True)
         done = backend.submit(job, image=args.image, replace=args.replace)
         _print(args, done.as_dict(), output.submitted_text(done))
         if args.follow:

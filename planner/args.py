@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from eks_fsdp_cli.errors import Parser, suggest
-from planner.assumptions import DATASETS, DEFAULT
+from planner.assumptions import DATASETS, DEFAULT, HF_DATASETS
 from planner.catalog import lookup
 from planner.lora import LINEAR, LoraSpec
 from planner.memory import AC_MODES, PRECISIONS, STRATEGIES
@@ -97,7 +97,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seq", type=int, help="tokens per sample (default 4096)")
     p.add_argument("--batch", type=int, help="micro-batch per GPU (default 3)")
-    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    p.add_argument(
+        "--grad-accum",
+        type=int,
+        default=None,
+        help="micro-batches per optimizer step (default 1; --stack/--job: the job's)",
+    )
     p.add_argument(
         "--precision",
         choices=tuple(PRECISIONS),
@@ -176,6 +181,8 @@ def calibrate_parser() -> argparse.ArgumentParser:
 class _Resolved:
     inp: PlanInput
     nodes: list[int]
+    limits: dict[str, int | None] | None = None
+    """A job file's ``max_steps`` (maxTrainStep) and ``checkpoint_every``; None without one."""
 
 
 def _positive(value: int | None, flag: str, minimum: int = 1) -> None:
@@ -211,9 +218,15 @@ def _from_stack(stack: str | None, job_file: Path | None = None) -> dict[str, An
             f"--stack {stack}: no example job {path.name} in jobs/examples (--job FILE)"
         )
     try:
-        cfg = load(path, stack=stack).platform
+        job_file = load(path, stack=stack)
     except (ConfigError, KeyError, ValueError, OSError) as e:
         raise UsageError(f"{flag}: {e}") from None
+    return job_values(job_file, flag)
+
+
+def job_values(job_file: Any, flag: str) -> dict[str, Any]:
+    """The plan's inputs from a loaded ``jobs.file.JobFile`` (``flag`` names it in errors)."""
+    cfg = job_file.platform
     if cfg.job is None or cfg.job_node_group is None:
         raise UsageError(f"{flag}: no job (nodeGroup) to plan")
     stack = cfg.stack
@@ -231,7 +244,39 @@ def _from_stack(stack: str | None, job_file: Path | None = None) -> dict[str, An
         "storage": from_stack_config(getattr(cfg, "shared_storage", None)),
         **_stack_ac(stack, job.extra_args),
         **_stack_lora(stack, job.extra_args),
+        **_stack_data(stack, job.dataset, job.extra_args),
+        "limits": {"max_steps": job.max_train_step, "checkpoint_every": job.checkpoint_every},
     }
+
+
+_DATA_FLAGS = (
+    "hf_dataset",
+    "hf_split",
+    "gradient_accumulation_steps",
+    "hsdp",
+    "sharding_group_size",
+)
+
+
+def _stack_data(stack: str, dataset: str, extra_args: tuple[str, ...]) -> dict[str, Any]:
+    """The job's dataset as the planner names it (a ``--dataset hf_dataset`` whose
+    ``--hf_dataset``/``--hf_split`` is a row of ``planner.assumptions.HF_DATASETS``) and its
+    gradient accumulation, read as ``_stack_ac`` reads AC."""
+    from training.config import ConfigError, parse_args
+
+    ours = [a for a in extra_args if a[2:].partition("=")[0].replace("-", "_") in _DATA_FLAGS]
+    if any(a.startswith("--hf_") for a in ours):
+        ours.append(f"--dataset={dataset}")
+    try:
+        cfg = parse_args(ours)
+    except ConfigError as e:
+        raise UsageError(f"--stack {stack}: the job's args: {e}") from None
+    out: dict[str, Any] = {"grad_accum": cfg.gradient_accumulation_steps}
+    if cfg.hsdp and cfg.sharding_group_size > 0:
+        out["hsdp_group"] = cfg.sharding_group_size
+    if dataset == "hf_dataset":
+        out["dataset"] = HF_DATASETS.get((cfg.hf_dataset, cfg.hf_split), cfg.hf_dataset)
+    return out
 
 
 _AC_FLAGS = ("fsdp_activation_checkpointing", "nofsdp_activation_checkpointing", "ac_mode")
@@ -324,10 +369,14 @@ def _shape(model: str) -> ModelShape:
         ) from None
 
 
-def resolve_args(args: argparse.Namespace) -> _Resolved:
-    """Flags (and the stack) -> a PlanInput; UsageError naming the flag on bad input."""
+def resolve_args(args: argparse.Namespace, preset: dict[str, Any] | None = None) -> _Resolved:
+    """Flags (and the stack, or ``preset``: ``job_values`` of a loaded job file) -> a
+    PlanInput; UsageError naming the flag on bad input."""
     job = getattr(args, "job", None)
-    values: dict[str, Any] = _from_stack(args.stack, job) if args.stack or job else {}
+    if preset is not None:
+        values: dict[str, Any] = dict(preset)
+    else:
+        values = _from_stack(args.stack, job) if args.stack or job else {}
     for key in ("model", "instance", "nodes", "batch", "seq", "sharding", "epochs", "price"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
@@ -340,6 +389,7 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
     _positive(values.get("seq"), "--seq")
     _positive(values.get("epochs"), "--epochs")
     _positive(args.grad_accum, "--grad-accum")
+    grad_accum = args.grad_accum if args.grad_accum is not None else values.get("grad_accum", 1)
     _positive(args.hsdp_group, "--hsdp-group")
     _positive(args.dataset_tokens, "--dataset-tokens")
     # Explicit flags win over the stack's job; --ac-mode full|selective implies --ac.
@@ -396,6 +446,7 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
             raise UsageError(str(e)) from None
     strategy = values.get("sharding") or "FULL_SHARD"
     gpus = instance.gpus
+    hsdp_group = args.hsdp_group if args.hsdp_group is not None else values.get("hsdp_group")
     if args.hsdp_group is not None:
         if strategy != "HYBRID_SHARD":
             raise UsageError("--hsdp-group needs --sharding HYBRID_SHARD")
@@ -410,12 +461,12 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
         instance=instance,
         precision=PRECISIONS[args.precision],
         strategy=strategy,
-        hsdp_group=args.hsdp_group,
+        hsdp_group=hsdp_group,
         ac=ac,
         ac_mode=ac_mode or "full",
         batch=int(values.get("batch") or 3),
         seq=seq,
-        grad_accum=args.grad_accum,
+        grad_accum=grad_accum,
         dataset_tokens=tokens,
         epochs=int(values.get("epochs") or 1),
         usd_per_hour=values.get("price"),
@@ -423,7 +474,7 @@ def resolve_args(args: argparse.Namespace) -> _Resolved:
         assumptions=DEFAULT,
         lora=lora,
     )
-    return _Resolved(inp=inp, nodes=nodes)
+    return _Resolved(inp=inp, nodes=nodes, limits=values.get("limits"))
 
 
 def read_reports(paths: list[Path]) -> list[dict[str, Any]]:

@@ -218,5 +218,20 @@ DEFAULT = Assumptions()
 # newlines; 13 template tokens; BOS/EOS).
 SAMSUM_EXAMPLES = 14732
 SAMSUM_TOKENS_PER_EXAMPLE = 190
-DATASETS: dict[str, int] = {"samsum": SAMSUM_EXAMPLES * SAMSUM_TOKENS_PER_EXAMPLE}
+# ultrachat_200k (HuggingFaceH4/ultrachat_200k, split train_sft): 207,865 multi-turn chats
+# (num_examples in the dataset card's dataset_info). Its messages column holds 1,203,127,976
+# bytes (dataset_info num_bytes of mlabonne/ultrachat_200k_sft, the same 207,865 rows with the
+# messages column alone): ~5,790 bytes per chat. At ~4 bytes of English text per Llama-2 token,
+# plus the chat template's [INST] tags, about 1,450 tokens per chat, ~301 M tokens per epoch:
+# enough for a few hundred optimizer steps of 128 GPUs x 2 x 4096 tokens.
+ULTRACHAT_EXAMPLES = 207865
+ULTRACHAT_TOKENS_PER_EXAMPLE = 1450
+DATASETS: dict[str, int] = {
+    "samsum": SAMSUM_EXAMPLES * SAMSUM_TOKENS_PER_EXAMPLE,
+    "ultrachat_200k": ULTRACHAT_EXAMPLES * ULTRACHAT_TOKENS_PER_EXAMPLE,
+}
 """Named datasets -> training tokens per epoch (before packing)."""
+HF_DATASETS: dict[tuple[str, str], str] = {
+    ("HuggingFaceH4/ultrachat_200k", "train_sft"): "ultrachat_200k",
+}
+"""A job's ``--hf_dataset`` and ``--hf_split`` -> its row of ``DATASETS`` (no download)."""

@@ -2,6 +2,9 @@
 
     python -m planner --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
     python -m planner --stack p5-16 --json
+    python -m planner --job jobs/examples/p5-16.yaml      # a job file on its stack
+    python -m planner new-stack NAME --instance p5.48xlarge --nodes 16 --reservation cr-... \
+        --region us-east-2                                # Pulumi.NAME.yaml + jobs/NAME.yaml
     python -m planner --model path/to/config.json --instance p5.48xlarge --nodes 2 \
         --sharding HYBRID_SHARD --hsdp-group 8 --no-ac --batch 2 --plot plan.png
 
@@ -59,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["calibrate"]:
         return calibrate_main(argv[1:])
+    if argv[:1] == ["new-stack"]:
+        from planner.newstack import main as new_stack
+
+        return new_stack(argv[1:])
     try:
         args = parser().parse_args(argv)
         resolved = resolve_args(args)
@@ -79,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows, indent=2))
     else:
         print(table(rows))
+        if resolved.limits is not None and len(resolved.nodes) == 1:
+            from planner.estimate import describe, estimate_input
+
+            est = estimate_input(resolved.inp, resolved.nodes[0], **resolved.limits)
+            source = str(args.job) if args.job is not None else f"jobs/examples/{args.stack}.yaml"
+            print("\n".join(["", *describe(est, source)]))
     if args.plot is not None:
         from planner.plot import plot
 

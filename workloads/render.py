@@ -330,7 +330,19 @@ def main(argv: list[str] | None = None) -> int:
             f"note: no shared checkpoint claim: each of the {job.workers} pods keeps its own "
             "shards in an emptyDir, so --resume is left out (restarts start over)"
         )
+    _print_estimate(args.stack, args.job)
     return 0
+
+
+def _print_estimate(stack: str, job: Path | None) -> None:
+    """The planner's estimate of the job (``planner.estimate``), on stderr: stdout stays the
+    list of files and commands."""
+    from jobs.file import load as load_job
+    from planner.estimate import lines
+    from workloads.specs.stack import example_job
+
+    for line in lines(load_job(job or example_job(stack), stack=stack)):
+        print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,28 @@
 """docs/deploy.md says what the stacks cost idle and how sizes are changed, consistently with its
-own price table and with the program.
+own price table and with the program, and its deploy path runs as written.
 
-Nothing is mocked: the document and the modules are read as they are. If this fails, the deploy
-guide promises an idle ``dev`` stack costs nothing (it bills the control plane, a NAT gateway,
-the system node and a KMS key), states an idle total its Costs table does not add up to, or
-tells the reader to change ``desiredSize`` in the stack file although the program ignores it
-after creation.
+Nothing is mocked: the document and the modules are read as they are, and the guide's commands
+that need no AWS (the planner's ``new-stack`` and ``--job``) run as subprocesses in a copy of
+the checkout, exactly as the page spells them. If this fails, the deploy guide promises an idle
+``dev`` stack costs nothing (it bills the control plane, a NAT gateway, the system node and a
+KMS key), states an idle total its Costs table does not add up to, tells the reader to change
+``desiredSize`` in the stack file although the program ignores it after creation, lists its
+steps out of order (a preview before the policy pack's environment exists, an ``up`` without
+the pack, no secrets, no ``--create``), holds a command that no longer runs, or states a
+training cost the planner no longer gives.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from infra import gpu_nodegroup
 
@@ -62,3 +73,102 @@ def test_the_policy_pack_environment_is_made_before_preview() -> None:
         "pulumi preview --policy-pack policy"
     )
     assert "CLI builds" not in DOC
+
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = DOC.split("## Deploy\n", 1)[1].split("\n## ", 1)[0]
+NEEDS_AWS = (
+    "make setup",  # installs; the suite runs in what it made
+    "(cd policy && pulumi install)",
+    "pulumi ",
+    "python -m doctor",  # the account: tests/doctor runs it against moto's EC2 on loopback
+    "python -m jobs ",  # a cluster: tests/controlplane runs submit/list/logs against one
+)
+"""Command prefixes of the Deploy section that need AWS, a Pulumi backend or a cluster."""
+COPIED = ("infra", "jobs", "planner", "training", "workloads", "doctor", "policy", "eks_fsdp_cli")
+
+
+def _commands(section: str) -> list[str]:
+    """The command lines of the ```bash blocks (continuations joined, comments dropped)."""
+    out: list[str] = []
+    for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S):
+        text = block.replace("\\\n", " ")
+        for line in text.splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                out.append(line)
+    return out
+
+
+def test_the_deploy_path_is_in_order() -> None:
+    commands = _commands(DEPLOY)
+    order = [
+        "pulumi login",
+        "pulumi stack select --create",
+        "pulumi config set --path 'apiPublicAccessCidrs[0]'",
+        "pulumi config set --secret hfToken",
+        "pulumi config set --secret grafanaAdminPassword",
+        "python -m doctor --stack",
+        "pulumi preview --policy-pack policy",
+        "pulumi up --policy-pack policy",
+        "python -m jobs submit",
+        "python -m jobs logs",
+    ]
+    at = [next(i for i, c in enumerate(commands) if c.startswith(o)) for o in order]
+    assert at == sorted(at), list(zip(order, at, strict=True))
+    assert (
+        commands.index("(cd policy && pulumi install)")
+        < at[order.index("pulumi preview --policy-pack policy")]
+    )
+    assert not [c for c in commands if c.startswith("pulumi up") and "--policy-pack" not in c]
+    assert "pulumi destroy --exclude-protected" in DEPLOY
+    assert "huggingface.co/meta-llama" in DEPLOY  # accept the licence before the token is used
+    assert (ROOT / "docs" / "teardown.md").is_file() and "(teardown.md)" in DEPLOY
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the checkout's Python packages and stack files: ``new-stack`` writes there."""
+    root = tmp_path_factory.mktemp("checkout")
+    ignore = shutil.ignore_patterns("__pycache__", "venv", "*.pyc")
+    for name in (n for n in COPIED if (ROOT / n).is_dir()):
+        shutil.copytree(ROOT / name, root / name, ignore=ignore)
+    for path in ROOT.glob("Pulumi*.yaml"):
+        shutil.copy(path, root / path.name)
+    return root
+
+
+def test_every_command_that_needs_no_aws_runs(checkout: Path) -> None:
+    commands = _commands(DEPLOY)
+    ours = [c for c in commands if not c.startswith(NEEDS_AWS)]
+    assert ours, "the Deploy section has no command that runs without AWS"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(checkout)}
+    for command in ours:
+        argv = shlex.split(command)
+        assert argv[:2] == ["python", "-m"], f"unclassified command in docs/deploy.md: {command}"
+        done = subprocess.run(
+            [sys.executable, *argv[1:]],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, f"{command}\n{done.stdout}{done.stderr}"
+    assert (checkout / "Pulumi.my-p5.yaml").is_file()
+    assert (checkout / "jobs" / "my-p5.yaml").is_file()
+
+
+def test_the_training_costs_are_the_planners() -> None:
+    from jobs.file import load
+    from planner.estimate import estimate
+
+    for stack in ("p4de-odcr", "p5-16"):
+        (row,) = [ln for ln in DOC.splitlines() if ln.startswith(f"| `{stack}` | ")]
+        est = estimate(load(ROOT / "jobs" / "examples" / f"{stack}.yaml"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[3].startswith(f"{est.steps}, {est.checkpoints} (every {est.checkpoint_every})")
+        assert (
+            cells[5] == f"~${est.cost_usd:,.0f}" and cells[6] == f"~${est.cost_per_epoch_usd:,.0f}"
+        )
+        assert f"{est.tokens_per_s_per_gpu:,.0f} tok/s/GPU" in cells[2]

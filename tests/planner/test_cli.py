@@ -151,8 +151,8 @@ def test_stack_file_supplies_instance_nodes_model_and_batch(
 def test_ac_mode_and_the_stack_jobs_own_checkpointing(capsys: pytest.CaptureFixture[str]) -> None:
     """--ac-mode selective plans op-level SAC (between full AC and none, faster than full AC);
     --stack reads its example job's activation checkpointing from its args with the training
-    CLI's parser: the dev stack turns it off (--fsdp_activation_checkpointing=False), p5-16
-    leaves the training default (full AC)."""
+    CLI's parser: the dev stack turns it off (--fsdp_activation_checkpointing=False), as p5-16's
+    recommended layout does; p4de-odcr keeps it on (full AC, the training default mode)."""
     full, sac, off = (
         _json(capsys, *BASE, *extra)[0] for extra in ([], ["--ac-mode", "selective"], ["--no-ac"])
     )
@@ -165,8 +165,10 @@ def test_ac_mode_and_the_stack_jobs_own_checkpointing(capsys: pytest.CaptureFixt
     assert (dev["ac_fraction"], dev["ac_mode"]) == (0.0, "none")
     assert _json(capsys, "--stack", "dev", "--ac")[0]["ac_mode"] == "full"
     assert _json(capsys, "--stack", "dev", "--ac-mode", "selective")[0]["ac_mode"] == "selective"
-    assert _json(capsys, "--stack", "p5-16")[0]["ac_mode"] == "full"
-    assert _json(capsys, "--stack", "p5-16", "--ac-mode", "none")[0]["ac_mode"] == "none"
+    assert _json(capsys, "--stack", "p5-16")[0]["ac_mode"] == "none"
+    assert _json(capsys, "--stack", "p5-16", "--ac-mode", "full")[0]["ac_mode"] == "full"
+    assert _json(capsys, "--stack", "p4de-odcr")[0]["ac_mode"] == "full"
+    assert _json(capsys, "--stack", "p4de-odcr", "--ac-mode", "none")[0]["ac_mode"] == "none"
 
 
 def test_stack_ac_reads_only_the_ac_flags_of_extra_args() -> None:
