@@ -285,7 +285,6 @@ def _check(args: argparse.Namespace) -> None:
 
 def main(argv: list[str]) -> int:
     """Write the two files and print their paths and figures; 2 on bad input."""
-    import sys
 
     try:
         args = new_stack_parser().parse_args(argv)
@@ -323,8 +322,9 @@ def main(argv: list[str]) -> int:
             job_path.unlink()
             raise
     except UsageError as e:
-        print(f"plan: error: {e}", file=sys.stderr)
-        return 2
+        from eks_fsdp_cli.errors import fail
+
+        return fail("plan", e)  # the project's one error format
     print(f"wrote {stack_path}")
     print(f"wrote {job_path}")
     for line in cost_comment(gen):
