@@ -548,3 +548,33 @@ def logs(
             write(rest)
     finally:
         resp.release_conn()
+
+
+def as_submitted(
+    components: dict[str, list[dict[str, Any]]], job_file: JobFile, settings: Any
+) -> dict[str, list[dict[str, Any]]]:
+    """``workloads.render``'s job objects as ``submit`` creates them: the PyTorchJob naming the
+    job's queue (``jobs.queue``), or for ``api: v2`` the TrainJob in its place
+    (``trainjob.yaml``); the other components unchanged, in their order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for component, objs in components.items():
+        if component != "pytorchjob":
+            out[component] = objs
+        elif job_file.api == "v2":
+            out["trainjob"] = [body(job_file, settings)]
+        else:
+            out[component] = [
+                queue.queued(o, job_file.queue, pod_template_paths=queue.pytorchjob_templates)
+                for o in objs
+            ]
+    return out
+
+
+def validate_object(obj: dict[str, Any], kubernetes_version: str) -> None:
+    """``workloads.specs.validate.validate``, and a TrainJob against Trainer's CRD at the pin."""
+    from workloads.specs.validate import validate
+
+    if obj.get("apiVersion") == tj.API_VERSION:
+        tj.validate(obj)
+    else:
+        validate(obj, kubernetes_version)

@@ -26,6 +26,10 @@ the CPU dev job may use the local build's name.
 A bad stack name, an invalid config or an ``--out`` that cannot be written (a file, a
 read-only place) prints one line and exits with status 2. ``pip install -r requirements.txt``
 is all it needs (kubernetes-validate included).
+The job's objects are what ``python -m jobs submit`` creates (``jobs.trainjob.as_submitted``):
+the PyTorchJob with the job's Kueue labels (``jobs.queue``), or for ``api: v2`` a Trainer v2
+TrainJob in ``trainjob.yaml`` (validated against Trainer's CRD at the pin); a stack with
+``trainerV2: true`` also gets ``trainer-v2/`` (Trainer v2's install and the torch runtime).
 """
 
 from __future__ import annotations
@@ -99,10 +103,15 @@ def render(
         fsx_mount_name or storage.PLACEHOLDER_MOUNT_NAME,
         stack_cfg.region,
     )
-    components = objects_by_component(w, file_system)
+    from jobs import trainjob  # the job's objects as `python -m jobs submit` creates them
+    from jobs.file import load as load_job
+    from workloads.specs.stack import example_job
+
+    job_file = load_job(job if job is not None else example_job(stack), stack=stack)
+    components = trainjob.as_submitted(objects_by_component(w, file_system), job_file, w.job)
     for objs in components.values():
         for obj in objs:
-            validate(obj, kubernetes_version)
+            trainjob.validate_object(obj, kubernetes_version)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for component, objs in components.items():
@@ -120,6 +129,10 @@ def render(
         )
     if kueue and stack_cfg.gpu_node_groups:
         written += _render_kueue(stack_cfg, out / KUEUE_DIR, kubernetes_version)
+    if stack_cfg.trainer_v2:
+        from workloads.specs.trainjob import write_install
+
+        written += write_install(out)
     return written
 
 
@@ -296,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"apply: kubectl apply --server-side -k {args.out / OPERATOR_DIR}")
     print(f"       kubectl apply -f {args.out}  (after the operator's CRDs are established)")
     stack_cfg = job_platform(args.stack, args.job)
+    if stack_cfg.trainer_v2:
+        print(f"trainer-v2: kubectl apply --server-side -k {args.out / 'trainer-v2'}")
     if args.kueue and stack_cfg.gpu_node_groups:
         from workloads.specs.kueue import helm_command
 

@@ -269,3 +269,20 @@ def validate(obj: K8sObject) -> None:
         err = errors[0]
         where = ".".join(str(p) for p in err.path) or "(root)"
         raise ValidationError(f"{name}: {where}: {err.message}")
+
+
+INSTALL_DIR = "trainer-v2"
+"""``python -m workloads.render``'s folder for the install (stacks with ``trainerV2: true``)."""
+
+
+def write_install(out: Path) -> list[Path]:
+    """Write the Trainer v2 install (``manifest_files``: the upstream overlay at the pin and the
+    runtime, validated) under ``out/trainer-v2``; ``kubectl apply --server-side -k`` applies it."""
+    validate(cluster_training_runtime())
+    folder = out / INSTALL_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in manifest_files().items():
+        written.append(folder / name)
+        written[-1].write_text(text)
+    return written

@@ -1,0 +1,95 @@
+"""``python -m workloads.render`` shows what ``python -m jobs submit`` creates.
+
+Renders the p4de-odcr stack's example job as ``api: v1`` and as a fixed-size ``api: v2`` job
+file, and a stack with ``trainerV2: true``. If this fails, render would show a PyTorchJob
+without the Kueue labels submit puts on it (a reader of the YAML would apply a job no queue
+admits), a PyTorchJob where submit creates a TrainJob, a TrainJob Trainer's CRD at the pin
+refuses, or leave out the Trainer v2 install a stack with the key needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from jobs import file as jobfile
+from jobs import queue
+from workloads import render
+from workloads.specs import pytorchjob as pj
+from workloads.specs import trainjob as tj
+from workloads.specs.stack import job_workloads
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp:sha-1"
+STACK = "p4de-odcr"
+
+
+def _job_file(tmp_path: Path, *sets: str) -> Path:
+    job = jobfile.load(EXAMPLES / f"{STACK}.yaml", sets=list(sets))
+    path = tmp_path / "job.yaml"
+    path.write_text(job.dump())
+    return path
+
+
+def _objects(path: Path) -> list[dict[str, Any]]:
+    return [o for o in yaml.safe_load_all(path.read_text()) if o]
+
+
+def test_a_v1_job_renders_with_the_queue_labels_submit_puts(tmp_path: Path) -> None:
+    path = _job_file(tmp_path)
+    out = tmp_path / "out"
+    render.render(STACK, out, job=path, image=IMAGE)
+    job = jobfile.load(path, stack=STACK)
+    assert job.queue is not None
+    (rendered,) = _objects(out / "pytorchjob.yaml")
+    w = job_workloads(job, image=IMAGE)
+    want = pj.pytorchjob(w.job, w.etcd.host)
+    want["metadata"]["labels"].update(
+        {queue.QUEUE_LABEL: job.config.node_group, queue.PRIORITY_LABEL: "experiment"}
+    )
+    assert rendered == want
+    assert not (out / "trainjob.yaml").exists() and not (out / tj.INSTALL_DIR).exists()
+
+
+def test_a_v2_job_renders_the_trainjob_submit_creates(tmp_path: Path) -> None:
+    path = _job_file(tmp_path, "api=v2", "minWorkers=2", "workers=2")
+    out = tmp_path / "out"
+    files = render.render(STACK, out, job=path, image=IMAGE)
+    assert out / "trainjob.yaml" in files and not (out / "pytorchjob.yaml").exists()
+    job = jobfile.load(path, stack=STACK)
+    (rendered,) = _objects(out / "trainjob.yaml")
+    want = tj.trainjob(job_workloads(job, image=IMAGE).job)
+    want["metadata"]["labels"].update(
+        {queue.QUEUE_LABEL: job.config.node_group, queue.PRIORITY_LABEL: "experiment"}
+    )
+    assert rendered == want
+    tj.validate(rendered)
+    (policy,) = _objects(out / "workers-network-policy.yaml")
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    pod_labels = tj.pod_spec_patch(rendered)["metadata"]["labels"]
+    assert selected.items() <= pod_labels.items()  # the policy selects the TrainJob's pods
+
+
+def test_a_stack_with_trainer_v2_renders_its_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = render.job_platform
+
+    def with_trainer(stack: str, job: Any = None) -> Any:
+        return dataclasses.replace(real(stack, job), trainer_v2=True)
+
+    monkeypatch.setattr(render, "job_platform", with_trainer)
+    out = tmp_path / "out"
+    code = render.main(["--stack", STACK, "--out", str(out), "--image", IMAGE])
+    printed = capsys.readouterr().out
+    assert code == 0
+    folder = out / tj.INSTALL_DIR
+    assert sorted(p.name for p in folder.iterdir()) == ["kustomization.yaml", "runtime.yaml"]
+    for name, text in tj.manifest_files().items():
+        assert (folder / name).read_text() == text
+    tj.validate(yaml.safe_load((folder / "runtime.yaml").read_text()))
+    assert f"trainer-v2: kubectl apply --server-side -k {folder}" in printed
