@@ -136,6 +136,12 @@ def _mock_outputs(args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict[str, A
         state.setdefault("nodeGroupName", name)
         state["arn"] = f"arn:aws:eks:us-west-2:{ACCOUNT}:nodegroup/{name}"
         state["status"] = "ACTIVE"
+        # EKS returns the Auto Scaling group it made for the managed node group
+        # (DescribeNodegroup: nodegroup.resources.autoScalingGroups[].name); capacity-block
+        # schedules target it (infra.capacity_schedule).
+        state["resources"] = [
+            {"autoscalingGroups": [{"name": f"eks-{name}-asg"}], "remoteAccessSecurityGroupId": ""}
+        ]
     elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
         rid = f"lt-{zlib.crc32(name.encode()):017x}"
         state["latestVersion"] = 1

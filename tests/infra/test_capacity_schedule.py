@@ -8,8 +8,8 @@ learn the end time, or a window that cannot work (an end before its start, a mar
 EC2's 30 minutes) would pass silently instead of stopping with one line.
 
 Mocked, and why: there is no Pulumi engine and no AWS account here (``tests/pulumi_mocks``).
-The mock of ``aws.eks.NodeGroup`` is given the ``resources`` output EKS returns (the managed
-node group's Auto Scaling group), which the shared mock leaves out.
+The shared mock of ``aws.eks.NodeGroup`` returns the ``resources`` output EKS returns (the
+managed node group's Auto Scaling group).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import pytest
 
 from infra.capacity_schedule import OUTPUT_KEY, scheduled_actions
 from infra.config import ConfigError, parse, stack_file_values
-from tests import pulumi_mocks
 from tests.pulumi_mocks import USER_SET, run_program
 from workloads.specs.capacity import capacity_block_configmap
 
@@ -118,22 +117,7 @@ def test_actions_still_ahead_are_the_ones_declared() -> None:
     assert scheduled_actions(group, window.scale_down_at) == []
 
 
-@pytest.fixture
-def eks_asg(monkeypatch: pytest.MonkeyPatch) -> None:
-    """NodeGroup mocks return ``resources`` with the group's Auto Scaling group, as EKS does."""
-    real = pulumi_mocks._mock_outputs
-
-    def with_asg(args: Any) -> tuple[str, dict[str, Any]]:
-        rid, state = real(args)
-        if args.typ == "aws:eks/nodeGroup:NodeGroup":
-            asg = {"name": f"eks-{args.name}-asg"}
-            state["resources"] = [{"autoscalingGroups": [asg], "remoteAccessSecurityGroupId": ""}]
-        return rid, state
-
-    monkeypatch.setattr(pulumi_mocks, "_mock_outputs", with_asg)
-
-
-def test_the_program_schedules_the_group_and_publishes_the_end(eks_asg: None) -> None:
+def test_the_program_schedules_the_group_and_publishes_the_end() -> None:
     raw = raw_p5(start=START, end=END, scaleDownMinutesBeforeEnd=90)
     run = run_program("p5-16", overrides={"gpuNodeGroups": raw["gpuNodeGroups"]}, secrets=SECRETS)
     (group,) = raw["gpuNodeGroups"]
@@ -171,11 +155,30 @@ def test_the_program_schedules_the_group_and_publishes_the_end(eks_asg: None) ->
     assert cm.provider.startswith(provider.urn + "::")
 
 
-@pytest.mark.parametrize("stack", ["dev", "p4de-odcr", "p5-16"])
+@pytest.mark.parametrize("stack", ["dev", "p4de-odcr"])
 def test_stacks_without_a_window_schedule_nothing(stack: str) -> None:
     run = run_program(stack, secrets=SECRETS)
     assert run.of_type(SCHEDULE) == []
     assert run.outputs[OUTPUT_KEY] == {}
+
+
+def test_the_shipped_p5_16_window_is_scheduled_as_the_clock_allows() -> None:
+    """The p5-16 stack file carries its block's window (2026-12-10 to 12-17): the program
+    schedules what is still ahead of it (both actions before the start, the scale-down inside
+    the block, nothing after it) and always publishes the window."""
+    (group,) = parse({**USER_SET, **stack_file_values("p5-16")}, stack="p5-16").gpu_node_groups
+    assert group.capacity_block is not None
+    run = run_program("p5-16", secrets=SECRETS)
+    ahead = scheduled_actions(group, dt.datetime.now(UTC))
+    names = sorted(a.inputs["scheduledActionName"] for a in run.of_type(SCHEDULE))
+    assert names == sorted(f"eks-fsdp-{group.name}-{a.suffix}" for a in ahead)
+    assert run.outputs[OUTPUT_KEY] == {
+        group.name: {
+            "start": "2026-12-10T11:30:00Z",
+            "end": "2026-12-17T11:30:00Z",
+            "scaleDownAt": "2026-12-17T10:30:00Z",
+        }
+    }
 
 
 def test_the_configmap_builder_refuses_an_incomplete_window() -> None:
