@@ -5,9 +5,10 @@ Alertmanager with no receiver (nobody told); or a receiver's URL or routing key 
 the Helm values (and so in the Helm release Secret and the rendered files) instead of a
 mounted Secret read through ``*_file``; or a bad ``observability.alerts`` / ``retention``
 value would not stop the stack with one line; or Prometheus would fill its claim (no
-``retentionSize``) and stop ingesting. ``amtool check-config`` (Alertmanager's own parser, at
-the version kube-prometheus-stack 75.15.1 deploys) checks the configuration when it is built
-here; the test is skipped with the reason otherwise.
+``retentionSize``) and stop ingesting. ``amtool check-config`` (Alertmanager's own parser,
+v0.28.1, built with ``go install``; the ``*_file`` fields exist in Alertmanager since well
+before it) checks each configuration when the binary is in the tools cache; the test is skipped
+with the reason otherwise.
 """
 
 from __future__ import annotations
