@@ -25,8 +25,10 @@ static rendezvous at the master pod.
 from __future__ import annotations
 
 import codecs
+import json
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from jobs import cluster_metrics, manifest, queue, resume_from
@@ -56,10 +58,20 @@ POLL_S = 2.0
 CHUNK = 4096
 
 
-def _raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    from jobs.cluster import _raw as raw
+STILL_DELETING = (
+    "a job of this name is still being deleted (a cancel in progress): wait a few seconds "
+    "until `python -m jobs list` no longer shows it running, then try again"
+)
+"""As ``jobs.cluster.STILL_DELETING`` (this module does not import ``jobs.cluster``, which
+imports it)."""
 
-    return raw(call, *args, **kwargs)
+
+def _raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One API call with its JSON answer as plain data (``jobs.cluster._raw``: the typed
+    models of the client would drop fields they do not know)."""
+    resp = call(*args, _preload_content=False, _request_timeout=TIMEOUT, **kwargs)
+    data = resp.data.decode() if resp.data else ""
+    return json.loads(data) if data else None
 
 
 def get(b: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
@@ -213,9 +225,13 @@ def info(
 
 
 def _age(stamp: str | None) -> float | None:
-    from jobs.cluster import _age as age
-
-    return age(stamp)
+    if not stamp:
+        return None
+    try:
+        t = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max(0.0, time.time() - t.timestamp())
 
 
 def _workload(b: Any, job: dict[str, Any]) -> dict[str, Any] | None:
@@ -310,7 +326,6 @@ def create(
 ) -> tuple[Any, str]:
     """Create the TrainJob and its NetworkPolicy (``resume``: after deleting the finished or
     cancelled one of the name); returns (settings, rendezvous id: none, a static world)."""
-    from jobs.cluster import STILL_DELETING
     from workloads.specs.observability import ObservabilitySettings
 
     w = job_workloads(job_file, image=image, generation=generation)
@@ -360,8 +375,6 @@ def create(
 def submit(b: Any, job: JobFile, *, image: str | None, replace: bool) -> Submitted:
     """``submit`` of an ``api: v2`` job file (the v1 rules: a name in use is refused unless
     ``replace`` and finished)."""
-    from jobs.cluster import STILL_DELETING
-
     image = b.image_for(job, image)
     job_workloads(job, image=image)  # every check before the first request
     ns = job.config.namespace
