@@ -53,6 +53,9 @@ NO_TRAINER = (
     "the cluster has no TrainJob API (trainer.kubeflow.org/v1alpha1): set trainerV2: true in "
     "the stack config and pulumi up the cluster stack"
 )
+STATIC_RDZV = "static"
+"""What the record and ``status`` show as the rendezvous id: torchrun's static rendezvous at
+node 0 needs none (a v1 job gets a fresh one per generation)."""
 DELETE_WAIT_S = 60.0
 POLL_S = 2.0
 CHUNK = 4096
@@ -201,7 +204,7 @@ def info(
             (meta.get("labels") or {}).get("eks-fsdp/generation")
             or data.get(manifest.GENERATION_KEY, 1)
         ),
-        rdzv_id="",
+        rdzv_id=STATIC_RDZV,
         conditions=conditions,
         replicas=replicas,
         last_failure=last_failure,
@@ -325,7 +328,7 @@ def create(
     b: Any, job_file: JobFile, image: str, generation: int, root: str | None = None
 ) -> tuple[Any, str]:
     """Create the TrainJob and its NetworkPolicy (``resume``: after deleting the finished or
-    cancelled one of the name); returns (settings, rendezvous id: none, a static world)."""
+    cancelled one of the name); returns (settings, ``STATIC_RDZV``)."""
     from workloads.specs.observability import ObservabilitySettings
 
     w = job_workloads(job_file, image=image, generation=generation)
@@ -369,7 +372,7 @@ def create(
     except JobsError:
         _delete(b, name, ns)
         raise
-    return settings, ""
+    return settings, STATIC_RDZV
 
 
 def submit(b: Any, job: JobFile, *, image: str | None, replace: bool) -> Submitted:

@@ -135,6 +135,8 @@ def test_submit_creates_the_builders_trainjob_its_policy_and_its_record(
     record = fake.get("configmaps", record_name(NAME))
     assert record is not None and yaml.safe_load(record["data"]["job.yaml"])["api"] == "v2"
     assert record["data"]["image"] == IMAGE and record["data"]["generation"] == "1"
+    assert record["data"]["rdzvId"] == tjobs.STATIC_RDZV  # no etcd, no rendezvous id
+    assert "rdzvId static" in out
     code, _, err = _submit(capsys, kubeconfig)
     assert code == 2 and f"job '{NAME}' exists in default (Pending)" in _last(err)
 
