@@ -1,0 +1,156 @@
+"""docs/iam-policy*.json, the deploying principal's policy, covers what the program creates.
+
+Mocked, and why: there is no Pulumi engine and no AWS account here, so the real program
+(``__main__.py``) runs for every shipped stack under Pulumi's unit-test mocks
+(``tests/pulumi_mocks.run_program``), which record each registered resource's type token; the
+remote ``eks:index:Cluster`` runs nothing inside under mocks, so its children come from
+``infra.iam_policy.COMPONENT_CHILDREN`` (pulumi/pulumi-eks ``nodejs/eks/cluster/cluster.ts``).
+The policy grammar and the 6,144-character managed-policy quota are the IAM User Guide's ("IAM
+JSON policy element reference", "IAM and AWS STS quotas").
+
+If this fails, a resource type the program now creates has no row in ``infra.iam_policy.ACTIONS``
+(``pulumi up`` with the documented policy stops with AccessDenied part-way through), a role the
+stack creates is outside the roles ``iam:PassRole`` allows, the committed policy files differ
+from the generator's output (``python -m infra.iam_policy docs`` rewrites them), or a file is
+not a policy IAM accepts as one managed policy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from infra import iam_policy
+from tests.pulumi_mocks import ProgramRun, run_program
+from tests.shared import once
+
+ROOT = Path(__file__).resolve().parents[2]
+STACKS = tuple(sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml")))
+SECRETS = {"hfToken": "hf_mock", "grafanaAdminPassword": "mock-password"}
+"""The secrets the program requires (set with ``pulumi config set --secret`` on a stack)."""
+ACTION = re.compile(r"^[a-z0-9-]+:[A-Z][A-Za-z0-9]+$")
+"""``service:Action``, no wildcard (IAM JSON policy element reference, "Action")."""
+VARIANTS = {
+    # an EFA group outside a reservation gets a cluster placement group (no shipped stack
+    # has one: tests/infra/test_program.py::test_placement_group_on_and_off)
+    "p5-16+placement-group": (
+        "p5-16",
+        {
+            "gpuNodeGroups": [
+                {
+                    "name": "p5-od",
+                    "instanceType": "p5.48xlarge",
+                    "minSize": 0,
+                    "desiredSize": 2,
+                    "maxSize": 2,
+                    "availabilityZone": "us-east-2a",
+                }
+            ],
+            "job": {},
+        },
+    ),
+}
+"""Configurations beyond the stack files that create other resource types."""
+
+
+def _types(run: ProgramRun) -> dict[str, list[str]]:
+    types: dict[str, list[str]] = {}
+    for resource in run.resources:
+        types.setdefault(resource.type, []).append(resource.name)
+    return types
+
+
+def _registered(_folder: Path) -> dict[str, dict[str, list[str]]]:
+    """For each stack (and variant): {type token: [logical names]} of what the program registers."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for stack in STACKS:
+        out[stack] = _types(run_program(stack, secrets=SECRETS))
+    for label, (stack, overrides) in VARIANTS.items():
+        out[label] = _types(run_program(stack, overrides=overrides, secrets=SECRETS))
+    return out
+
+
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, list[str]]]:
+    return once(tmp_path_factory, "iam-policy-registered", _registered)
+
+
+def test_every_stack_file_ran() -> None:
+    assert {"dev", "p4de-odcr", "p5-16"} <= set(STACKS)
+    assert {stack for stack, _ in VARIANTS.values()} <= set(STACKS)
+
+
+def test_every_registered_aws_type_has_its_actions(
+    registered: dict[str, dict[str, list[str]]],
+) -> None:
+    for stack, types in registered.items():
+        needed = iam_policy.required_types(set(types))
+        missing = sorted(t for t in needed if t not in iam_policy.ACTIONS)
+        assert not missing, f"{stack}: no IAM actions for {missing} in infra/iam_policy.py"
+        assert "aws:ec2/vpc:Vpc" in needed and "aws:eks/cluster:Cluster" in needed
+    placement = registered["p5-16+placement-group"]
+    assert "aws:ec2/placementGroup:PlacementGroup" in placement
+    # every row is used by some stack: no action is granted for a type nothing creates
+    used = set().union(*(iam_policy.required_types(set(t)) for t in registered.values()))
+    unused = sorted(t for t, row in iam_policy.ACTIONS.items() if row and t not in used)
+    assert not unused, f"rows for types no stack creates: {unused}"
+
+
+def test_pass_role_covers_every_role_the_stack_creates(
+    registered: dict[str, dict[str, list[str]]],
+) -> None:
+    for stack, types in registered.items():
+        # Pulumi names a role <logical name>-<random suffix>; pulumi-eks names its service
+        # role <cluster name>-eksRole-role (pulumi-eks nodejs/eks/servicerole.ts)
+        names = [f"{n}-" for n in types.get("aws:iam/role:Role", [])]
+        names += [f"{n}-eksRole-role-" for n in types.get("eks:index:Cluster", [])]
+        assert len(names) >= 3
+        for name in names:
+            assert name.startswith(iam_policy.ROLE_NAME_PREFIXES), (stack, name)
+
+
+def test_the_committed_files_are_the_generators_output() -> None:
+    files = iam_policy.files()
+    committed = {p.name: p.read_text() for p in (ROOT / "docs").glob("iam-policy*.json")}
+    assert committed == files, "run: python -m infra.iam_policy docs"
+
+
+def _statements(document: dict) -> list[dict]:
+    assert set(document) == {"Version", "Statement"} and document["Version"] == "2012-10-17"
+    return document["Statement"]
+
+
+def test_each_file_is_a_valid_policy_within_the_quota() -> None:
+    files = {name: json.loads(text) for name, text in iam_policy.files().items()}
+    whole = files.pop("iam-policy.json")
+    sids = []
+    for statement in _statements(whole):
+        assert set(statement) <= {"Sid", "Effect", "Action", "Resource", "Condition"}
+        assert statement["Effect"] == "Allow" and re.fullmatch(r"[A-Za-z0-9]+", statement["Sid"])
+        actions = statement["Action"]
+        actions = [actions] if isinstance(actions, str) else actions
+        assert actions and all(ACTION.match(a) for a in actions), actions
+        assert len(actions) == len(set(actions))
+        resources = statement["Resource"]
+        resources = [resources] if isinstance(resources, str) else resources
+        assert resources == ["*"] or all(r.startswith("arn:aws:") for r in resources)
+        sids.append(statement["Sid"])
+    assert len(sids) == len(set(sids))
+    actions = {
+        a
+        for s in whole["Statement"]
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
+    assert {"iam:PassRole", "iam:CreateServiceLinkedRole", "sts:GetCallerIdentity"} <= actions
+    assert set(iam_policy.DOCTOR_READS) <= actions
+    # one managed policy holds it, or the parts do: the same statements, each within the quota
+    if iam_policy.size(whole) <= iam_policy.MANAGED_POLICY_MAX_CHARS:
+        assert not files
+    else:
+        parts = [files[f"iam-policy-{n}.json"] for n in range(1, len(files) + 1)]
+        assert [s for p in parts for s in _statements(p)] == whole["Statement"]
+        assert all(iam_policy.size(p) <= iam_policy.MANAGED_POLICY_MAX_CHARS for p in parts)
+        assert len(parts) <= 10  # managed policies per role or user (IAM quotas, default)
