@@ -31,7 +31,7 @@ from infra.config.sources import REPO_ROOT
 from tests.doctor.conftest import quota, reservation, stubbed
 
 PLACEHOLDER = "cr-0fedcba9876543210"
-GATED = "meta-llama/Llama-2-7b-hf"
+GATED = "meta-llama/Llama-2-7b-chat-hf"
 SHA = "01c7f73d771dfac7d292323805ebc428287df4f9"
 TOKEN = "hf_loopback"
 

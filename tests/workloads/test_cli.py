@@ -28,6 +28,7 @@ def test_render_writes_one_file_per_component(
     files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.yaml"))
     assert files == [
         "etcd.yaml",
+        "jobs-service-account.yaml",
         "pytorchjob.yaml",
         "training-operator/kustomization.yaml",
         "workers-network-policy.yaml",

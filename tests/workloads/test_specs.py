@@ -93,12 +93,12 @@ def test_every_object_validates_strictly(stack_objects: Any) -> None:
     version = cfg.kubernetes_version
     kinds = sorted(o["kind"] for o in objs)
     storage = ["PersistentVolume", "PersistentVolumeClaim"] if cfg.shared_storage.is_fsx else []
-    # etcd (when a backend uses it), the job and its workers' NetworkPolicy; the debug
+    # etcd (when a backend uses it), the job, its ServiceAccount and its workers' NetworkPolicy; the debug
     # DaemonSets are opt-in (debugTools) and validated in their own test.
     etcd_kinds = ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass", "Service"]
     assert cfg.job is not None
     rendezvous = etcd_kinds if cfg.job.rdzv_backend != "c10d" else []
-    assert kinds == sorted(["NetworkPolicy", "PyTorchJob", *rendezvous, *storage])
+    assert kinds == sorted(["NetworkPolicy", "PyTorchJob", "ServiceAccount", *rendezvous, *storage])
     for obj in objs:
         validate(obj, version)
 
@@ -400,7 +400,10 @@ def test_hf_token_only_through_a_secret_key_ref(stack_objects: Any) -> None:
     assert pytorchjob.needs_token("meta-llama/Llama-2-7b-hf")
     assert not pytorchjob.needs_token("tiny-llama") and not pytorchjob.needs_token("/models/x")
     text = json.dumps(objs)
-    assert "hf_" not in text.lower().replace("hf_token", "").replace("hf_home", "")
+    # flags (--hf_dataset, --dataset=hf_dataset) and HF_HOME are not tokens
+    for name in ("hf_token", "hf_home", "--hf_", "=hf_dataset"):
+        text = text.lower().replace(name, "")
+    assert "hf_" not in text
     assert not any(o["kind"] == "Secret" for o in objs)
     assert not any("token" in a.lower() for a in _container(job)["command"])
 
