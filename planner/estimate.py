@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.args import UsageError, job_values, parser, resolve_args
+from planner.capacity import job_capacity_lines
 from planner.memory import PRECISIONS
 from planner.predict import PlanInput, predict
 from planner.recommend import recommend
@@ -172,14 +173,16 @@ def describe(est: JobEstimate, source: str = "FILE") -> list[str]:
 
 
 def lines(job_file: Any) -> list[str]:
-    """``describe(estimate(job_file))``; empty for a job the planner does not model (a CPU job,
-    a model it has no shape for): the figures would be guesses."""
+    """``describe(estimate(job_file))`` and the capacity-block warning (``planner.capacity``);
+    empty for a job the planner does not model (a CPU job, a model it has no shape for): the
+    figures would be guesses."""
     if job_file.config.device != "cuda":
         return []
     try:
-        return describe(estimate(job_file), job_file.source)
+        est = estimate(job_file)
     except UsageError:
         return []
+    return [*describe(est, job_file.source), *job_capacity_lines(job_file, est.eta_s)]
 
 
 def with_layout(inp: PlanInput, rec: dict[str, Any]) -> PlanInput:

@@ -79,3 +79,22 @@ def test_job_file_lines(tmp_path: Path) -> None:
     assert job_capacity_lines(job, 13 * 3600, now) == []
     (line,) = job_capacity_lines(job, 15 * 3600, now)
     assert line.startswith("warning: ETA 15.0 h passes the capacity block of ")
+
+
+def test_the_job_estimate_prints_the_warning(tmp_path: Path) -> None:
+    """``planner.estimate.lines`` (what ``python -m jobs submit`` and ``planner --job`` print)
+    ends with the warning when the block scales down a minute from now."""
+    from jobs.file import load
+    from planner.estimate import lines
+
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    raw = yaml.safe_load((REPO / "Pulumi.p5-16.yaml").read_text())
+    raw["config"]["eks-fsdp:gpuNodeGroups"][0]["capacityBlock"] = {
+        "start": (now - dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "end": (now + dt.timedelta(minutes=61)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    (tmp_path / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.p5-16.yaml").write_text(yaml.safe_dump(raw))
+    out = lines(load(REPO / "jobs" / "examples" / "p5-16.yaml", root=tmp_path))
+    assert out[0].startswith("plan: ")
+    assert out[-1].startswith("warning: ETA ") and "passes the capacity block of" in out[-1]
