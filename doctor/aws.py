@@ -89,9 +89,17 @@ def _error(err: Exception) -> tuple[str, str]:
 
 
 def _api_errors() -> tuple[type[Exception], ...]:
+    """What a call raises when AWS (or an endpoint standing in for it) answers badly: botocore's
+    own errors, and ``ResponseParserError`` (botocore ``parsers.py``: a plain ``Exception``,
+    raised for a body that is not the service's XML/JSON, e.g. an HTML 500 page)."""
     import botocore.exceptions
+    import botocore.parsers
 
-    return (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
+    return (
+        botocore.exceptions.BotoCoreError,
+        botocore.exceptions.ClientError,
+        botocore.parsers.ResponseParserError,
+    )
 
 
 def check_region(cfg: StackConfig, clients: Clients) -> list[Result]:
