@@ -263,9 +263,10 @@ def run(args: argparse.Namespace) -> int:
         )
         from planner.estimate import lines as estimate
 
-        for line in estimate(job):  # the planner's figures before anything is sent
-            print(line, file=sys.stderr, flush=True)
+        planned = estimate(job)  # the planner's figures, computed before anything is sent
         done = backend.submit(job, image=args.image, replace=args.replace)
+        for line in planned:  # printed once the job exists: a refusal stays one line
+            print(line, file=sys.stderr, flush=True)
         _print(args, done.as_dict(), output.submitted_text(done))
         if args.follow:
             return _follow(args, backend, done.name)

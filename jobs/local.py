@@ -68,7 +68,7 @@ def local_settings(
     row, as ``python -m localrun`` does), no exporter port (two jobs at once would share
     it), the submission's rendezvous id, and ``checkpoint_root`` (``resume --from``) as its
     checkpoint root. ``localrun`` localizes the rest."""
-    w = job_workloads(job_file, generation=generation)
+    w = job_workloads(job_file, generation=generation, local_paths=True)
     job: JobSettings = w.job
     args = job.train_args
     if w.device == "cpu" and not any(a.split("=", 1)[0] == "--log_every" for a in args):

@@ -26,6 +26,7 @@ FSDP-only flags (`--sharding_strategy`, `--fsdp_cpu_offload`, ...) are accepted 
 from __future__ import annotations
 
 import ast
+import contextvars
 import dataclasses
 import difflib
 import inspect
@@ -36,7 +37,7 @@ import types
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from training import cookbook
@@ -399,16 +400,15 @@ def _validate(c: TrainConfig) -> None:
     if c.dataset in DATASETS_WITH_PATH:
         if c.data_path is None or not c.data_path.strip():
             fail("data_path", f"required with --dataset {c.dataset}")
-        if not Path(c.data_path).is_file():
-            fail("data_path", f"no such file: {c.data_path}")
+        _check_file("data_path", c.data_path, fail)
     elif c.data_path is not None:
         fail(
             "data_path",
             f"only used with --dataset {' or '.join(DATASETS_WITH_PATH)}, not {c.dataset}",
         )
 
-    if c.chat_template and not Path(c.chat_template).is_file():
-        fail("chat_template", f"no such file: {c.chat_template}")
+    if c.chat_template:
+        _check_file("chat_template", c.chat_template, fail)
 
     if c.hsdp and c.sharding_strategy != "HYBRID_SHARD":
         fail("hsdp", f"requires --sharding_strategy HYBRID_SHARD, got {c.sharding_strategy}")
@@ -429,6 +429,19 @@ def _validate(c: TrainConfig) -> None:
             "fp16 training needs loss scaling, which this trainer does not do with FSDP2; "
             "use bf16 (the default --mixed_precision) or --mixed_precision=False",
         )
+
+
+_PATHS_HERE: contextvars.ContextVar[bool] = contextvars.ContextVar("paths_here", default=True)
+"""Whether file flags name files on this machine (a run here) or on the pods (a cluster job,
+checked at submit or render, where the file lives on the shared file system)."""
+
+
+def _check_file(flag: str, path: str, fail: typing.Callable[[str, str], typing.NoReturn]) -> None:
+    if _PATHS_HERE.get():
+        if not Path(path).is_file():
+            fail(flag, f"no such file: {path}")
+    elif not PurePosixPath(path).is_absolute():
+        fail(flag, f"{path}: a path the pods see, e.g. /checkpoints/data/train.jsonl")
 
 
 def _validate_hf(c: TrainConfig, fail: typing.Callable[[str, str], typing.NoReturn]) -> None:
@@ -635,12 +648,23 @@ def _cookbook_flag(name: str) -> cookbook.Resolved | None:
         raise ConfigError(str(e)) from None
 
 
-def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+def parse_args(argv: Sequence[str] | None = None, *, local_paths: bool = True) -> TrainConfig:
     """Parse llama-recipes-style flags (sys.argv[1:] by default) into a validated TrainConfig.
 
     `--help` / `-h` prints the flags with their defaults and exits 0. Everything else that is
-    wrong raises ConfigError with a one-line message naming the flag.
+    wrong raises ConfigError with a one-line message naming the flag. `local_paths=False`
+    checks a cluster job's flags where they are submitted: file flags (`--data_path`,
+    `--chat_template`) name files on the pods' shared file system, so they must be absolute and
+    are not looked up on this machine.
     """
+    token = _PATHS_HERE.set(local_paths)
+    try:
+        return _parse_args(argv)
+    finally:
+        _PATHS_HERE.reset(token)
+
+
+def _parse_args(argv: Sequence[str] | None) -> TrainConfig:
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in args):
         print(usage())

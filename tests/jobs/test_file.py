@@ -240,3 +240,21 @@ def test_a_job_that_cannot_fit_or_names_no_repo_is_refused() -> None:
         jobfile.load(example, sets=["model=üñí"])
     at = 1 + [n.split(":")[0] for n in example.read_text().splitlines()].index("model")
     assert str(err.value).startswith(f"{example}:{at}: model: 'üñí' is not a Hugging Face repo id")
+
+
+def test_a_cluster_jobs_data_path_is_a_path_on_the_pods(tmp_path: Path) -> None:
+    """A cluster job names its dataset where the pods see it (the shared file system, e.g.
+    /checkpoints/data/train.jsonl): render and submit never look it up on this machine's disk,
+    but refuse a relative path in one line; a local run still checks the file here. Without
+    this, a dataset on FSx could not be named at all ("no such file" at render)."""
+    text = DEV.replace("dataset: samsum_sample", "dataset: custom")
+    text += "  data_path: /checkpoints/data/train.jsonl\n"
+    job = jobfile.load(_write(tmp_path, text))
+    w = job_workloads(job)  # a cluster job: nothing read from this machine's disk
+    assert "--data_path=/checkpoints/data/train.jsonl" in pj.train_command(w.job)
+    with pytest.raises(jobfile.JobFileError, match=r"args.data_path: no such file"):
+        job_workloads(job, local_paths=True)
+    relative = jobfile.load(_write(tmp_path, text.replace("/checkpoints/data/", "data/")))
+    with pytest.raises(jobfile.JobFileError) as err:
+        job_workloads(relative)
+    assert "a path the pods see" in str(err.value) and "\n" not in str(err.value)

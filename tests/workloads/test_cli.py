@@ -33,8 +33,14 @@ def test_render_writes_one_file_per_component(
         "training-operator/kustomization.yaml",
         "workers-network-policy.yaml",
     ]
+    from jobs import trainjob
+    from jobs.file import load as load_job
+    from workloads.specs.stack import example_job
+
     w = stack_workloads("dev")
-    for component, objs in objects_by_component(w).items():
+    # the job's objects as submit creates them (its queue's labels: jobs.queue)
+    job_file = load_job(example_job("dev"), stack="dev")
+    for component, objs in trainjob.as_submitted(objects_by_component(w), job_file, w.job).items():
         assert list(yaml.safe_load_all((tmp_path / f"{component}.yaml").read_text())) == objs
     kust = yaml.safe_load((tmp_path / "training-operator/kustomization.yaml").read_text())
     assert kust == operator_kustomization(w)

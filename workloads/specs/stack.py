@@ -46,9 +46,13 @@ def training_image(stack_cfg: Any) -> str:
     return image or local_reference()
 
 
-def job_workloads(job: Any, *, image: str | None = None, generation: int = 1) -> Workloads:
+def job_workloads(
+    job: Any, *, image: str | None = None, generation: int = 1, local_paths: bool = False
+) -> Workloads:
     """The settings of a job file (``jobs.file.JobFile``) on its stack, its training flags
-    checked with ``training.config``; ``jobs.file.JobFileError`` names the file's key."""
+    checked with ``training.config``; ``jobs.file.JobFileError`` names the file's key. File
+    flags name files on the pods (the shared file system) unless ``local_paths`` (a local
+    run): they are never looked up on the submitting machine's disk for a cluster job."""
     from jobs.file import JobFileError
 
     try:
@@ -58,7 +62,7 @@ def job_workloads(job: Any, *, image: str | None = None, generation: int = 1) ->
             stack=job.stack,
             generation=generation,
         )
-        check_train_flags(w, where=job.source)
+        check_train_flags(w, where=job.source, local_paths=local_paths)
     except ValueError as err:
         raise JobFileError(job.locate(str(err.args[0] if err.args else err))) from None
     return w
@@ -84,7 +88,9 @@ def load(
     return job_workloads(job_file, image=image, generation=generation or 1)
 
 
-def check_train_flags(w: Workloads, where: str = "eks-fsdp:job") -> None:
+def check_train_flags(
+    w: Workloads, where: str = "eks-fsdp:job", *, local_paths: bool = True
+) -> None:
     """Parse the job's ``training.finetune`` flags with the training CLI (pure Python, no torch).
 
     Raises ``ValueError`` with one line naming the flag (after ``where``: the job file), before
@@ -94,7 +100,7 @@ def check_train_flags(w: Workloads, where: str = "eks-fsdp:job") -> None:
 
     flags = pytorchjob.finetune_flags(pytorchjob.train_command(w.job))
     try:
-        parse_args(flags)
+        parse_args(flags, local_paths=local_paths)
     except ConfigError as err:
         raise ValueError(f"{where}: {err}") from None
 
