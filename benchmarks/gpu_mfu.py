@@ -8,7 +8,7 @@ trainer's gradient clipping (`training.step.clip_grads`), sequence 4,096, batch 
 fits next to fp32 master weights). Each variant (torch.compile per block off, then on) runs
 WARMUP steps, then STEPS timed steps with no host sync inside (the loss is read once at the
 end; on CUDA `torch.cuda.set_sync_debug_mode("error")` makes any sync in them an error).
-Prints tokens/s, TFLOP/s, MFU against the device's dense bf16 peak (989 TFLOP/s for H100/H200; FLOPs per token = 6 N + 12 L d S as PaLM, recomputation not counted) and the peak
+Prints tokens/s, TFLOP/s, MFU against the device's dense bf16 peak (989 TFLOP/s for H100/H200; FLOPs per token = 6 N + 12 L h_q S as PaLM (h_q = heads × head_dim), recomputation not counted) and the peak
 allocated and reserved memory.
 
     python benchmarks/gpu_mfu.py                       # CUDA: compile off and on, batch 2
