@@ -231,7 +231,12 @@ if device_plugins is not None:
     teams = {
         team.name: Team(
             f"team-{team.name}",
-            TeamArgs.from_stack(team, cfg, cluster.cluster_name),
+            TeamArgs.from_stack(
+                team,
+                cfg,
+                cluster.cluster_name,
+                metrics_after=(observability,) if cfg.observability.enabled else (),
+            ),
             opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[kueue]),
         )
         for team in cfg.teams

@@ -41,6 +41,12 @@ class TeamArgs:
     """The EKS cluster the access entries belong to."""
     kubernetes_version: str
     """The cluster's version, for validating the built-in objects."""
+    metrics_objects: tuple[K8sObject, ...] = ()
+    """Its read access to the cluster's Prometheus (``workloads.specs.teams.metrics_objects``:
+    a Role and RoleBinding in the metrics namespace), for ``jobs status`` progress."""
+    metrics_after: tuple[pulumi.Resource, ...] = ()
+    """What creates the metrics namespace (the observability component): the metrics objects
+    wait for it."""
 
     def __post_init__(self) -> None:
         if not self.team.principal_arns:
@@ -49,6 +55,8 @@ class TeamArgs:
             raise ValueError("TeamArgs.objects: the team's Namespace must come first")
         if self.objects[0]["metadata"]["name"] != self.team.namespace:
             raise ValueError("TeamArgs.objects: the Namespace is not the team's")
+        for obj in self.metrics_objects:
+            validate_builtin(obj, self.kubernetes_version)
         for obj in self.objects:
             if kueue.is_kueue(obj):
                 kueue.validate(obj)
@@ -56,12 +64,20 @@ class TeamArgs:
                 validate_builtin(obj, self.kubernetes_version)
 
     @classmethod
-    def from_stack(cls, team: TeamConfig, stack_cfg: Any, cluster_name: Any) -> TeamArgs:
+    def from_stack(
+        cls,
+        team: TeamConfig,
+        stack_cfg: Any,
+        cluster_name: Any,
+        metrics_after: tuple[pulumi.Resource, ...] = (),
+    ) -> TeamArgs:
         return cls(
             team=team,
             objects=tuple(spec.objects(team, stack_cfg)),
             cluster_name=cluster_name,
             kubernetes_version=stack_cfg.kubernetes_version,
+            metrics_objects=tuple(spec.metrics_objects(team, stack_cfg)),
+            metrics_after=metrics_after,
         )
 
 
@@ -80,6 +96,8 @@ class Team(pulumi.ComponentResource):
         self.ns = apply_object(name, ns, child)
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.ns])
         self.objects = [apply_object(name, obj, in_ns) for obj in rest]
+        after = pulumi.ResourceOptions(parent=self, depends_on=[self.ns, *args.metrics_after])
+        self.objects += [apply_object(name, obj, after) for obj in args.metrics_objects]
         self.access_entries = []
         self.policy_associations = []
         for i, arn in enumerate(args.team.principal_arns):

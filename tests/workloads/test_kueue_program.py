@@ -115,10 +115,23 @@ def test_each_team_has_its_namespace_queue_role_and_access(run: ProgramRun, cfg:
         cq = cluster_queues[lq.inputs["spec"]["clusterQueue"]]
         selector = cq["spec"]["namespaceSelector"]["matchLabels"]
         assert selector == {"kubernetes.io/metadata.name": team.namespace}
-        (binding,) = [
+        bindings = [
             c for c in children if c.type == "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
         ]
-        (role,) = [c for c in children if c.type == "kubernetes:rbac.authorization.k8s.io/v1:Role"]
+        (binding,) = [b for b in bindings if b.inputs["metadata"]["namespace"] == team.namespace]
+        roles = [c for c in children if c.type == "kubernetes:rbac.authorization.k8s.io/v1:Role"]
+        # with observability, read access to the cluster's Prometheus for `jobs status`, made
+        # once the observability component (its namespace) exists
+        metrics = [r for r in roles if r.inputs["metadata"]["namespace"] != team.namespace]
+        if cfg.observability.enabled:
+            (metrics_role,) = metrics
+            assert metrics_role.inputs["rules"] == teams.metrics_role(team)["rules"]
+            (obs,) = run.of_type("eks-fsdp:workloads:Observability")
+            obs_children = {c.urn for c in run.children_of(obs)}
+            assert obs_children and obs_children <= set(metrics_role.dependencies)
+        else:
+            assert not metrics
+        (role,) = [r for r in roles if r.inputs["metadata"]["namespace"] == team.namespace]
         assert binding.inputs["roleRef"]["name"] == role.inputs["metadata"]["name"]
         assert role.inputs["metadata"]["namespace"] == team.namespace
         (subject,) = binding.inputs["subjects"]
