@@ -90,10 +90,18 @@ def test_two_jobs_over_one_quota_run_in_turn_and_a_suspend_loses_at_most_an_inte
         "q-first admitted", lambda: (s := _status("q-first"))["admission"] == "admitted" and s
     )
     assert first["queue"] == "gpu-g5 (local, 1 workers)"
+    # the second may first wait behind the first while that one is not yet admitted ("1 free":
+    # an earlier job that fits goes first); once the first holds the quota, the reason says so
+    reason = "waiting for 1 worker in gpu-g5, 0 free"
     second = _wait(
-        "q-second queued", lambda: (s := _status("q-second"))["admission"] == "queued" and s
+        "q-second queued behind the first",
+        lambda: (
+            (s := _status("q-second"))["admission"] == "queued"
+            and s["admission_reason"] == reason
+            and s
+        ),
     )
-    assert second["admission_reason"] == "waiting for 1 worker in gpu-g5, 0 free"
+    assert second["admission_reason"] == reason
     code = cli.main(["list", "--local"])
     table = capsys.readouterr().out
     assert code == 0 and table.splitlines()[0].split()[-1] == "QUEUE"

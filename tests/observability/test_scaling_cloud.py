@@ -68,7 +68,8 @@ STACK = "p5-16"
 BASE_JOB = "llama2-7b-samsum-128gpu"
 STEP_S = 0.05
 """Seconds per training step of the fake job (paced, so its average rate is exact)."""
-STEPS, WARMUP = 40, 5
+# 60 measured steps x the planner's 0.76 s on p5-16's example job = 46 s >= 3 scrapes x 15 s
+STEPS, WARMUP = 65, 5
 REPOSITORY = "eks-fsdp-p5-16-training"
 """The stack's ECR repository (``workloads.specs.image.repository_name``)."""
 FAKE_PULUMI = """\
@@ -875,8 +876,8 @@ def test_a_failing_scale_back_prints_the_exact_recovery(
         ({"credentials": False}, "no AWS credentials"),
         ({"steps": 12}, "steps 12: need >= warmup_steps + 10"),
         ({"deployed": False}, "stack is not deployed"),
-        # 15 measured steps x the planner's ~1.49 s on p5 = 22 s < 3 scrapes x 15 s
-        ({"steps": 20}, "steps 20: 15 measured steps x 1.49 s (the planner's step time at 1"),
+        # 15 measured steps x the planner's ~0.76 s on p5 = 11 s < 3 scrapes x 15 s
+        ({"steps": 20}, "steps 20: 15 measured steps x 0.76 s (the planner's step time at 1"),
         ({"buildx": False, "pushed": False}, "is not in ECR, so pulumi up builds it, but docker"),
     ],
 )
