@@ -42,6 +42,12 @@ def relocate(objs: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
     out = []
     for obj in copy.deepcopy(objs):
         meta = obj["metadata"]
+        if obj["kind"] == "PyTorchJob":
+            # render labels the job as submit does (its pool's LocalQueue, a Kueue priority
+            # class); a relocated job runs outside the stack's queues, whose path has its own
+            # tests (test_kueue_quota, test_jobs_queue): without this Kueue would hold it
+            for label in ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class"):
+                meta.get("labels", {}).pop(label, None)
         if obj["kind"] == "Namespace":
             meta["name"] = f"{prefix}-{meta['name']}"
         elif "namespace" in meta:

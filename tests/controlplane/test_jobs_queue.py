@@ -34,7 +34,6 @@ from controlplane.client import wait_for
 from controlplane.cluster import ControlPlane
 from infra.config import load_stack_file, sources
 from jobs import cli
-from jobs.cluster import ClusterBackend
 from tests.controlplane.helpers import IMAGE, delete_and_wait
 from workloads.specs import kueue, teams
 
@@ -119,10 +118,14 @@ def test_a_second_job_waits_in_the_teams_queue_with_kueues_reason(
     ]
     (root / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(data))
     monkeypatch.setattr(sources, "REPO_ROOT", root)
-    # The stack exports metrics: ``status`` would read worker 0's exporter through the API
-    # server's pod proxy, which dials the pod's IP; kwok's pods have fake IPs that nothing
-    # serves (and dialling them leaves loopback), so progress is left out here.
-    monkeypatch.setattr(ClusterBackend, "_metrics", lambda self, job, pods: "")
+    # The stack exports metrics: ``status`` would ask the cluster's Prometheus (none here), then
+    # a worker's exporter through the API server's pod proxy, which dials the pod's IP; kwok's
+    # pods have fake IPs that nothing serves (and dialling them leaves loopback), so progress
+    # is left out here (jobs.cluster_metrics has its own tests against the fake API).
+    from jobs import cluster_metrics
+
+    monkeypatch.setattr(cluster_metrics, "prometheus_values", lambda *a, **kw: None)
+    monkeypatch.setattr(cluster_metrics, "pod_values", lambda *a, **kw: {})
     cfg = load_stack_file(STACK, root)
     client = control_plane.client
     kubeconfig = str(control_plane.kubeconfig)
