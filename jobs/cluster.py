@@ -14,7 +14,6 @@ the API server's service proxy), else from a worker's exporter through the pod p
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -23,7 +22,14 @@ from typing import Any
 
 from jobs import capacity, cluster_logs, cluster_metrics, manifest, queue, resume_from, trainjob
 from jobs.file import JobFile, loads
-from jobs.kube import TIMEOUT, api_errors, object_not_found, stack_output
+from jobs.kube import (
+    STILL_DELETING,
+    api_errors,
+    delete_object,
+    object_not_found,
+    stack_output,
+)
+from jobs.kube import raw as _raw
 from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of, worker_container, worker_spec
 from jobs.progress import from_gauges, planned_steps
 from jobs.types import FINISHED, Condition, JobInfo, JobsError, Progress, Replica, Submitted
@@ -40,10 +46,6 @@ ROOT_KEY = "checkpointRoot"
 FINAL_KEY = "finalPhase"
 """Record key: Succeeded or Failed, once seen, so a job the operator's TTL
 (``runPolicy.ttlSecondsAfterFinished``) removed still shows how it ended."""
-STILL_DELETING = (
-    "a job of this name is still being deleted (a cancel in progress): wait a few seconds "
-    "until `python -m jobs list` no longer shows it running, then try again"
-)
 NO_OPERATOR = (
     "the cluster has no PyTorchJob API (kubeflow.org/v1): is the training operator installed? "
     "(pulumi up of the cluster stack)"
@@ -62,17 +64,6 @@ def _age(stamp: str | None) -> float | None:
     except ValueError:
         return None
     return max(0.0, time.time() - t.timestamp())
-
-
-def _raw(call: Callable[..., Any], *args: Any, text: bool = False, **kwargs: Any) -> Any:
-    """One API call with its JSON answer as plain data (or its text): the typed models of the
-    client validate fields client-side and drop the ones they do not know, which would make a
-    newer API server's answer fail here."""
-    resp = call(*args, _preload_content=False, _request_timeout=TIMEOUT, **kwargs)
-    data = resp.data.decode() if resp.data else ""
-    if text:
-        return data
-    return json.loads(data) if data else None
 
 
 def _replica(pod: dict[str, Any]) -> Replica:
@@ -613,22 +604,7 @@ class ClusterBackend:
         )
 
     def _delete_job(self, name: str, ns: str) -> bool:
-        with api_errors(self.api, f"delete pytorchjob {name}"):
-            try:
-                _raw(
-                    self.custom.delete_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    ns,
-                    PLURAL,
-                    name,
-                    propagation_policy="Background",
-                )
-            except Exception as err:
-                if object_not_found(err):
-                    return False
-                raise
-        return True
+        return delete_object(self.api, self.custom, (GROUP, VERSION, PLURAL), ns, name)
 
     def cancel(self, name: str, *, purge: bool = False) -> str:
         ns = self.namespace

@@ -122,15 +122,17 @@ def stream(
     follow: bool,
     tail: int | None,
     write: Callable[[str], None],
+    container: str = pj.CONTAINER,
 ) -> None:
-    """Print pod ``pod``'s log (its last ``tail`` lines); with ``follow`` until it ends."""
+    """Print pod ``pod``'s log (its last ``tail`` lines of ``container``: the PyTorchJob's, or a
+    TrainJob's node); with ``follow`` until it ends."""
     import urllib3
 
     with api_errors(backend.api, f"logs of pod {pod}"):
         resp = backend.core.read_namespaced_pod_log(
             pod,
             backend.namespace,
-            container=pj.CONTAINER,
+            container=container,
             follow=follow,
             tail_lines=tail,
             _preload_content=False,

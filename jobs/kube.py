@@ -14,7 +14,7 @@ import contextlib
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +185,45 @@ def object_not_found(err: Exception) -> bool:
     except (TypeError, ValueError):
         return False
     return isinstance(body, dict) and body.get("reason") == "NotFound" and "details" in body
+
+
+STILL_DELETING = (
+    "a job of this name is still being deleted (a cancel in progress): wait a few seconds "
+    "until `python -m jobs list` no longer shows it running, then try again"
+)
+"""What a create that meets a job still being deleted says (PyTorchJobs and TrainJobs)."""
+
+
+def raw(call: Callable[..., Any], *args: Any, text: bool = False, **kwargs: Any) -> Any:
+    """One API call with its JSON answer as plain data (or its text): the typed models of the
+    client validate fields client-side and drop the ones they do not know, which would make a
+    newer API server's answer fail here."""
+    resp = call(*args, _preload_content=False, _request_timeout=TIMEOUT, **kwargs)
+    data = resp.data.decode() if resp.data else ""
+    if text:
+        return data
+    return json.loads(data) if data else None
+
+
+def delete_object(
+    api: Any, custom: Any, coordinates: tuple[str, str, str], namespace: str, name: str
+) -> bool:
+    """Delete custom object ``name`` (``coordinates``: group, version, plural) in the background
+    (the garbage collector takes what it owns); False when it was already gone."""
+    group, version, plural = coordinates
+    with api_errors(api, f"delete {plural.removesuffix('s')} {name}"):
+        try:
+            raw(
+                custom.delete_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                plural,
+                name,
+                propagation_policy="Background",
+            )
+        except Exception as err:
+            if object_not_found(err):
+                return False
+            raise
+    return True

@@ -24,8 +24,6 @@ static rendezvous at the master pod.
 
 from __future__ import annotations
 
-import codecs
-import json
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -33,7 +31,8 @@ from typing import Any
 
 from jobs import cluster_metrics, manifest, queue, resume_from
 from jobs.file import JobFile
-from jobs.kube import TIMEOUT, api_errors, object_not_found
+from jobs.kube import STILL_DELETING, api_errors, delete_object
+from jobs.kube import raw as _raw
 from jobs.progress import from_gauges, planned_steps
 from jobs.types import FINISHED, Condition, JobInfo, JobsError, Progress, Replica, Submitted
 from workloads.specs import pytorchjob as pj
@@ -58,23 +57,6 @@ STATIC_RDZV = "static"
 node 0 needs none (a v1 job gets a fresh one per generation)."""
 DELETE_WAIT_S = 60.0
 POLL_S = 2.0
-CHUNK = 4096
-
-
-STILL_DELETING = (
-    "a job of this name is still being deleted (a cancel in progress): wait a few seconds "
-    "until `python -m jobs list` no longer shows it running, then try again"
-)
-"""As ``jobs.cluster.STILL_DELETING`` (this module does not import ``jobs.cluster``, which
-imports it)."""
-
-
-def _raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """One API call with its JSON answer as plain data (``jobs.cluster._raw``: the typed
-    models of the client would drop fields they do not know)."""
-    resp = call(*args, _preload_content=False, _request_timeout=TIMEOUT, **kwargs)
-    data = resp.data.decode() if resp.data else ""
-    return json.loads(data) if data else None
 
 
 def get(b: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
@@ -300,22 +282,7 @@ def body(job_file: JobFile, settings: Any) -> dict[str, Any]:
 
 
 def _delete(b: Any, name: str, ns: str) -> bool:
-    with api_errors(b.api, f"delete trainjob {name}"):
-        try:
-            _raw(
-                b.custom.delete_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                ns,
-                PLURAL,
-                name,
-                propagation_policy="Background",
-            )
-        except Exception as err:
-            if object_not_found(err):
-                return False
-            raise
-    return True
+    return delete_object(b.api, b.custom, (GROUP, VERSION, PLURAL), ns, name)
 
 
 def _wait_gone(b: Any, name: str, ns: str) -> None:
@@ -507,7 +474,7 @@ def logs(
 ) -> None:
     """Node ``rank``'s log (the pod of completion index ``rank``); with ``follow`` it waits for
     the pod to start and streams until it ends."""
-    from jobs.cluster_logs import started, waiting_state
+    from jobs.cluster_logs import started, stream, waiting_state
 
     name = job["metadata"]["name"]
     wanted = int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes", 0))
@@ -542,28 +509,7 @@ def logs(
         if phase_of(job) in FINISHED and not found:
             raise JobsError(f"job {name} is {phase_of(job)} and node pod {rank} never started")
     pod = found[0]["metadata"]["name"]
-    with api_errors(b.api, f"logs of pod {pod}"):
-        resp = b.core.read_namespaced_pod_log(
-            pod,
-            b.namespace,
-            container=tj.NODE,
-            follow=follow,
-            tail_lines=tail,
-            _preload_content=False,
-            _request_timeout=(TIMEOUT[0], None) if follow else TIMEOUT,
-        )
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    try:
-        with api_errors(b.api, f"logs of pod {pod}"):
-            for chunk in resp.stream(CHUNK):
-                text = decoder.decode(chunk)
-                if text:
-                    write(text)
-        rest = decoder.decode(b"", final=True)
-        if rest:
-            write(rest)
-    finally:
-        resp.release_conn()
+    stream(b, name, pod, follow=follow, tail=tail, write=write, container=tj.NODE)
 
 
 def as_submitted(
