@@ -398,56 +398,19 @@ def crd(kind: str) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
 
 
-def _strict(schema: Any) -> Any:
-    """``schema`` with ``additionalProperties: false`` wherever it lists ``properties`` and
-    keeps no unknown fields (the API server prunes them silently; here they fail)."""
-    if isinstance(schema, list):
-        return [_strict(x) for x in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
-    if (
-        "properties" in schema
-        and "additionalProperties" not in schema
-        and not schema.get("x-kubernetes-preserve-unknown-fields")
-    ):
-        out["additionalProperties"] = False
-    if schema.get("x-kubernetes-int-or-string"):
-        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-        out.pop("type", None)
-    return out
-
-
 @functools.cache
 def _validator(kind: str) -> Any:
-    import jsonschema
+    from workloads.specs.validate import crd_validator
 
-    spec = crd(kind)["spec"]
-    (version,) = [v for v in spec["versions"] if v["name"] == API_VERSION.split("/")[1]]
-    schema = _strict(version["schema"]["openAPIV3Schema"])
-    schema["properties"]["metadata"] = {"type": "object"}
-    return jsonschema.Draft4Validator(schema)
+    return crd_validator(crd(kind), API_VERSION.split("/")[1])
 
 
 def validate(obj: K8sObject) -> None:
     """Check a Kueue object against its CRD at the pin (``ValueError`` naming the object and
     the field)."""
-    from workloads.specs.validate import ValidationError
+    from workloads.specs.validate import validate_custom
 
-    kind = obj.get("kind")
-    name = f"{kind}/{obj.get('metadata', {}).get('name')}"
-    if obj.get("apiVersion") != API_VERSION or kind not in KINDS:
-        raise ValidationError(f"{name}: not a {API_VERSION} kind of {', '.join(KINDS)}")
-    namespaced = crd(str(kind))["spec"]["scope"] == "Namespaced"
-    if namespaced != ("namespace" in obj["metadata"]):
-        raise ValidationError(
-            f"{name}: metadata.namespace must be {'set' if namespaced else 'absent'}"
-        )
-    errors = sorted(_validator(str(kind)).iter_errors(obj), key=lambda e: list(e.path))
-    if errors:
-        err = errors[0]
-        where = ".".join(str(p) for p in err.path) or "(root)"
-        raise ValidationError(f"{name}: {where}: {err.message}")
+    validate_custom(obj, api_version=API_VERSION, kinds=KINDS, crd=crd, validator=_validator)
 
 
 def is_kueue(obj: Mapping[str, Any]) -> bool:

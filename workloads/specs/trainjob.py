@@ -221,54 +221,18 @@ def crd(kind: str) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
 
 
-def _strict(schema: Any) -> Any:
-    """``additionalProperties: false`` wherever ``properties`` are listed and unknown fields are
-    not kept (the API server prunes them silently; here they fail)."""
-    if isinstance(schema, list):
-        return [_strict(x) for x in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
-    if (
-        "properties" in schema
-        and "additionalProperties" not in schema
-        and not schema.get("x-kubernetes-preserve-unknown-fields")
-    ):
-        out["additionalProperties"] = False
-    if schema.get("x-kubernetes-int-or-string"):
-        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-        out.pop("type", None)
-    return out
-
-
 @functools.cache
 def _validator(kind: str) -> Any:
-    import jsonschema
+    from workloads.specs.validate import crd_validator
 
-    (version,) = [v for v in crd(kind)["spec"]["versions"] if v["name"] == "v1alpha1"]
-    schema = _strict(version["schema"]["openAPIV3Schema"])
-    schema["properties"]["metadata"] = {"type": "object"}
-    return jsonschema.Draft4Validator(schema)
+    return crd_validator(crd(kind), "v1alpha1")
 
 
 def validate(obj: K8sObject) -> None:
     """Check a TrainJob or ClusterTrainingRuntime against its CRD at the pin."""
-    from workloads.specs.validate import ValidationError
+    from workloads.specs.validate import validate_custom
 
-    kind = str(obj.get("kind"))
-    name = f"{kind}/{obj.get('metadata', {}).get('name')}"
-    if obj.get("apiVersion") != API_VERSION or kind not in KINDS:
-        raise ValidationError(f"{name}: not a {API_VERSION} kind of {', '.join(KINDS)}")
-    namespaced = crd(kind)["spec"]["scope"] == "Namespaced"
-    if namespaced != ("namespace" in obj["metadata"]):
-        raise ValidationError(
-            f"{name}: metadata.namespace must be {'set' if namespaced else 'absent'}"
-        )
-    errors = sorted(_validator(kind).iter_errors(obj), key=lambda e: list(e.path))
-    if errors:
-        err = errors[0]
-        where = ".".join(str(p) for p in err.path) or "(root)"
-        raise ValidationError(f"{name}: {where}: {err.message}")
+    validate_custom(obj, api_version=API_VERSION, kinds=KINDS, crd=crd, validator=_validator)
 
 
 INSTALL_DIR = "trainer-v2"

@@ -10,6 +10,7 @@ way, so the round trip differs from the input and the object is rejected.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from workloads.specs.common import K8sObject
@@ -92,3 +93,60 @@ def validate(obj: K8sObject, kubernetes_version: str) -> None:
         validate_pytorchjob(obj)
     else:
         validate_builtin(obj, kubernetes_version)
+
+
+def strict_schema(schema: Any) -> Any:
+    """A CRD's OpenAPI ``schema`` with ``additionalProperties: false`` wherever it lists
+    ``properties`` and keeps no unknown fields (the API server prunes them silently; here they
+    fail), and int-or-string fields as either."""
+    if isinstance(schema, list):
+        return [strict_schema(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict_schema(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    if schema.get("x-kubernetes-int-or-string"):
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        out.pop("type", None)
+    return out
+
+
+def crd_validator(crd: Mapping[str, Any], version: str) -> Any:
+    """A jsonschema validator for ``version`` of ``crd`` (strict, metadata left to the server)."""
+    import jsonschema
+
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    schema = strict_schema(served["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft4Validator(schema)
+
+
+def validate_custom(
+    obj: K8sObject,
+    *,
+    api_version: str,
+    kinds: Collection[str],
+    crd: Callable[[str], Mapping[str, Any]],
+    validator: Callable[[str], Any],
+) -> None:
+    """Check a custom object against its vendored CRD (``crd(kind)``, ``validator(kind)``):
+    ``ValidationError`` naming the object and the first field that fails."""
+    kind = str(obj.get("kind"))
+    name = _describe(obj)
+    if obj.get("apiVersion") != api_version or kind not in kinds:
+        raise ValidationError(f"{name}: not a {api_version} kind of {', '.join(kinds)}")
+    namespaced = crd(kind)["spec"]["scope"] == "Namespaced"
+    if namespaced != ("namespace" in obj["metadata"]):
+        raise ValidationError(
+            f"{name}: metadata.namespace must be {'set' if namespaced else 'absent'}"
+        )
+    errors = sorted(validator(kind).iter_errors(obj), key=lambda e: list(e.path))
+    if errors:
+        err = errors[0]
+        where = ".".join(str(p) for p in err.path) or "(root)"
+        raise ValidationError(f"{name}: {where}: {err.message}")
