@@ -208,6 +208,12 @@ class ClusterBackend:
             values = cluster_metrics.pod_values(self.api, pods, port, self.namespace)
         return from_gauges(values, total)
 
+    def _next_step(self, name: str, phase: str) -> str:
+        """What to run next: follow a running job, resume a failed one, read a finished one."""
+        if phase not in FINISHED:
+            return self._cmd("logs", name, "--follow")
+        return self._cmd("resume", name) if phase == "Failed" else self._cmd("logs", name)
+
     def _cmd(self, verb: str, name: str, *flags: str) -> str:
         """A ``python -m jobs`` command for job ``name`` on this cluster and namespace."""
         words = ["python -m jobs", verb, name, *flags]
@@ -305,13 +311,7 @@ class ClusterBackend:
             conditions=conditions,
             replicas=replicas,
             last_failure=last_failure,
-            next_step=(
-                self._cmd("logs", name, "--follow")
-                if phase not in FINISHED
-                else self._cmd("resume", name)
-                if phase == "Failed"
-                else self._cmd("logs", name)
-            ),
+            next_step=self._next_step(name, phase),
             where={
                 "pytorchjob": f"{ns}/{name}",
                 "record": f"configmap/{manifest.record_name(name)}",

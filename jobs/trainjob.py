@@ -190,13 +190,7 @@ def info(
         conditions=conditions,
         replicas=replicas,
         last_failure=last_failure,
-        next_step=(
-            b._cmd("logs", name, "--follow")
-            if phase not in FINISHED
-            else b._cmd("resume", name)
-            if phase == "Failed"
-            else b._cmd("logs", name)
-        ),
+        next_step=b._next_step(name, phase),
         where={
             "trainjob": f"{ns}/{name}",
             "jobset": f"{ns}/{name}",
