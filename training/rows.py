@@ -107,14 +107,20 @@ def _custom_row(row: Any, where: str) -> Row:
     )
 
 
-def _json_lines(path: Path) -> Iterator[tuple[str, Any]]:
-    """(FILE:LINE, parsed object) of every non-blank line of a JSONL file."""
+def _read_text(path: Path) -> str:
+    """A dataset file's text, or one ``DataError`` line naming the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from e
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    return text
+
+
+def _json_lines(path: Path) -> Iterator[tuple[str, Any]]:
+    """(FILE:LINE, parsed object) of every non-blank line of a JSONL file."""
+    text = _read_text(path)
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -143,12 +149,7 @@ def _chat_sample() -> list[Row]:
 
 def _json_array_with_lines(path: Path) -> list[tuple[int, Any]]:
     """A JSON file holding a list, as (line of the element's start, element) pairs."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise DataError(f"{path}: cannot read: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    text = _read_text(path)
     try:
         json.loads(text)  # report document-level syntax errors with their line first
     except json.JSONDecodeError as e:
