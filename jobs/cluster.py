@@ -661,18 +661,7 @@ class ClusterBackend:
             uid = job["metadata"].get("uid", "")
             workload = self._workload_of(job, self._workloads(f"{queue.JOB_UID_LABEL}={uid}"))
         if workload is not None:
-            wname = workload["metadata"]["name"]
-            with api_errors(self.api, f"patch workload {wname}"):
-                _raw(
-                    self.custom.patch_namespaced_custom_object,
-                    queue.WORKLOAD_GROUP,
-                    queue.WORKLOAD_VERSION,
-                    self.namespace,
-                    queue.WORKLOAD_PLURAL,
-                    wname,
-                    {"spec": {"active": not on}},
-                )
-            how = f"workload {wname} {'deactivated' if on else 'active again'}"
+            how = queue.set_active(self, workload, active=not on)
         else:
             with api_errors(self.api, f"patch pytorchjob {name}", NO_OPERATOR):
                 _raw(

@@ -227,3 +227,23 @@ def admission(workload: Mapping[str, Any] | None) -> tuple[str, str]:
     if requeued and (not message or (reserved or {}).get("reason") != "Pending"):
         message = f"requeued ({requeued.get('reason', '')}: {requeued.get('message', '')})"
     return "queued", waiting_text(workload, message or "waiting for Kueue to admit it")
+
+
+def set_active(b: Any, workload: Mapping[str, Any], *, active: bool) -> str:
+    """Deactivate (or reactivate) a job's Kueue Workload, ``spec.active`` as ``kueuectl stop
+    workload`` sets it: Kueue evicts the job and releases its quota, or requeues it. ``b`` is a
+    cluster backend (its API clients and namespace); returns what was done, for the user."""
+    from jobs.kube import api_errors, raw
+
+    name = workload["metadata"]["name"]
+    with api_errors(b.api, f"patch workload {name}"):
+        raw(
+            b.custom.patch_namespaced_custom_object,
+            WORKLOAD_GROUP,
+            WORKLOAD_VERSION,
+            b.namespace,
+            WORKLOAD_PLURAL,
+            name,
+            {"spec": {"active": active}},
+        )
+    return f"workload {name} {'active again' if active else 'deactivated'}"

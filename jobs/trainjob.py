@@ -423,18 +423,7 @@ def suspend(b: Any, job: dict[str, Any], *, on: bool) -> str:
         raise JobsError(f"job {name} is {phase}: nothing to {verb}")
     workload = _workload(b, job)
     if workload is not None:
-        wname = workload["metadata"]["name"]
-        with api_errors(b.api, f"patch workload {wname}"):
-            _raw(
-                b.custom.patch_namespaced_custom_object,
-                queue.WORKLOAD_GROUP,
-                queue.WORKLOAD_VERSION,
-                b.namespace,
-                queue.WORKLOAD_PLURAL,
-                wname,
-                {"spec": {"active": not on}},
-            )
-        how = f"workload {wname} {'deactivated' if on else 'active again'}"
+        how = queue.set_active(b, workload, active=not on)
     else:
         with api_errors(b.api, f"patch trainjob {name}", NO_TRAINER):
             _raw(
