@@ -22,7 +22,10 @@ Pulumi's auto-naming at ``up`` time; IAM writes are scoped to the roles the stac
 (``ROLE_NAME_PREFIXES``: Pulumi appends a random suffix to the logical name), ``iam:PassRole``
 to those roles and the services they are passed to (``iam:PassedToService``), and
 ``iam:CreateServiceLinkedRole`` to the services that create one on first use
-(``iam:AWSServiceName``; IAM User Guide, "Service-linked role permissions").
+(``iam:AWSServiceName``; IAM User Guide, "Service-linked role permissions"), and the writes
+a service makes with the caller's permissions on its own service-linked role (FSx's role for
+S3 access, ``SERVICE_LINKED_ROLES``) to that role's path, only in a policy for a stack that
+creates the resource behind it (``policy(types)``).
 """
 
 from __future__ import annotations
@@ -280,6 +283,24 @@ ACTIONS: dict[str, tuple[str, ...]] = {
         "kms:DescribeKey",
         "kms:CreateGrant",
     ),
+    # create reads the bucket's policy and listing (the CloudFormation resource schema of
+    # AWS::FSx::DataRepositoryAssociation, handlers create/read/update/delete); the IAM calls on
+    # FSx's service-linked role for S3 access are in SERVICE_LINKED_ROLES. s3:PutBucketPolicy is
+    # left out on purpose: with iam:AttachRolePolicy/PutRolePolicy on that role FSx takes the
+    # role path, and only without them does it edit the bucket policy the stack owns (FSx for
+    # Lustre User Guide, "Setting up": "How FSx for Lustre checks for access to linked S3
+    # buckets")
+    "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": (
+        "fsx:CreateDataRepositoryAssociation",
+        "fsx:DescribeDataRepositoryAssociations",
+        "fsx:UpdateDataRepositoryAssociation",
+        "fsx:DeleteDataRepositoryAssociation",
+        "fsx:TagResource",
+        "fsx:UntagResource",
+        "fsx:ListTagsForResource",
+        "s3:ListBucket",
+        "s3:GetBucketPolicy",
+    ),
     "aws:s3/bucket:Bucket": (
         "s3:CreateBucket",
         "s3:DeleteBucket",
@@ -413,6 +434,23 @@ SERVICE_LINKED = (
 """Services whose service-linked role is created on first use by the caller: EKS, EKS managed
 node groups, FSx, EC2 Auto Scaling (each service's guide, "Using service-linked roles")."""
 
+FSX_S3_SERVICE = "s3.data-source.lustre.fsx.amazonaws.com"
+SERVICE_LINKED_ROLES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    # FSx for Lustre User Guide, "Setting up" ("Adding permissions to use data repositories in
+    # Amazon S3": iam:CreateServiceLinkedRole, iam:AttachRolePolicy and iam:PutRolePolicy on
+    # arn:aws:iam::*:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/*) and
+    # "Using service-linked roles for Amazon FSx" (AWSServiceRoleForFSxS3Access_<fs id>, one per
+    # file system linked to a bucket)
+    "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": (
+        "IamFsxS3AccessRole",
+        FSX_S3_SERVICE,
+        ("iam:AttachRolePolicy", "iam:PutRolePolicy"),
+    ),
+}
+"""Per resource type that needs one: (statement id, service) of the service-linked role the service creates (and writes
+the policy of) with the caller's permissions, and the IAM actions on that role's path. Its
+statements are in the policy only when such a type is."""
+
 _IAM_PREFIX = "iam:"
 
 
@@ -431,14 +469,23 @@ def _role_arns() -> list[str]:
     return [f"arn:aws:iam::*:role/{p}*" for p in ROLE_NAME_PREFIXES]
 
 
-def policy() -> dict:
-    """The policy document: one statement per service (IAM split by what it acts on)."""
-    actions = {a for row in ACTIONS.values() for a in row}
+def _service_role_arn(service: str) -> str:
+    return f"arn:aws:iam::*:role/aws-service-role/{service}/*"
+
+
+def policy(types: set[str] | None = None) -> dict:
+    """The policy document: one statement per service (IAM split by what it acts on).
+
+    ``types``: the AWS-calling types of one stack (``required_types`` of what it registers);
+    None = every row (``docs/iam-policy.json``, which holds whatever any stack may create)."""
+    rows = ACTIONS if types is None else {t: r for t, r in ACTIONS.items() if t in types}
+    actions = {a for row in rows.values() for a in row}
     actions.update(PROGRAM_READS, DOCTOR_READS)
+    linked = [role for t, role in SERVICE_LINKED_ROLES.items() if t in rows]
     by_service: dict[str, set[str]] = {}
     for action in actions:
         by_service.setdefault(action.split(":", 1)[0], set()).add(action)
-    iam = by_service.pop("iam")
+    iam = by_service.pop("iam", set())
     statements = [
         {
             "Sid": f"{service.capitalize()}",
@@ -449,7 +496,7 @@ def policy() -> dict:
         for service, names in sorted(by_service.items())
     ]
     oidc = {a for a in iam if "OpenIDConnectProvider" in a}
-    attach = {"iam:AttachRolePolicy", "iam:DetachRolePolicy"}
+    attach = {"iam:AttachRolePolicy", "iam:DetachRolePolicy"} & iam
     statements += [
         {
             "Sid": "IamStackRoles",
@@ -482,9 +529,18 @@ def policy() -> dict:
             "Effect": "Allow",
             "Action": "iam:CreateServiceLinkedRole",
             "Resource": "*",
-            "Condition": {"StringEquals": {"iam:AWSServiceName": list(SERVICE_LINKED)}},
+            "Condition": {
+                "StringEquals": {
+                    "iam:AWSServiceName": [*SERVICE_LINKED, *(s for _, s, _ in linked)]
+                }
+            },
         },
     ]
+    statements += [
+        {"Sid": sid, "Effect": "Allow", "Action": sorted(names), "Resource": _service_role_arn(svc)}
+        for sid, svc, names in linked
+    ]
+    statements = [s for s in statements if s["Action"]]
     return {"Version": VERSION, "Statement": statements}
 
 

@@ -52,8 +52,24 @@ VARIANTS = {
             "job": {},
         },
     ),
+    # FSx PERSISTENT_2 written through to the data bucket: a data repository association, the
+    # file system's KMS key, and FSx's service-linked role for S3 access (no shipped stack has
+    # one: tests/infra/test_shared_storage.py builds the component alone)
+    "p5-16+persistent-2-association": (
+        "p5-16",
+        {
+            "sharedStorage": {
+                "type": "fsx",
+                "storageCapacityGiB": 2400,
+                "deploymentType": "PERSISTENT_2",
+                "perUnitStorageThroughput": 250,
+                "dataRepositoryPrefix": "training/fsx",
+            },
+        },
+    ),
 }
 """Configurations beyond the stack files that create other resource types."""
+ASSOCIATION = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
 
 
 def _types(run: ProgramRun) -> dict[str, list[str]]:
@@ -154,3 +170,44 @@ def test_each_file_is_a_valid_policy_within_the_quota() -> None:
         assert [s for p in parts for s in _statements(p)] == whole["Statement"]
         assert all(iam_policy.size(p) <= iam_policy.MANAGED_POLICY_MAX_CHARS for p in parts)
         assert len(parts) <= 10  # managed policies per role or user (IAM quotas, default)
+
+
+def _actions(statement: dict) -> list[str]:
+    actions = statement["Action"]
+    return [actions] if isinstance(actions, str) else actions
+
+
+def test_a_linked_file_system_gets_fsx_s3_service_linked_role_only_when_it_has_one(
+    registered: dict[str, dict[str, list[str]]],
+) -> None:
+    """FSx creates AWSServiceRoleForFSxS3Access_<fs id> with the caller's permissions when a
+    file system is linked to a bucket (FSx for Lustre User Guide, "Setting up": "Adding
+    permissions to use data repositories in Amazon S3", and "Using service-linked roles for
+    Amazon FSx"); without iam:AttachRolePolicy/PutRolePolicy on that role's path FSx would edit
+    the bucket policy instead ("How FSx for Lustre checks for access to linked S3 buckets")."""
+    role_path = "arn:aws:iam::*:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/*"
+    for stack, types in registered.items():
+        needed = iam_policy.required_types(set(types))
+        document = iam_policy.policy(needed)
+        by_sid = {s["Sid"]: s for s in document["Statement"]}
+        names = by_sid["IamServiceLinkedRoles"]["Condition"]["StringEquals"]["iam:AWSServiceName"]
+        # the stack's policy holds exactly the rows of what it creates
+        granted = {a for s in document["Statement"] for a in _actions(s)}
+        for typ in needed:
+            assert set(iam_policy.ACTIONS[typ]) <= granted, (stack, typ)
+        if ASSOCIATION in types:
+            role = by_sid["IamFsxS3AccessRole"]
+            assert role["Resource"] == role_path
+            assert set(_actions(role)) == {"iam:AttachRolePolicy", "iam:PutRolePolicy"}
+            assert iam_policy.FSX_S3_SERVICE in names
+            assert "fsx:CreateDataRepositoryAssociation" in granted
+            assert "fsx:DeleteDataRepositoryAssociation" in granted
+        else:
+            assert "IamFsxS3AccessRole" not in by_sid, stack
+            assert iam_policy.FSX_S3_SERVICE not in names, stack
+            assert not any("DataRepositoryAssociation" in a for a in granted), stack
+    assert ASSOCIATION in registered["p5-16+persistent-2-association"]
+    assert "aws:kms/key:Key" in registered["p5-16+persistent-2-association"]
+    # the committed policy (every row) holds the statement, since some stack may need it
+    whole = {s["Sid"]: s for s in iam_policy.policy()["Statement"]}
+    assert whole["IamFsxS3AccessRole"]["Resource"] == role_path
