@@ -1,9 +1,9 @@
 """The one error format of every command: ``eks-fsdp <command>: error: <message>`` on one line,
 exit status 2 for bad input, with "did you mean" for flags, verbs and stack names.
 
-Standard library only, so any command imports it without cost (``training/`` cannot: the
-training image carries ``training/`` alone; ``training.preflight.cli`` keeps a copy of the
-format). Python 3.11's argparse has no ``suggest_on_error`` (added in 3.14,
+Standard library only, so any command imports it without cost. The line itself is
+``training.errors.line`` (``training/`` imports no other first-party package: the training image
+carries ``training/`` alone, and ``training.finetune`` prints the same line in the pods). Python 3.11's argparse has no ``suggest_on_error`` (added in 3.14,
 https://docs.python.org/3.14/library/argparse.html#suggest-on-error): ``hint`` does it here,
 for unrecognized flags too, which 3.14 does not cover.
 """
@@ -19,17 +19,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
-PROG = "eks-fsdp"
-USAGE_EXIT = 2
-"""argparse's own exit status for a usage error (``ArgumentParser.error``)."""
+from training.errors import PROG, USAGE_EXIT, line
+
+__all__ = ["PROG", "USAGE_EXIT", "Parser", "fail", "hint", "line", "stacks", "suggest"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def line(command: str | None, message: object) -> str:
-    """``eks-fsdp <command>: error: <message>``, the message folded onto one line."""
-    text = " ".join(str(message).split())
-    return f"{PROG} {command}: error: {text}" if command else f"{PROG}: error: {text}"
 
 
 def fail(command: str | None, message: object, status: int = USAGE_EXIT) -> int:

@@ -37,6 +37,11 @@ COMMANDS: dict[str, Command] = {
         "capacity plan: memory per GPU, step time, scaling, $ per epoch",
         "planner",
     ),
+    "new-stack": Command(
+        "planner.newstack:main",
+        "write Pulumi.NAME.yaml and a job file at the planner's layout, with their costs",
+        "planner new-stack",
+    ),
     "doctor": Command(
         "doctor.cli:main",
         "check the AWS account, secrets, Docker and the model before pulumi up",

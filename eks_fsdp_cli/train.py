@@ -1,10 +1,10 @@
 """``eks-fsdp train FLAGS``: ``python -m training.finetune FLAGS`` (one process; torchrun starts
 the module itself), its flags checked first with the one error line.
 
-``training.finetune`` prints its own ``error: ...`` line (``training/`` imports no other
-first-party package: the training image carries ``training/`` alone); the flags are parsed here
+``training.finetune`` prints the same ``eks-fsdp train: error: ...`` line itself
+(``training.errors``: the training image carries ``training/`` alone); the flags are parsed here
 first by the same parser, ``training.config.parse_args`` (pure Python, no torch), so a bad flag
-reads as every other command's.
+is answered before torch is imported.
 """
 
 from __future__ import annotations

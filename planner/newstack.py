@@ -1,6 +1,7 @@
-"""``python -m planner new-stack NAME``: a cluster stack and its job from one sentence.
+"""``eks-fsdp new-stack NAME`` (also ``python -m planner new-stack NAME``): a cluster stack and
+its job from one sentence.
 
-    python -m planner new-stack p5-demo --instance p5.48xlarge --nodes 16 \\
+    eks-fsdp new-stack p5-demo --instance p5.48xlarge --nodes 16 \\
         --reservation cr-0123456789abcdef0 --region us-east-2 --capacity-type capacity-block
 
 writes ``Pulumi.NAME.yaml`` (one GPU nodegroup on the reservation, FSx for Lustre sized by
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from eks_fsdp_cli.errors import Parser, fail
 from planner.args import UsageError, builtin_for_hub_id, parser, resolve_args
 from planner.assumptions import HF_DATASETS
 from planner.estimate import JobEstimate, estimate_input, with_layout
@@ -45,13 +47,18 @@ _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 
 
-class _Parser(argparse.ArgumentParser):
+COMMAND = "new-stack"
+"""Its name under ``eks-fsdp`` (eks_fsdp_cli.main) and in its error lines."""
+
+
+class _Parser(Parser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise UsageError(self.explain(message))  # "did you mean --instance?" (eks_fsdp_cli.errors)
 
 
 def new_stack_parser() -> argparse.ArgumentParser:
     p = _Parser(
+        command=COMMAND,
         prog="python -m planner new-stack",
         description="Write Pulumi.NAME.yaml and jobs/NAME.yaml at the planner's recommended "
         "layout, with their cost per hour and per epoch.",
@@ -322,9 +329,7 @@ def main(argv: list[str]) -> int:
             job_path.unlink()
             raise
     except UsageError as e:
-        from eks_fsdp_cli.errors import fail
-
-        return fail("plan", e)  # the project's one error format
+        return fail(COMMAND, e)  # the project's one error format
     print(f"wrote {stack_path}")
     print(f"wrote {job_path}")
     for line in cost_comment(gen):

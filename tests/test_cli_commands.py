@@ -84,15 +84,13 @@ def test_help_lists_every_command(script: Path) -> None:
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_a_bad_flag_is_one_line_and_exit_2(script: Path, command: str) -> None:
     """Through the console script and through ``python -m``: the same line, naming the
-    command and the flag. ``python -m training.finetune`` prints training's own ``error: ...``
-    (``training/`` imports no other first-party package); ``eks-fsdp train`` checks the flags
-    first."""
+    command and the flag. ``python -m training.finetune`` (what torchrun starts in the pods)
+    prints it through ``training.errors``, the format ``eks_fsdp_cli.errors`` takes."""
     via_script = _one_error(_run([str(script), command, "--bogusflag"]), command)
     assert "--bogusflag" in via_script
-    if command != "train":
-        module = COMMANDS[command].module.split()  # the module, then any leading arguments
-        via_module = _one_error(_run([sys.executable, "-m", *module, "--bogusflag"]), command)
-        assert via_module == via_script
+    module = COMMANDS[command].module.split()  # the module, then any leading arguments
+    via_module = _one_error(_run([sys.executable, "-m", *module, "--bogusflag"]), command)
+    assert via_module == via_script
 
 
 @pytest.mark.parametrize(
@@ -101,14 +99,26 @@ def test_a_bad_flag_is_one_line_and_exit_2(script: Path, command: str) -> None:
         (["plan", "--stak", "p5-16"], "plan", "unrecognized arguments: --stak p5-16"),
         (["render", "--stak", "dev", "--out", "x"], "render", "unrecognized arguments: --stak"),
         (["doctor", "--stak", "p5-16"], "doctor", "unrecognized arguments: --stak"),
+        (
+            ["new-stack", "x", "--instance", "p5.48xlarge", "--nodes", "2", "--regoin", "a"],
+            "new-stack",
+            "unrecognized arguments: --regoin (did you mean --region",
+        ),
+        (
+            ["train", "--enable_fdsp"],
+            "train",
+            "unknown flag --enable_fdsp (did you mean --enable_fsdp",
+        ),
     ],
 )
 def test_a_misspelt_flag_is_named_with_the_flag_meant(
     script: Path, argv: list[str], command: str, expected: str
 ) -> None:
-    """argparse alone would report ``--stak`` as a missing ``--stack`` where it is required."""
+    """argparse alone would report ``--stak`` as a missing ``--stack`` where it is required
+    (and ``--regoin`` as a missing ``--region``)."""
     line = _one_error(_run([str(script), *argv]), command)
-    assert line.endswith(f"{expected} (did you mean --stack?)")
+    meant = "" if "did you mean" in expected else " (did you mean --stack"
+    assert line.endswith(f"{expected}{meant}?)")
 
 
 def test_a_misspelt_verb_and_command(script: Path) -> None:

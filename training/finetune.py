@@ -3,7 +3,7 @@
 The loop reads top to bottom: `Trainer(cfg, env)` sets up (data, model, sharding, optimizer,
 checkpoint to resume from), `fit()` trains and validates epoch by epoch, `finish()` exports and
 summarises. Flags are llama-recipes' (see training.config); bad input stops before any work with
-one line `error: ...` and exit status 2.
+one line `eks-fsdp train: error: ...` (training.errors) and exit status 2.
 
 Exit status (docs/adr/0004-preemption-semantics.md): 0 only when training is complete; 143 when a
 SIGTERM stopped it (this pod is going away, or torchrun restarts the group): every rank stops
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training import cookbook, deadline, gc_policy
+from training import cookbook, deadline, errors, gc_policy
 from training.config import ConfigError, TrainConfig, parse_args
 from training.step import build_optimizer, clip_grads, token_loss_sum
 from training.tracking.hooks import RunHooks
@@ -113,8 +113,8 @@ def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -
 
 def _fail(err: Exception | str, rank: int = 0) -> int:
     if rank == 0:  # every rank finds the same problem; one line is enough
-        print(f"error: {err}", file=sys.stderr, flush=True)
-    return 2
+        print(errors.line("train", err), file=sys.stderr, flush=True)
+    return errors.USAGE_EXIT
 
 
 class TrainerState:
@@ -261,7 +261,7 @@ class Trainer:
             group=checkpoint_group(),
         )
         if cfg.resume:
-            latest = checkpoint.latest_complete(self.ckpt_root)
+            latest = checkpoint.resume_point(self.ckpt_root, required=cfg.resume_required)
             if latest is not None:
                 checkpoint.load(latest, self.stateful, self._settings)
                 self.resumed_from = latest

@@ -84,8 +84,12 @@ def test_a_bad_end_time_stops_the_run_with_one_line(tmp_path: Path) -> None:
     argv = merge(TINY, ["--max_train_step=2"], run_dirs(tmp_path, "bad"))
     proc = run(finetune_cmd(0, argv), timeout=300, **{ENV: "2026-12-17T12:30:00+02:00"})
     assert proc.returncode == 2
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: {ENV}: '2026-12-17T12:30:00+02:00' is not in UTC: end it with Z"]
+    errors = [
+        line for line in proc.stderr.splitlines() if line.startswith("eks-fsdp train: error:")
+    ]
+    assert errors == [
+        f"eks-fsdp train: error: {ENV}: '2026-12-17T12:30:00+02:00' is not in UTC: end it with Z"
+    ]
     assert (
         not (tmp_path / "bad" / "ckpt").exists()
         or latest_complete(ckpt_dir(tmp_path, "bad")) is None

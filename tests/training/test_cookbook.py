@@ -150,7 +150,7 @@ def test_one_gpu_refuses_a_larger_world(
     assert main(["--one_gpu", "--enable_fsdp"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        "error: --one_gpu: runs a single process, but WORLD_SIZE is 2; "
+        "eks-fsdp train: error: --one_gpu: runs a single process, but WORLD_SIZE is 2; "
         "drop --one_gpu or start one process"
     )
 

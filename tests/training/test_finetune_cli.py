@@ -183,7 +183,7 @@ def test_bad_input_at_world_2_is_one_line(campaign: tuple[Path, dict[str, Any]],
     assert res["rc"] == [2, 2]
     lines = res["stderr"][0].strip().splitlines()
     assert len(lines) == 1, res["stderr"][0]
-    assert lines[0].startswith("error: ")
+    assert lines[0].startswith("eks-fsdp train: error: ")
     assert BAD_AT_WORLD_2[name][1] in lines[0]
     assert res["stderr"][1] == ""  # rank 1 finds the same problem and keeps quiet
 
@@ -192,8 +192,12 @@ def test_bad_input_at_world_2_is_one_line(campaign: tuple[Path, dict[str, Any]],
 def test_torchrun_user_sees_one_error_line(tmp_path: Path) -> None:
     argv = merge(TINY, FSDP2, run_dirs(tmp_path, "x"), ["--hsdp", "--sharding_group_size=3"])
     proc = run(finetune_cmd(2, argv), timeout=300)
-    ours = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error:")]
-    assert ours == ["error: --sharding_group_size 3 does not divide WORLD_SIZE 2"]
+    ours = [
+        ln
+        for ln in (proc.stdout + proc.stderr).splitlines()
+        if ln.startswith("eks-fsdp train: error:")
+    ]
+    assert ours == ["eks-fsdp train: error: --sharding_group_size 3 does not divide WORLD_SIZE 2"]
     assert proc.returncode != 0
     assert "Traceback" not in proc.stdout  # torchrun's own failure report goes to stderr
 
@@ -211,7 +215,9 @@ def test_flag_error_stops_before_importing_torch() -> None:
     )
     assert proc.returncode == 2
     assert proc.stdout.strip() == "False"
-    assert proc.stderr.strip().splitlines() == ["error: --batch_size_training: must be >= 1, got 0"]
+    assert proc.stderr.strip().splitlines() == [
+        "eks-fsdp train: error: --batch_size_training: must be >= 1, got 0"
+    ]
 
 
 def test_unknown_flag_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -219,7 +225,9 @@ def test_unknown_flag_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["--enable_fdsp"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: unknown flag --enable_fdsp (did you mean --enable_fsdp?)"]
+    assert err == [
+        "eks-fsdp train: error: unknown flag --enable_fdsp (did you mean --enable_fsdp?)"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -29,17 +29,17 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list
         (
             "dist_checkpoint_root_folder",
             "s3://",
-            "error: --dist_checkpoint_root_folder: 's3://' names no bucket (s3://BUCKET/prefix)",
+            "eks-fsdp train: error: --dist_checkpoint_root_folder: 's3://' names no bucket (s3://BUCKET/prefix)",
         ),
         (
             "output_dir",
             "s3:///runs/x",
-            "error: --output_dir: 's3:///runs/x' names no bucket (s3://BUCKET/prefix)",
+            "eks-fsdp train: error: --output_dir: 's3:///runs/x' names no bucket (s3://BUCKET/prefix)",
         ),
         (
             "model_name",
             "s3://Models/llama",
-            "error: --model_name: 's3://Models/llama': bucket name 'Models' may hold only "
+            "eks-fsdp train: error: --model_name: 's3://Models/llama': bucket name 'Models' may hold only "
             "lowercase letters, digits, dots and hyphens, and must begin and end with a letter "
             "or digit",
         ),
@@ -62,7 +62,7 @@ def test_bucket_that_does_not_exist(
     assert (rc, lines) == (
         2,
         [
-            "error: --dist_checkpoint_root_folder s3://no-such-bkt/c/run: the bucket does not "
+            "eks-fsdp train: error: --dist_checkpoint_root_folder s3://no-such-bkt/c/run: the bucket does not "
             f"exist (NoSuchBucket, HTTP 404) via {s3_env.endpoint}"
         ],
     )
@@ -77,7 +77,9 @@ def test_model_prefix_without_objects(
     rc, lines = _run(argv, capsys)
     assert (rc, lines) == (
         2,
-        [f"error: --model_name s3://{bucket}/models/typo: no objects under this prefix"],
+        [
+            f"eks-fsdp train: error: --model_name s3://{bucket}/models/typo: no objects under this prefix"
+        ],
     )
 
 
@@ -94,7 +96,9 @@ def test_endpoint_that_cannot_be_reached(
     argv = merge(TINY, run_dirs(tmp_path, "x"), [f"--output_dir=s3://{bucket}/out"])
     rc, lines = _run(argv, capsys)
     assert rc == 2 and len(lines) == 1, lines
-    assert lines[0].startswith(f"error: --output_dir s3://{bucket}/out: Could not connect to the ")
+    assert lines[0].startswith(
+        f"eks-fsdp train: error: --output_dir s3://{bucket}/out: Could not connect to the "
+    )
     assert lines[0].endswith(f"via {closed}")
 
 
@@ -111,7 +115,7 @@ def test_missing_region(
     assert (rc, lines) == (
         2,
         [
-            f"error: --model_name s3://{bucket}/models/m: no AWS region: set AWS_REGION "
+            f"eks-fsdp train: error: --model_name s3://{bucket}/models/m: no AWS region: set AWS_REGION "
             "(or AWS_DEFAULT_REGION, or region in the profile)"
         ],
     )

@@ -240,7 +240,9 @@ def test_a_tracker_that_cannot_start_stops_every_rank_with_one_line(runs: dict[s
     job = runs["blocked"]
     assert job["rc"] == [2, 2]
     lines = job["stderr"][0].strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --tracker tensorboard: "), lines
+    assert len(lines) == 1 and lines[0].startswith(
+        "eks-fsdp train: error: --tracker tensorboard: "
+    ), lines
     assert job["stderr"][1] == ""
 
 
