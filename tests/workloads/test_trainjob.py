@@ -6,17 +6,24 @@ image, training flags and environment; and torchrun, given the TrainJob's comman
 variables Trainer's torch plugin injects (``pkg/runtime/framework/plugins/torch/torch.go`` at
 v2.3.0: PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT),
 forms a fixed-size static rendezvous at the master (torch's own ``parse_args`` and
-``config_from_args``). The Trainer controller itself does not run here.
+``config_from_args``). The Trainer controller itself does not run here. The TrainJob is also
+checked against the TrainJob CRD of Trainer v2.2.0, the types Kueue v0.17.0 writes it back with
+(``github.com/kubeflow/trainer/v2 v2.2.0`` in sigs.k8s.io/kueue's ``go.mod``; checked against
+the module when Go's cache has it).
 
 If this fails, an ``api: v2`` job would be refused by the API server, train something other
-than its v1 twin, start torchrun with an elastic or wrong-sized world, or an elastic job file
-would silently lose its elasticity on v2.
+than its v1 twin, start torchrun with an elastic or wrong-sized world, an elastic job file
+would silently lose its elasticity on v2, or Kueue's admission would silently strip a field
+of the job's runtime patch (the pods' grace period: SIGKILL 30 s after a preemption's SIGTERM,
+before the emergency checkpoint is written).
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,7 @@ import pytest
 
 from infra import versions
 from jobs import file as jobfile
+from workloads.specs import preemption
 from workloads.specs import pytorchjob as pj
 from workloads.specs import trainjob as tj
 from workloads.specs.stack import job_workloads
@@ -48,9 +56,87 @@ def test_the_crds_are_the_pinned_releases() -> None:
         crd = tj.crd(kind)
         assert crd["spec"]["group"] == tj.GROUP
         assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha1"]
-    # runtimePatches arrived with v2.3 (trainjob_types.go at the tag)
     spec = tj.crd("TrainJob")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert "runtimePatches" in spec["properties"]["spec"]["properties"]
+
+
+def _pod_spec_patch_fields(crd: dict[str, Any]) -> set[str]:
+    """The JSON fields of ``PodSpecPatch`` in a TrainJob CRD's schema."""
+    props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    for key in (
+        "spec", "runtimePatches", "trainingRuntimeSpec", "template", "spec", "replicatedJobs",
+        "template", "spec", "template", "spec",
+    ):  # fmt: skip
+        node = props[key]
+        node = node.get("items", node)
+        props = node["properties"]
+    return set(props)
+
+
+def test_the_patch_uses_only_fields_kueues_trainer_types_keep() -> None:
+    """Kueue v0.17.0 admits a TrainJob by an ``Update`` of Trainer v2.2.0's Go types
+    (``pkg/controller/jobs/trainjob/trainjob_controller.go``, ``RunWithPodSetsInfo``): a field
+    v2.2.0's ``PodSpecPatch`` lacks is dropped. v2.3.0 has one more (the grace period)."""
+    v22, v23 = (
+        _pod_spec_patch_fields(tj.kueue_crd("TrainJob")),
+        _pod_spec_patch_fields(tj.crd("TrainJob")),
+    )
+    assert v23 - v22 == {"terminationGracePeriodSeconds"}
+    assert set(tj.PATCH_POD_FIELDS) <= v22
+    for example in ("dev", "p4de-odcr", "p5-16"):
+        train, _, _ = _v2(example)
+        pod = tj.pod_spec_patch(train)["spec"]
+        assert set(pod) <= v22, set(pod) - v22
+        tj.validate(train)  # both CRDs, strictly
+    bad = copy.deepcopy(train)
+    tj.pod_spec_patch(bad)["spec"]["terminationGracePeriodSeconds"] = 75
+    assert not list(tj._validator("TrainJob").iter_errors(bad))  # v2.3.0 alone takes it
+    with pytest.raises(ValidationError, match=r"terminationGracePeriodSeconds.*v2\.2\.0"):
+        tj.validate(bad)
+
+
+def test_the_runtime_carries_the_grace_period_every_job_asks_for() -> None:
+    """The grace period moved to the runtime's pod template; every example's preemption budget
+    (``grace_period_s``) fits in it, and a job asking for more is refused in one line."""
+    runtime = tj.cluster_training_runtime()
+    (node,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    grace = node["template"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace == tj.RUNTIME_GRACE_S == preemption.MAX_GRACE_S
+    for example in ("dev", "p4de-odcr", "p5-16"):
+        _, v1, s = _v2(example)
+        v1_pod = v1["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+        assert 1 <= pj.grace_period_s(s) == v1_pod["terminationGracePeriodSeconds"] <= grace
+    _, _, s = _v2("p5-16")
+    with pytest.raises(ValueError) as err:
+        tj.trainjob(s.replace(termination_grace_s=grace + 1))
+    assert str(err.value).count("\n") == 0
+    assert f"{grace + 1} s is more than the {grace} s of ClusterTrainingRuntime" in str(err.value)
+
+
+def test_the_kueue_crd_is_trainers_at_the_version_kueue_requires() -> None:
+    """When Go's module cache holds Kueue and Trainer at those versions: Kueue's ``go.mod``
+    names ``KUEUE_TRAINER_VERSION`` and the vendored CRD is the module's, byte for byte."""
+    root = _gomodcache()
+    kueue_mod = root / "sigs.k8s.io" / f"kueue@{versions.KUEUE_VERSION}" / "go.mod"
+    trainer = root / "github.com" / "kubeflow" / "trainer" / f"v2@{tj.KUEUE_TRAINER_VERSION}"
+    if not kueue_mod.is_file() or not trainer.is_dir():
+        pytest.skip("Kueue or Trainer module not in Go's module cache")
+    required = re.search(r"github\.com/kubeflow/trainer/v2 (v\S+)", kueue_mod.read_text())
+    assert required and required.group(1) == tj.KUEUE_TRAINER_VERSION
+    name = "trainer.kubeflow.org_trainjobs.yaml"
+    upstream = trainer / "manifests" / "base" / "crds" / name
+    assert (tj.KUEUE_CRD_DIR / name).read_bytes() == upstream.read_bytes()
+
+
+def _gomodcache() -> Path:
+    try:
+        out = subprocess.run(
+            ["go", "env", "GOMODCACHE"], capture_output=True, text=True, timeout=30, check=False
+        )
+        root = out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        root = ""
+    return Path(root or os.path.expanduser("~/go/pkg/mod"))
 
 
 @pytest.mark.parametrize("example", ["dev", "p4de-odcr", "p5-16"])
@@ -75,7 +161,7 @@ def test_runtime_and_trainjobs_are_valid_and_run_the_v1_jobs_container(example: 
     v1_pod = v1["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     assert pod["volumes"] == v1_pod["volumes"]
     assert pod.get("nodeSelector") == v1_pod.get("nodeSelector")
-    assert pod["terminationGracePeriodSeconds"] == v1_pod["terminationGracePeriodSeconds"]
+    assert "terminationGracePeriodSeconds" not in pod  # the runtime's (below)
 
 
 def test_broken_objects_fail_naming_the_field() -> None:

@@ -20,8 +20,24 @@ torch_distributed.yaml`` is the model of the runtime):
   env (``workloads.specs.pytorchjob.container_env``: the same variables the training package
   reads), ``numNodes`` = workers, ``numProcPerNode``, ``resourcesPerNode`` (GPUs, EFA devices,
   cpu and memory); the node selector, tolerations, volumes (checkpoint claim, ``/dev/shm``),
-  security contexts, pod annotations and grace period go in a ``runtimePatches`` entry (the
-  ``PodSpecPatch`` fields v2.3 allows).
+  security contexts and pod labels and annotations go in a ``runtimePatches`` entry.
+
+**Kueue round-trips the TrainJob through older types.** Kueue ``KUEUE_VERSION`` is built against
+Trainer ``KUEUE_TRAINER_VERSION`` (sigs.k8s.io/kueue ``go.mod`` at v0.17.0:
+``github.com/kubeflow/trainer/v2 v2.2.0``) and admits a TrainJob by writing the whole object
+back with a full ``Update`` of those types (``pkg/controller/jobs/trainjob/
+trainjob_controller.go``, ``RunWithPodSetsInfo``): a field the v2.2.0 ``PodSpecPatch``
+(``pkg/apis/trainer/v1alpha1/trainjob_types.go`` at v2.2.0) lacks is dropped there, silently.
+v2.3.0 added ``terminationGracePeriodSeconds`` to that type; v2.2.0 has only
+``serviceAccountName``, ``volumes``, ``initContainers``, ``containers``, ``imagePullSecrets``,
+``securityContext``, ``nodeSelector``, ``affinity``, ``tolerations`` and ``schedulingGates``.
+The stricter of the two wins: the patch carries only v2.2.0's fields (``validate`` checks a
+TrainJob against the v2.2.0 CRD too, vendored in ``workloads/manifests/trainer/crds-kueue``),
+and the grace period lives in the runtime's pod template: ``RUNTIME_GRACE_S``, the longest
+grace any job's preemption budget asks for (``workloads.specs.preemption.MAX_GRACE_S``). A
+grace period is an upper bound: the pod is gone as soon as torchrun has stopped its workers
+(``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, per job in the env) and exited; only a hung agent waits
+it out. A job asking for more than the runtime gives is refused in one line.
 
 Trainer v2 has no elastic policy (v2.2 removed ``ElasticPolicy``): a job whose ``minWorkers`` is
 below ``workers`` stays on v1 (``jobs.file`` refuses it with ``api: v2``). ``validate`` checks an
@@ -41,6 +57,7 @@ import yaml
 
 from workloads.specs import pytorchjob as pj
 from workloads.specs.common import K8sObject, labels
+from workloads.specs.preemption import MAX_GRACE_S
 from workloads.specs.settings import JobSettings
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -60,11 +77,19 @@ RESERVED_ENV = frozenset(
 """The torch plugin's ``TorchRunReservedEnvNames`` (``pkg/constants/constants.go``)."""
 CRD_DIR = Path(__file__).resolve().parents[1] / "manifests" / "trainer" / "crds"
 KINDS = {"TrainJob": "trainjobs", "ClusterTrainingRuntime": "clustertrainingruntimes"}
+KUEUE_TRAINER_VERSION = "v2.2.0"
+"""The Trainer API Kueue ``KUEUE_VERSION`` is built against (its ``go.mod``)."""
+KUEUE_CRD_DIR = CRD_DIR.parent / "crds-kueue"
+"""The TrainJob CRD at ``KUEUE_TRAINER_VERSION`` (``manifests/base/crds`` of the module)."""
+RUNTIME_GRACE_S = MAX_GRACE_S
+"""``terminationGracePeriodSeconds`` of the runtime's pods: the longest any job asks for."""
+PATCH_POD_FIELDS = ("nodeSelector", "tolerations", "volumes", "securityContext")
+"""The pod fields of a job's runtime patch (all in v2.2.0's ``PodSpecPatch``)."""
 
 
 def cluster_training_runtime() -> K8sObject:
-    """The runtime the cluster stack installs: JobSet ``node`` x ``numNodes``, torch policy;
-    everything per job comes from the TrainJob."""
+    """The runtime the cluster stack installs: JobSet ``node`` x ``numNodes``, torch policy,
+    the grace period ``RUNTIME_GRACE_S``; everything else per job comes from the TrainJob."""
     return {
         "apiVersion": API_VERSION,
         "kind": "ClusterTrainingRuntime",
@@ -84,6 +109,7 @@ def cluster_training_runtime() -> K8sObject:
                                 "spec": {
                                     "template": {
                                         "spec": {
+                                            "terminationGracePeriodSeconds": RUNTIME_GRACE_S,
                                             "automountServiceAccountToken": False,
                                             "containers": [{"name": NODE}],
                                         }
@@ -136,19 +162,15 @@ def trainjob(s: JobSettings) -> K8sObject:
     static = s.replace(rdzv_backend="c10d")  # no --rdzv-backend flag: torchrun's static one
     template = pj.to_dict(pj._pod_template(static))
     pod, meta = template["spec"], template.get("metadata") or {}
+    if pod["terminationGracePeriodSeconds"] > RUNTIME_GRACE_S:
+        raise ValueError(
+            f"job.termination_grace_s: {pod['terminationGracePeriodSeconds']} s is more than the "
+            f"{RUNTIME_GRACE_S} s of ClusterTrainingRuntime {RUNTIME} (a TrainJob cannot set it "
+            "through Kueue): use api: v1"
+        )
     (container,) = pod.pop("containers")
     env = [e for e in container.get("env") or [] if e["name"] not in RESERVED_ENV]
-    patch_pod = {
-        k: pod[k]
-        for k in (
-            "nodeSelector",
-            "tolerations",
-            "volumes",
-            "securityContext",
-            "terminationGracePeriodSeconds",
-        )
-        if pod.get(k) is not None
-    }
+    patch_pod = {k: pod[k] for k in PATCH_POD_FIELDS if pod.get(k) is not None}
     patch_pod["containers"] = [
         {
             "name": NODE,
@@ -228,11 +250,40 @@ def _validator(kind: str) -> Any:
     return crd_validator(crd(kind), "v1alpha1")
 
 
+@functools.cache
+def kueue_crd(kind: str) -> dict[str, Any]:
+    """The CRD of ``kind`` at ``KUEUE_TRAINER_VERSION`` (TrainJob only)."""
+    path = KUEUE_CRD_DIR / f"{GROUP}_{KINDS[kind]}.yaml"
+    return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _kueue_validator(kind: str) -> Any:
+    from workloads.specs.validate import crd_validator
+
+    return crd_validator(kueue_crd(kind), "v1alpha1")
+
+
 def validate(obj: K8sObject) -> None:
-    """Check a TrainJob or ClusterTrainingRuntime against its CRD at the pin."""
-    from workloads.specs.validate import validate_custom
+    """Check a TrainJob or ClusterTrainingRuntime against its CRD at the pin, and a TrainJob
+    also against the TrainJob of ``KUEUE_TRAINER_VERSION`` (what Kueue writes back)."""
+    from workloads.specs.validate import ValidationError, validate_custom
 
     validate_custom(obj, api_version=API_VERSION, kinds=KINDS, crd=crd, validator=_validator)
+    if obj.get("kind") != "TrainJob":
+        return
+    try:
+        validate_custom(
+            obj,
+            api_version=API_VERSION,
+            kinds=("TrainJob",),
+            crd=kueue_crd,
+            validator=_kueue_validator,
+        )
+    except ValidationError as err:
+        raise ValidationError(
+            f"{err} (Trainer {KUEUE_TRAINER_VERSION}'s TrainJob: Kueue drops the field)"
+        ) from None
 
 
 INSTALL_DIR = "trainer-v2"
