@@ -257,3 +257,27 @@ def test_configuration_and_chart_values_are_keys_upstream_reads(module: Path) ->
     assert set(kueue.FRAMEWORKS) <= set(shipped["integrations"]["frameworks"])
     chart_meta = yaml.safe_load((module / "charts" / "kueue" / "Chart.yaml").read_text())
     assert chart_meta["version"] == versions.KUEUE_CHART_VERSION
+
+
+def test_a_running_job_missing_a_pod_is_never_evicted_for_it(module: Path) -> None:
+    """``recoveryTimeout`` "0s": Kueue's own source at the pin says left out it is ``timeout``
+    (``defaults.go``: ``cmp.Or(RecoveryTimeout, &Timeout)``) and only a positive one is kept
+    (``pkg/controller/core/core.go``), so "0s" (a valid ``metav1.Duration``, not negative for
+    ``pkg/config/validation.go``) is how an elastic job that lost a node keeps running while the
+    node is replaced. Admission itself stays all-or-nothing (``timeout``)."""
+    cfg = kueue.configuration()["waitForPodsReady"]
+    assert cfg["recoveryTimeout"] == "0s"
+    assert cfg["timeout"] == f"{kueue.KueueSettings().pods_ready_timeout_s}s" != "0s"
+    config = module / "apis" / "config" / "v1beta2"
+    assert (
+        'Setting to "0s" disables recovery timeout checking'
+        in (config / "configuration_types.go").read_text()
+    )
+    defaults = (config / "defaults.go").read_text()
+    assert re.search(r"RecoveryTimeout = cmp\.Or\(\S*RecoveryTimeout, &\S*\.Timeout\)", defaults)
+    core = (module / "pkg" / "controller" / "core" / "core.go").read_text()
+    assert "cfg.RecoveryTimeout != nil && cfg.RecoveryTimeout.Duration > 0" in core
+    with pytest.raises(ValueError, match="recovery_timeout_s: must be >= 0"):
+        kueue.KueueSettings(recovery_timeout_s=-1)
+    later = kueue.configuration(kueue.KueueSettings(recovery_timeout_s=900))
+    assert later["waitForPodsReady"]["recoveryTimeout"] == "900s"

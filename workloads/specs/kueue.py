@@ -90,6 +90,15 @@ class KueueSettings:
     """``waitForPodsReady.timeout``: an admitted job whose pods are not all ready by then is
     evicted (its pods deleted, its quota released) and requeued: no job holds GPUs half-started.
     Ten minutes covers pulling the training image (10+ GB) on a fresh node."""
+    recovery_timeout_s: int = 0
+    """``waitForPodsReady.recoveryTimeout``: how long an admitted, running job may have a pod
+    not ready (a lost node's pod waiting for its replacement) before Kueue evicts the whole job
+    and requeues it; 0 = never (``"0s"`` turns the check off; left out, it defaults to
+    ``timeout``). Off, because an elastic PyTorchJob goes on training on the nodes it has while
+    the lost one is replaced, which can take longer than ten minutes on reserved capacity: an
+    eviction would stop the whole job for the sake of one pod. A job that cannot go on (a fixed
+    world size) fails by its own limits instead (torchrun's rendezvous timeout, the operator's
+    ``backoffLimit``; JobSet's failure policy on Trainer v2), and its Workload finishes."""
     block_admission: bool = True
     """``waitForPodsReady.blockAdmission``: admit the next job only once the last admitted one
     has all its pods ready, so two jobs never split the nodes that exist between them (the
@@ -114,6 +123,8 @@ class KueueSettings:
                 raise ValueError(f"KueueSettings.{name}: must be positive")
         if self.backoff_limit < 0:
             raise ValueError("KueueSettings.backoff_limit: must be >= 0")
+        if self.recovery_timeout_s < 0:
+            raise ValueError("KueueSettings.recovery_timeout_s: must be >= 0 (0 = off)")
         if self.backoff_max_s < self.backoff_base_s:
             raise ValueError("KueueSettings.backoff_max_s: below backoff_base_s")
 
@@ -314,8 +325,10 @@ def configuration(s: KueueSettings | None = None) -> dict[str, Any]:
     """Kueue's ``Configuration``: the chart's own defaults (``charts/kueue/values.yaml``
     ``managerConfig.controllerManagerConfigYaml`` at the tag) with all-or-nothing admission
     and the project's integrations. In v1beta2 ``waitForPodsReady`` has no ``enable``: being
-    set turns it on; ``recoveryTimeout`` (a running job whose pod is lost and not replaced in
-    time is suspended and requeued) defaults to ``timeout`` and is set to it explicitly."""
+    set turns it on. ``recoveryTimeout`` (a running job whose pod is lost and not replaced in
+    time is suspended and requeued) defaults to ``timeout`` (``apis/config/v1beta2/
+    defaults.go``) and ``"0s"`` turns it off (``configuration_types.go``; ``pkg/controller/
+    core/core.go`` keeps only a positive one): ``KueueSettings.recovery_timeout_s``."""
     s = s or KueueSettings()
     timeout = f"{s.pods_ready_timeout_s}s"
     return {
@@ -338,7 +351,7 @@ def configuration(s: KueueSettings | None = None) -> dict[str, Any]:
         "clientConnection": {"qps": 50, "burst": 100},
         "waitForPodsReady": {
             "timeout": timeout,
-            "recoveryTimeout": timeout,
+            "recoveryTimeout": f"{s.recovery_timeout_s}s",
             "blockAdmission": s.block_admission,
             "requeuingStrategy": {
                 "timestamp": "Eviction",
