@@ -193,9 +193,30 @@ pulumi.export(
 if cfg.observability.enabled:
     from workloads.observability import OUTPUT_KEY, Observability, ObservabilityArgs
 
+    # Receiver sns: Alertmanager publishes with its own Pod Identity role (sns:Publish on the
+    # topic only); the association exists before the chart starts its pods.
+    alert_role = None
+    if cfg.observability.alerts.sns_topic_arn is not None:
+        from infra.pod_identity import PodRole, PodRoleArgs, sns_publish_policy_document
+        from workloads.specs.observability import settings_from_stack
+
+        obs_settings = settings_from_stack(cfg)
+        alert_role = PodRole(
+            "alertmanager-sns",
+            PodRoleArgs(
+                cluster_name=pulumi.Output.all(
+                    cluster.cluster_name, cluster.system_node_group_name
+                ).apply(lambda v: v[0]),
+                label=cfg.cluster_name,
+                purpose="Alertmanager's SNS publish",
+                policy=sns_publish_policy_document(cfg.observability.alerts.sns_topic_arn),
+                service_account=(obs_settings.namespace, obs_settings.alertmanager_service_account),
+                agent=pod_identity.agent if data_bucket is not None else None,
+            ),
+        )
     observability = Observability(
         "observability",
-        ObservabilityArgs.from_stack(cfg),
+        ObservabilityArgs.from_stack(cfg, (alert_role.association,) if alert_role else ()),
         opts=pulumi.ResourceOptions(providers=[cluster.provider]),
     )
     pulumi.export(OUTPUT_KEY, observability.port_forward)

@@ -207,3 +207,108 @@ class PodIdentity(pulumi.ComponentResource):
             )
         self.role_arn = role.arn
         self.register_outputs({"roleArn": self.role_arn})
+
+
+# --- one role for one workload's ServiceAccount (the Alertmanager's SNS publish) -------------
+
+POD_ROLE_TYPE_TOKEN = "eks-fsdp:infra:PodRole"
+SNS_PUBLISH_ACTION = "sns:Publish"
+
+
+def sns_publish_policy_document(topic_arn: str) -> str:
+    """Publish to one topic and nothing else (SNS API reference, Publish: the action
+    ``sns:Publish`` on the topic's ARN). A topic encrypted with a customer managed KMS key
+    also needs ``kms:GenerateDataKey``/``kms:Decrypt`` on it, granted in the key's policy."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "PublishToTheAlertTopic",
+                    "Effect": "Allow",
+                    "Action": SNS_PUBLISH_ACTION,
+                    "Resource": topic_arn,
+                }
+            ],
+        }
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodRoleArgs:
+    """Arguments of ``PodRole``."""
+
+    cluster_name: pulumi.Input[str]
+    """EKS cluster name (resolves once the control plane exists)."""
+    label: str
+    """Cluster name as a plain string (role description, tags)."""
+    purpose: str
+    """What the role is for, in a few words (the role's description)."""
+    policy: pulumi.Input[str]
+    """The role's inline policy (JSON)."""
+    service_account: tuple[str, str]
+    """(namespace, ServiceAccount) given the role; the ServiceAccount is created elsewhere (a
+    Helm chart) and may not exist yet: the association names it, EKS does not check."""
+    agent: aws.eks.Addon | None = None
+    """The ``eks-pod-identity-agent`` add-on when ``PodIdentity`` made it; None = this
+    component installs it (a cluster has the add-on once)."""
+    tags: Mapping[str, str] | None = None
+    """Extra tags on every AWS resource."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.label):
+            raise ValueError(f"PodRoleArgs.label: {self.label!r} is not valid")
+        for value in self.service_account:
+            if not _DNS_LABEL.match(value):
+                raise ValueError(f"PodRoleArgs.service_account: {value!r} is not a DNS label")
+
+
+class PodRole(pulumi.ComponentResource):
+    """An IAM role only EKS Pod Identity may assume, its inline policy and the association of
+    one ServiceAccount with it (the pattern of ``PodIdentity``, without the bucket)."""
+
+    role_arn: pulumi.Output[str]
+    """ARN of the role."""
+    association: aws.eks.PodIdentityAssociation
+    """The association; pods created after it get the role's credentials."""
+
+    def __init__(
+        self, name: str, args: PodRoleArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(POD_ROLE_TYPE_TOKEN, name, {}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = {**(args.tags or {}), "eks-fsdp/cluster": args.label}
+        agent = args.agent
+        if agent is None:
+            agent = aws.eks.Addon(
+                f"{name}-agent",
+                cluster_name=args.cluster_name,
+                addon_name="eks-pod-identity-agent",
+                addon_version=versions.POD_IDENTITY_AGENT_ADDON_VERSION,
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                tags=tags,
+                opts=child,
+            )
+        role = aws.iam.Role(
+            f"{name}-role",
+            assume_role_policy=TRUST_POLICY,
+            description=f"{args.purpose} of {args.label} (EKS Pod Identity)",
+            tags=tags,
+            opts=child,
+        )
+        policy = aws.iam.RolePolicy(
+            f"{name}-policy", role=role.name, policy=args.policy, opts=child
+        )
+        namespace, account = args.service_account
+        self.association = aws.eks.PodIdentityAssociation(
+            f"{name}-{namespace}-{account}",
+            cluster_name=args.cluster_name,
+            namespace=namespace,
+            service_account=account,
+            role_arn=role.arn,
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy, agent]),
+        )
+        self.role_arn = role.arn
+        self.register_outputs({"roleArn": self.role_arn})

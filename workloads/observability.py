@@ -2,7 +2,8 @@
 
 Children: the monitoring Namespace, the gp3 StorageClass of Prometheus' claim, the Grafana
 admin Secret (password from the ``grafanaAdminPassword`` secret config, kept secret), the
-dashboard ConfigMap (label
+alert receiver's Secret (``alertsSecret``, kept secret; receivers slack, pagerduty, webhook:
+Alertmanager mounts it and reads it through ``*_file``), the dashboard ConfigMap (label
 ``grafana_dashboard: "1"``), and two Helm releases with pinned charts (``infra.versions``):
 kube-prometheus-stack (our scrape jobs and alert rules in its values) and dcgm-exporter (GPU nodes
 only). Services stay ClusterIP; ``port_forward`` holds the kubectl commands to reach them, which
@@ -36,6 +37,12 @@ class ObservabilityArgs:
     """Namespace, DCGM switch, release name, tolerations, thresholds (see the spec module)."""
     grafana_admin_password: Any = None
     """Grafana admin password: a secret ``Output[str]`` from ``grafanaAdminPassword``."""
+    alerts_secret: Any = None
+    """The alert receiver's URL or routing key: a secret ``Output[str]`` from ``alertsSecret``
+    (receivers slack, pagerduty, webhook; None otherwise)."""
+    release_after: tuple[pulumi.Resource, ...] = ()
+    """Resources kube-prometheus-stack waits for: the Alertmanager's Pod Identity association
+    (receiver sns), which must exist before its pods start for the credentials to be injected."""
 
     def __post_init__(self) -> None:
         if self.grafana_admin_password is None:
@@ -43,12 +50,27 @@ class ObservabilityArgs:
                 "grafanaAdminPassword: not set; run "
                 "'pulumi config set --secret grafanaAdminPassword <password>'"
             )
+        if self.settings.alert_receiver in spec.SECRET_RECEIVERS and self.alerts_secret is None:
+            raise ValueError(
+                f"alertsSecret: not set but receiver {self.settings.alert_receiver} reads it; run "
+                "'pulumi config set --secret alertsSecret <url or key>'"
+            )
 
     @classmethod
-    def from_stack(cls, cfg: StackConfig) -> ObservabilityArgs:
+    def from_stack(
+        cls, cfg: StackConfig, release_after: tuple[pulumi.Resource, ...] = ()
+    ) -> ObservabilityArgs:
         """Args from the stack config (settings as ``spec.settings_from_stack``)."""
         settings = spec.settings_from_stack(cfg)
-        return cls(settings=settings, grafana_admin_password=cfg.secrets.grafana_admin_password)
+        alerts = (
+            cfg.secrets.alerts_secret if settings.alert_receiver in spec.SECRET_RECEIVERS else None
+        )
+        return cls(
+            settings=settings,
+            grafana_admin_password=cfg.secrets.grafana_admin_password,
+            alerts_secret=alerts,
+            release_after=release_after,
+        )
 
 
 def _meta(obj: dict[str, Any]) -> k8s.meta.v1.ObjectMetaArgs:
@@ -65,6 +87,8 @@ class Observability(pulumi.ComponentResource):
     """The monitoring namespace."""
     grafana_admin: k8s.core.v1.Secret
     """Grafana admin credentials."""
+    alerts_secret: k8s.core.v1.Secret | None
+    """The alert receiver's URL or key (None for receivers none and sns)."""
     dashboard: k8s.core.v1.ConfigMap
     """The dashboard ConfigMap the Grafana sidecar loads."""
     storage_class: k8s.storage.v1.StorageClass
@@ -87,16 +111,27 @@ class Observability(pulumi.ComponentResource):
         self.namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=_meta(ns), opts=child)
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
 
+        secret_opts = pulumi.ResourceOptions.merge(
+            in_ns, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"])
+        )
         secret = spec.grafana_admin_secret(s, pulumi.Output.secret(args.grafana_admin_password))
         self.grafana_admin = k8s.core.v1.Secret(
             f"{name}-grafana-admin",
             metadata=_meta(secret),
             type=secret["type"],
             string_data=secret["stringData"],
-            opts=pulumi.ResourceOptions.merge(
-                in_ns, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"])
-            ),
+            opts=secret_opts,
         )
+        self.alerts_secret = None
+        if s.alert_receiver in spec.SECRET_RECEIVERS:
+            alerts = spec.alerts_secret(s, pulumi.Output.secret(args.alerts_secret))
+            self.alerts_secret = k8s.core.v1.Secret(
+                f"{name}-alerts-secret",
+                metadata=_meta(alerts),
+                type=alerts["type"],
+                string_data=alerts["stringData"],
+                opts=secret_opts,
+            )
         sc = spec.storage_class(s)
         self.storage_class = k8s.storage.v1.StorageClass(
             f"{name}-storage-class",
@@ -124,7 +159,14 @@ class Observability(pulumi.ComponentResource):
             values=spec.kube_prometheus_stack_values(s),
             timeout=KPS_RELEASE_TIMEOUT_S,
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[self.namespace, self.grafana_admin, self.storage_class]
+                parent=self,
+                depends_on=[
+                    self.namespace,
+                    self.grafana_admin,
+                    self.storage_class,
+                    *([self.alerts_secret] if self.alerts_secret is not None else []),
+                    *args.release_after,
+                ],
             ),
         )
         self.dcgm_exporter = None

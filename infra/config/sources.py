@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.config.fields import NAMESPACE, ConfigError, _fail, _k
+from infra.config.observability import SECRET_RECEIVERS
 from infra.config.stack import (
     _PLAINTEXT_SECRET,
     SECRET_KEYS,
@@ -78,6 +79,22 @@ def _decode(value: str, key: str) -> Any:
     return value
 
 
+def _require_alerts_secret(cfg: StackConfig) -> None:
+    """A receiver that reads a URL or key has the ``alertsSecret`` secret, before any resource
+    (a stack file never holds it, so ``load_stack_file`` cannot check this)."""
+    receiver = cfg.observability.alerts.receiver
+    if (
+        cfg.observability.enabled
+        and receiver in SECRET_RECEIVERS
+        and cfg.secrets.alerts_secret is None
+    ):
+        raise _fail(
+            "alertsSecret",
+            f"is required by observability.alerts.receiver {receiver}; run"
+            f" `pulumi config set --secret alertsSecret <{SECRET_RECEIVERS[receiver]}>`",
+        )
+
+
 def from_pulumi() -> StackConfig:
     """Read the running Pulumi program's config once (call it from ``__main__.py`` only)."""
     import pulumi
@@ -105,10 +122,12 @@ def from_pulumi() -> StackConfig:
             for key, field_name in (
                 ("hfToken", "hf_token"),
                 ("grafanaAdminPassword", "grafana_admin_password"),
+                ("alertsSecret", "alerts_secret"),
             )
         }
     )
     parsed = parse(raw, stack=pulumi.get_stack(), secrets=secrets)
+    _require_alerts_secret(parsed)
     if parsed.api_public_access_cidrs is None:
         raise _fail(
             "apiPublicAccessCidrs",

@@ -238,7 +238,7 @@ def parse(
         access_entries=access,
         gpu_node_groups=groups,
         job=None,
-        observability=_parse_observability(raw.get("observability")),
+        observability=_parse_observability(raw.get("observability"), region),
         shared_storage=shared_storage,
         data_bucket=data_bucket,
         secrets=secrets or Secrets(),

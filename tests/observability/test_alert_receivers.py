@@ -4,8 +4,9 @@ If these fail, the XID, temperature and node-condition alerts would again fire i
 Alertmanager with no receiver (nobody told); or a receiver's URL or routing key would sit in
 the Helm values (and so in the Helm release Secret and the rendered files) instead of a
 mounted Secret read through ``*_file``; or a bad ``observability.alerts`` / ``retention``
-value would not stop the stack with one line; or Prometheus would fill its claim (no
-``retentionSize``) and stop ingesting. ``amtool check-config`` (Alertmanager's own parser,
+value would not stop the stack with one line; or an SNS topic in another region (Alertmanager
+signs for one region) or a malformed ARN would deploy and fail at the first alert; or
+Prometheus would fill its claim (no ``retentionSize``) and stop ingesting. ``amtool check-config`` (Alertmanager's own parser,
 v0.28.1, built with ``go install``; the ``*_file`` fields exist in Alertmanager since well
 before it) checks each configuration when the binary is in the tools cache; the test is skipped
 with the reason otherwise.
@@ -33,7 +34,7 @@ SECRET_PATH = "/etc/alertmanager/secrets/alertmanager-receiver/receiver"
 
 def _stack(**observability: object) -> obs.ObservabilitySettings:
     cfg = load_stack_file("p4de-odcr")
-    parsed = config_obs._parse_observability({"enabled": True, **observability})
+    parsed = config_obs._parse_observability({"enabled": True, **observability}, cfg.region)
     return obs.settings_from_stack(replace(cfg, observability=parsed))
 
 
@@ -64,6 +65,20 @@ def test_each_receiver_reads_its_secret_from_a_file(receiver: str, field: str, k
     secret = obs.alerts_secret(s, "https://hooks.example.invalid/T000/B000/XXXX")
     assert secret["metadata"] == {"name": "alertmanager-receiver", "namespace": s.namespace}
     assert "hooks.example.invalid" not in yaml.safe_dump(values)
+
+
+TOPIC = "arn:aws:sns:us-east-1:123456789012:gpu-alerts"
+
+
+def test_sns_publishes_to_the_topic_in_its_region() -> None:
+    s = _stack(alerts={"receiver": "sns", "snsTopicArn": TOPIC})
+    am = obs.kube_prometheus_stack_values(s)["alertmanager"]
+    (ours,) = [r for r in am["config"]["receivers"] if r["name"] == "sns"]
+    assert ours["sns_configs"] == [
+        {"topic_arn": TOPIC, "sigv4": {"region": "us-east-1"}, "send_resolved": True}
+    ]
+    assert am["serviceAccount"]["name"] == s.alertmanager_service_account == "kps-alertmanager"
+    assert "alertmanagerSpec" not in am
 
 
 def test_no_receiver_keeps_the_chart_default() -> None:
@@ -103,16 +118,46 @@ def test_slack_channel_and_retention() -> None:
         ({"retention": "two weeks"}, "eks-fsdp:observability.retention: 'two weeks' is not like"),
         ({"retentionSize": "40G"}, "eks-fsdp:observability.retentionSize: '40G' is not like 40GB"),
         ({"alerts": {"to": "x"}}, "eks-fsdp:observability.alerts.to: unknown key"),
+        (
+            {"alerts": {"receiver": "sns"}},
+            "eks-fsdp:observability.alerts.snsTopicArn: is required by receiver sns",
+        ),
+        (
+            {"alerts": {"receiver": "sns", "snsTopicArn": "gpu-alerts"}},
+            "eks-fsdp:observability.alerts.snsTopicArn: 'gpu-alerts' is not like arn:aws:sns:",
+        ),
+        (
+            {"alerts": {"receiver": "sns", "snsTopicArn": TOPIC.replace(":1234", ":234")}},
+            "eks-fsdp:observability.alerts.snsTopicArn: 'arn:aws:sns:us-east-1:23456789012:",
+        ),
+        (
+            {"alerts": {"receiver": "sns", "snsTopicArn": TOPIC.replace("us-east-1", "eu-west-1")}},
+            "eks-fsdp:observability.alerts.snsTopicArn: topic region eu-west-1 is not the"
+            " stack's region us-east-1",
+        ),
+        (
+            {"alerts": {"receiver": "slack", "snsTopicArn": TOPIC}},
+            "eks-fsdp:observability.alerts.snsTopicArn: is for receiver sns, not slack",
+        ),
     ],
 )
 def test_bad_values_are_one_line(value: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        config_obs._parse_observability(value)
+        config_obs._parse_observability(value, "us-east-1")
     assert str(err.value).startswith(message)
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("receiver", ["slack", "pagerduty", "webhook"])
+def test_sns_without_a_region_is_one_line() -> None:
+    with pytest.raises(ConfigError) as err:
+        config_obs._parse_observability({"alerts": {"receiver": "sns", "snsTopicArn": TOPIC}})
+    assert str(err.value) == (
+        "eks-fsdp:observability.alerts.snsTopicArn: needs aws:region set (the topic must be in"
+        " the stack's region)"
+    )
+
+
+@pytest.mark.parametrize("receiver", ["slack", "pagerduty", "webhook", "sns"])
 def test_amtool_accepts_the_configuration(tmp_path: Path, receiver: str) -> None:
     amtool = AMTOOL if AMTOOL.is_file() else shutil.which("amtool")
     if not amtool:
@@ -120,7 +165,8 @@ def test_amtool_accepts_the_configuration(tmp_path: Path, receiver: str) -> None
             f"amtool {AMTOOL_VERSION} not built: go install "
             f"github.com/prometheus/alertmanager/cmd/amtool@{AMTOOL_VERSION} (GOBIN={AMTOOL.parent})"
         )
-    s = _stack(alerts={"receiver": receiver})
+    alerts = {"receiver": receiver, **({"snsTopicArn": TOPIC} if receiver == "sns" else {})}
+    s = _stack(alerts=alerts)
     config = obs.alertmanager_config(s)
     assert config is not None
     # the chart merges our route and receivers into its default config; amtool reads the files

@@ -58,8 +58,11 @@ GRAFANA_USER_KEY = "admin-user"
 GRAFANA_PASSWORD_KEY = "admin-password"
 GRAFANA_LOCAL_PORT = 3000
 PROMETHEUS_LOCAL_PORT = 9090
-ALERT_RECEIVERS = ("none", "slack", "pagerduty", "webhook")
+ALERT_RECEIVERS = ("none", "slack", "pagerduty", "webhook", "sns")
 """``infra.config.observability.ALERT_RECEIVERS`` (a test keeps them equal)."""
+SECRET_RECEIVERS = ("slack", "pagerduty", "webhook")
+"""The receivers that read ``alertsSecret`` from the mounted Secret (``sns`` signs with the
+pod's AWS credentials instead)."""
 ALERTS_SECRET_KEY = "receiver"
 """Key of the alert receiver's URL (Slack, webhook) or routing key (PagerDuty) in its Secret."""
 ALERTMANAGER_SECRETS_DIR = "/etc/alertmanager/secrets"
@@ -94,9 +97,14 @@ class ObservabilitySettings:
     """Most bytes Prometheus keeps (``retentionSize``); None = 80% of its claim, so that the
     TSDB deletes old blocks before the volume fills (the WAL and compaction need the rest)."""
     alert_receiver: str = "none"
-    """Where Alertmanager sends alerts: none | slack | pagerduty | webhook (``ALERT_RECEIVERS``)."""
+    """Where Alertmanager sends alerts: none | slack | pagerduty | webhook | sns
+    (``ALERT_RECEIVERS``)."""
     slack_channel: str | None = None
     """Slack channel override of the incoming webhook (receiver slack)."""
+    sns_topic_arn: str | None = None
+    """The SNS topic Alertmanager publishes to (receiver sns; validated by ``infra.config``)."""
+    sns_region: str | None = None
+    """The topic's region, which Alertmanager signs its requests for (receiver sns)."""
     alerts_secret: str = "alertmanager-receiver"
     """Name of the Secret holding the receiver's URL or key (``alertsSecret``), mounted into
     Alertmanager and read through ``*_file``: the Helm values carry no secret."""
@@ -122,6 +130,13 @@ class ObservabilitySettings:
                 f"observability.alert_receiver {self.alert_receiver!r} is not one of "
                 f"{', '.join(ALERT_RECEIVERS)}"
             )
+        if (self.alert_receiver == "sns") != (self.sns_topic_arn is not None):
+            raise ValueError(
+                "observability.sns_topic_arn is required by receiver sns and only by it"
+                f" (receiver {self.alert_receiver})"
+            )
+        if self.sns_topic_arn is not None and self.sns_region is None:
+            raise ValueError("observability.sns_region is required with sns_topic_arn")
         if self.retention_size is not None and not re.fullmatch(
             r"[1-9]\d*(B|KB|MB|GB|TB|PB)", self.retention_size
         ):
@@ -153,6 +168,14 @@ class ObservabilitySettings:
         return self.retention_size or f"{self.prometheus_storage_gib * 8 // 10}GB"
 
     @property
+    def alertmanager_service_account(self) -> str:
+        """The Alertmanager pods' ServiceAccount: the chart's own name for it, which the values
+        also set explicitly for receiver sns (kube-prometheus-stack 75.15.1 ``_helpers.tpl``,
+        ``kube-prometheus-stack.alertmanager.serviceAccountName``: the fullname, truncated to
+        26 characters, plus ``-alertmanager``)."""
+        return f"{self.release[:26].rstrip('-')}-alertmanager"
+
+    @property
     def grafana_service(self) -> str:
         """Grafana's ClusterIP Service name."""
         return f"{self.release}-grafana"
@@ -180,6 +203,8 @@ def settings_from_stack(cfg: Any) -> ObservabilitySettings:
         retention_size=getattr(o, "retention_size", None),
         alert_receiver=getattr(alerts, "receiver", "none"),
         slack_channel=getattr(alerts, "slack_channel", None),
+        sns_topic_arn=getattr(alerts, "sns_topic_arn", None),
+        sns_region=getattr(alerts, "sns_region", None),
     )
 
 
@@ -223,8 +248,12 @@ def alertmanager_config(s: ObservabilitySettings) -> dict[str, Any] | None:
     ``none`` (the chart's own default config: alerts visible in the UI only).
 
     The receiver reads its URL or key from the mounted Secret (``*_file`` fields, Alertmanager
-    ``config/notifiers.go``: SlackConfig.api_url_file, PagerdutyConfig.routing_key_file,
-    WebhookConfig.url_file), so neither the values nor the Helm release hold it. The chart's
+    ``config/notifiers.go`` at v0.28.1: SlackConfig.api_url_file, PagerdutyConfig.routing_key_file,
+    WebhookConfig.url_file), so neither the values nor the Helm release hold it. ``sns``
+    publishes to ``topic_arn`` with ``sigv4.region`` and no keys: Alertmanager then builds its
+    AWS session from the default credential chain (``notify/sns/sns.go``, ``createSNSClient``:
+    static credentials only when ``sigv4.access_key`` is set; aws-sdk-go v1.55.5, whose
+    container provider reads the EKS Pod Identity token the webhook injects). The chart's
     ``Watchdog`` alert (always firing, a dead-man's switch) and ``InfoInhibitor`` go to a
     receiver with no integration, as the chart's default config routes them.
     """
@@ -239,8 +268,11 @@ def alertmanager_config(s: ObservabilitySettings) -> dict[str, Any] | None:
         integration = {"slack_configs": [slack]}
     elif s.alert_receiver == "pagerduty":
         integration = {"pagerduty_configs": [{"routing_key_file": path, "send_resolved": True}]}
-    else:
+    elif s.alert_receiver == "webhook":
         integration = {"webhook_configs": [{"url_file": path, "send_resolved": True}]}
+    else:
+        sns = {"topic_arn": s.sns_topic_arn, "sigv4": {"region": s.sns_region}}
+        integration = {"sns_configs": [{**sns, "send_resolved": True}]}
     return {
         "route": {
             "receiver": s.alert_receiver,
@@ -382,12 +414,17 @@ def kube_prometheus_stack_values(s: ObservabilitySettings) -> dict[str, Any]:
 
 def _alertmanager_values(s: ObservabilitySettings) -> dict[str, Any]:
     """The chart's ``alertmanager`` values: our config and the mounted receiver Secret when a
-    receiver is set (chart values ``alertmanager.config``, ``alertmanagerSpec.secrets``)."""
+    receiver reads one (chart values ``alertmanager.config``, ``alertmanagerSpec.secrets``);
+    for ``sns``, the ServiceAccount named explicitly (``alertmanager.serviceAccount.name``),
+    the one the Pod Identity association names."""
     values: dict[str, Any] = {"enabled": True, "service": {"type": "ClusterIP"}}
     config = alertmanager_config(s)
     if config is not None:
         values["config"] = config
+    if s.alert_receiver in SECRET_RECEIVERS:
         values["alertmanagerSpec"] = {"secrets": [s.alerts_secret]}
+    if s.alert_receiver == "sns":
+        values["serviceAccount"] = {"create": True, "name": s.alertmanager_service_account}
     return values
 
 
