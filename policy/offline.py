@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import addon_versions
 import rules
 from google.protobuf import json_format, struct_pb2
 from pulumi_policy import (
@@ -127,6 +128,7 @@ def main(argv: list[str]) -> int:
                         v: d.isoformat() for v, d in EKS_STANDARD_SUPPORT_END.items()
                     },
                     "logTypes": list(CONTROL_PLANE_LOG_TYPES),
+                    "addonSeries": addon_versions.SERIES,
                 }
             )
         )

@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from addon_versions import addon_version_problem
 from pulumi_policy import (
     EnforcementLevel,
     ReportViolation,
@@ -481,6 +482,36 @@ def network_policies_enforced(resources: list[Any]) -> Iterable[tuple[str, str]]
             )
 
 
+def addon_versions_fit_cluster(resources: list[Any]) -> Iterable[tuple[str, str]]:
+    """Each EKS add-on's version is a build for the control plane's Kubernetes minor (the table
+    in ``addon_versions.py``; ``CreateAddon`` refuses a build for another minor, and a newer
+    kube-proxy than the control plane breaks the version-skew policy). With one
+    ``aws:eks/cluster:Cluster`` every add-on is judged against it; with several, an add-on is
+    judged against the cluster whose ``name`` its ``clusterName`` equals. An add-on without a
+    version is ``pinned-versions``'s to report, not this rule's."""
+    clusters = [r for r in resources if r.resource_type == AWS_EKS_CLUSTER]
+    if not clusters:
+        return
+    for res in resources:
+        if res.resource_type != ADDON or not res.props.get("addonVersion"):
+            continue
+        if len(clusters) == 1:
+            cluster = clusters[0]
+        else:
+            name = res.props.get("clusterName")
+            cluster = next((c for c in clusters if c.props.get("name") == name), None)
+            if cluster is None:
+                continue
+        version = cluster.props.get("version")
+        if version is None:
+            continue  # no pinned version: ``eks-standard-support`` reports it
+        problem = addon_version_problem(
+            str(res.props.get("addonName")), str(res.props["addonVersion"]), str(version)
+        )
+        if problem is not None:
+            yield res.urn, f"EKS add-on {problem}"
+
+
 # --- the policies -------------------------------------------------------------------------
 
 
@@ -620,6 +651,11 @@ STACK_POLICIES: list[StackValidationPolicy] = [
         "s3-bucket-private",
         "S3 buckets block all public access and deny requests without TLS",
         s3_bucket_private,
+    ),
+    _stack_policy(
+        "addon-versions-fit-cluster",
+        "Every EKS add-on version is a build for the cluster's Kubernetes minor",
+        addon_versions_fit_cluster,
     ),
     _stack_policy(
         "network-policy-enforced",

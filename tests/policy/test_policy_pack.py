@@ -12,7 +12,8 @@ pulumi-policy 1.21 pins protobuf 5 while the program's pulumi 3.272 runs on prot
 
 If these fail, either a stack would violate a rule at ``pulumi preview --policy-pack policy``
 (a hop limit of 2, an admin policy on the node role, an open API endpoint, Secrets without
-KMS, a data bucket without SSE-KMS, a public-access block or its TLS-only policy...), or a rule has gone blind: each rule is fed a copy of the p5-16 (or p4de-odcr)
+KMS, a data bucket without SSE-KMS, a public-access block or its TLS-only policy, an EKS
+add-on build made for another Kubernetes minor...), or a rule has gone blind: each rule is fed a copy of the p5-16 (or p4de-odcr)
 resources with exactly one thing broken and must fire, and only that rule may fire.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import importlib.util
 import json
 import subprocess
 from collections.abc import Callable
@@ -28,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from infra import versions
+from infra import addon_versions, versions
 from infra.cluster import CONTROL_PLANE_LOG_TYPES
 from tests.pulumi_mocks import REPO_ROOT, ProgramRun, run_program
 
@@ -363,6 +365,16 @@ def kubernetes_1_33(res: Resources) -> None:
     _eks(res)["props"]["version"] = "1.33"
 
 
+def addon_outside_table(res: Resources) -> None:
+    """CoreDNS v1.11, a build EKS lists for Kubernetes 1.32 and earlier, on a 1.35 cluster."""
+    (coredns,) = [
+        r
+        for r in res
+        if r["type"] == "aws:eks/addon:Addon" and r["props"].get("addonName") == "coredns"
+    ]
+    coredns["props"]["addonVersion"] = "v1.11.4-eksbuild.2"
+
+
 def system_hop_limit_2(res: Resources) -> None:
     lt = _one(res, "aws:ec2/launchTemplate:LaunchTemplate", "cluster-system-lt")
     lt["props"]["metadataOptions"]["httpPutResponseHopLimit"] = 2
@@ -452,11 +464,22 @@ BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("no-placement-group-with-capacity-block", "p5-16", placement_group_with_block),
     ("gpu-jobs-name-a-queue", "p5-16", gpu_job_without_queue),
     ("eks-standard-support", "p5-16", kubernetes_1_33),
+    ("addon-versions-fit-cluster", "p4de-odcr", addon_outside_table),
     ("s3-bucket-encrypted-kms", "p5-16", bucket_sse_s3),
     ("s3-bucket-encrypted-kms", "dev", bucket_without_encryption),
     ("s3-bucket-private", "p5-16", bucket_public_policy_allowed),
     ("s3-bucket-private", "p4de-odcr", bucket_without_tls_policy),
 ]
+
+
+ALSO_FIRES: dict[str, set[str]] = {
+    # A 1.33 control plane under the 1.35 add-on pins is broken twice: out of standard support,
+    # and kube-proxy v1.35 plus the add-ons with 1.35 rows only do not fit it (the program's
+    # Cluster refuses this stack for the same reason, infra.addon_versions.pinned_problems).
+    # ``test_standard_support_is_judged_on_the_preview_day`` shows the support rule alone.
+    "kubernetes_1_33": {"addon-versions-fit-cluster"},
+}
+"""Broken inputs that rightly break a second rule too: the exact set expected."""
 
 
 @pytest.mark.parametrize(
@@ -473,9 +496,24 @@ def test_each_rule_fires_on_its_broken_input_and_only_it(
     breaks(broken)
     found = violations(broken, tmp_path)
     assert found, f"{policy} did not fire on {breaks.__name__}"
-    assert {v["policy"] for v in found} == {policy}, found
+    assert {v["policy"] for v in found} == {policy, *ALSO_FIRES.get(breaks.__name__, ())}, found
     assert {v["level"] for v in found} == {"mandatory"}, found
     assert all(v["urn"] for v in found)
+
+
+def test_a_stack_with_the_sns_alert_receiver_passes_the_pack(tmp_path: Path) -> None:
+    """The Alertmanager's Pod Identity role (receiver sns: sns:Publish on one topic, its own
+    trust policy and association) breaks no rule."""
+    observability = {
+        "enabled": True,
+        "dcgm": True,
+        "alerts": {"receiver": "sns", "snsTopicArn": "arn:aws:sns:us-east-2:123456789012:alerts"},
+    }
+    run = run_program("p5-16", overrides={"observability": observability}, secrets=SECRETS)
+    res = with_pulumi_eks_children(as_policy_input(run))
+    (policy,) = [r for r in res if r["name"] == "alertmanager-sns-policy"]
+    assert json.loads(policy["props"]["policy"])["Statement"][0]["Action"] == "sns:Publish"
+    assert violations(res, tmp_path) == []
 
 
 def test_standard_support_is_judged_on_the_preview_day(
@@ -544,6 +582,37 @@ def test_every_rule_has_a_broken_input_and_the_pack_shares_the_infra_facts() -> 
         v: d.isoformat() for v, d in versions.EKS_STANDARD_SUPPORT_END.items()
     }
     assert facts["logTypes"] == list(CONTROL_PLANE_LOG_TYPES)
+    assert facts["addonSeries"] == {
+        name: {minor: list(series) for minor, series in rule.series.items()}
+        for name, rule in addon_versions.RULES.items()
+    }
+
+
+def test_the_pack_judges_add_on_versions_as_infra_does() -> None:
+    """The pack's copy of ``addon_version_problem`` (it cannot import ``infra``) gives the
+    same verdict as ``infra.addon_versions`` on every pinned build, builds one minor either
+    side, a malformed version and an unknown add-on, on every minor either table knows."""
+    spec = importlib.util.spec_from_file_location(
+        "pack_addons", REPO_ROOT / "policy" / "addon_versions.py"
+    )
+    assert spec is not None and spec.loader is not None
+    pack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pack)
+    minors = {m for r in addon_versions.RULES.values() for m in r.series} | {"1.32", "1.36"}
+    cases = [("no-such-addon", "v1.0.0-eksbuild.1"), ("coredns", "1.13.2")]
+    for name, version in addon_versions.PINNED.items():
+        major, minor, rest = version[1:].split(".", 2)
+        cases += [(name, version)] + [
+            (name, f"v{major}.{int(minor) + d}.{rest}") for d in (-1, 1) if int(minor) + d >= 0
+        ]
+    verdicts = 0
+    for name, version in cases:
+        for k8s in sorted(minors):
+            ours = addon_versions.addon_version_problem(name, version, k8s)
+            theirs = pack.addon_version_problem(name, version, k8s)
+            assert (ours is None) == (theirs is None), (name, version, k8s, ours, theirs)
+            verdicts += ours is None
+    assert verdicts >= len(addon_versions.PINNED)  # every pin fits 1.35, at least
 
 
 ENGINE_CHECK = """
