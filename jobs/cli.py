@@ -31,7 +31,9 @@ EXAMPLES = {
         " --set args.lr=3.0e-4\n"
         "  python -m jobs submit jobs/examples/p5-16.yaml --stack p5-16\n"
         "  python -m jobs submit jobs/examples/dev.yaml --kubeconfig ./kubeconfig"
-        " --set image=<registry>/<repository>:<tag>\n\n"
+        " --set image=<registry>/<repository>:<tag>\n"
+        "  python -m jobs submit jobs/examples/p5-16.yaml --stack p5-16"
+        " --from s3://my-bucket/training/checkpoints   (a new cluster)\n\n"
         "job file keys (--set KEY=VALUE; a training flag: --set args.FLAG=VALUE):\n"
     ),
     "list": "example:\n  python -m jobs list --local\n  python -m jobs list --stack dev --json",
@@ -135,6 +137,14 @@ def _parser() -> argparse.ArgumentParser:
         help="follow until the job ends (local: the runner's progress; Ctrl-C cancels it; "
         "cluster: worker pod 0's log, once it has started)",
     )
+    submit.add_argument(
+        "--from",
+        dest="from_uri",
+        metavar="URI",
+        help="a new job continuing from its checkpoints under this root (ROOT/NAME/step-N: a "
+        "path, cluster: on the job's checkpoint claim, or s3://BUCKET/PREFIX), e.g. on a new "
+        "cluster; kept for later resumes",
+    )
     _wait_flag(submit)
     verb("list", "jobs with phase, workers, restarts, step and age")
     status = verb("status", "one job: conditions, replicas, step, loss, tokens/s, ETA, goodput")
@@ -237,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         return data_main(args)
     if getattr(args, "wait_timeout", 1.0) <= 0:
         raise JobsError(f"--wait-timeout {args.wait_timeout:g}: must be > 0 seconds", status=2)
-    if args.verb == "resume" and args.from_uri is not None:
+    if args.verb in ("resume", "submit") and args.from_uri is not None:
         from jobs.resume_from import parse
 
         parse(args.from_uri, local=args.local, claim_mount="/")  # its form, before any request
@@ -264,7 +274,8 @@ def run(args: argparse.Namespace) -> int:
         from planner.estimate import lines as estimate
 
         planned = estimate(job)  # the planner's figures, computed before anything is sent
-        done = backend.submit(job, image=args.image, replace=args.replace)
+        resumed = {"from_uri": args.from_uri} if args.from_uri is not None else {}
+        done = backend.submit(job, image=args.image, replace=args.replace, **resumed)
         for line in planned:  # printed once the job exists: a refusal stays one line
             print(line, file=sys.stderr, flush=True)
         _print(args, done.as_dict(), output.submitted_text(done))

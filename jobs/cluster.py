@@ -419,11 +419,21 @@ class ClusterBackend:
                 if not object_not_found(err):  # the garbage collector was quicker
                     raise
 
-    def submit(self, job: JobFile, *, image: str | None = None, replace: bool = False) -> Submitted:
-        if job.api == "v2":  # a Trainer v2 TrainJob (jobs.trainjob)
+    def submit(
+        self,
+        job: JobFile,
+        *,
+        image: str | None = None,
+        replace: bool = False,
+        from_uri: str | None = None,
+    ) -> Submitted:
+        if job.api == "v2" and from_uri is None:  # a Trainer v2 TrainJob (jobs.trainjob)
             return trainjob.submit(self, job, image=image, replace=replace)
+        if job.api == "v2":
+            raise JobsError("--from: api v2 (TrainJob) jobs: not yet; submit api v1", status=2)
         image = self.image_for(job, image)
-        job_workloads(job, image=image)  # every check before the first request
+        checked = job_workloads(job, image=image).job  # every check before the first request
+        root = resume_from.for_job(from_uri, checked) if from_uri is not None else None
         ns = job.config.namespace
         self.namespace = ns
         existing = self._get_job(job.name, ns)
@@ -459,10 +469,12 @@ class ClusterBackend:
         first = job_workloads(job, image=image, generation=1).job
         rdzv = manifest.fresh_rdzv_id(first)
         body = manifest.record(first, job.dump(), generation=1, rdzv_id=rdzv, image=image)
+        if root:  # submit --from: kept for later resumes, as resume --from keeps it
+            body["data"][ROOT_KEY] = root
         with api_errors(self.api, f"create configmap {body['metadata']['name']}"):
             _raw(self.core.create_namespaced_config_map, ns, body)
         try:
-            self._create(job, image, 1, rdzv=rdzv)
+            self._create(job, image, 1, root, rdzv=rdzv)
         except BaseException:  # a JobsError, or Ctrl-C while the job is created
             made = body["metadata"]["name"]
             with contextlib.suppress(JobsError), api_errors(self.api, f"delete configmap {made}"):
@@ -695,10 +707,7 @@ class ClusterBackend:
             resume_from.parse(from_uri, local=False, claim_mount="/")
         record = self._get_record(name)
         if record is None:
-            raise JobsError(
-                f"no record of job {name!r} in {ns} (configmap {manifest.record_name(name)}): "
-                "only jobs submitted with python -m jobs can be resumed"
-            )
+            raise resume_from.no_record(name, f"on this cluster (namespace {ns})")
         data = record.get("data") or {}
         job_file = loads(
             data[manifest.JOB_FILE_KEY], source=f"configmap/{manifest.record_name(name)}"

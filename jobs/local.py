@@ -165,8 +165,16 @@ class LocalBackend:
         return "Failed"
 
     # -- verbs ----------------------------------------------------------------------------------
-    def submit(self, job: JobFile, *, image: str | None = None, replace: bool = False) -> Submitted:
+    def submit(
+        self,
+        job: JobFile,
+        *,
+        image: str | None = None,
+        replace: bool = False,
+        from_uri: str | None = None,
+    ) -> Submitted:
         settings, _ = local_settings(job, generation=1, rdzv_id="")  # checks before creating
+        root, steps = resume_from.local_root(from_uri, job.name) if from_uri else (None, [])
         folder = self.folder(job.name)
         self.root.mkdir(parents=True, exist_ok=True)
         if replace and (folder / RECORD).is_file():
@@ -205,6 +213,8 @@ class LocalBackend:
             "submitted_at": time.time(),
             "suspend": False,
         }
+        if root:  # submit --from: kept for later resumes, as resume --from keeps it
+            record.update(checkpoint_root=root, resumed_from_step=steps[-1] if steps else None)
         quota = local_queue.quota_from_env()
         if quota is not None:
             queued = job.queue or Queue(name=job.config.node_group, priority="")
@@ -487,6 +497,8 @@ class LocalBackend:
         folder, or under ``from_uri`` (``resume --from``: a folder here or
         ``s3://BUCKET/PREFIX``), which the record keeps for the next resume."""
         root = resume_from.parse(from_uri, local=True) if from_uri is not None else None
+        if not (self.folder(name) / RECORD).is_file():
+            raise resume_from.no_record(name, "on this machine", " --local")
         folder = self._existing(name)
         info = self.status(name)
         if info.phase not in FINISHED:

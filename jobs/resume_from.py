@@ -15,6 +15,12 @@ checkpoint volume's mount unless ``--from`` names another). ``URI`` is
 The new job reads the newest complete checkpoint there and keeps writing its checkpoints to
 the same root (so a later ``resume`` without ``--from`` continues from it: the root is kept in
 the job's record); its metrics and output stay where the job's output always goes.
+
+``submit FILE --from URI`` is the same for a job this cluster has no record of: after
+``pulumi destroy`` and a new ``pulumi up`` the records (kept on the cluster) are gone, the
+checkpoints in the bucket are not. Its first generation gets ``--resume_required``: a root
+with no complete checkpoint of the job stops it before its first step, in one line, instead
+of training again from step 0 (a local folder is checked here before anything starts).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from workloads.specs.settings import JobSettings
 
 ROOT_FLAG = "--dist_checkpoint_root_folder"
 """The training flag that names the checkpoint root (``training.config``)."""
+REQUIRED_FLAG = "--resume_required"
+"""The training flag that stops a resume finding no complete checkpoint (``training.config``)."""
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -90,8 +98,27 @@ def with_root(job: JobSettings, root: str | None) -> JobSettings:
     ``job`` itself when ``root`` is None."""
     if not root:
         return job
-    args = [a for a in job.train_args if a.split("=", 1)[0] != ROOT_FLAG]
-    return job.replace(train_args=(*args, f"{ROOT_FLAG}={root}"), resume=True)
+    flags = (ROOT_FLAG, REQUIRED_FLAG)
+    args = [a for a in job.train_args if a.split("=", 1)[0] not in flags]
+    # a first generation with a root is ``submit --from``: only the root can hold its start
+    required = (REQUIRED_FLAG,) if job.generation == 1 else ()
+    return job.replace(train_args=(*args, f"{ROOT_FLAG}={root}", *required), resume=True)
+
+
+def for_job(uri: str, job: JobSettings) -> str:
+    """``uri`` (``submit --from``) checked against a cluster job: a path must be on its
+    checkpoint claim (``parse``)."""
+    mount = job.checkpoint_mount if job.checkpoint_claim else None
+    return parse(uri, local=False, claim_mount=mount)
+
+
+def no_record(name: str, where: str, flags: str = "") -> JobsError:
+    """``resume NAME`` when ``where`` (a cluster's namespace, this machine) has no record of
+    the job: a new cluster's records start empty; the checkpoints outlive them."""
+    return JobsError(
+        f"no record of job {name} {where} (a new cluster?): use `python -m jobs submit FILE "
+        f"--from ROOT{flags}` (ROOT holds {name}/step-N/)"
+    )
 
 
 def checkpoint_folder(root: str, name: str) -> Path | None:
@@ -99,3 +126,21 @@ def checkpoint_folder(root: str, name: str) -> Path | None:
     if root.startswith("s3://"):
         return None
     return Path(root) / name
+
+
+def local_root(uri: str, name: str) -> tuple[str, list[int]]:
+    """``uri`` (``submit --local --from``) checked, and the steps of job ``name``'s complete
+    checkpoints under it (a folder here; ``[]`` for ``s3://``, which training checks with
+    ``--resume_required``); a folder without one is an error naming it (status 2)."""
+    from localrun.result import complete_checkpoint_steps
+
+    root = parse(uri, local=True)
+    where = checkpoint_folder(root, name)
+    steps = complete_checkpoint_steps(where) if where is not None else []
+    if where is not None and not steps:
+        raise JobsError(
+            f"--from {uri}: no complete checkpoint in {where}: --from names the root that "
+            f"holds {name}/step-N/",
+            status=2,
+        )
+    return root, steps

@@ -142,6 +142,20 @@ def latest_complete(root: Location) -> Location | None:
     return max(found, key=lambda t: (t[0], not t[1]))[2]
 
 
+def resume_point(root: Location, *, required: bool) -> Location | None:
+    """``latest_complete(root)``; with ``required`` (``--resume_required``) a ``CheckpointError``
+    when there is none, so a resume that names the wrong root stops before its first step
+    instead of training again from step 0."""
+    latest = latest_complete(root)
+    if latest is None and required:
+        raise CheckpointError(
+            f"--resume_required: no complete checkpoint under {root} (no step-N with a "
+            f"{MARKER} marker): check --dist_checkpoint_root_folder and "
+            "--dist_checkpoint_folder (the job's checkpoints are ROOT/NAME/step-N)"
+        )
+    return latest
+
+
 class Checkpointer:
     """Saves `state` under `root`, synchronously or in the background; every rank calls `save`.
 

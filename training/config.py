@@ -220,6 +220,8 @@ class TrainConfig:
     # --- ours -----------------------------------------------------------------------------------
     resume: bool = False
     """Continue from the newest complete checkpoint in the checkpoint folder."""
+    resume_required: bool = False
+    """With --resume: no complete checkpoint is an error before step 1 (jobs submit --from)."""
     checkpoint_every: int = 0
     """Optimizer steps between checkpoints; 0 = no step-based interval."""
     checkpoint_every_s: float = 0.0
@@ -344,6 +346,8 @@ def _validate(c: TrainConfig) -> None:
         if problem := check_flag(flag, getattr(c, flag)):
             raise ConfigError(problem)
 
+    if c.resume_required and not c.resume:
+        fail("resume_required", "needs --resume")
     at_least("batch_size_training", 1)
     at_least("val_batch_size", 1)
     at_least("context_length", 2)
