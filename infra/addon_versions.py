@@ -11,7 +11,8 @@ list as the add-on type's builds for that minor. Where the user guide has no per
 (the EBS and FSx CSI drivers, CloudWatch Observability, the node monitoring agent), the row
 holds the series ``aws eks describe-addon-versions --kubernetes-version <minor>`` returned as
 recorded by the source named; bump a row with the pin. Pure data: imports nothing but
-``infra.versions``.
+``infra.versions``. The policy pack repeats the rows (``policy/addon_versions.py``, rule
+``addon-versions-fit-cluster``; a test keeps them equal): bump both.
 """
 
 from __future__ import annotations
