@@ -14,6 +14,7 @@ from infra.cluster import Cluster, ClusterArgs
 from infra.config import from_pulumi
 from infra.data_bucket import DataBucket, DataBucketArgs
 from infra.device_plugins import DevicePlugins, DevicePluginsArgs
+from infra.efa_dra import EfaDraDriver, EfaDraDriverArgs
 from infra.gpu_nodegroup import GpuNodeGroup, GpuNodeGroupArgs
 from infra.network import Network, NetworkArgs
 from infra.pod_identity import PodIdentity, PodIdentityArgs
@@ -71,7 +72,43 @@ gpu_node_groups = {
         ),
     )
     for group in cfg.gpu_node_groups
+    if not group.uses_karpenter
 }
+# --- Karpenter: the controller once, an EC2NodeClass + NodePool per pool (docs/karpenter.md) ---
+karpenter_pools: dict = {}
+if any(group.uses_karpenter for group in cfg.gpu_node_groups):
+    from infra.cluster import SYSTEM_NODEGROUP_LABEL
+    from infra.karpenter import Karpenter, KarpenterArgs
+    from infra.karpenter_pool import KarpenterPool, KarpenterPoolArgs
+
+    karpenter = Karpenter(
+        "karpenter",
+        KarpenterArgs(
+            cluster_name=cfg.cluster_name,
+            cluster=cluster.cluster_name,
+            region=cfg.region or "",
+            oidc_provider_arn=cluster.oidc_provider_arn,
+            oidc_issuer=cluster.oidc_issuer,
+            system_node_selector=dict(SYSTEM_NODEGROUP_LABEL),
+            replicas=min(2, max(1, cfg.system_node_group.desired_size)),
+            node_repair=all(g.node_repair for g in cfg.gpu_node_groups if g.uses_karpenter),
+        ),
+        opts=pulumi.ResourceOptions(providers=[cluster.provider]),
+    )
+    karpenter_pools = {
+        group.name: KarpenterPool(
+            f"karpenter-{group.name}",
+            KarpenterPoolArgs(
+                group=group,
+                cluster_name=cfg.cluster_name,
+                jobs_namespace=JOBS_NAMESPACE,
+                controller=karpenter.release,
+            ),
+            opts=pulumi.ResourceOptions(providers=[cluster.provider]),
+        )
+        for group in cfg.gpu_node_groups
+        if group.uses_karpenter
+    }
 # Bound on every path: a stack without GPU node groups (a CPU-only or observability-only
 # stack) has no device plugins, and nothing below may name an unbound variable for it.
 device_plugins: DevicePlugins | None = None
@@ -80,8 +117,14 @@ if cfg.gpu_node_groups:
         "device-plugins",
         DevicePluginsArgs(
             gpu_taints=tuple(g.taint for g in cfg.gpu_node_groups),
-            efa=any(g.efa for g in cfg.gpu_node_groups),
+            efa=any(g.efa and g.efa_driver != "dra" for g in cfg.gpu_node_groups),
         ),
+        opts=pulumi.ResourceOptions(providers=[cluster.provider]),
+    )
+if dra_groups := [g for g in cfg.gpu_node_groups if g.efa and g.efa_driver == "dra"]:
+    EfaDraDriver(  # instead of the EFA device plugin on those groups' nodes
+        "efa-dra",
+        EfaDraDriverArgs(gpu_taints=tuple(g.taint for g in dra_groups)),
         opts=pulumi.ResourceOptions(providers=[cluster.provider]),
     )
 
@@ -118,9 +161,15 @@ capacity_schedules = {
         opts=pulumi.ResourceOptions(providers=[cluster.provider]),
     )
     for group in cfg.gpu_node_groups
-    if group.capacity_block is not None
+    if group.capacity_block is not None and not group.uses_karpenter
 }
-pulumi.export(CAPACITY_BLOCKS_OUTPUT, {name: s.window for name, s in capacity_schedules.items()})
+pulumi.export(
+    CAPACITY_BLOCKS_OUTPUT,
+    {
+        **{name: s.window for name, s in capacity_schedules.items()},
+        **{name: p.window for name, p in karpenter_pools.items() if p.window is not None},
+    },
+)
 # --- The data bucket the cluster outlives, and the jobs' identity on it (docs/durable-data.md) --
 data_bucket = None
 if cfg.data_bucket.enabled:
@@ -257,6 +306,7 @@ if device_plugins is not None:
                 cfg,
                 cluster.cluster_name,
                 metrics_after=(observability,) if cfg.observability.enabled else (),
+                shared_storage=shared_storage,
             ),
             opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[kueue]),
         )

@@ -62,6 +62,14 @@ EFA_DEVICE_PLUGIN_VERSION = "v0.5.30"
 """eks-charts stable/aws-efa-k8s-device-plugin (plugin image v0.5.20). The chart honours
 ``nodeSelector`` and ``tolerations``; its node affinity is fixed by the chart (EFA instance types)."""
 
+EFA_DRA_DRIVER_CHART = "aws-dranet"
+EFA_DRA_DRIVER_REPO = "https://aws.github.io/eks-charts"
+EFA_DRA_DRIVER_VERSION = "1.0.0"
+"""eks-charts stable/aws-dranet 1.0.0 (image dranet v1.2.0-eksbuild.2): the EFA DRA driver of
+``efa: dra`` node groups (EKS user guide, device-management-efa). Its values take
+``nodeSelector`` and ``tolerations`` (CriticalAddonsOnly is built in); the node affinity on EFA
+instance types is fixed by ``templates/daemonset.yaml``."""
+
 # --- Workloads -------------------------------------------------------------------------------
 ETCD_VERSION = "3.5.21"
 """etcd 3.5.x: 3.6 dropped the v2 API that torch's etcd rendezvous backends need."""
@@ -170,6 +178,44 @@ NODE_MONITORING_AGENT_ADDON_VERSION = "v1.6.2-eksbuild.1"
 an EKS 1.35 cluster pins this build, ministryofjustice analytical-platform
 ``eks_cluster_addon_versions``). Node conditions for GPU/XID, networking, kernel and storage
 faults; node auto repair acts on them."""
+
+# --- Karpenter (GPU pools with ``provisioner: karpenter``; infra/karpenter.py) -------------------
+KARPENTER_VERSION = "1.14.1"
+"""aws/karpenter-provider-aws release (tag v1.14.1, 2026-08-20; ``charts/karpenter/Chart.yaml``
+version and appVersion 1.14.1 after the release commit). Its CRDs are vendored under
+``workloads/manifests/karpenter/crds`` (``pkg/apis/crds`` at the tag); the controller IAM follows
+``website/content/en/v1.14/getting-started/getting-started-with-karpenter/cloudformation.yaml``."""
+KARPENTER_CHART = "oci://public.ecr.aws/karpenter/karpenter"
+"""The chart as upstream's getting-started installs it (``step08-apply-helm-chart.sh`` at v1.14)."""
+KARPENTER_NAMESPACE = "kube-system"
+"""Upstream's default ``KARPENTER_NAMESPACE`` (getting-started, v1.14)."""
+KARPENTER_FEATURES_SINCE: dict[str, str] = {
+    "capacity-type on-demand": "1.0.0",
+    "capacity-type spot": "1.0.0",
+    "capacity-type reserved": "1.3.0",
+    "capacity blocks": "1.6.0",
+    "networkInterfaces": "1.11.0",
+    "placementGroupSelector": "1.11.0",
+}
+"""The first Karpenter release with each feature a GPU pool may use: ODCRs as capacity type
+``reserved`` from v1.3 and Capacity Blocks from v1.6 (``website/content/en/v1.14/tasks/odcrs.md``:
+"native support for ... ODCRs in v1.3 ... In v1.6, this support was expanded to include EC2
+Capacity Blocks for ML"); ``spec.networkInterfaces`` (EFA-only interfaces) and
+``spec.placementGroupSelector`` of the EC2NodeClass first appear in the CRD at v1.11.0
+(``pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml``: absent at v1.10.0). A stack pinning an older release than a pool needs is refused."""
+KARPENTER_AL2023_AMI_ALIAS = "al2023@v20260714"
+"""EC2NodeClass ``amiSelectorTerms`` alias, pinned (never ``@latest``, which drifts every node
+on each AMI release): awslabs/amazon-eks-ami release v20260714 (CHANGELOG.md: AL2023_x86_64_NVIDIA
+for Kubernetes 1.33-1.35). The alias resolves the NVIDIA variant for GPU instance types
+(karpenter-provider-aws ``pkg/providers/amifamily/al2023.go``: variants standard, nvidia, neuron
+read from ``/aws/service/eks/optimized-ami/<k8s>/amazon-linux-2023/x86_64/nvidia/...``): the
+same accelerated AMI family as the managed groups' ``GPU_AMI_TYPE``."""
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"1.14.1"`` -> ``(1, 14, 1)`` (a leading ``v`` is ignored)."""
+    return tuple(int(part) for part in version.removeprefix("v").split("."))
+
 
 # --- Shared storage ---------------------------------------------------------------------------
 FSX_LUSTRE_VERSION = "2.15"

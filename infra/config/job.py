@@ -21,6 +21,7 @@ from infra.config.fields import (
     _str_list,
 )
 from infra.config.nodegroups import GpuNodeGroupConfig
+from infra.config.preflight_key import preflight_key
 
 MAX_JOB_NAME = 50
 """A job name's longest: its pods and their Services are ``<name>-worker-<index>``, DNS
@@ -119,6 +120,9 @@ class JobConfig:
     preflight: bool = False
     """Run ``training.preflight`` before step 1 of every (re)start (parsed default: on when the
     job's nodegroup attaches EFA)."""
+    preflight_expect: str = ""
+    """More ``training.preflight`` thresholds (``efa=32,gpus=8``) over the catalog's: the job
+    file's ``preflight: {expect: ...}`` (``infra.config.preflight_key``)."""
     nccl_debug: str = "WARN"
     """``NCCL_DEBUG`` of the workers: WARN logs NCCL's errors only; INFO (init, topology, the
     network chosen) on request, for a job whose network is in question."""
@@ -214,7 +218,7 @@ def parse_job(
         generation=_int(obj.get("generation", default.generation), f"{path}.generation", minimum=1),
         checkpoint_claim=claim,
         namespace=namespace,
-        preflight=_bool(obj.get("preflight", group.efa), f"{path}.preflight"),
+        **preflight_key(obj.get("preflight", group.efa), f"{path}.preflight"),
         nccl_debug=_choice(
             obj.get("ncclDebug", default.nccl_debug), NCCL_DEBUG_LEVELS, f"{path}.ncclDebug"
         ),

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra import instances
+from infra import instances, versions
 from infra.config.fields import (
     _DNS_LABEL,
     _bool,
@@ -23,6 +23,16 @@ from infra.config.fields import (
 )
 
 CAPACITY_TYPES = ("on-demand", "capacity-block")
+EFA_DEVICE_PLUGIN = "device-plugin"
+EFA_DRA = "dra"
+EFA_DRIVERS = (EFA_DEVICE_PLUGIN, EFA_DRA)
+"""``efa: dra | device-plugin`` (or true / false: the device plugin, or no EFA)."""
+PROVISIONER_MANAGED = "managedNodeGroup"
+PROVISIONER_KARPENTER = "karpenter"
+PROVISIONERS = (PROVISIONER_MANAGED, PROVISIONER_KARPENTER)
+KARPENTER_CAPACITY_TYPES = ("reserved", "on-demand", "spot")
+"""Values of Karpenter's ``karpenter.sh/capacity-type`` (website/content/en/v1.14/tasks/odcrs.md:
+"any combination of the available capacity-types (on-demand, spot, and reserved)")."""
 PLACEMENT_CREATE = "create"
 PLACEMENT_NONE = "none"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -67,6 +77,8 @@ _NODEGROUP_KEYS = (
     "taint",
     "nodeRepair",
     "capacityBlock",
+    "provisioner",
+    "karpenterCapacityTypes",
 )
 _CAPACITY_BLOCK_KEYS = ("start", "end", "scaleDownMinutesBeforeEnd")
 _SYSTEM_KEYS = ("instanceType", "minSize", "desiredSize", "maxSize")
@@ -145,6 +157,9 @@ class GpuNodeGroupConfig:
     """AZ the nodegroup is pinned to (required with EFA, a reservation or a placement group)."""
     efa: bool = False
     """Attach all EFA interfaces of the type (default: true when the type has EFA)."""
+    efa_driver: str = EFA_DEVICE_PLUGIN
+    """What hands the EFA devices to pods: ``device-plugin`` (``vpc.amazonaws.com/efa``) or
+    ``dra`` (the EFA DRA driver; key ``efa: dra``; ``workloads.specs.efa``)."""
     capacity_reservation_id: str | None = None
     """ODCR or capacity-block reservation id, ``cr-`` + 17 hex digits."""
     capacity_reservation_resource_group_arn: str | None = None
@@ -171,6 +186,17 @@ class GpuNodeGroupConfig:
     conditions (``AcceleratedHardwareReady`` for GPU/XID faults, ``NetworkingReady``, ...) stay
     unhealthy are rebooted or replaced by EKS (EKS user guide, "Automatically repair nodes in
     EKS clusters")."""
+    provisioner: str = PROVISIONER_MANAGED
+    """``managedNodeGroup`` (an EKS managed node group, ``infra.gpu_nodegroup``) | ``karpenter``
+    (an EC2NodeClass and a NodePool, ``infra.karpenter_pool``: nodes only while pods wait)."""
+    karpenter_capacity_types: tuple[str, ...] = ()
+    """Karpenter pools: the NodePool's ``karpenter.sh/capacity-type`` values, in order of
+    preference (``reserved`` with a reservation, else ``on-demand``; ``spot`` on request)."""
+
+    @property
+    def uses_karpenter(self) -> bool:
+        """True when Karpenter provisions the pool's nodes."""
+        return self.provisioner == PROVISIONER_KARPENTER
 
     @property
     def instance(self) -> instances.InstanceType:
@@ -316,7 +342,12 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
             f"{path}.availabilityZone", f"{az} is not in availabilityZones ({', '.join(azs)})"
         )
 
-    efa = _bool(obj.get("efa", instance.efa_supported), f"{path}.efa")
+    efa_raw, efa_driver = obj.get("efa", instance.efa_supported), EFA_DEVICE_PLUGIN
+    if isinstance(efa_raw, str) and efa_raw in EFA_DRIVERS:
+        efa_raw, efa_driver = True, efa_raw
+    elif isinstance(efa_raw, str) and efa_raw.lower() not in ("true", "false"):
+        raise _fail(f"{path}.efa", f"{efa_raw!r}: expected true, false, dra or device-plugin")
+    efa = _bool(efa_raw, f"{path}.efa")
     if efa and not instance.efa_supported:
         raise _fail(f"{path}.efa", f"{instance_type} has no EFA interfaces")
     if efa and az is None:
@@ -400,6 +431,17 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
                 f"is only for capacityType capacity-block (this group is {capacity_type})",
             )
         capacity_block = _parse_capacity_block(obj["capacityBlock"], f"{path}.capacityBlock")
+    provisioner, karpenter_types = _parse_provisioner(
+        obj, path, min_size=lo, efa=efa, capacity_type=capacity_type, placement_group=pg
+    )
+    if efa_driver == EFA_DRA and provisioner != PROVISIONER_MANAGED:
+        # EKS user guide, device-management-efa: Karpenter runs the DRA driver only on static
+        # NodePools; this project's Karpenter pools launch nodes for waiting pods.
+        raise _fail(
+            f"{path}.efa",
+            "dra is for managed node groups (Karpenter: DRA only on static NodePools): "
+            "use efa: device-plugin",
+        )
     return GpuNodeGroupConfig(
         name=name,
         instance_type=instance_type,
@@ -408,6 +450,7 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
         max_size=hi,
         availability_zone=az,
         efa=efa,
+        efa_driver=efa_driver,
         capacity_reservation_id=cr_id,
         capacity_reservation_resource_group_arn=rg_arn,
         capacity_type=capacity_type,
@@ -418,19 +461,109 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
         taint=taint,
         node_repair=node_repair,
         capacity_block=capacity_block,
+        provisioner=provisioner,
+        karpenter_capacity_types=karpenter_types,
     )
 
 
-def _parse_gpu_groups(groups_raw: Any, azs: tuple[str, ...]) -> tuple[GpuNodeGroupConfig, ...]:
-    """``gpuNodeGroups``: each group parsed, names unique."""
+def _karpenter_needs(feature: str, path: str) -> None:
+    """Refuse a feature the pinned Karpenter lacks (``versions.KARPENTER_FEATURES_SINCE``)."""
+    since = versions.KARPENTER_FEATURES_SINCE[feature]
+    if versions.version_tuple(versions.KARPENTER_VERSION) < versions.version_tuple(since):
+        raise _fail(
+            path,
+            f"{feature} needs Karpenter >= {since}; the stack pins {versions.KARPENTER_VERSION}",
+        )
+
+
+def _parse_provisioner(
+    obj: Mapping[str, Any],
+    path: str,
+    *,
+    min_size: int,
+    efa: bool,
+    capacity_type: str,
+    placement_group: str,
+) -> tuple[str, tuple[str, ...]]:
+    """``provisioner`` and, for Karpenter pools, their capacity types, checked against what
+    the pinned Karpenter supports."""
+    provisioner = _choice(
+        obj.get("provisioner", PROVISIONER_MANAGED), PROVISIONERS, f"{path}.provisioner"
+    )
+    types_path = f"{path}.karpenterCapacityTypes"
+    if provisioner != PROVISIONER_KARPENTER:
+        if obj.get("karpenterCapacityTypes") is not None:
+            raise _fail(types_path, "is only for provisioner: karpenter")
+        return provisioner, ()
+    if obj.get("capacityReservationResourceGroupArn") is not None:
+        raise _fail(
+            f"{path}.capacityReservationResourceGroupArn",
+            "Karpenter selects reservations by id or tags, not resource groups: set"
+            " capacityReservationId",
+        )
+    if min_size != 0:
+        # A dynamic NodePool keeps no floor: it launches nodes for pending pods only (a floor
+        # is the alpha StaticCapacity gate, website/content/en/v1.14/reference/settings.md).
+        raise _fail(
+            f"{path}.minSize",
+            f"{min_size} with provisioner karpenter: Karpenter launches nodes for waiting pods"
+            " only; set 0",
+        )
+    reserved = obj.get("capacityReservationId") is not None
+    raw = obj.get("karpenterCapacityTypes", ["reserved"] if reserved else ["on-demand"])
+    if not isinstance(raw, list | tuple) or not raw:
+        raise _fail(types_path, f"expected a non-empty list of {KARPENTER_CAPACITY_TYPES}")
+    types = tuple(_choice(t, KARPENTER_CAPACITY_TYPES, types_path) for t in raw)
+    if len(set(types)) != len(types):
+        raise _fail(types_path, f"lists a capacity type twice: {list(types)}")
+    if ("reserved" in types) != reserved:
+        raise _fail(
+            types_path,
+            "reserved needs capacityReservationId"
+            if not reserved
+            else "has no reserved: the pool would never launch into capacityReservationId",
+        )
+    if capacity_type == "capacity-block" and types != ("reserved",):
+        raise _fail(types_path, "a capacity-block pool launches only into its block: [reserved]")
+    for kind in types:
+        _karpenter_needs(f"capacity-type {kind}", types_path)
+    if capacity_type == "capacity-block":
+        _karpenter_needs("capacity blocks", f"{path}.capacityType")
+    if efa:
+        _karpenter_needs("networkInterfaces", f"{path}.efa")
+    if placement_group != PLACEMENT_NONE:
+        _karpenter_needs("placementGroupSelector", f"{path}.placementGroup")
+    return provisioner, types
+
+
+def _parse_gpu_groups(
+    groups_raw: Any, azs: tuple[str, ...], *, kubernetes_version: str | None = None
+) -> tuple[GpuNodeGroupConfig, ...]:
+    """``gpuNodeGroups``: each group parsed, names unique; ``efa: dra`` only where the
+    cluster's Kubernetes has DRA (``kubernetes_version``, when given)."""
     if not isinstance(groups_raw, list | tuple):
         raise _fail("gpuNodeGroups", f"expected a list, got {groups_raw!r}")
     groups = tuple(_parse_gpu_group(g, i, azs) for i, g in enumerate(groups_raw))
+    for i, group in enumerate(groups):
+        if group.efa_driver == EFA_DRA and kubernetes_version is not None:
+            from infra.efa import dra_version_problem
+
+            if (problem := dra_version_problem(kubernetes_version)) is not None:
+                raise _fail(f"gpuNodeGroups[{i}].efa", f"dra {problem}")
     seen: set[str] = set()
     for i, group in enumerate(groups):
         if group.name in seen:
             raise _fail(f"gpuNodeGroups[{i}].name", f"{group.name!r} is used twice")
         seen.add(group.name)
+    repair = {g.node_repair for g in groups if g.uses_karpenter}
+    if len(repair) > 1:
+        # Karpenter's node repair is one controller-wide feature gate (NodeRepair,
+        # website/content/en/v1.14/concepts/disruption.md), not a per-pool switch.
+        (i,) = [i for i, g in enumerate(groups) if g.uses_karpenter and not g.node_repair][:1]
+        raise _fail(
+            f"gpuNodeGroups[{i}].nodeRepair",
+            "Karpenter repairs every pool or none: give its pools the same nodeRepair",
+        )
     return groups
 
 
@@ -439,6 +572,9 @@ GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 """Matched by the NVIDIA device plugin's node affinity."""
 EFA_PRESENT_LABEL = "vpc.amazonaws.com/efa.present"
 """Matched by the EFA device plugin's node affinity."""
+EFA_DRA_LABEL = "eks-fsdp/efa-dra"
+"""On ``efa: dra`` nodes instead: the EFA DRA driver's nodeSelector (``infra.efa_dra``). The
+two never share a node (EKS user guide, device-management-efa: "cannot coexist")."""
 
 
 def node_labels(group: GpuNodeGroupConfig) -> dict[str, str]:
@@ -450,6 +586,8 @@ def node_labels(group: GpuNodeGroupConfig) -> dict[str, str]:
         "node.kubernetes.io/instance-type": group.instance_type,
         GPU_PRESENT_LABEL: "true",
     }
-    if group.efa:
+    if group.efa and group.efa_driver == EFA_DRA:
+        labels[EFA_DRA_LABEL] = "true"  # the DRA driver's nodeSelector, never the plugin's
+    elif group.efa:
         labels[EFA_PRESENT_LABEL] = "true"
     return labels

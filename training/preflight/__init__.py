@@ -28,6 +28,11 @@ node(s) and the link, e.g.::
 
     preflight: FAILED inter-node ip-10-1-2-3 <-> ip-10-1-7-9: all_reduce busbw 4.1 GB/s < 225.0 GB/s expected
 
+As the gate of ``finetune --preflight`` (every start of a job's workers, before the
+trainer is built) the line is ``preflight failed on node ip-10-1-2-3: EFA devices 0/32``, also
+written as the container's termination message (``cli.termination_log``). ``efa=N`` in the
+expectations checks the EFA (verbs) devices each node's container got (``health.efa_devices``).
+
 The report (JSON and a table) goes to stdout / ``--json``; ``training.prometheus`` exports it.
 Imports torch only inside functions, so ``training.config`` can validate ``--preflight_expect``.
 
@@ -39,7 +44,15 @@ row remaps, XIDs), ``measurement`` (one run on every rank -> the report), ``verd
 
 from __future__ import annotations
 
-from training.preflight.cli import FAILED_EXIT, check, gate, main
+from training.preflight.cli import (
+    FAILED_EXIT,
+    TERMINATION_LOG_ENV,
+    check,
+    gate,
+    gate_line,
+    main,
+    termination_log,
+)
 from training.preflight.collectives import (
     OPS,
     SCOPES,
@@ -51,9 +64,11 @@ from training.preflight.collectives import (
 )
 from training.preflight.device import DEVICE_MIN_S, matmul_tflops, memory_gbps
 from training.preflight.health import (
+    EFA_DEVICE_GLOB,
     FATAL_XIDS,
     REMAP_QUERY,
     SMI_QUERY,
+    efa_devices,
     gpu_health,
     gpus_from_smi_csv,
     xids_from_kernel_log,
@@ -66,27 +81,41 @@ from training.preflight.transport import (
     ofi_provider_from_nccl_log,
     transport_from_nccl_log,
 )
-from training.preflight.verdict import Expect, failures, parse_expect, summary, table
+from training.preflight.verdict import (
+    Expect,
+    Problem,
+    failures,
+    merge_expect,
+    parse_expect,
+    problems,
+    summary,
+    table,
+)
 
 __all__ = [
     "DEVICE_MIN_S",
+    "EFA_DEVICE_GLOB",
     "FAILED_EXIT",
     "FATAL_XIDS",
     "OPS",
     "REMAP_QUERY",
     "SCOPES",
     "SMI_QUERY",
+    "TERMINATION_LOG_ENV",
     "Expect",
     "Link",
     "Options",
+    "Problem",
     "algbw_gbps",
     "bus_factor",
     "busbw_gbps",
     "check",
     "default_sizes",
     "detect_transport",
+    "efa_devices",
     "failures",
     "gate",
+    "gate_line",
     "gpu_health",
     "gpus_from_smi_csv",
     "links",
@@ -94,13 +123,16 @@ __all__ = [
     "matmul_tflops",
     "measure",
     "memory_gbps",
+    "merge_expect",
     "nccl_debug_file",
     "net_name",
     "ofi_provider_from_nccl_log",
     "parse_expect",
     "parse_size",
+    "problems",
     "summary",
     "table",
+    "termination_log",
     "transport_from_nccl_log",
     "xids_from_kernel_log",
 ]

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from training.preflight.measurement import Options, default_sizes, measure, parse_size
-from training.preflight.verdict import Expect, failures, parse_expect, summary, table
+from training.preflight.verdict import (
+    Expect,
+    Problem,
+    failures,
+    parse_expect,
+    problems,
+    summary,
+    table,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -47,27 +55,59 @@ def _one_line(problems: list[str]) -> str:
     return problems[0] + (f" (+{more} more in the report)" if more else "")
 
 
+TERMINATION_LOG_ENV = "EKS_FSDP_TERMINATION_LOG"
+"""Where the gate writes its failure line; unset: Kubernetes' ``terminationMessagePath``
+default, ``/dev/termination-log``, when the kubelet created it (Kubernetes docs, "Determine the
+Reason for Pod Failure": the container's termination message is that file's content, shown in
+``status.containerStatuses[].state.terminated.message``)."""
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+
+
+def termination_log() -> Path | None:
+    """The file this container's termination message is read from; None outside a pod."""
+    given = os.environ.get(TERMINATION_LOG_ENV)
+    if given:
+        return Path(given)
+    default = Path(DEFAULT_TERMINATION_LOG)
+    return default if default.is_file() else None
+
+
+def gate_line(found: list[Problem]) -> str:
+    """The gate's one line: the first failed check, where, and how many more."""
+    more = len(found) - 1
+    return found[0].line() + (f" (+{more} more in preflight.json)" if more else "")
+
+
 def gate(expect_text: str, out_dir: str | Path, device: torch.device) -> int:
     """``finetune --preflight``: check, write ``preflight.json``, 0 or FAILED_EXIT.
 
-    Called on every rank after the process group forms and before the trainer is built.
+    Called on every rank after the process group forms and before the trainer is built. On a
+    failure rank 0 prints one line naming the node and the check (``preflight failed on node
+    ip-10-1-2-3: EFA devices 0/32``) and each node's first rank writes it as its container's
+    termination message, which ``python -m jobs status`` shows; training never starts.
     """
     import torch.distributed as dist
 
     expect = parse_expect(expect_text)
     opts = Options(sizes=default_sizes(device.type == "cuda"))
-    report, problems = check(opts, expect, device)
+    report, _ = check(opts, expect, device)
+    found = problems(report, expect)  # the same on every rank: the report is gathered
+    if found and int(os.environ.get("LOCAL_RANK", "0")) == 0 and (log := termination_log()):
+        try:
+            log.write_text(gate_line(found) + "\n")
+        except OSError as err:  # the line still goes to stderr
+            print(f"preflight: cannot write {log}: {err}", file=sys.stderr, flush=True)
     if dist.get_rank() == 0:
         path = Path(out_dir) / "preflight.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2) + "\n")
         print(table(report), flush=True)
-        if problems:
-            print(f"preflight: FAILED {_one_line(problems)}", file=sys.stderr, flush=True)
+        if found:
+            print(gate_line(found), file=sys.stderr, flush=True)
         else:
             print("preflight: passed", flush=True)
     dist.barrier()  # no rank exits (and makes torchrun stop the others) before rank 0 reported
-    return FAILED_EXIT if problems else 0
+    return FAILED_EXIT if found else 0
 
 
 def _error_line(message: object) -> str:

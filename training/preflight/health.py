@@ -119,3 +119,19 @@ def gpu_health() -> dict[str, Any]:
         if res is not None and res.returncode == 0:
             health["xids"] = xids_from_kernel_log(res.stdout)
     return health
+
+
+EFA_DEVICE_GLOB = "/dev/infiniband/uverbs*"
+"""The verbs devices a container was given: one per EFA device. The EKS user guide ("Manage
+EFA devices on Amazon EKS", device-management-efa) has the EFA device plugin manage "EFA device
+allocation at ``/dev/infiniband``" (its MOFED note: a second plugin mounting every
+``/dev/infiniband/uverbs*`` would oversubscribe them), and the EFA DRA driver (DRANET,
+kubernetes-sigs/dranet ``pkg/driver`` NRI ``CreateContainer``) injects each allocated RDMA
+device's ``/dev/infiniband/uverbsN`` character device into the container."""
+
+
+def efa_devices(pattern: str = EFA_DEVICE_GLOB) -> int:
+    """How many EFA (verbs) devices this container sees; 0 without any."""
+    import glob
+
+    return len(glob.glob(pattern))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from training.preflight.collectives import OPS, SCOPES, algbw_gbps, busbw_gbps, collective, links
 from training.preflight.device import matmul_tflops, memory_gbps, timed
-from training.preflight.health import gpu_health
+from training.preflight.health import efa_devices, gpu_health
 from training.preflight.transport import detect_transport
 
 if TYPE_CHECKING:
@@ -129,6 +129,7 @@ def measure(opts: Options, device: torch.device) -> dict[str, Any]:
     dist.all_gather_object(everything, local)
     health = gpu_health() if cuda else {"nvidia_smi": False, "gpus": [], "xids": None, "errors": []}
     per_node_health: list[Any] = [None] * world
+    health["efa_devices"] = efa_devices()
     dist.all_gather_object(per_node_health, {"node": names[node], **health})
     # Every rank's own view of the network (each rank's NCCL picks its network itself), so the
     # verdict is the same on every rank: a rank that alone returned "failed" would leave the

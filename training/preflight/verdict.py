@@ -27,6 +27,9 @@ class Expect:
     """Transport NCCL must use across nodes (``OFI`` on EFA instances); NET/Socket never passes."""
     gpus: int = 0
     """Processes (GPUs) per node the job must have got."""
+    efa: int = 0
+    """EFA devices every node's container must see (``health.efa_devices``): the pod's
+    ``vpc.amazonaws.com/efa`` request or its EFA ResourceClaim."""
 
     def to_arg(self) -> str:
         """The ``k=v,...`` form ``parse_expect`` reads (non-default fields only)."""
@@ -41,7 +44,8 @@ class Expect:
 
 
 def parse_expect(text: str) -> Expect:
-    """``intra_busbw=288,inter_busbw=225,tflops=445,mem_gbps=1600,net=OFI,gpus=8`` -> Expect.
+    """``intra_busbw=288,inter_busbw=225,tflops=445,mem_gbps=1600,net=OFI,gpus=8,efa=32`` ->
+    Expect.
 
     ValueError naming the key on bad input.
     """
@@ -72,17 +76,61 @@ def parse_expect(text: str) -> Expect:
     return Expect(**values)
 
 
+def merge_expect(*texts: str) -> str:
+    """``k=v`` expectation strings joined, a later key replacing an earlier one (a job file's
+    ``preflight: {expect: ...}`` over the catalog's); ValueError on bad input."""
+    merged: dict[str, str] = {}
+    for text in texts:
+        parse_expect(text)
+        for part in (p.strip() for p in text.split(",")):
+            if part:
+                key, _, raw = part.partition("=")
+                merged.pop(key.strip(), None)
+                merged[key.strip()] = raw.strip()
+    return ",".join(f"{k}={v}" for k, v in merged.items())
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One failed check: where (a node, a node and rank, a link) and what."""
+
+    where: str
+    """``node ip-10-1-2-3``, ``node ip-10-1-2-3 rank 5``, ``inter-node a <-> b``, ..."""
+    what: str
+    """The check that failed, with the figures: ``EFA devices 0/32``."""
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+    def line(self) -> str:
+        """The gate's one line (stderr, the container's termination message, ``jobs status``):
+        ``preflight failed on node ip-10-1-2-3: EFA devices 0/32``."""
+        return f"preflight failed on {self.where}: {self.what}"
+
+
 def failures(report: dict[str, Any], expect: Expect) -> list[str]:
     """One line per problem, worst first within each kind; empty when the nodes pass."""
-    out: list[str] = []
+    return [str(p) for p in problems(report, expect)]
+
+
+def problems(report: dict[str, Any], expect: Expect) -> list[Problem]:
+    """Every failed check, worst first within each kind; empty when the nodes pass."""
+    out: list[Problem] = []
     nodes = report["nodes"]
     if expect.gpus:
         for node in nodes:
             if len(node["ranks"]) != expect.gpus:
                 out.append(
-                    f"node {node['name']}: {len(node['ranks'])} processes (GPUs), "
-                    f"expected {expect.gpus}"
+                    Problem(
+                        f"node {node['name']}",
+                        f"{len(node['ranks'])} processes (GPUs), expected {expect.gpus}",
+                    )
                 )
+    if expect.efa:
+        for name, h in report["health"].items():
+            seen = h.get("efa_devices")
+            if seen is None or seen < expect.efa:
+                out.append(Problem(f"node {name}", f"EFA devices {seen or 0}/{expect.efa}"))
     rows = report["collectives"]
     for scope, floor, what in (
         ("intra", expect.intra_busbw, "intra-node"),
@@ -101,8 +149,11 @@ def failures(report: dict[str, Any], expect: Expect) -> list[str]:
         )
         for r in bad:
             out.append(
-                f"{what} {r['link']}: {r['op']} busbw {r['busbw_gbps']:.1f} GB/s < "
-                f"{floor:.1f} GB/s expected ({r['bytes'] / 2**20:.0f} MiB, {r['ranks']} ranks)"
+                Problem(
+                    f"{what} {r['link']}",
+                    f"{r['op']} busbw {r['busbw_gbps']:.1f} GB/s < {floor:.1f} GB/s expected "
+                    f"({r['bytes'] / 2**20:.0f} MiB, {r['ranks']} ranks)",
+                )
             )
     for key, floor, unit, label in (
         ("matmul_tflops", expect.tflops, "TFLOP/s", "matmul"),
@@ -113,8 +164,10 @@ def failures(report: dict[str, Any], expect: Expect) -> list[str]:
         for d in sorted(report["devices"], key=lambda d: d[key]):
             if d[key] < floor:
                 out.append(
-                    f"node {d['node']} rank {d['rank']}: {label} {d[key]:.1f} {unit} < "
-                    f"{floor:.1f} {unit} expected"
+                    Problem(
+                        f"node {d['node']} rank {d['rank']}",
+                        f"{label} {d[key]:.1f} {unit} < {floor:.1f} {unit} expected",
+                    )
                 )
     if expect.net and len(nodes) > 1 and "nccl" in report["backend"]:
         by_node = report.get("transport_by_node") or {"every node": report["transport"]}
@@ -122,27 +175,37 @@ def failures(report: dict[str, Any], expect: Expect) -> list[str]:
             transport, provider = t["transport"], t.get("provider")
             if transport is None or transport.lower() != expect.net.lower():
                 out.append(
-                    f"inter-node transport on {name}: NCCL uses "
-                    f"{transport or 'an unknown network'} (source {t['source']}), "
-                    f"expected {expect.net}"
+                    Problem(
+                        f"inter-node transport on {name}",
+                        f"NCCL uses {transport or 'an unknown network'} (source {t['source']}), "
+                        f"expected {expect.net}",
+                    )
                 )
             elif expect.net.lower() == "ofi" and provider and provider.split(";")[0] != "efa":
                 # aws-ofi-nccl over libfabric's tcp/sockets provider: an "OFI" network on TCP
                 out.append(
-                    f"inter-node transport on {name}: NCCL's OFI plugin uses the libfabric "
-                    f"provider {provider} (source {t['source']}), expected efa"
+                    Problem(
+                        f"inter-node transport on {name}",
+                        f"NCCL's OFI plugin uses the libfabric provider {provider} "
+                        f"(source {t['source']}), expected efa",
+                    )
                 )
     for name, h in report["health"].items():
         for g in h.get("gpus", []):
             if g.get("ecc_uncorrected"):
                 out.append(
-                    f"node {name} GPU {g['index']}: {g['ecc_uncorrected']} uncorrected ECC errors"
+                    Problem(
+                        f"node {name} GPU {g['index']}",
+                        f"{g['ecc_uncorrected']} uncorrected ECC errors",
+                    )
                 )
             if g.get("row_remap_failure"):
-                out.append(f"node {name} GPU {g['index']}: row remapping failed")
+                out.append(Problem(f"node {name} GPU {g['index']}", "row remapping failed"))
         for x in h.get("xids") or []:
             if x["xid"] in FATAL_XIDS:
-                out.append(f"node {name}: XID {x['xid']} on GPU {x['pci']} (needs a GPU reset)")
+                out.append(
+                    Problem(f"node {name}", f"XID {x['xid']} on GPU {x['pci']} (needs a GPU reset)")
+                )
     return out
 
 

@@ -50,7 +50,7 @@ from kubeflow.training.api_client import ApiClient
 from kubernetes.client import models as k8s
 
 from infra.instances import lookup
-from workloads.specs import capacity
+from workloads.specs import capacity, efa
 from workloads.specs.common import K8sObject, labels, stable_hash, tolerations
 from workloads.specs.preemption import PreemptionBudget, backoff_limit, preemption_budget
 from workloads.specs.prometheus_files import training_pod_annotations
@@ -70,6 +70,9 @@ CONTAINER = "pytorch"
 OPERATOR_PORT_NAME = "pytorchjob-port"
 OPERATOR_PORT = 23456
 COMPONENT = "training"
+NODE_NAME_ENV = "NODE_NAME"
+"""The node a worker runs on (downward API ``spec.nodeName``, Kubernetes docs "Expose Pod
+Information to Containers Through Environment Variables"), for the preflight gate's line."""
 NCCL_NET_EFA = "OFI"
 """NCCL_NET on EFA instance types: the aws-ofi-nccl network, or NCCL refuses to start."""
 EFA_CAPABILITIES = ("IPC_LOCK",)
@@ -308,6 +311,17 @@ def container_env(s: JobSettings) -> list[k8s.V1EnvVar]:
             name="TORCH_ELASTIC_SHUTDOWN_TIMEOUT", value=str(budget(s).shutdown_timeout_s)
         ),
     ]
+    if s.preflight_expect is not None:
+        # the preflight gate names the node it fails on (training.preflight.measurement):
+        # the downward API's spec.nodeName, since a pod's hostname is the pod's name
+        env.append(
+            k8s.V1EnvVar(
+                name=NODE_NAME_ENV,
+                value_from=k8s.V1EnvVarSource(
+                    field_ref=k8s.V1ObjectFieldSelector(field_path="spec.nodeName")
+                ),
+            )
+        )
     if s.rdzv_backend in ("etcd-v2", "c10d"):
         # Without it gloo/NCCL reuse the rendezvous TCP store on the dead worker's old port and
         # the group never re-forms after a worker is killed.
@@ -359,6 +373,8 @@ def container_env(s: JobSettings) -> list[k8s.V1EnvVar]:
 
 def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
     devices = {k: str(v) for k, v in lookup(s.instance_type).pod_resources().items()}
+    if s.efa_dra:  # EFA through the job's ResourceClaimTemplate, not the extended resource
+        devices = efa.without_efa(devices)
     if s.checkpoint_claim:
         checkpoints = k8s.V1Volume(
             name="checkpoints",
@@ -383,7 +399,11 @@ def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
             ),
         ],
         resources=k8s.V1ResourceRequirements(
-            limits=devices, requests={**devices, **worker_requests(s.instance_type)}
+            limits=devices,
+            requests={**devices, **worker_requests(s.instance_type)},
+            claims=[k8s.CoreV1ResourceClaim(**c) for c in efa.container_claims()]
+            if s.efa_dra
+            else None,
         ),
         security_context=container_security_context(s),
         volume_mounts=[
@@ -413,6 +433,14 @@ def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
                 for t in tolerations(s.extra_taints)  # type: ignore[arg-type]
             ],
             termination_grace_period_seconds=grace_period_s(s),
+            resource_claims=[
+                k8s.V1PodResourceClaim(
+                    name=c["name"], resource_claim_template_name=c["resourceClaimTemplateName"]
+                )
+                for c in efa.pod_claims(s.name)
+            ]
+            if s.efa_dra
+            else None,
             volumes=[
                 k8s.V1Volume(
                     name="dshm",

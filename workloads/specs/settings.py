@@ -156,6 +156,10 @@ class JobSettings:
     preflight_expect: str | None = None
     """``--preflight`` with these ``--preflight_expect`` thresholds (``planner.expect``; empty:
     measure and report only); None = no preflight."""
+    efa_dra: bool = False
+    """The node group hands out EFA through the EFA DRA driver (``efa: dra``): the workers
+    reference a ResourceClaimTemplate instead of requesting ``vpc.amazonaws.com/efa``
+    (``workloads.specs.efa``)."""
     capacity_block_group: str | None = None
     """The job's node group when it is a capacity block: the workers read its ConfigMap's
     ``scaleDownAt`` (``workloads.specs.capacity``) as ``EKS_FSDP_CAPACITY_ENDS_AT`` and stop
@@ -357,12 +361,16 @@ def _preflight_expect(job_cfg: Any, group: Any, workers: int) -> str | None:
     """Thresholds from the catalog for GPU jobs with ``job.preflight``; CPU jobs measure only."""
     if not getattr(job_cfg, "preflight", False):
         return None
+    extra = getattr(job_cfg, "preflight_expect", "") or ""  # the job file's, over the catalog's
     if (getattr(job_cfg, "device", None) or "cuda") != "cuda":
-        return ""
+        return extra
     from infra.instances import lookup
     from planner.expect import expect_arg
+    from training.preflight.verdict import merge_expect
+    from workloads.specs.efa import efa_expect
 
-    return expect_arg(lookup(group.instance_type), workers, efa=bool(getattr(group, "efa", True)))
+    it, efa = lookup(group.instance_type), bool(getattr(group, "efa", True))
+    return merge_expect(expect_arg(it, workers, efa=efa), efa_expect(it, efa), extra)
 
 
 def from_stack(
@@ -403,6 +411,7 @@ def from_stack(
         capacity_block_group=(
             group.name if getattr(group, "capacity_type", "") == "capacity-block" else None
         ),
+        efa_dra=bool(getattr(group, "efa", False)) and getattr(group, "efa_driver", "") == "dra",
     )
     etcd = EtcdSettings(namespace=namespace, client_job_names=(job.name,))
     storage = getattr(stack_cfg, "shared_storage", None)

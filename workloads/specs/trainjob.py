@@ -159,6 +159,12 @@ def trainjob(s: JobSettings) -> K8sObject:
             f"job.minWorkers: {s.min_workers} < workers {s.workers}: Trainer v2 has no elastic "
             "policy (api: v1)"
         )
+    if s.efa_dra:
+        # Trainer v2.2's PodSpecPatch (the vendored CRD) has no resourceClaims
+        raise ValueError(
+            "job.api: v2 on an efa: dra node group: a TrainJob's pod patch cannot reference "
+            "the EFA ResourceClaimTemplate (Trainer v2.2 PodSpecPatch): use api: v1"
+        )
     static = s.replace(rdzv_backend="c10d")  # no --rdzv-backend flag: torchrun's static one
     template = pj.to_dict(pj._pod_template(static))
     pod, meta = template["spec"], template.get("metadata") or {}

@@ -1,0 +1,88 @@
+"""A job on an ``efa: dra`` node group asks for EFA through a ResourceClaimTemplate.
+
+If these fail, workers on DRA nodes would request ``vpc.amazonaws.com/efa``, which no device
+plugin advertises there (the pods never schedule), or reference a claim the API server rejects.
+The ResourceClaimTemplate and the worker pod are validated strictly against the Kubernetes
+1.34 and 1.35 schemas (kubernetes-validate; DRA's ``resource.k8s.io/v1`` is GA from 1.34); the
+DeviceClass is the one the EKS user guide names for the EFA DRA driver
+(``efa.networking.k8s.aws``, device-management-efa). Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.instances import lookup
+from workloads.specs import efa
+from workloads.specs import pytorchjob as pj
+from workloads.specs import trainjob as tj
+from workloads.specs.settings import JobSettings
+from workloads.specs.validate import validate_builtin
+
+TYPE = "p5.48xlarge"
+
+
+def _job(dra: bool) -> JobSettings:
+    return JobSettings(
+        name="llama-dra",
+        namespace="jobs",
+        image="example.com/train:1",
+        instance_type=TYPE,
+        workers=2,
+        min_workers=2,
+        efa_dra=dra,
+        preflight_expect="efa=32",
+    )
+
+
+def _pod(s: JobSettings) -> dict:
+    template = pj.pytorchjob(s, "etcd")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"}, "spec": template["spec"]}
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.35"])
+def test_the_claim_template_and_the_pod_that_references_it_are_valid(version: str) -> None:
+    s = _job(dra=True)
+    count = lookup(TYPE).efa_interfaces
+    template = efa.resource_claim_template(s.name, s.namespace, count)
+    validate_builtin(template, version)
+    request = template["spec"]["spec"]["devices"]["requests"][0]
+    assert request["exactly"] == {"deviceClassName": "efa.networking.k8s.aws", "count": 32}
+    pod = _pod(s)
+    validate_builtin(pod, version)
+    (container,) = pod["spec"]["containers"]
+    assert efa.EFA_RESOURCE not in container["resources"]["limits"]
+    assert efa.EFA_RESOURCE not in container["resources"]["requests"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert container["resources"]["claims"] == [{"name": "efa"}]
+    assert pod["spec"]["resourceClaims"] == [
+        {"name": "efa", "resourceClaimTemplateName": template["metadata"]["name"]}
+    ]
+
+
+def test_a_device_plugin_job_is_unchanged_by_the_option() -> None:
+    pod = _pod(_job(dra=False))
+    validate_builtin(pod, "1.35")
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"]["limits"][efa.EFA_RESOURCE] == "32"
+    assert "claims" not in container["resources"] and "resourceClaims" not in pod["spec"]
+
+
+def test_the_gate_names_its_node_from_the_downward_api() -> None:
+    (container,) = _pod(_job(dra=False))["spec"]["containers"]
+    (node,) = [e for e in container["env"] if e["name"] == "NODE_NAME"]
+    assert node["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    plain = _job(dra=False).replace(preflight_expect=None)
+    (c,) = _pod(plain)["spec"]["containers"]
+    assert not [e for e in c["env"] if e["name"] == "NODE_NAME"]
+
+
+def test_a_trainjob_on_a_dra_group_is_refused_in_one_line() -> None:
+    with pytest.raises(ValueError) as err:
+        tj.trainjob(_job(dra=True))
+    assert "use api: v1" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_bad_count_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        efa.resource_claim_template("j", "ns", 0)
