@@ -7,7 +7,9 @@ A job file's ``team`` (or ``submit --team``) puts the job in the team's namespac
 namespace, ``workloads.specs.kueue.local_queue_name``) and ``kueue.x-k8s.io/priority-class``
 (a WorkloadPriorityClass: ``priority``, else the team's ``defaultPriority``). The label keys are
 Kueue's ``QueueLabel`` and ``WorkloadPriorityClassLabel`` (``pkg/controller/constants/
-constants.go`` at v0.17.0). A job on a GPU node group without a team still names its pool's
+constants.go`` at v0.17.0). On a topology-aware pool (EFA) the job's pod templates also ask
+Kueue to keep the pods within one network block (``workloads.specs.kueue.pod_annotations``:
+``kueue.x-k8s.io/podset-preferred-topology: topology.k8s.aws/network-node-layer-3``). A job on a GPU node group without a team still names its pool's
 queue when it runs in the jobs namespace (``default``, where the stack creates a LocalQueue per
 pool), so every GPU job there is admitted by Kueue; elsewhere (a namespace without queues) and
 on nodes without GPUs it names one only with a team.
@@ -64,6 +66,8 @@ class Queue:
     """The WorkloadPriorityClass."""
     team: str | None = None
     """The team (its namespace); None = the stack's jobs namespace."""
+    pod_annotations: tuple[tuple[str, str], ...] = ()
+    """What the job's pod templates carry for Kueue (the pool's preferred topology)."""
 
     def labels(self) -> dict[str, str]:
         return {QUEUE_LABEL: self.name, PRIORITY_LABEL: self.priority}
@@ -102,11 +106,16 @@ def resolve(values: Mapping[str, Any], platform: Any, *, gpu_job: bool) -> Queue
             where = "on nodes without GPUs" if not gpu_job else "outside the jobs namespace"
             raise QueueError(f"priority: a job {where} goes through a queue only with a team")
         return None
+    from workloads.specs.kueue import pod_annotations
+
     default = team.default_priority if team is not None else DEFAULT_PRIORITY
+    pool = _pool(values, platform)
+    group = next((g for g in platform.gpu_node_groups if g.name == pool), None)
     return Queue(
-        name=_pool(values, platform),
+        name=pool,
         priority=str(priority or default),
         team=team.name if team is not None else None,
+        pod_annotations=tuple(pod_annotations(group).items()) if group is not None else (),
     )
 
 
@@ -117,14 +126,19 @@ def _pool(values: Mapping[str, Any], platform: Any) -> str:
 
 
 def queued(body: dict[str, Any], queue: Queue | None, *, pod_template_paths: Any) -> dict[str, Any]:
-    """``body`` (a job object) naming ``queue``: its labels, and on a team's job the team's
-    ServiceAccount on every pod template (``pod_template_paths(body)`` yields them)."""
+    """``body`` (a job object) naming ``queue``: its labels, the queue's pod annotations on
+    every pod template (``pod_template_paths(body)`` yields them), and on a team's job the
+    team's ServiceAccount there."""
     if queue is None:
         return body
     meta = body["metadata"]
     meta["labels"] = {**(meta.get("labels") or {}), **queue.labels()}
-    if queue.team is not None:
-        for template in pod_template_paths(body):
+    for template in pod_template_paths(body):
+        if queue.pod_annotations:
+            pod_meta = template.setdefault("metadata", {})
+            annotations = {**(pod_meta.get("annotations") or {}), **dict(queue.pod_annotations)}
+            pod_meta["annotations"] = annotations
+        if queue.team is not None:
             template["spec"]["serviceAccountName"] = SERVICE_ACCOUNT
     return body
 
@@ -229,12 +243,42 @@ def admission(workload: Mapping[str, Any] | None) -> tuple[str, str]:
     return "queued", waiting_text(workload, message or "waiting for Kueue to admit it")
 
 
-def set_active(b: Any, workload: Mapping[str, Any], *, active: bool) -> str:
-    """Deactivate (or reactivate) a job's Kueue Workload, ``spec.active`` as ``kueuectl stop
-    workload`` sets it: Kueue evicts the job and releases its quota, or requeues it. ``b`` is a
-    cluster backend (its API clients and namespace); returns what was done, for the user."""
-    from jobs.kube import api_errors, raw
+KUEUE_PATCH_MANAGER = "kueue.x-k8s.io/manager"
+"""The ``runtimePatches[].manager`` Kueue's webhook appends to every TrainJob it sees
+(``pkg/controller/jobs/trainjob/trainjob_webhook.go`` ``Default``, v0.17.0)."""
 
+
+def kueue_defaulted(job: Mapping[str, Any]) -> bool:
+    """Whether Kueue's webhook has seen ``job`` (a TrainJob: its runtime patch), so a Workload
+    is Kueue's to make even if it does not exist yet."""
+    patches = (job.get("spec") or {}).get("runtimePatches") or []
+    return any(p.get("manager") == KUEUE_PATCH_MANAGER for p in patches)
+
+
+def set_active(
+    b: Any,
+    workload: Mapping[str, Any] | None,
+    *,
+    active: bool,
+    job: Mapping[str, Any] | None = None,
+) -> str:
+    """Deactivate (or reactivate) a queued job's Kueue Workload, ``spec.active`` as ``kueuectl
+    stop workload`` sets it: Kueue evicts the job and releases its quota, or requeues it. ``b``
+    is a cluster backend (its API clients and namespace); returns what was done, for the user.
+
+    ``workload`` None: Kueue has not made the Workload of ``job`` yet (its job reconciler does,
+    moments after the webhook suspended the job). Then nothing is patched and the call fails
+    in one line: the job's own suspend flag is not Kueue's to read (Kueue would unsuspend the
+    job once admitted, and an unsuspend written there would start it past the queue)."""
+    from jobs.kube import api_errors, raw
+    from jobs.types import JobsError
+
+    if workload is None:
+        meta = (job or {}).get("metadata") or {}
+        raise JobsError(
+            f"job {meta.get('name')} in queue {queue_of(job or {})} has no Kueue Workload yet "
+            "(not admitted/queued yet): retry in a few seconds"
+        )
     name = workload["metadata"]["name"]
     with api_errors(b.api, f"patch workload {name}"):
         raw(

@@ -415,15 +415,16 @@ def cancel(b: Any, job: dict[str, Any], *, purge: bool) -> str:
 
 def suspend(b: Any, job: dict[str, Any], *, on: bool) -> str:
     """Through the Kueue Workload of a queued TrainJob (as a v1 job: Kueue would undo a suspend
-    written on an admitted job), else the TrainJob's ``spec.suspend``."""
+    written on an admitted job), else the TrainJob's ``spec.suspend``. A queued TrainJob Kueue
+    has seen but made no Workload for yet is refused in one line (``queue.set_active``)."""
     name = job["metadata"]["name"]
     verb = "suspend" if on else "unsuspend"
     phase = phase_of(job)
     if phase in FINISHED:
         raise JobsError(f"job {name} is {phase}: nothing to {verb}")
     workload = _workload(b, job)
-    if workload is not None:
-        how = queue.set_active(b, workload, active=not on)
+    if workload is not None or (queue.queue_of(job) and queue.kueue_defaulted(job)):
+        how = queue.set_active(b, workload, active=not on, job=job)
     else:
         with api_errors(b.api, f"patch trainjob {name}", NO_TRAINER):
             _raw(

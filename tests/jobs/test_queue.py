@@ -12,7 +12,11 @@ for R in flavor F, N more needed``). Kueue's real behaviour is in
 
 If these fail, a team's job would land outside its namespace or queue, run under the wrong
 ServiceAccount, carry no priority, a bad team or priority would reach the API server, or
-``list``/``status`` would not say why a job waits or that it was preempted.
+``list``/``status`` would not say why a job waits or that it was preempted, a job on an EFA
+pool would not ask Kueue to keep its pods in one network block (or a job on a pool without a
+Topology would ask, and never be admitted: ``tas_flavorassigner.go``, "does not support
+TopologyAwareScheduling"), or ``suspend`` of a queued job whose Workload Kueue has not made
+yet would silently write a flag Kueue overrides.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from infra.config import sources
 from jobs import cli, queue
 from jobs.manifest import record_name
 from tests.jobs.fake_kube import FakeKube
+from workloads.specs import kueue
 
 REPO = Path(__file__).resolve().parents[2]
 P4DE = str(REPO / "jobs" / "examples" / "p4de-odcr.yaml")
@@ -177,7 +182,10 @@ def test_outside_the_jobs_namespace_a_job_names_a_queue_only_with_a_team(root: P
 
     assert load(DEV, sets=["namespace=lab"]).queue is None  # no LocalQueue there
     assert load(DEV).queue == queue.Queue(name="gpu-g5", priority="experiment")
-    assert load(P4DE).queue == queue.Queue(name=POOL, priority="experiment")
+    topology = ((kueue.PREFERRED_TOPOLOGY_ANNOTATION, kueue.PREFERRED_TOPOLOGY_LEVEL),)
+    assert load(P4DE).queue == queue.Queue(
+        name=POOL, priority="experiment", pod_annotations=topology
+    )
     team = load(DEV, sets=["team=vision"])
     assert team.queue == queue.Queue(name="gpu-g5", priority="experiment", team="vision")
     assert team.config.namespace == "vision"
@@ -284,3 +292,86 @@ def test_suspend_deactivates_a_queued_jobs_workload_and_patches_any_other_job(
     assert cpu is not None and cpu["spec"]["runPolicy"]["suspend"] is False
     code, _, err = _cli(capsys, "suspend", "nope", "--kubeconfig", kubeconfig)
     assert code == 1 and "no job 'nope'" in err and err.count("\n") == 1
+
+
+def test_a_job_on_an_efa_pool_prefers_one_network_block(root: Path) -> None:
+    """The pod templates of a queued job name the preferred topology level exactly when its
+    pool's ResourceFlavor has the Topology (EFA pools), for both job kinds; the TrainJob keeps
+    it in its runtime patch's pod metadata, which both Trainer CRDs allow."""
+    from jobs import trainjob as tjobs
+    from jobs.file import load
+    from workloads.specs import trainjob as tj
+    from workloads.specs.stack import job_workloads
+
+    for path, stack in ((P4DE, POOL), (DEV, "dev")):
+        plain = load(path)
+        assert plain.queue is not None
+        group = plain.platform.node_group(plain.queue.name)
+        flavor = kueue.resource_flavor(group)
+        wanted = (
+            {kueue.PREFERRED_TOPOLOGY_ANNOTATION: kueue.PREFERRED_TOPOLOGY_LEVEL}
+            if "topologyName" in flavor["spec"]
+            else {}
+        )
+        assert bool(wanted) == (stack == POOL)  # p4de is EFA; dev's g5 pool is not
+        for sets in ([], ["api=v2", "minWorkers=1", "workers=1"]):
+            job = load(path, sets=sets)
+            body = job_workloads(job, image=IMAGE).job
+            if job.api == "v2":
+                out = queue.queued(tj.trainjob(body), job.queue, pod_template_paths=tjobs.templates)
+                tj.validate(out)
+                templates = tjobs.templates(out)
+            else:
+                from workloads.specs import pytorchjob as pj
+
+                out = queue.queued(
+                    pj.pytorchjob(body, "etcd"), job.queue,
+                    pod_template_paths=queue.pytorchjob_templates,
+                )  # fmt: skip
+                templates = queue.pytorchjob_templates(out)
+            for template in templates:
+                annotations = template["metadata"].get("annotations") or {}
+                got = {k: v for k, v in annotations.items() if k.startswith("kueue.x-k8s.io/")}
+                assert got == wanted, (path, sets)
+                assert len(annotations) > len(got)  # the builder's own are kept
+
+
+def test_suspend_of_a_trainjob_kueue_has_not_queued_yet_is_one_line(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kueue's webhook has defaulted the TrainJob (its ``kueue.x-k8s.io/manager`` runtime
+    patch, ``trainjob_webhook.go``) but its reconciler has not made the Workload yet: nothing is
+    patched, and the user is told to retry; once the Workload exists, suspend deactivates it."""
+    fake, kubeconfig = kube
+    v2 = ["--set", "api=v2", "--set", "minWorkers=2", "--set", "workers=2"]
+    assert _submit(capsys, kubeconfig, "--team", "nlp", *v2)[0] == 0
+    job = fake.get("trainjobs", NAME, "nlp")
+    assert job is not None and job["metadata"]["labels"][queue.QUEUE_LABEL] == POOL
+    job["spec"]["runtimePatches"].append({"manager": queue.KUEUE_PATCH_MANAGER})
+    where = ("--kubeconfig", kubeconfig, "-n", "nlp")
+    before = len(fake.requests)
+    for verb in ("suspend", "unsuspend"):
+        code, out, err = _cli(capsys, verb, NAME, *where)
+        assert code == 1 and out == "" and err.count("\n") == 1, err
+        assert f"job {NAME} in queue {POOL} (production) has no Kueue Workload yet" in err
+        assert err.rstrip().endswith("(not admitted/queued yet): retry in a few seconds")
+    assert not [r for r in fake.requests[before:] if r[0] == "PATCH"]
+    assert "suspend" not in job["spec"] or job["spec"]["suspend"] is not False
+    fake.put(
+        "workloads",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {
+                "name": f"trainjob-{NAME}-9c8d7",
+                "namespace": "nlp",
+                "labels": {queue.JOB_UID_LABEL: job["metadata"]["uid"]},
+            },
+            "spec": {"active": True},
+            "status": {"conditions": [_cond("QuotaReserved", "False", "Pending", "waiting")]},
+        },
+    )
+    code, out, err = _cli(capsys, "suspend", NAME, *where)
+    assert code == 0 and f"workload trainjob-{NAME}-9c8d7 deactivated" in out, err
+    wl = fake.get("workloads", f"trainjob-{NAME}-9c8d7", "nlp")
+    assert wl is not None and wl["spec"]["active"] is False

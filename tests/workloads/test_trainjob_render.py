@@ -2,8 +2,8 @@
 
 Renders the p4de-odcr stack's example job as ``api: v1`` and as a fixed-size ``api: v2`` job
 file, and a stack with ``trainerV2: true``. If this fails, render would show a PyTorchJob
-without the Kueue labels submit puts on it (a reader of the YAML would apply a job no queue
-admits), a PyTorchJob where submit creates a TrainJob, a TrainJob Trainer's CRD at the pin
+without the Kueue labels (and, on an EFA pool, the preferred-topology annotation) submit puts on
+it (a reader of the YAML would apply a job no queue admits), a PyTorchJob where submit creates a TrainJob, a TrainJob Trainer's CRD at the pin
 refuses, or leave out the Trainer v2 install a stack with the key needs.
 """
 
@@ -19,6 +19,7 @@ import yaml
 from jobs import file as jobfile
 from jobs import queue
 from workloads import render
+from workloads.specs import kueue
 from workloads.specs import pytorchjob as pj
 from workloads.specs import trainjob as tj
 from workloads.specs.stack import job_workloads
@@ -39,6 +40,16 @@ def _objects(path: Path) -> list[dict[str, Any]]:
     return [o for o in yaml.safe_load_all(path.read_text()) if o]
 
 
+def _prefer_one_block(job: Any, template: dict[str, Any]) -> None:
+    """What submit adds to the pod template of a job on an EFA pool (p4de-odcr is one): Kueue's
+    preferred topology, the bottom EKS network layer."""
+    group = job.platform.node_group(job.config.node_group)
+    assert group.efa and kueue.topology_aware(group)
+    template["metadata"]["annotations"][kueue.PREFERRED_TOPOLOGY_ANNOTATION] = (
+        "topology.k8s.aws/network-node-layer-3"
+    )
+
+
 def test_a_v1_job_renders_with_the_queue_labels_submit_puts(tmp_path: Path) -> None:
     path = _job_file(tmp_path)
     out = tmp_path / "out"
@@ -51,6 +62,7 @@ def test_a_v1_job_renders_with_the_queue_labels_submit_puts(tmp_path: Path) -> N
     want["metadata"]["labels"].update(
         {queue.QUEUE_LABEL: job.config.node_group, queue.PRIORITY_LABEL: "experiment"}
     )
+    _prefer_one_block(job, want["spec"]["pytorchReplicaSpecs"]["Worker"]["template"])
     assert rendered == want
     assert not (out / "trainjob.yaml").exists() and not (out / tj.INSTALL_DIR).exists()
 
@@ -66,6 +78,7 @@ def test_a_v2_job_renders_the_trainjob_submit_creates(tmp_path: Path) -> None:
     want["metadata"]["labels"].update(
         {queue.QUEUE_LABEL: job.config.node_group, queue.PRIORITY_LABEL: "experiment"}
     )
+    _prefer_one_block(job, tj.pod_spec_patch(want))
     assert rendered == want
     tj.validate(rendered)
     (policy,) = _objects(out / "workers-network-policy.yaml")

@@ -73,6 +73,14 @@ TOPOLOGY_LEVELS = (
     "kubernetes.io/hostname",
 )
 """Top to bottom: the EKS network-node layers, then the node."""
+PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
+"""On a job's pod template: Kueue places the pod set within one domain of this level if it
+can, else the fewest domains of the levels above (``PodSetPreferredTopologyAnnotation``,
+``apis/kueue/v1beta2/topology_types.go`` at v0.17.0; Kueue's "Topology Aware Scheduling"
+docs)."""
+PREFERRED_TOPOLOGY_LEVEL = "topology.k8s.aws/network-node-layer-3"
+"""The bottom EKS network layer of most supported types, "nodes that share this value are
+physically closest to each other" (EKS user guide, network topology labels)."""
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
 FRAMEWORKS = ("kubeflow.org/pytorchjob", "trainer.kubeflow.org/trainjob")
@@ -207,7 +215,7 @@ def resource_flavor(group: GpuNodeGroupConfig) -> K8sObject:
         "nodeLabels": dict(sorted(labels.items())),
         "tolerations": [group.taint.toleration()],
     }
-    if group.efa:
+    if topology_aware(group):
         spec["topologyName"] = TOPOLOGY
     return {
         "apiVersion": API_VERSION,
@@ -215,6 +223,20 @@ def resource_flavor(group: GpuNodeGroupConfig) -> K8sObject:
         "metadata": {"name": group.name, "labels": _labels("kueue")},
         "spec": spec,
     }
+
+
+def topology_aware(group: GpuNodeGroupConfig) -> bool:
+    """Whether the pool's flavor has the Topology: EFA pools, whose jobs talk node to node."""
+    return bool(group.efa)
+
+
+def pod_annotations(group: GpuNodeGroupConfig) -> dict[str, str]:
+    """What the pod templates of a job queued on ``group``'s pool carry for Kueue: on a
+    topology-aware pool the preferred level (one network-node-layer-3 block if the job fits),
+    else nothing (a topology request on a flavor without a Topology is never admitted)."""
+    if not topology_aware(group):
+        return {}
+    return {PREFERRED_TOPOLOGY_ANNOTATION: PREFERRED_TOPOLOGY_LEVEL}
 
 
 def topology() -> K8sObject:
@@ -307,7 +329,7 @@ def cluster_objects(stack_cfg: Any, s: KueueSettings | None = None) -> list[K8sO
     groups = tuple(stack_cfg.gpu_node_groups)
     teams = tuple(stack_cfg.teams)
     out: list[K8sObject] = []
-    if any(g.efa for g in groups):
+    if any(topology_aware(g) for g in groups):
         out.append(topology())
     out += [resource_flavor(g) for g in groups]
     out += priority_classes()
