@@ -7,12 +7,15 @@ with it, so the bucket lives apart from everything else the stack builds:
   ``<cluster>-data-<account>-<region>`` (deterministic: a second stack of the same cluster name
   cannot silently start an empty bucket beside a retained one; it fails and is told to adopt)
   with its own customer-managed KMS key (rotation on) as the default encryption (SSE-KMS,
-  S3 Bucket Key on: one KMS request per object's data key instead of per request, S3 user
-  guide "Reducing the cost of SSE-KMS with Amazon S3 Bucket Keys"), every public-access block
+  S3 Bucket Key on: S3 makes each object's data key from a short-lived bucket-level key instead
+  of asking KMS for every object, so far fewer KMS requests, S3 user guide "Reducing the cost
+  of SSE-KMS with Amazon S3 Bucket Keys"; the encryption context is then the bucket's ARN, not
+  the object's, which the key policy matches), every public-access block
   on, ACLs off (``BucketOwnerEnforced``), a bucket policy that denies any request made without
   TLS (``aws:SecureTransport`` false; S3 user guide, "Security best practices for Amazon S3":
   "Enforce encryption of data in transit"), versioning with a lifecycle that expires old
-  checkpoints and noncurrent versions and aborts abandoned multipart uploads;
+  checkpoints and noncurrent versions (after a day under the checkpoint prefix) and aborts
+  abandoned multipart uploads;
 - adopted (``dataBucket.name`` set): an existing bucket, taken by name; the stack declares
   nothing on it (its owner's settings stay as they are) and only grants the jobs access.
 
@@ -25,7 +28,11 @@ them). The key must outlive the bucket: without it every object is unreadable.
 Versioning, why: the jobs' role may delete objects (DCP keeps two checkpoints and removes the
 older ones; the FSx association exports deletions), so a bug or a mistyped ``rm -r`` on the
 file system would otherwise erase exports for good. Noncurrent versions expire after
-``NONCURRENT_VERSION_DAYS``, which bounds what the safety net costs.
+``NONCURRENT_VERSION_DAYS``, which bounds what the safety net costs; under the checkpoint
+prefix after ``CHECKPOINT_NONCURRENT_VERSION_DAYS``: a job re-saves and prunes checkpoints all
+the time (DCP keeps two), and every shard it overwrote or deleted would otherwise stay billed
+for the whole undo window. Where the two rules overlap S3 honours the shorter expiration (S3
+user guide, "How Amazon S3 handles conflicts in lifecycle configurations").
 
 Pulumi AWS 7 names (pulumi-aws 7.51): ``aws.s3.Bucket`` is the former ``BucketV2`` and the
 bucket's settings are separate resources (``BucketServerSideEncryptionConfiguration``,
@@ -49,6 +56,8 @@ from infra.config import DataBucketConfig, bucket_name_problem
 TYPE_TOKEN = "eks-fsdp:infra:DataBucket"
 NONCURRENT_VERSION_DAYS = 7
 """Days a replaced or deleted object's old version is kept (the undo window)."""
+CHECKPOINT_NONCURRENT_VERSION_DAYS = 1
+"""The same under ``dataBucket.checkpointPrefix``: pruned checkpoints are not kept a week."""
 ABORT_MULTIPART_DAYS = 2
 """Days after which an unfinished multipart upload (a save killed mid-upload) is removed."""
 FSX_S3_ACCESS_ROLE = (
@@ -125,7 +134,9 @@ def key_policy(partition: str, account: str, region: str, bucket_name: str) -> s
                             "kms:CallerAccount": account,
                             "kms:ViaService": f"s3.{region}.amazonaws.com",
                         },
-                        # With S3 Bucket Keys the encryption context is the bucket's ARN.
+                        # With S3 Bucket Keys the encryption context is the bucket's ARN,
+                        # not an object's (``bucket/*`` would never match): S3 user guide,
+                        # "Configuring your bucket to use an S3 Bucket Key with SSE-KMS"
                         "StringLike": {
                             "kms:EncryptionContext:aws:s3:arn": f"arn:{partition}:s3:::{bucket_name}"
                         },
@@ -282,6 +293,9 @@ class DataBucket(pulumi.ComponentResource):
                     ),
                     expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(
                         days=cfg.checkpoint_expiration_days
+                    ),
+                    noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
+                        noncurrent_days=CHECKPOINT_NONCURRENT_VERSION_DAYS
                     ),
                 ),
                 aws.s3.BucketLifecycleConfigurationRuleArgs(

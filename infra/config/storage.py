@@ -38,9 +38,21 @@ FSX_CAPACITY_RULES: dict[str, tuple[int, int]] = {
 }
 """Per deployment type: (smallest capacity, increment) in GiB."""
 DATA_REPOSITORY_TYPES = ("PERSISTENT_2",)
-"""Deployment types that take a data repository association (pulumi-aws
-``fsx.DataRepositoryAssociation``: "only compatible with ... PERSISTENT_2 deployment type";
-SCRATCH_2 links S3 only at creation, through the legacy import/export paths)."""
+"""Deployment types this stack links to the bucket. FSx itself allows a data repository
+association on every file system but Lustre 2.10 and SCRATCH_1 (FSx for Lustre user guide,
+"Overview of data repositories": "Data repository associations, automatic export, and support
+for multiple data repositories aren't available on FSx for Lustre 2.10 file systems or Scratch
+1 file systems"), so SCRATCH_2 on Lustre 2.12/2.15 could take one; pulumi-aws's
+``fsx.DataRepositoryAssociation`` documents "only compatible with ... PERSISTENT_2 deployment
+type", and a scratch file system is not replicated (what it has not exported yet is lost with
+a disk), so write-through stays on PERSISTENT_2."""
+DATA_REPOSITORY_REFUSAL = (
+    "a data repository association is linked here only on PERSISTENT_2, not {deployment}: FSx "
+    "allows one on any Lustre 2.12/2.15 file system but SCRATCH_1 (FSx for Lustre user guide, "
+    "Overview of data repositories), pulumi-aws's fsx.DataRepositoryAssociation supports "
+    "PERSISTENT_2 only, and a scratch file system loses what it has not exported with a disk: "
+    "set deploymentType PERSISTENT_2"
+)
 DEFAULT_CHECKPOINT_CLAIM = "fsx-checkpoints"
 """Name of the claim the stack creates for ``sharedStorage.type: fsx`` unless
 ``job.checkpointClaim`` names it."""
@@ -135,7 +147,7 @@ def _parse_shared_storage(
         if deployment not in DATA_REPOSITORY_TYPES:
             raise _fail(
                 f"{path}.dataRepositoryPrefix",
-                f"a data repository association needs deploymentType PERSISTENT_2, not {deployment}",
+                DATA_REPOSITORY_REFUSAL.format(deployment=deployment),
             )
     return SharedStorageConfig(
         type=kind,

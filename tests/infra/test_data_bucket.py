@@ -28,6 +28,7 @@ from infra import outputs
 from infra.config import ConfigError, bucket_name_problem, load_stack_file, parse
 from infra.data_bucket import (
     ABORT_MULTIPART_DAYS,
+    CHECKPOINT_NONCURRENT_VERSION_DAYS,
     NONCURRENT_VERSION_DAYS,
     DataBucketArgs,
     bucket_name,
@@ -202,7 +203,10 @@ def test_lifecycle_and_versioning_follow_the_config(recorded_options: Options) -
         "status": "Enabled",
         "filter": {"prefix": "training/ckpt/"},
         "expiration": {"days": 9},
+        # re-saved and pruned shards are not billed for the week-long undo window
+        "noncurrentVersionExpiration": {"noncurrentDays": CHECKPOINT_NONCURRENT_VERSION_DAYS},
     }
+    assert CHECKPOINT_NONCURRENT_VERSION_DAYS == 1 < NONCURRENT_VERSION_DAYS
     rest = rules["noncurrent-versions-and-torn-uploads"]
     assert rest["filter"] == {"prefix": ""}
     assert rest["noncurrentVersionExpiration"] == {"noncurrentDays": NONCURRENT_VERSION_DAYS}
@@ -324,3 +328,20 @@ def test_the_documented_settings_are_valid_stack_config() -> None:
     )
     assert "pulumi destroy --exclude-protected" in doc
     assert f"`{outputs.DATA_BUCKET_URI}`" in doc and f"`{outputs.JOBS_SERVICE_ACCOUNT}`" in doc
+
+
+def test_scratch_file_system_linked_to_the_bucket_is_one_line_naming_the_docs() -> None:
+    """FSx allows a data repository association on SCRATCH_2 with Lustre 2.12/2.15 (FSx for
+    Lustre user guide, "Overview of data repositories"); the stack links PERSISTENT_2 only and
+    its refusal says so, and why, instead of claiming FSx forbids it."""
+    raw = pulumi_mocks.stack_config("p5-16")
+    storage = {**raw["sharedStorage"], "dataRepositoryPrefix": "training/fsx"}
+    with pytest.raises(ConfigError) as err:
+        parse({**raw, "sharedStorage": storage})
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("eks-fsdp:sharedStorage.dataRepositoryPrefix: ")
+    assert "only on PERSISTENT_2, not SCRATCH_2" in text
+    assert "any Lustre 2.12/2.15 file system but SCRATCH_1" in text
+    assert text.endswith("set deploymentType PERSISTENT_2")
+    ok = parse({**raw, "sharedStorage": {**storage, "deploymentType": "PERSISTENT_2"}})
+    assert ok.shared_storage.links_data_bucket
