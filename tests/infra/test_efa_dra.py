@@ -118,7 +118,9 @@ def test_dra_nodes_are_labelled_for_the_driver_and_never_for_the_plugin() -> Non
     plugin_selector = efa_values(taints)["nodeSelector"]
     # each DaemonSet selects only its own nodes: no node matches both selectors
     assert driver_selector.items() <= dra.items() and not plugin_selector.items() <= dra.items()
-    assert plugin_selector.items() <= plugin.items() and not driver_selector.items() <= plugin.items()
+    assert (
+        plugin_selector.items() <= plugin.items() and not driver_selector.items() <= plugin.items()
+    )
 
 
 def test_the_driver_tolerates_the_gpu_taint_and_is_pinned() -> None:
@@ -132,5 +134,5 @@ def test_the_driver_tolerates_the_gpu_taint_and_is_pinned() -> None:
         "1.0.0",
     )
     assert DEVICE_CLASS == "efa.networking.k8s.aws"
-    with pytest.raises(ValueError, match="EfaDraDriverArgs.gpu_taints"):
+    with pytest.raises(ValueError, match=r"EfaDraDriverArgs\.gpu_taints"):
         EfaDraDriverArgs(gpu_taints=())

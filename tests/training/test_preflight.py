@@ -409,5 +409,5 @@ def test_finetune_preflight_runs_before_step_one_and_stops_the_job(tmp_path: Pat
     assert bad.returncode == 3
     out_bad = Path(run_dirs(tmp_path, "bad")[0].split("=", 1)[1])
     assert not (out_bad / "metrics.jsonl").exists(), "no step may run after a failed preflight"
-    failed = [ln for ln in bad.stderr.splitlines() if ln.startswith("preflight: FAILED")]
+    failed = [ln for ln in bad.stderr.splitlines() if ln.startswith("preflight failed on node ")]
     assert len(failed) == 1 and "matmul" in failed[0] and "< 1000000000.0 TFLOP/s" in failed[0]
