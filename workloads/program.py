@@ -26,6 +26,7 @@ from workloads.checkpoint_volume import CheckpointVolume, CheckpointVolumeArgs
 from workloads.debug_tools import DebugTools, DebugToolsArgs
 from workloads.etcd import Etcd, EtcdArgs
 from workloads.k8s_objects import apply_object
+from workloads.specs import teams
 from workloads.specs.image import repository_name
 from workloads.specs.settings import HF_TOKEN_KEY
 from workloads.specs.stack import etcd_clients_policy, platform
@@ -46,8 +47,9 @@ OUTPUT_ETCD_ENDPOINT = "etcdEndpoint"
 """``host:port`` of the shared etcd (a job's ``rdzvBackend: etcd``)."""
 OUTPUT_HF_TOKEN_SECRET = "hfTokenSecret"
 """Name of the Secret holding the Hugging Face token (stacks with ``hfToken``)."""
-HF_TOKEN_SECRET = "hf-token"
-"""The Secret's name: a job file's default ``hfTokenSecretName``."""
+HF_TOKEN_SECRET = teams.HF_TOKEN_SECRET
+"""The Secret's name: a job file's default ``hfTokenSecretName``; every team's namespace gets
+one of that name with the same token (``workloads.team``)."""
 OLD_JOB_COMPONENT = ("eks-fsdp:workloads:PyTorchJob", "pytorch-job")
 """(type, name) of the component that owned the Secret while the stack declared the job
 (``workloads/pytorch_job.py``, removed when jobs left the stack)."""

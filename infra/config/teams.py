@@ -15,7 +15,9 @@ every team borrows from (``workloads.specs.kueue``). A pool's capacity is its gr
 Refused with one line: a team without principals, a duplicate team or principal, a principal
 that is also a cluster admin (``accessEntries``: EKS keeps one access entry per principal and
 cluster), a quota for an unknown pool, a quota that is not whole nodes, quotas larger than
-the pool, an unknown priority, a name that is a system namespace.
+the pool, an unknown priority, a name that is a namespace the platform owns
+(``RESERVED_NAMESPACES``, ``kube-*``), two (pool, team) pairs whose ClusterQueues would share a
+name (``cluster_queue_name``).
 """
 
 from __future__ import annotations
@@ -33,8 +35,22 @@ PRIORITIES: dict[str, int] = {"production": 1000, "experiment": 100}
 """Kueue WorkloadPriorityClass names and values: a production job preempts an experiment job
 of its own team's queue (``withinClusterQueue: LowerPriority``)."""
 DEFAULT_PRIORITY = "experiment"
-RESERVED_NAMESPACES = ("default", "kubeflow", "kueue-system", "monitoring")
-"""Namespaces the platform owns; ``kube-*`` is refused too."""
+RESERVED_NAMESPACES: dict[str, str] = {
+    "default": "the stack's jobs namespace",
+    "kubeflow": "the training operator",
+    "kubeflow-system": "Kubeflow Trainer v2 and JobSet",
+    "kueue-system": "Kueue",
+    "monitoring": "the observability stack",
+    "amazon-cloudwatch": "the amazon-cloudwatch-observability add-on",
+}
+"""Namespaces the platform owns (and what owns them); ``kube-*`` is refused too. The
+training operator's ``standalone`` overlay (``infra.versions.TRAINING_OPERATOR_NAMESPACE``),
+Trainer v2's ``manager`` overlay at v2.3.0 (``infra.versions.TRAINER_V2_KUSTOMIZE_URL``:
+``namespace: kubeflow-system``, JobSet included), Kueue (``infra.versions.KUEUE_NAMESPACE``),
+``workloads.specs.observability.ObservabilitySettings.namespace``, and the CloudWatch add-on's
+own namespace (EKS user guide, "Install the CloudWatch agent with the Amazon CloudWatch
+Observability EKS add-on": its resources go to ``amazon-cloudwatch``). A test checks the list
+against those modules."""
 MAX_NAME = 40
 """A team's name is its namespace and prefixes its ClusterQueues (``<team>-<pool>``)."""
 
@@ -58,6 +74,33 @@ class TeamConfig:
         return self.name
 
 
+def cluster_queue_name(pool: str, team: str | None = None) -> str:
+    """``<team>-<pool>``, or ``<pool>`` for the pool's own queue: the name of a Kueue
+    ClusterQueue, as ``workloads.specs.kueue.cluster_queue_name`` names it (a test checks)."""
+    return f"{team}-{pool}" if team else pool
+
+
+def _check_queue_names(teams: list[TeamConfig], pools: tuple[str, ...]) -> None:
+    """Every (pool, team) pair gets a ClusterQueue name of its own: ``<team>-<pool>`` joins
+    with a dash that names hold too (team ``a`` on pool ``b-c`` and team ``a-b`` on pool ``c``
+    both give ``a-b-c``; team ``a`` on pool ``b`` is pool ``a-b``'s own queue). Refused rather
+    than renamed: renaming a ClusterQueue replaces it (and evicts what it admitted), so the
+    names of every existing stack stay as they are."""
+    owner: dict[str, tuple[str, str | None]] = {pool: (pool, None) for pool in pools}
+    for i, team in enumerate(teams):
+        for pool in pools:
+            name = cluster_queue_name(pool, team.name)
+            other = owner.get(name)
+            if other is not None:
+                was = f"pool {other[0]!r}" + (f" of team {other[1]!r}" if other[1] else "")
+                raise _fail(
+                    f"teams[{i}].name",
+                    f"team {team.name!r} on pool {pool!r} would get ClusterQueue {name!r},"
+                    f" already the queue of {was}: rename the team",
+                )
+            owner[name] = (pool, team.name)
+
+
 def pool_gpus(group: GpuNodeGroupConfig) -> int:
     """A pool's GPUs: ``maxSize`` nodes x the instance's GPUs."""
     return group.max_size * group.instance.gpus
@@ -71,7 +114,11 @@ def _parse_team(value: Any, index: int, groups: dict[str, GpuNodeGroupConfig]) -
     if len(name) > MAX_NAME or not _DNS_LABEL.match(name):
         raise _fail(f"{path}.name", f"{name!r} is not a DNS label of at most {MAX_NAME} characters")
     if name in RESERVED_NAMESPACES or name.startswith("kube-"):
-        raise _fail(f"{path}.name", f"{name!r} is a namespace the platform owns; pick another")
+        owner = RESERVED_NAMESPACES.get(name, "Kubernetes")
+        raise _fail(
+            f"{path}.name",
+            f"team {name!r}: namespace {name} is the platform's ({owner}); pick another name",
+        )
     arns = obj.get("principalArns")
     if not isinstance(arns, list | tuple) or not arns:
         raise _fail(
@@ -171,4 +218,5 @@ def _parse_teams(
             if arn in owner:
                 raise _fail(where, f"{arn} is already a member of team {owner[arn]!r}")
             owner[arn] = team.name
+    _check_queue_names(teams, tuple(by_name))
     return _fill_shares(teams, by_name)

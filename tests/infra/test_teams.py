@@ -151,7 +151,20 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     (
         "a system namespace",
         {"teams": [_team(name="kube-public")]},
-        "eks-fsdp:teams[0].name: 'kube-public' is a namespace the platform owns; pick another",
+        "eks-fsdp:teams[0].name: team 'kube-public': namespace kube-public is the platform's"
+        " (Kubernetes); pick another name",
+    ),
+    (
+        "Trainer v2's namespace",
+        {"teams": [_team(name="kubeflow-system")]},
+        "eks-fsdp:teams[0].name: team 'kubeflow-system': namespace kubeflow-system is the"
+        " platform's (Kubeflow Trainer v2 and JobSet); pick another name",
+    ),
+    (
+        "the CloudWatch add-on's namespace",
+        {"teams": [_team(name="amazon-cloudwatch")]},
+        "eks-fsdp:teams[0].name: team 'amazon-cloudwatch': namespace amazon-cloudwatch is the"
+        " platform's (the amazon-cloudwatch-observability add-on); pick another name",
     ),
     (
         "not a list",
@@ -173,3 +186,74 @@ def test_teams_need_a_gpu_pool() -> None:
     raw = {**project_defaults(), **stack_file_values("dev"), "gpuNodeGroups": []}
     with pytest.raises(ConfigError, match=r"^eks-fsdp:teams: teams share GPU pools"):
         parse({**raw, "teams": [_team()]}, stack="dev")
+
+
+def test_reserved_namespaces_hold_every_namespace_the_platform_uses() -> None:
+    """The namespaces the stack's own modules install into are refused as team names."""
+    from infra import versions
+    from infra.config.teams import RESERVED_NAMESPACES
+    from workloads.specs import kueue, stack
+    from workloads.specs.observability import ObservabilitySettings
+
+    used = {
+        versions.TRAINING_OPERATOR_NAMESPACE,
+        versions.KUEUE_NAMESPACE,
+        kueue.JOBS_NAMESPACE,
+        stack.JOBS_NAMESPACE,
+        ObservabilitySettings().namespace,
+    }
+    assert used <= set(RESERVED_NAMESPACES)
+    for name in RESERVED_NAMESPACES:
+        with pytest.raises(ConfigError, match=rf"namespace {name} is the platform's"):
+            p5(teams=[_team(name=name)])
+
+
+def _two_pools(*names: str) -> list[dict[str, Any]]:
+    """p5-16's GPU group under each of ``names`` (8 nodes each)."""
+    (group,) = stack_file_values("p5-16")["gpuNodeGroups"]
+    return [{**group, "name": n, "maxSize": 8, "desiredSize": 8} for n in names]
+
+
+@pytest.mark.parametrize(
+    ("pools", "teams", "message"),
+    [
+        (
+            ("p5", "x-p5"),
+            ("a", "a-x"),
+            "eks-fsdp:teams[1].name: team 'a-x' on pool 'p5' would get ClusterQueue 'a-x-p5',"
+            " already the queue of pool 'x-p5' of team 'a': rename the team",
+        ),
+        (
+            ("p5", "x-p5"),
+            ("x",),
+            "eks-fsdp:teams[0].name: team 'x' on pool 'p5' would get ClusterQueue 'x-p5',"
+            " already the queue of pool 'x-p5': rename the team",
+        ),
+    ],
+    ids=["two teams", "a pool's own queue"],
+)
+def test_cluster_queue_names_never_clash(
+    pools: tuple[str, ...], teams: tuple[str, ...], message: str
+) -> None:
+    """``<team>-<pool>`` joins with a dash names hold too: a pair that would share a
+    ClusterQueue with another is refused in one line (renaming would replace live queues)."""
+    raw_teams = [{"name": t, "principalArns": [ARN.format(t)]} for t in teams]
+    with pytest.raises(ConfigError) as err:
+        p5(gpuNodeGroups=_two_pools(*pools), teams=raw_teams)
+    assert str(err.value) == message
+
+
+def test_queue_names_are_the_kueue_builders_and_distinct_for_valid_stacks() -> None:
+    from infra.config.teams import cluster_queue_name
+    from workloads.specs import kueue
+
+    for pool, team in (("p5", None), ("p5", "nlp"), ("x-p5", "a"), ("p5-block", "a-b")):
+        assert cluster_queue_name(pool, team) == kueue.cluster_queue_name(pool, team)
+    cfg = p5(
+        gpuNodeGroups=_two_pools("p5", "p4"),
+        teams=[{"name": t, "principalArns": [ARN.format(t)]} for t in ("nlp", "nlp-x", "cv")],
+    )
+    names = [
+        q["metadata"]["name"] for q in kueue.cluster_objects(cfg) if q["kind"] == "ClusterQueue"
+    ]
+    assert len(names) == len(set(names)) == 2 * (1 + 3)

@@ -1,6 +1,7 @@
 """When a capacity block ends, as a ConfigMap a job's pods can read (pure data, no pulumi).
 
-One ConfigMap per capacity-block node group, in the jobs' namespace, named
+One ConfigMap per capacity-block node group, in every namespace jobs run in (the jobs
+namespace, each team's: ``configmaps``), named
 ``capacity-block-<group>``, with the keys ``start``, ``end`` and ``scaleDownAt`` (ISO 8601 UTC)
 and ``nodeGroup``. A pod reads them with ``env[].valueFrom.configMapKeyRef`` (``optional: true``
 for groups without a block); the stack scales the group to zero at ``scaleDownAt``
@@ -22,6 +23,32 @@ KEYS = ("start", "end", "scaleDownAt")
 def configmap_name(node_group: str) -> str:
     """The ConfigMap of ``node_group``'s capacity block."""
     return f"capacity-block-{node_group}"
+
+
+def window(group: Any) -> dict[str, str]:
+    """``start``, ``end``, ``scaleDownAt`` (ISO 8601 UTC) of a capacity-block group
+    (``infra.config.GpuNodeGroupConfig`` with a ``capacity_block``): the values
+    ``infra.capacity_schedule.output_value`` exports (a test checks)."""
+    from infra.config.nodegroups import iso_utc
+
+    block = group.capacity_block
+    if block is None:
+        raise ValueError(f"group: {group.name} has no capacityBlock window")
+    return {
+        "start": iso_utc(block.start),
+        "end": iso_utc(block.end),
+        "scaleDownAt": iso_utc(block.scale_down_at),
+    }
+
+
+def configmaps(groups: Any, namespace: str) -> list[dict[str, Any]]:
+    """The ConfigMap of every capacity-block group of ``groups`` in ``namespace`` (none for
+    groups without a block)."""
+    return [
+        capacity_block_configmap(g.name, window(g), namespace)
+        for g in groups
+        if g.capacity_block is not None
+    ]
 
 
 def capacity_block_configmap(

@@ -7,10 +7,22 @@ provisioned statically: the PersistentVolume names the file system through the F
 is reserved for exactly one claim (``claimRef``); the claim binds to it by ``volumeName`` with
 ``storageClassName: ""`` so no dynamic provisioner ever answers it. Both are ReadWriteMany:
 every worker pod mounts the same folder, which is what makes a DCP checkpoint loadable.
+
+A claim cannot name a volume of another namespace, and a volume binds to one claim, so each
+namespace jobs run in (the jobs namespace, every team's: ``in_namespace``) gets its own
+volume of the same file system, named ``<namespace>-<claim>``. Several volumes may name one
+file system: the FSx CSI driver has no stage step (``NodeStageVolume`` is unimplemented, no
+node capability is advertised) and ``NodePublishVolume`` mounts ``<dnsname>@tcp:/<mountname>``
+at each pod's own target path, the volume handle serving only to key operations in flight
+(kubernetes-sigs/aws-fsx-csi-driver ``pkg/driver/node.go``; the static-provisioning example,
+``examples/kubernetes/static_provisioning``, is one such volume). Every team's volume thus
+shows the whole file system: the teams' checkpoint folders (``<root>/<job name>``) are kept
+apart by job names, not by the file system.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -80,6 +92,12 @@ class FileSystemRef:
         for name in ("file_system_id", "dns_name", "mount_name"):
             if not getattr(self, name):
                 raise ValueError(f"file_system.{name}: must not be empty")
+
+
+def in_namespace(s: CheckpointVolumeSettings, namespace: str) -> CheckpointVolumeSettings:
+    """The same claim (name, capacity) in ``namespace``, on a volume of its own
+    (``<namespace>-<claim>``) of the same file system: a team's checkpoint claim."""
+    return dataclasses.replace(s, namespace=namespace)
 
 
 def placeholder_file_system(region: str | None) -> FileSystemRef:

@@ -28,6 +28,14 @@ For each ``teams[]`` entry (``infra.config.teams``):
 - on stacks with observability, a **Role** ``job-metrics-<team>`` and its RoleBinding in the
   metrics namespace (``metrics_objects``, applied after the observability stack): ``get`` on Prometheus' ``services/proxy`` only, which ``python -m jobs
   status`` and ``list`` use to read the team's jobs' progress;
+- what a job's pods read in the namespace they run in, as the jobs namespace has it: on stacks
+  with capacity blocks the **ConfigMaps** of the blocks' end (``workloads.specs.capacity``);
+  on ``sharedStorage.type: fsx`` stacks the **checkpoint claim** on a volume of its own of
+  the same file system (``checkpoint_volume``, ``storage_objects``: a claim cannot name a
+  volume of another namespace); on stacks with ``hfToken`` the **Secret** ``hf-token``
+  (``hf_token_secret``), the same token. ``workloads.team`` creates the last two (they need
+  the file system's and the token's Outputs); ``python -m jobs submit --team`` checks the
+  ones a job needs before it creates anything (``jobs.team_check``);
 - a **LocalQueue** per GPU pool (``workloads.specs.kueue.team_local_queues``).
 """
 
@@ -36,9 +44,9 @@ from __future__ import annotations
 from typing import Any
 
 from infra.config.teams import TeamConfig
-from workloads.specs import etcd, kueue, pytorchjob
+from workloads.specs import capacity, etcd, kueue, pytorchjob, storage
 from workloads.specs.common import PART_OF, K8sObject
-from workloads.specs.settings import ETCD_CLIENT_PORT
+from workloads.specs.settings import ETCD_CLIENT_PORT, HF_TOKEN_KEY
 
 TEAM_LABEL = "eks-fsdp/team"
 """Label on a team's namespace (and objects) naming the team."""
@@ -60,6 +68,10 @@ ETCD_COMPONENT = etcd.COMPONENT
 """The label of the shared etcd's pods."""
 TRAINING_COMPONENT = pytorchjob.COMPONENT
 """The label of every training pod."""
+
+HF_TOKEN_SECRET = "hf-token"
+"""The Secret holding the Hugging Face token, in the jobs namespace and each team's: the
+default ``hfTokenSecretName`` of a job file (``infra.config.job``)."""
 
 JOB_VERBS = ("get", "list", "watch", "create", "delete", "patch")
 """``patch``: ``python -m jobs suspend``/``unsuspend`` (``runPolicy.suspend``)."""
@@ -211,6 +223,14 @@ def role(team: TeamConfig) -> K8sObject:
                 "verbs": list(JOB_VERBS),
             },
             {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": read},
+            # what `jobs submit --team` checks before it creates a job (jobs.team_check): the
+            # claim and the ServiceAccount its pods use (AmazonEKSViewPolicy grants the same
+            # on EKS; no Secret: a member never reads the token through the API)
+            {
+                "apiGroups": [""],
+                "resources": ["persistentvolumeclaims", "serviceaccounts"],
+                "verbs": read,
+            },
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": read},
             # patch: suspend/unsuspend of a queued job sets its Workload's spec.active
             {
@@ -286,8 +306,40 @@ def private_cidrs(stack_cfg: Any) -> tuple[str, ...]:
     return (stack_cfg.vpc_cidr, stack_cfg.kubernetes_service_cidr)
 
 
+def checkpoint_volume(team: TeamConfig, stack_cfg: Any) -> storage.CheckpointVolumeSettings | None:
+    """The team's checkpoint claim on an fsx stack (the jobs namespace's claim, in the team's
+    namespace, on a volume of its own), None on a stack without shared storage."""
+    from workloads.specs.stack import platform
+
+    volume = platform(stack_cfg, image="")["checkpoint_volume"]
+    return None if volume is None else storage.in_namespace(volume, team.namespace)
+
+
+def storage_objects(
+    team: TeamConfig, stack_cfg: Any, fs: storage.FileSystemRef
+) -> list[K8sObject]:
+    """The team's checkpoint volume and claim on file system ``fs`` (none without shared
+    storage): what ``workloads.team`` creates once the file system's Outputs resolve."""
+    volume = checkpoint_volume(team, stack_cfg)
+    return [] if volume is None else storage.objects(volume, fs)
+
+
+def hf_token_secret(team: TeamConfig, token: Any) -> K8sObject:
+    """The Secret ``hf-token`` in the team's namespace holding ``token`` (the stack's
+    ``hfToken``; ``workloads.team`` passes it as a secret Output)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(HF_TOKEN_SECRET, team, team.namespace),
+        "type": "Opaque",
+        "stringData": {HF_TOKEN_KEY: token},
+    }
+
+
 def objects(team: TeamConfig, stack_cfg: Any) -> list[K8sObject]:
-    """Every Kubernetes object of ``team`` on ``stack_cfg``, the Namespace first."""
+    """Every Kubernetes object of ``team`` on ``stack_cfg`` that needs no Output (the
+    Namespace first, the LocalQueues last): ``storage_objects`` and ``hf_token_secret`` are
+    apart."""
     return [
         namespace(team),
         service_account(team),
@@ -295,6 +347,7 @@ def objects(team: TeamConfig, stack_cfg: Any) -> list[K8sObject]:
         etcd_policy(team),
         role(team),
         role_binding(team),
+        *capacity.configmaps(stack_cfg.gpu_node_groups, team.namespace),
         *kueue.team_local_queues(team, stack_cfg.gpu_node_groups),
     ]
 
