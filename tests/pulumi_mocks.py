@@ -152,6 +152,16 @@ def _mock_outputs(args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict[str, A
     elif typ == "aws:iam/role:Role":
         state.setdefault("name", f"{name}-mock")
         state["arn"] = f"arn:aws:iam::{ACCOUNT}:role/{state['name']}"
+    elif typ == "aws:iam/policy:Policy":
+        state.setdefault("name", f"{name}-mock")
+        state["arn"] = f"arn:aws:iam::{ACCOUNT}:policy/{state['name']}"
+    elif typ == "aws:sqs/queue:Queue":
+        state.setdefault("name", f"{name}-mock")
+        state["arn"] = f"arn:aws:sqs:us-west-2:{ACCOUNT}:{state['name']}"
+        state["url"] = f"https://sqs.us-west-2.amazonaws.com/{ACCOUNT}/{state['name']}"
+    elif typ == "aws:cloudwatch/eventRule:EventRule":
+        state.setdefault("name", f"{name}-mock")
+        state["arn"] = f"arn:aws:events:us-west-2:{ACCOUNT}:rule/{state['name']}"
     elif typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
         rid = f"fs-{zlib.crc32(name.encode()):017x}"
         state["dnsName"] = f"{rid}.fsx.us-west-2.amazonaws.com"
