@@ -7,6 +7,13 @@ catalog, ``vpc.amazonaws.com/efa`` = its EFA interfaces when the group enables E
 the instance's vCPUs and memory. kwok keeps a node's ``status.allocatable`` as given, so the
 scheduler places pods by these figures. The system node group gets plain CPU nodes.
 
+The nodes of an EFA group also carry the network-topology labels EKS puts on the instance
+types that have them (EKS user guide, "Place distributed AI/ML workloads with network topology
+labels": ``topology.k8s.aws/network-node-layer-1`` to ``-3``, values like
+``nn-e50490a237cb0f01a``): all of a group's nodes under one network node per layer, as the
+instances of one cluster placement group or capacity block usually are. Kueue's topology-aware
+flavors (``workloads.specs.kueue``: EFA pools) count only nodes that carry every level.
+
 kwok plays each fake node's kubelet through *stages* (``kwok.x-k8s.io/v1alpha1`` ``Stage``,
 sigs.k8s.io/kwok ``kustomize/stage``): the upstream ``node-initialize``,
 ``node-heartbeat-with-lease``, ``pod-ready``, ``pod-complete`` and ``pod-delete`` (copied from
@@ -74,6 +81,17 @@ def _common_labels(group: str, zone: str | None) -> dict[str, str]:
     return labels
 
 
+def network_labels(group: Any) -> dict[str, str]:
+    """The EKS network-topology labels of ``group``'s nodes (EFA groups; none otherwise): one
+    fake network node per layer for the whole group, ``nn-<group>-<layer>``."""
+    from workloads.specs.kueue import TOPOLOGY_LEVELS, topology_aware
+
+    if not topology_aware(group):
+        return {}
+    layers = [level for level in TOPOLOGY_LEVELS if level.startswith("topology.k8s.aws/")]
+    return {level: f"nn-{group.name}-{i}" for i, level in enumerate(layers, 1)}
+
+
 def gpu_shape(group: Any, *, count: int | None = None) -> NodeShape:
     """Fake nodes of one ``GpuNodeGroupConfig``."""
     inst = group.instance
@@ -90,7 +108,11 @@ def gpu_shape(group: Any, *, count: int | None = None) -> NodeShape:
     return NodeShape(
         group=group.name,
         count=count if count is not None else min(group.max_size, MAX_NODES_PER_GROUP),
-        labels={**_common_labels(group.name, group.availability_zone), **node_labels(group)},
+        labels={
+            **_common_labels(group.name, group.availability_zone),
+            **node_labels(group),
+            **network_labels(group),
+        },
         taints=({"key": taint.key, "value": taint.value, "effect": taint.effect},),
         capacity=capacity,
     )

@@ -3,11 +3,15 @@
 The rendered Kueue and team objects of the p4de-odcr stack with two teams (``nlp`` owns one
 of the pool's two nodes, ``vision`` the other by default) are applied to the API server with
 Kueue (``KUEUE_VERSION``) and the training operator running, over fake p4de nodes that carry
-the EKS network-topology labels (the pool is EFA, so its flavor is topology-aware). Then, with
-the project's own PyTorchJob:
+the EKS network-topology labels (``controlplane.nodes.network_labels``: the pool is EFA, so its
+flavor is topology-aware). Then, with the project's own PyTorchJob as submit sends it (its pod
+template asks for ``kueue.x-k8s.io/podset-preferred-topology:
+topology.k8s.aws/network-node-layer-3``):
 
 - an ``nlp`` job of two workers (16 GPUs: its 8 and ``vision``'s idle 8, borrowed) is
-  admitted, and its pods are created;
+  admitted with a topology request of that level and a topology assignment that names both
+  nodes of the one layer-3 domain (Kueue assigns by hostname, the Topology's lowest level:
+  ``tas_flavor_snapshot.go`` ``buildAssignment``), and its pods are created;
 - a second ``nlp`` job stays suspended, its Workload not admitted, with Kueue's reason
   (``QuotaReserved`` False: ``insufficient unused quota``);
 - a one-worker ``vision`` job (8 GPUs, within its own quota) takes its quota back: the
@@ -15,14 +19,14 @@ the project's own PyTorchJob:
 
 If this fails, the cluster stack's queues do not behave as docs/sharing.md says: the CRDs or
 Kueue's webhooks reject the rendered objects, a LocalQueue does not reach its ClusterQueue,
-the cohort does not lend idle quota or take it back, or the team namespace's Role, policies
-or queue names do not fit a real API server.
+the cohort does not lend idle quota or take it back, an EFA job's topology preference does not
+reach Kueue (or names a level the flavor's Topology lacks), or the team namespace's Role,
+policies or queue names do not fit a real API server.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ import pytest
 
 from controlplane.client import Client, wait_for
 from controlplane.cluster import ControlPlane
+from controlplane.nodes import network_labels
 from infra.config import parse, project_defaults, stack_file_values
 from tests.controlplane.helpers import delete_and_wait, rendered_objects
 from workloads.specs import kueue, teams
@@ -40,8 +45,8 @@ ARN = "arn:aws:iam::123456789012:role/{}"
 PREFIX = "kq-"
 """Cluster-scoped names and the teams get it, so nothing collides with other tests' objects."""
 TIMEOUT_S = 90.0
-MANAGER = "kueue-quota-test"
-TOPOLOGY_LABELS = kueue.TOPOLOGY_LEVELS[:3]
+LAYER_3 = "topology.k8s.aws/network-node-layer-3"
+HOSTNAME = "kubernetes.io/hostname"
 
 
 def _stack() -> Any:
@@ -124,34 +129,31 @@ def _job(template: dict[str, Any], name: str, team: str, workers: int) -> dict[s
     return job
 
 
-@pytest.fixture
-def topology_labels(control_plane: ControlPlane) -> Iterator[list[str]]:
-    """The p4de fake nodes labelled as EKS labels nodes of one network block (layers 1-3 and
-    the hostname); the labels are taken away afterwards (server-side apply, own manager)."""
-    client = control_plane.client
-    names = [
-        n["metadata"]["name"]
-        for n in client.items("v1", "Node", None, labelSelector=f"eks-fsdp/nodegroup={STACK}")
-    ]
-    assert len(names) == 2, names
-    for name in names:
-        labels = {label: f"nn-{i}" for i, label in enumerate(TOPOLOGY_LABELS, 1)}
-        labels["kubernetes.io/hostname"] = name
-        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
-        client.apply(node, field_manager=MANAGER, force=True)
-    try:
-        yield names
-    finally:
-        for name in names:
-            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-            client.apply(node, field_manager=MANAGER, force=True)
+def _hostnames(assignment: dict[str, Any]) -> list[str]:
+    """The nodes a v1beta2 ``TopologyAssignment`` names at its lowest level (``slices`` of
+    ``valuesPerLevel``: one value for the whole slice, or prefix + roots + suffix each)."""
+    level = assignment["levels"].index(HOSTNAME)
+    names = []
+    for piece in assignment["slices"]:
+        values = piece["valuesPerLevel"][level]
+        if "universal" in values:
+            names += [values["universal"]] * int(piece["domainCount"])
+        else:
+            ind = values["individual"]
+            names += [ind.get("prefix", "") + r + ind.get("suffix", "") for r in ind["roots"]]
+    return names
 
 
-def test_borrowed_quota_is_used_then_reclaimed(
-    control_plane: ControlPlane, topology_labels: list[str], tmp_path: Path
-) -> None:
+def test_borrowed_quota_is_used_then_reclaimed(control_plane: ControlPlane, tmp_path: Path) -> None:
     client = control_plane.client
     cfg = _stack()
+    (group,) = [g for g in cfg.gpu_node_groups if g.name == STACK]
+    block = network_labels(group)[LAYER_3]  # the layer-3 network node of the fake p4de nodes
+    nodes = {
+        n["metadata"]["name"]
+        for n in client.items("v1", "Node", None, labelSelector=f"{LAYER_3}={block}")
+    }
+    assert len(nodes) == 2, nodes
     (template,) = [
         o for o in rendered_objects(STACK, tmp_path / "render") if o["kind"] == "PyTorchJob"
     ]
@@ -169,6 +171,8 @@ def test_borrowed_quota_is_used_then_reclaimed(
     ]
     local_queues = [o for o in team_objs if o["kind"] == "LocalQueue"]
     namespaced = [o for o in team_objs if o["kind"] != "LocalQueue"]
+    annotations = template["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]
+    assert annotations["annotations"][kueue.PREFERRED_TOPOLOGY_ANNOTATION] == LAYER_3
     jobs = {
         "a": _job(template, "nlp-a", nlp, 2),
         "b": _job(template, "nlp-b", nlp, 2),
@@ -207,9 +211,16 @@ def test_borrowed_quota_is_used_then_reclaimed(
 
         usage = wait_for("nlp's queue borrowing 8 GPUs", borrowed, timeout=TIMEOUT_S)
         assert str(usage["total"]) == "16"
-        # Topology-aware: Kueue placed both workers on the labelled nodes itself.
-        (podset,) = _workload(client, jobs["a"])["status"]["admission"]["podSetAssignments"]
-        assert podset["topologyAssignment"]["levels"], podset
+        # Topology-aware: the job asked for one layer-3 block, and Kueue placed its two
+        # workers on the two nodes of that block (by hostname, the Topology's lowest level).
+        workload = _workload(client, jobs["a"])
+        assert workload is not None
+        (wanted,) = workload["spec"]["podSets"]
+        assert wanted["topologyRequest"]["preferred"] == LAYER_3, wanted.get("topologyRequest")
+        (podset,) = workload["status"]["admission"]["podSetAssignments"]
+        assignment = podset["topologyAssignment"]
+        assert assignment["levels"] == [HOSTNAME], assignment
+        assert sorted(_hostnames(assignment)) == sorted(nodes), assignment
 
         # 2. A second one does not fit: it waits, and quota is Kueue's reason.
         client.create(jobs["b"])
