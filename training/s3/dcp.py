@@ -4,11 +4,21 @@ DCP's `FileSystemWriter` / `FileSystemReader` (torch/distributed/checkpoint/file
 v2.13.0) do all their I/O through `self.fs`, a `FileSystemBase` (`create_stream`, `concat_path`,
 `rename`, `exists`, `rm_file`, ...); s3torchconnector's `S3StorageWriter` is built the same way
 (s3torchconnector/dcp/s3_file_system.py at v1.5.0). Each rank streams its shard file as a
-multipart upload of `PART_BYTES` parts with at most `PARTS_IN_FLIGHT` parts buffered, so a
-rank's memory for the write is bounded whatever its shard size. Reads ask for each file's items
+multipart upload of `PART_BYTES` parts: a write is cut into parts as it comes (a tensor's
+storage arrives as one write of its whole size), at most `PARTS_IN_FLIGHT` parts are uploading
+at once, and the part being filled is below `PART_BYTES`, so a stream holds at most
+`(PARTS_IN_FLIGHT + 1) * PART_BYTES` bytes whatever its shard size
+(tests/training/test_s3_dcp_stream.py counts them). A failed write aborts the upload only after
+the parts in flight have returned: S3 may still store a part that was uploading when the abort
+came (S3 API Reference, AbortMultipartUpload), and the bucket's lifecycle removes what an
+upload killed with its process leaves (`infra.data_bucket.ABORT_MULTIPART_DAYS`). Reads ask for each file's items
 in offset order, and each item is cut from a window of at least `WINDOW_BYTES` fetched by one
 ranged GET: DCP writes a rank's items back to back, so a window serves many small tensors, and
-`torch.load`'s seeks within an item (to its zip directory and back) cost no request.
+`torch.load`'s seeks within an item (to its zip directory and back) cost no request. botocore
+retries a request until its response starts, not the reading of a streamed body
+(`botocore/response.py` `StreamingBody.read` at 1.44.8 raises `ReadTimeoutError` /
+`ResponseStreamingError`, and `IncompleteReadError` on a short body): a ranged GET whose body
+breaks off is asked again, `BODY_READ_ATTEMPTS` times at most.
 
 What makes a save complete is not here: DCP writes `.metadata` last (after gathering every
 rank's write results), and `training.checkpoint` then writes the `COMPLETE` marker
@@ -39,6 +49,8 @@ PART_BYTES = 32 * 2**20
 User Guide, "Amazon S3 multipart upload limits") hold 320 GiB, far above a rank's shard."""
 PARTS_IN_FLIGHT = 4
 """Parts uploaded concurrently per stream (memory: this many parts plus the one filling)."""
+BODY_READ_ATTEMPTS = 5
+"""Ranged GETs of the same bytes when reading the response body fails part-way."""
 READ_BUFFER_BYTES = 8 * 2**20
 """Buffer of a sequential read stream (DCP's `.metadata`)."""
 WINDOW_BYTES = 32 * 2**20
@@ -66,12 +78,15 @@ class _MultipartWriter(io.RawIOBase):
 
     def write(self, b: Any) -> int:
         view = memoryview(b).cast("B")
-        self._buf += view
+        done = 0
+        while done < len(view):  # never more than a part in the buffer, however large `b` is
+            take = min(PART_BYTES - len(self._buf), len(view) - done)
+            self._buf += view[done : done + take]
+            done += take
+            if len(self._buf) == PART_BYTES:
+                part, self._buf = bytes(self._buf), bytearray()
+                self._send(part)
         self._pos += len(view)
-        while len(self._buf) >= PART_BYTES:
-            part = bytes(self._buf[:PART_BYTES])
-            del self._buf[:PART_BYTES]
-            self._send(part)
         return len(view)
 
     def _send(self, part: bytes) -> None:
@@ -126,9 +141,13 @@ class _MultipartWriter(io.RawIOBase):
             super().close()
 
     def _abort(self) -> None:
+        """Cancel the parts not started, wait for those uploading, then abort the upload (an
+        abort while a part uploads may leave that part stored)."""
         if self._upload_id is not None:
             for f in self._parts:
                 f.cancel()
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
             self.s3.abort_multipart_upload(
                 Bucket=self.bucket, Key=self.key, UploadId=self._upload_id
             )
@@ -175,16 +194,31 @@ class _RangedReader(io.RawIOBase):
         return data
 
     def _get(self, start: int, end: int) -> bytes:
-        """Bytes [start, end) by one ranged GET."""
-        body = self.s3.get_object(
-            Bucket=self.bucket, Key=self.key, Range=f"bytes={start}-{end - 1}"
+        """Bytes [start, end) by one ranged GET, asked again when its body breaks off."""
+        from botocore.exceptions import (
+            IncompleteReadError,
+            ReadTimeoutError,
+            ResponseStreamingError,
         )
-        data = body["Body"].read()
-        if len(data) != end - start:
-            raise OSError(
-                f"s3://{self.bucket}/{self.key}: {len(data)} bytes at {start}, not {end - start}"
+
+        where = f"s3://{self.bucket}/{self.key}"
+        for attempt in range(1, BODY_READ_ATTEMPTS + 1):
+            body = self.s3.get_object(
+                Bucket=self.bucket, Key=self.key, Range=f"bytes={start}-{end - 1}"
             )
-        return data
+            try:
+                data = body["Body"].read()
+            except (IncompleteReadError, ReadTimeoutError, ResponseStreamingError) as e:
+                if attempt == BODY_READ_ATTEMPTS:
+                    raise OSError(
+                        f"{where}: reading bytes {start}-{end - 1} failed {attempt} times: {e}"
+                    ) from e
+                continue
+            if len(data) == end - start:
+                return data
+            if attempt == BODY_READ_ATTEMPTS:
+                raise OSError(f"{where}: {len(data)} bytes at {start}, not {end - start}")
+        raise AssertionError("unreachable")
 
     def window(self, offset: int, length: int) -> memoryview:
         """Bytes [offset, offset + length), from the current window or a new one."""

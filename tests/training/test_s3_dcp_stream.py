@@ -1,0 +1,164 @@
+"""The S3 streams under DCP (``training/s3/dcp.py``): memory bound, failed uploads, broken reads.
+
+Against moto's S3 server on loopback (tests/training/conftest.py ``s3_env``); the only stand-in
+is a thin wrapper around the real boto3 client that counts the bytes of the parts being
+uploaded, fails one part, or breaks a response body the way botocore reports a dropped
+connection (``botocore/response.py`` at 1.44.8: ``ResponseStreamingError``), since a real
+network fault cannot be made on demand here. Parts are 5 MiB, the smallest S3 (and moto)
+accepts but for the last (Amazon S3 User Guide, "Amazon S3 multipart upload limits").
+
+If these fail, a rank writing one large tensor would hold the whole of it in memory on top of
+the parts in flight (the bound the module states would be false), a failed checkpoint save
+would leave a multipart upload (billed storage) behind or abort it while parts were still
+being uploaded (S3 may then keep them: S3 API Reference, AbortMultipartUpload), or a body cut
+off mid-read would fail a resume that a second GET would have completed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import threading
+import time
+from typing import Any
+
+import pytest
+from botocore.exceptions import ResponseStreamingError
+
+from tests.training.conftest import S3Server
+from training.s3 import dcp
+
+PART = 5 * 2**20
+
+
+class _Counting:
+    """The real client; ``upload_part`` counts the part bytes uploading at once (with the
+    writer's own buffer at that moment), and records when parts end and the abort comes."""
+
+    def __init__(self, real: Any, fail_part: int | None = None) -> None:
+        self.real, self.fail_part = real, fail_part
+        self.writer: Any = None
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.peak_held = 0
+        self.seq = itertools.count()
+        self.part_ends: list[int] = []
+        self.abort_at: int | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def upload_part(self, **kw: Any) -> Any:
+        size = len(kw["Body"])
+        with self.lock:
+            self.in_flight += size
+            buffered = len(self.writer._buf) if self.writer is not None else 0
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            self.peak_held = max(self.peak_held, self.in_flight + buffered)
+        try:
+            time.sleep(0.05)  # keep parts overlapping, as a real network would
+            if kw["PartNumber"] == self.fail_part:
+                raise OSError(f"part {self.fail_part}: connection reset")
+            return self.real.upload_part(**kw)
+        finally:
+            with self.lock:
+                self.in_flight -= size
+                self.part_ends.append(next(self.seq))
+
+    def abort_multipart_upload(self, **kw: Any) -> Any:
+        with self.lock:
+            self.abort_at = next(self.seq)
+        return self.real.abort_multipart_upload(**kw)
+
+
+@pytest.fixture
+def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dcp, "PART_BYTES", PART)
+
+
+def _fs(s3: S3Server, wrapper: _Counting) -> dcp.S3FileSystem:
+    fs = dcp.S3FileSystem()
+    fs.s3 = wrapper
+    return fs
+
+
+def test_a_large_write_holds_at_most_the_parts_in_flight_and_one_filling(
+    s3_env: S3Server, small_parts: None
+) -> None:
+    bucket = s3_env.bucket("dcp-stream")
+    wrapper = _Counting(s3_env.client())
+    payload = bytes(range(256)) * (23 * PART // 2 // 256) + b"tail"  # 11.5 parts and 4 bytes
+    fs = _fs(s3_env, wrapper)
+    with fs.create_stream(f"s3://{bucket}/ckpt/__0_0.distcp", "wb") as stream:
+        wrapper.writer = stream
+        stream.write(payload[:100])
+        stream.write(memoryview(payload)[100:])  # a tensor's storage: one write of its size
+        assert len(stream._buf) < PART
+    got = s3_env.client().get_object(Bucket=bucket, Key="ckpt/__0_0.distcp")["Body"].read()
+    assert hashlib.sha256(got).digest() == hashlib.sha256(payload).digest()
+    assert len(wrapper.part_ends) == len(payload) // PART + 1
+    assert wrapper.peak_in_flight <= dcp.PARTS_IN_FLIGHT * PART
+    assert wrapper.peak_held <= (dcp.PARTS_IN_FLIGHT + 1) * PART, wrapper.peak_held
+
+
+def test_a_failed_save_aborts_after_its_parts_return_and_leaves_no_upload(
+    s3_env: S3Server, small_parts: None
+) -> None:
+    bucket = s3_env.bucket("dcp-abort")
+    wrapper = _Counting(s3_env.client(), fail_part=3)
+    fs = _fs(s3_env, wrapper)
+    with (
+        pytest.raises(OSError, match="part 3: connection reset"),
+        fs.create_stream(f"s3://{bucket}/ckpt/__1_0.distcp", "wb") as stream,
+    ):
+        for _ in range(9):
+            stream.write(b"\x01" * PART)
+    assert wrapper.abort_at is not None
+    assert wrapper.part_ends and max(wrapper.part_ends) < wrapper.abort_at
+    client = s3_env.client()
+    assert "Uploads" not in client.list_multipart_uploads(Bucket=bucket)
+    assert "Contents" not in client.list_objects_v2(Bucket=bucket)
+
+
+class _Breaking:
+    """The real client; the body of the first ``breaks`` GETs raises as a dropped connection."""
+
+    def __init__(self, real: Any, breaks: int) -> None:
+        self.real, self.breaks, self.gets = real, breaks, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def get_object(self, **kw: Any) -> Any:
+        self.gets += 1
+        out = self.real.get_object(**kw)
+        if self.gets <= self.breaks:
+            out["Body"].close()
+            out["Body"] = _BrokenBody()
+        return out
+
+
+class _BrokenBody(io.RawIOBase):
+    def read(self, size: int = -1) -> bytes:
+        raise ResponseStreamingError(error="Connection broken: IncompleteRead(1 bytes read)")
+
+
+def test_a_body_cut_off_is_read_again_a_bounded_number_of_times(s3_env: S3Server) -> None:
+    bucket = s3_env.bucket("dcp-read")
+    data = bytes(range(256)) * 4096
+    s3_env.client().put_object(Bucket=bucket, Key="ckpt/__0_0.distcp", Body=data)
+    real = s3_env.client()
+    flaky = _Breaking(real, breaks=dcp.BODY_READ_ATTEMPTS - 1)
+    reader = dcp._RangedReader(flaky, bucket, "ckpt/__0_0.distcp")
+    assert bytes(reader.window(1000, 5000)) == data[1000:6000]
+    assert flaky.gets == dcp.BODY_READ_ATTEMPTS
+    broken = _Breaking(real, breaks=10**6)
+    reader = dcp._RangedReader(broken, bucket, "ckpt/__0_0.distcp")
+    with pytest.raises(OSError) as err:
+        reader.window(0, 10)
+    assert broken.gets == dcp.BODY_READ_ATTEMPTS
+    text = str(err.value)
+    assert "\n" not in text and text.startswith(f"s3://{bucket}/ckpt/__0_0.distcp: reading bytes")
+    assert f"failed {dcp.BODY_READ_ATTEMPTS} times" in text
