@@ -21,7 +21,9 @@ from datetime import datetime
 from typing import Any
 
 from jobs import capacity, cluster_logs, cluster_metrics, manifest, queue, resume_from, trainjob
+from jobs.efa_claim import create as create_efa_claim
 from jobs.file import JobFile, loads
+from jobs.gate_status import from_pods as gate_line_of
 from jobs.kube import (
     STILL_DELETING,
     api_errors,
@@ -293,6 +295,7 @@ class ClusterBackend:
                 last_failure = f"{r.name}: {r.reason or 'Error'}" + (
                     f" (exit {r.exit_code})" if r.exit_code is not None else ""
                 )
+        last_failure = gate_line_of(pods, pj.CONTAINER) or last_failure  # the node, named
         phase = phase_of(job)
         ns = meta.get("namespace", self.namespace)
         admission, why = queue.admission(workload)
@@ -389,6 +392,8 @@ class ClusterBackend:
             policy = manifest.owned_by(manifest.network_policy(settings, metrics_ns), created)
             with api_errors(self.api, f"create networkpolicy {policy['metadata']['name']}"):
                 _raw(self.net.create_namespaced_network_policy, ns, policy)
+            if settings.efa_dra:  # the workers' EFA claim (workloads.specs.efa)
+                create_efa_claim(self.api, settings, created)
         except JobsError:
             self._delete_job(settings.name, ns)  # nothing half-made is left behind
             raise

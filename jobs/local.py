@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from jobs import local_queue, resume_from
+from jobs import gate_status, local_queue, resume_from
 from jobs.file import JobFile, loads
 from jobs.manifest import fresh_rdzv_id
 from jobs.progress import from_rows, planned_steps, read_rows
@@ -297,7 +297,8 @@ class LocalBackend:
                 )
             )
             if phase != "Succeeded":
-                last_failure = reason
+                gate = gate_status.from_output(self.metrics_path(name).parent)
+                last_failure = gate or reason
         elif phase == "Failed":
             last_failure = f"the runner exited without a result: see {folder / RUNNER_LOG}"
         if not last_failure:
