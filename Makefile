@@ -78,6 +78,10 @@ controlplane: setup ## build the local Kubernetes control plane from its Go modu
 cluster: controlplane ## run the local control plane (fake GPU nodes, training operator, Kueue) until Ctrl-C
 	$(PY) -m controlplane up
 
+# The suite never asks the Hugging Face Hub (jobs submit pins revisions there, jobs/revisions.py);
+# the tests that need the Hub serve its API on 127.0.0.1 (tests/jobs/test_revisions.py).
+test test-fast: export HF_HUB_OFFLINE = 1
+
 # mypy (make lint) stays out of the suite: from a cold cache it takes 3 min 17 s on a 2-core AVX2 VM.
 # The control-plane tests run last, in one process: one control plane for all of them.
 test: setup controlplane ## ruff, then the whole suite (slow multi-process tests included), on TEST_WORKERS pytest-xdist workers

@@ -271,9 +271,14 @@ def run(args: argparse.Namespace) -> int:
             stack=args.stack,
             namespace=job.config.namespace,
         )
+        from jobs.revisions import pin_job
         from planner.estimate import lines as estimate
 
-        planned = estimate(job)  # the planner's figures, computed before anything is sent
+        pinned = pin_job(job)  # the Hub revisions as commits, recorded with the job
+        if pinned.sets:
+            sets += pinned.sets
+            job = load(args.file, sets=sets, name=args.name, stack=args.stack)
+        planned = pinned.notes + estimate(job)  # computed before anything is sent
         resumed = {"from_uri": args.from_uri} if args.from_uri is not None else {}
         done = backend.submit(job, image=args.image, replace=args.replace, **resumed)
         for line in planned:  # printed once the job exists: a refusal stays one line

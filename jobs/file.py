@@ -53,11 +53,18 @@ KEYS: dict[str, str] = {
     "device": "cuda on the cluster; cpu for a job that runs on CPUs (the local demo)",
     "checkpointClaim": "PVC every worker mounts for checkpoints (fsx stacks: fsx-checkpoints)",
     "namespace": "namespace of the job (the stack's jobs namespace, default)",
-    "preflight": "check collectives, matmul and memory before step 1 (default: on EFA nodes)",
+    "preflight": "check the nodes before step 1: true | false | {expect: 'efa=32,gpus=8'} "
+    "(default: on EFA nodes; a failure names the node, docs/node-health.md)",
     "ncclDebug": "NCCL_DEBUG of the workers: WARN (default) | INFO (init, network) | VERSION | TRACE",
     "team": "team of the stack whose queue, namespace and ServiceAccount the job uses",
     "priority": "Kueue priority class: production | experiment (default: the team's)",
     "api": "v1: a PyTorchJob (elastic; default) | v2: a Trainer v2 TrainJob (fixed world size)",
+    "modelRevision": "Hub branch, tag or commit of model (default: its default branch); "
+    "submit pins it to its commit (jobs.revisions)",
+    "datasetRevision": "Hub branch, tag or commit of the dataset (hf_dataset's, samsum's); "
+    "submit pins it to its commit",
+    "requireRevisions": "true: submit stops unless the Hub resolves each revision to a commit "
+    "(default false: a warning, the revision as given)",
     "args": "more training.finetune flags, as a mapping flag: value (lr: 3.0e-4)",
 }
 """Every key of a job file, with its one-line meaning (``python -m jobs submit --help``)."""
@@ -96,6 +103,8 @@ FLAG_KEYS = {
     "sharding_strategy": "shardingStrategy",
     "max_train_step": "maxTrainStep",
     "checkpoint_every": "checkpointEvery",
+    "model_revision": "modelRevision",
+    "dataset_revision": "datasetRevision",
     "enable_fsdp": "(always on)",
 }
 """Training flags a key of the file sets: refused under ``args`` (one place for each)."""
@@ -285,6 +294,34 @@ def _train_args(args: Any, source: str, lines: Mapping[str, int]) -> tuple[str, 
     return tuple(out)
 
 
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+"""A branch, tag or commit name as a Hub revision (a git ref name's common characters)."""
+
+
+def _revision_args(
+    values: Mapping[str, Any], source: str, lines: Mapping[str, int]
+) -> tuple[str, ...]:
+    """``modelRevision`` / ``datasetRevision`` as training's ``--model_revision`` /
+    ``--dataset_revision`` (``submit`` writes the commit there, ``jobs.revisions``)."""
+    out = []
+    for key, flag in (("modelRevision", "model_revision"), ("datasetRevision", "dataset_revision")):
+        value = values.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not _REVISION.match(value):
+            raise JobFileError(
+                f"{_where(source, lines, key)}: {key}: {value!r} is not a branch, tag or commit "
+                "(letters, digits, . _ - /; quote a commit of digits only)"
+            )
+        out.append(f"--{flag}={value}")
+    if not isinstance(values.get("requireRevisions", False), bool):
+        raise JobFileError(
+            f"{_where(source, lines, 'requireRevisions')}: requireRevisions: expected true or "
+            f"false, got {values['requireRevisions']!r}"
+        )
+    return tuple(out)
+
+
 def parse(
     values: Mapping[str, Any],
     *,
@@ -328,7 +365,7 @@ def parse(
         platform = load_stack_file(stack_name, root)
     except ConfigError as err:
         raise JobFileError(f"{_where(source, lines, 'stack')}: stack {stack_name}: {err}") from None
-    extra = _train_args(values.get("args"), source, lines)
+    extra = _train_args(values.get("args"), source, lines) + _revision_args(values, source, lines)
     obj = {_TO_CONFIG[k]: v for k, v in values.items() if k in _TO_CONFIG}
     obj["extraArgs"] = list(extra)
     try:

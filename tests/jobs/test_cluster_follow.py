@@ -152,8 +152,10 @@ def test_submit_follow_waits_for_pod_0_to_start_then_streams_it(
     assert out.startswith(f"submitted {NAME}") and out.endswith(
         "step 1 loss 2.0\nstep 2 loss 1.5\n"
     )
-    # the planner's estimate (plan: lines) is printed once the job exists, then the waits
-    assert [line for line in err.splitlines() if not line.startswith("plan: ")] == [
+    # the planner's estimate (plan: lines) and the Hub revisions (jobs.revisions: pinned, or
+    # not where the Hub cannot be reached) are printed once the job exists, then the waits
+    notes = ("plan: ", "pinned: ", "warning: model ", "warning: dataset ")
+    assert [line for line in err.splitlines() if not line.startswith(notes)] == [
         f"waiting for pod {POD0} to start: not created yet (job Pending)",
         f"waiting for pod {POD0} to start: Pending: ContainerCreating",
     ]

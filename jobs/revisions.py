@@ -1,0 +1,213 @@
+"""Reproducible inputs: ``jobs submit`` pins the model's and the dataset's Hugging Face revision
+to the commit it names at that moment, so restarts, resumes and reruns load the same weights and
+rows.
+
+A job file may name a revision (``modelRevision``, ``datasetRevision``: a branch, a tag or a
+commit; none means the repository's default branch). At submit each one of a Hub repository is
+resolved once to its commit SHA (``HfApi().model_info`` / ``dataset_info``, which answer
+``sha``: the commit the revision points to) and written back into the job's keys, which the
+job's record keeps (``JobFile.dump``: the ConfigMap ``<name>-job`` on a cluster, the local
+run's folder) and the manifest hands to training as ``--model_revision`` /
+``--dataset_revision`` (``jobs.file``). A restart reads the same flags; a resume reads the
+record: both load that commit even when the branch has moved since. A revision given as 40
+hex digits is a commit already and is used as is, without a request.
+
+Not on the Hub, nothing to pin: a training preset (``tiny-llama``), a path (``/...``, ``./...``,
+``~/...``) or a URI (``s3://...``); a dataset other than ``hf_dataset`` (a Hub id) or
+``samsum_dataset`` (``knkarthick/samsum``); a local data file.
+
+The Hub is reached as huggingface_hub reaches it: ``HF_ENDPOINT`` (default
+https://huggingface.co) and ``HF_TOKEN`` (else the token ``huggingface-cli login`` saved).
+Offline (``HF_HUB_OFFLINE``), unreachable, or a repository it does not show to this token (a
+gated or private one; the pods may hold a token the submitting machine lacks): one warning line
+and the revision as given, unless the job sets ``requireRevisions: true``, which stops the
+submit with one line. A revision the Hub says does not exist stops it always: the pods would
+fail on it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from jobs.types import JobsError
+
+if TYPE_CHECKING:
+    from jobs.file import JobFile
+
+SHA = re.compile(r"^[0-9a-f]{40}$")
+"""A full commit id: what the Hub's ``sha`` field holds and what ``revision=`` takes as is."""
+SAMSUM_HUB_ID = "knkarthick/samsum"
+"""The repository ``--dataset samsum_dataset`` loads first (``training/hf_data.py``,
+``hub_samsum``: ``knkarthick/samsum``, then ``samsum``). The pinned commit is this one's."""
+DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
+"""Local data files ``--hf_dataset`` reads with a packaged builder (``training/hf_data.py``
+``_BUILDERS``): no repository, no revision."""
+TIMEOUT_S = 10.0
+"""One request's limit: a hub that does not answer in this time counts as unreachable."""
+OFFLINE_VALUES = ("1", "ON", "YES", "TRUE")
+"""Values of ``HF_HUB_OFFLINE`` that mean offline (huggingface_hub ``constants._is_true``,
+``src/huggingface_hub/constants.py`` at v1.x/2.x)."""
+
+KEYS = {"model": "modelRevision", "dataset": "datasetRevision"}
+"""The job-file key that names (and, once pinned, records) each input's revision."""
+REQUIRE_KEY = "requireRevisions"
+
+
+class Unresolved(Exception):
+    """The Hub could not say which commit a revision is (offline, unreachable, not shown)."""
+
+
+@dataclass(frozen=True)
+class HubInput:
+    """One input of a job that lives in a Hub repository."""
+
+    kind: str
+    """``model`` or ``dataset``."""
+    repo: str
+    revision: str | None
+    """As the job file names it; None: the default branch."""
+
+    @property
+    def key(self) -> str:
+        return KEYS[self.kind]
+
+    @property
+    def said(self) -> str:
+        return self.revision or "its default branch"
+
+
+@dataclass
+class Pinned:
+    """What ``pin`` found: the ``--set`` overrides that record each commit, and the lines to
+    print once the job exists (a refusal before it stays one line)."""
+
+    sets: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def hub_repo(name: str, presets: Sequence[str] = ()) -> str | None:
+    """``name`` if it is a Hub repository id (``namespace/name``), else None: a preset, a path,
+    a URI or a data file."""
+    from infra.config.job import repo_problem
+
+    if not name or name in presets or "://" in name or name.startswith(("/", ".", "~")):
+        return None
+    if name.count("/") != 1 or name.lower().endswith(DATA_FILE_SUFFIXES):
+        return None
+    return name if repo_problem(name) is None else None
+
+
+def _flag(extra_args: Sequence[str], flag: str) -> str | None:
+    prefix = f"--{flag}="
+    return next((a[len(prefix) :] for a in extra_args if a.startswith(prefix)), None)
+
+
+def hub_inputs(
+    model: str, dataset: str, extra_args: Sequence[str], values: Mapping[str, object]
+) -> list[HubInput]:
+    """The job's inputs that live on the Hub, with the revision its file names."""
+    from planner.shapes import training_presets  # the presets, read without importing torch
+
+    found = []
+    if (repo := hub_repo(model, list(training_presets()))) is not None:
+        found.append(HubInput("model", repo, _revision(values, "model")))
+    data = None
+    if dataset == "hf_dataset":
+        data = hub_repo(_flag(extra_args, "hf_dataset") or "")
+    elif dataset == "samsum_dataset":
+        data = SAMSUM_HUB_ID
+    if data is not None:
+        found.append(HubInput("dataset", data, _revision(values, "dataset")))
+    return found
+
+
+def _revision(values: Mapping[str, object], kind: str) -> str | None:
+    value = values.get(KEYS[kind])
+    return str(value) if value not in (None, "") else None
+
+
+def offline(env: Mapping[str, str]) -> bool:
+    return env.get("HF_HUB_OFFLINE", "").upper() in OFFLINE_VALUES
+
+
+def resolve(item: HubInput, env: Mapping[str, str]) -> str:
+    """The commit SHA ``item.revision`` names on the Hub. ``JobsError`` (status 2) when the
+    Hub says the revision does not exist; ``Unresolved`` when it cannot say."""
+    if offline(env):
+        raise Unresolved("offline: HF_HUB_OFFLINE is set")
+    try:
+        from huggingface_hub import HfApi
+        from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+    except ImportError:
+        raise Unresolved("the huggingface_hub package is not installed") from None
+    # Endpoint and token from the environment given (not huggingface_hub's import-time copy):
+    # HfApi(endpoint=None) would use constants.ENDPOINT, read once at import.
+    api = HfApi(endpoint=env.get("HF_ENDPOINT") or None, token=env.get("HF_TOKEN") or None)
+    info = api.model_info if item.kind == "model" else api.dataset_info
+    try:
+        sha = info(item.repo, revision=item.revision, timeout=TIMEOUT_S).sha
+    except RevisionNotFoundError:
+        raise JobsError(
+            f"{item.key}: {item.revision!r}: no such revision of {item.kind} {item.repo} on the "
+            "Hub (a branch, a tag or a commit)",
+            status=2,
+        ) from None
+    except RepositoryNotFoundError:  # also GatedRepoError: not shown to this token
+        raise Unresolved(
+            "the Hub shows no such repository to this token (gated or private: set HF_TOKEN)"
+        ) from None
+    except Exception as err:  # offline mode, DNS, refused, timeout, a 5xx: cannot say
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise Unresolved(f"the Hub cannot be reached: {first}") from None
+    if not isinstance(sha, str) or not SHA.match(sha):
+        raise Unresolved(f"the Hub answered no commit for it (sha {sha!r})")
+    return sha
+
+
+def pin(
+    model: str,
+    dataset: str,
+    extra_args: Sequence[str],
+    values: Mapping[str, object],
+    *,
+    source: str,
+    env: Mapping[str, str] | None = None,
+) -> Pinned:
+    """Each Hub input's revision as a commit: the ``--set KEY="SHA"`` overrides to reload the
+    job file with, and one line per input. ``JobsError`` (status 2) for a revision that does
+    not exist, or one that cannot be resolved under ``requireRevisions: true``."""
+    env = os.environ if env is None else env
+    required = values.get(REQUIRE_KEY) is True
+    out = Pinned()
+    for item in hub_inputs(model, dataset, extra_args, values):
+        if item.revision is not None and SHA.match(item.revision):
+            out.notes.append(f"pinned: {item.kind} {item.repo} at commit {item.revision}")
+            continue
+        try:
+            sha = resolve(item, env)
+        except Unresolved as why:
+            if required:
+                raise JobsError(
+                    f"{source}: {REQUIRE_KEY}: {item.kind} {item.repo} at {item.said}: not "
+                    f"resolved to a commit ({why}); name a commit in {item.key}, or reach the "
+                    "Hub (HF_ENDPOINT, HF_TOKEN)",
+                    status=2,
+                ) from None
+            out.notes.append(
+                f"warning: {item.kind} {item.repo} not pinned to a commit ({why}): restarts "
+                f"load whatever {item.said} holds then"
+            )
+            continue
+        out.sets.append(f'{item.key}="{sha}"')  # quoted: --set reads YAML, a SHA is a string
+        out.notes.append(f"pinned: {item.kind} {item.repo} {item.said} -> commit {sha}")
+    return out
+
+
+def pin_job(job: JobFile, env: Mapping[str, str] | None = None) -> Pinned:
+    """``pin`` on a loaded job file (``jobs submit``'s hook)."""
+    c = job.config
+    return pin(c.model, c.dataset, c.extra_args, job.values, source=job.source, env=env)

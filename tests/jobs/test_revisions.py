@@ -1,0 +1,285 @@
+"""``jobs submit`` pins the model's and the dataset's Hugging Face revision to a commit (issue 34,
+item 7): the job's record and its pods carry the commit, so a resume loads the same weights and
+rows even after the branch moved.
+
+If this fails, a job records a branch name instead of the commit it resolved (a resume after
+the branch moved trains on other weights or rows than the run it continues), a commit named in
+the job file is looked up again, a preset or a local path is sent to the Hub, a revision the Hub
+does not know starts pods that fail on it, or ``requireRevisions: true`` lets an unpinned job
+through.
+
+The Hub is ``FakeHub``, a loopback HTTP server standing in for huggingface.co
+(``HF_ENDPOINT=http://127.0.0.1:PORT``). It answers the two endpoints huggingface_hub 2.4.0
+calls, ``GET /api/models/{repo_id}`` and ``GET /api/datasets/{repo_id}``, each with
+``/revision/{quote(revision, safe='')}`` when a revision is given
+(``src/huggingface_hub/hf_api.py``, ``HfApi.model_info`` / ``dataset_info``), with the JSON
+fields ``ModelInfo`` / ``DatasetInfo`` read (``id``, ``sha``; ``hf_api.py``, their
+``__init__``), and errors in the headers ``hf_raise_for_status`` maps (``X-Error-Code:
+RevisionNotFound`` / ``RepoNotFound`` / ``GatedRepo``; ``src/huggingface_hub/utils/_http.py``).
+The Kubernetes API is ``FakeKube`` (``tests/jobs/fake_kube.py``); nothing leaves 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+import yaml
+
+from jobs import cli
+from jobs import file as jobfile
+from jobs.manifest import record_name
+from jobs.revisions import SAMSUM_HUB_ID, hub_inputs, pin
+from tests.jobs.fake_kube import FakeKube
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
+P4DE = str(EXAMPLES / "p4de-odcr.yaml")
+NAME = "llama2-13b-samsum"
+MODEL = "meta-llama/Llama-2-13b-chat-hf"
+DATASET = "HuggingFaceH4/ultrachat_200k"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp-p4de-odcr-training:sha-1"
+TOKEN = "hf_test_token"
+
+
+def sha(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+class FakeHub:
+    """The Hub's repository-info API on loopback: ``refs`` maps (kind, repo) to {revision:
+    commit}; "main" is the default branch; ``gated`` repos answer 401 GatedRepo without the
+    token. ``requests`` logs (path, Authorization header) of every request."""
+
+    def __init__(self) -> None:
+        self.refs: dict[tuple[str, str], dict[str, str]] = {}
+        self.gated: set[str] = set()
+        self.requests: list[tuple[str, str | None]] = []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                hub.requests.append((self.path, self.headers.get("Authorization")))
+                status, body, headers = hub.answer(self.path, self.headers.get("Authorization"))
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def answer(self, path: str, auth: str | None) -> tuple[int, dict[str, Any], dict[str, str]]:
+        path = path.split("?", 1)[0]
+        prefix, _, rest = path.removeprefix("/api/").partition("/")
+        kind = {"models": "model", "datasets": "dataset"}.get(prefix)
+        repo, _, revision = rest.partition("/revision/")
+        refs = self.refs.get((kind or "", repo))
+        if refs is None or (repo in self.gated and auth != f"Bearer {TOKEN}"):
+            code = "GatedRepo" if refs is not None else "RepoNotFound"
+            return 401, {"error": "Repository not found"}, {"X-Error-Code": code}
+        revision = unquote(revision) or "main"
+        commit = refs.get(revision) or (revision if revision in refs.values() else None)
+        if commit is None:
+            error = {"error": f"Invalid rev id: {revision}"}
+            return 404, error, {"X-Error-Code": "RevisionNotFound"}
+        return 200, {"id": repo, "sha": commit, "private": False, "tags": []}, {}
+
+    def __enter__(self) -> FakeHub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    """The fake Hub as this process's Hub (huggingface_hub reads ``HF_HUB_OFFLINE`` once, at
+    import: its copy is cleared as the variable is)."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with FakeHub() as fake:
+        fake.refs[("model", MODEL)] = {"main": sha("model-1"), "v1": sha("model-v1")}
+        fake.refs[("dataset", DATASET)] = {"main": sha("data-1")}
+        fake.gated.add(MODEL)
+        monkeypatch.setenv("HF_ENDPOINT", fake.url)
+        monkeypatch.setenv("HF_TOKEN", TOKEN)
+        yield fake
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[tuple[FakeKube, str]]:
+    fake = FakeKube().start()
+    try:
+        yield fake, str(fake.kubeconfig(tmp_path / "kubeconfig"))
+    finally:
+        fake.stop()
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _flags(fake: FakeKube) -> list[str]:
+    """The worker container's command (``training.finetune``'s flags at its end)."""
+    job = fake.get("pytorchjobs", NAME)
+    assert job is not None
+    (container,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    return list(container["command"])
+
+
+def _record(fake: FakeKube) -> dict[str, Any]:
+    """The job file the record keeps (what ``resume`` reloads)."""
+    found = fake.get("configmaps", record_name(NAME))
+    assert found is not None
+    return yaml.safe_load(found["data"]["job.yaml"])  # type: ignore[no-any-return]
+
+
+def test_submit_records_the_commits_and_a_resume_loads_them_after_the_branch_moved(
+    hub: FakeHub, kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake, kube_ = kube
+    code, out, err = _cli(capsys, "submit", P4DE, "--kubeconfig", kube_, "--image", IMAGE)
+    assert code == 0, err
+    model_1, data_1 = sha("model-1"), sha("data-1")
+    flags = _flags(fake)
+    assert f"--model_revision={model_1}" in flags and f"--dataset_revision={data_1}" in flags
+    assert (_record(fake)["modelRevision"], _record(fake)["datasetRevision"]) == (model_1, data_1)
+    assert f"pinned: model {MODEL} its default branch -> commit {model_1}" in err.splitlines()
+    assert f"pinned: dataset {DATASET} its default branch -> commit {data_1}" in err.splitlines()
+    # One request per input, the gated model's with the token (HF_TOKEN), none on resume.
+    assert sorted(hub.requests) == sorted(
+        [
+            (f"/api/models/{MODEL}", f"Bearer {TOKEN}"),
+            (f"/api/datasets/{DATASET}", f"Bearer {TOKEN}"),
+        ]
+    )
+    hub.refs[("model", MODEL)]["main"] = sha("model-2")  # the branches move on
+    hub.refs[("dataset", DATASET)]["main"] = sha("data-2")
+    assert _cli(capsys, "cancel", NAME, "--kubeconfig", kube_)[0] == 0
+    code, out, err = _cli(capsys, "resume", NAME, "--kubeconfig", kube_)
+    assert code == 0 and "generation 2" in out, err
+    flags = _flags(fake)
+    assert "--resume" in flags
+    assert f"--model_revision={model_1}" in flags and f"--dataset_revision={data_1}" in flags
+    assert len(hub.requests) == 2
+    # A new submit of the file resolves again: the commit the branch names now.
+    assert _cli(capsys, "cancel", NAME, "--kubeconfig", kube_, "--purge")[0] == 0
+    code, _, err = _cli(capsys, "submit", P4DE, "--kubeconfig", kube_, "--image", IMAGE)
+    assert code == 0, err
+    assert f"--model_revision={sha('model-2')}" in _flags(fake)
+
+
+def test_a_tag_resolves_to_its_commit_and_a_commit_is_used_as_is(hub: FakeHub) -> None:
+    """A job file's ``modelRevision: v1`` asks the Hub for v1; 40 hex digits ask nothing."""
+    values: dict[str, Any] = {"modelRevision": "v1", "datasetRevision": sha("data-0")}
+    args = (f"--hf_dataset={DATASET}",)
+    got = pin(MODEL, "hf_dataset", args, values, source="job.yaml")
+    assert got.sets == [f'modelRevision="{sha("model-v1")}"']
+    assert hub.requests == [(f"/api/models/{MODEL}/revision/v1", f"Bearer {TOKEN}")]
+    assert got.notes == [
+        f"pinned: model {MODEL} v1 -> commit {sha('model-v1')}",
+        f"pinned: dataset {DATASET} at commit {sha('data-0')}",
+    ]
+
+
+def test_a_revision_the_hub_does_not_know_stops_the_submit(
+    hub: FakeHub, kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake, kubeconfig = kube
+    argv = ["submit", P4DE, "--kubeconfig", kubeconfig, "--image", IMAGE]
+    argv += ["--set", "modelRevision=nope"]
+    code, _, err = _cli(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(
+        f"eks-fsdp jobs: error: modelRevision: 'nope': no such revision of model {MODEL}"
+    )
+    assert fake.get("pytorchjobs", NAME) is None
+    assert fake.get("configmaps", record_name(NAME)) is None
+
+
+@pytest.mark.parametrize("how", ["offline", "unreachable", "no token"])
+def test_an_unresolved_revision_warns_or_stops_under_require_revisions(
+    hub: FakeHub,
+    kube: tuple[FakeKube, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+) -> None:
+    """Offline, a closed port, or a gated model without a token: a warning and the revision
+    as given (the pods load the default branch), or one error line with requireRevisions."""
+    fake, kubeconfig = kube
+    if how == "offline":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    elif how == "unreachable":
+        with socket.socket() as s:  # a port nothing listens on once closed
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    else:
+        monkeypatch.delenv("HF_TOKEN")
+        monkeypatch.setenv("HF_HOME", str(Path(kubeconfig).parent / "hf-home"))  # no saved token
+    argv = ["submit", P4DE, "--kubeconfig", kubeconfig, "--image", IMAGE]
+    code, _, err = _cli(capsys, *argv, "--set", "requireRevisions=true")
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"requireRevisions: model {MODEL} at its default branch: not resolved" in err
+    assert fake.get("configmaps", record_name(NAME)) is None
+    code, _, err = _cli(capsys, *argv)
+    assert code == 0, err
+    warned = [ln for ln in err.splitlines() if ln.startswith(f"warning: model {MODEL} not pinned")]
+    assert len(warned) == 1
+    assert "modelRevision" not in _record(fake)
+    assert not [f for f in _flags(fake) if f.startswith("--model_revision")]
+    if how == "no token":  # the dataset is not gated: still pinned
+        assert f"--dataset_revision={sha('data-1')}" in _flags(fake)
+
+
+def test_inputs_off_the_hub_are_not_looked_up() -> None:
+    """Presets, paths, URIs, local data files and bundled datasets: nothing to pin."""
+    assert hub_inputs("tiny-llama", "samsum_sample", (), {}) == []
+    assert hub_inputs("s3://bucket/models/llama", "custom", (), {}) == []
+    assert hub_inputs("/fsx/models/llama", "hf_dataset", ("--hf_dataset=/fsx/data",), {}) == []
+    assert hub_inputs("./llama", "hf_dataset", ("--hf_dataset=data/train.jsonl",), {}) == []
+    (found,) = hub_inputs("tiny-llama", "samsum_dataset", (), {"datasetRevision": "v2"})
+    assert (found.kind, found.repo, found.revision) == ("dataset", SAMSUM_HUB_ID, "v2")
+    dev = jobfile.load(EXAMPLES / "dev.yaml")
+    assert hub_inputs(dev.config.model, dev.config.dataset, dev.config.extra_args, dev.values) == []
+
+
+def test_revision_keys_are_checked_in_the_job_file(tmp_path: Path) -> None:
+    """One line naming the key: a revision that is no ref name, a flag a key sets, a
+    requireRevisions that is not a boolean; a commit reaches training as its flag."""
+    base = yaml.safe_load((EXAMPLES / "dev.yaml").read_text())
+    cases = [
+        ({"modelRevision": 1234}, "modelRevision: 1234 is not a branch, tag or commit"),
+        ({"args": {"model_revision": "main"}}, "args.model_revision: set by the key modelRevision"),
+        ({"requireRevisions": "yes please"}, "requireRevisions: expected true or false"),
+    ]
+    for i, (change, message) in enumerate(cases):
+        path = tmp_path / f"job{i}.yaml"
+        path.write_text(yaml.safe_dump({**base, **change}, sort_keys=False))
+        with pytest.raises(jobfile.JobFileError, match=message):
+            jobfile.load(path)
+    job = jobfile.load(EXAMPLES / "dev.yaml", sets=[f'datasetRevision="{sha("x")}"'])
+    assert f"--dataset_revision={sha('x')}" in job.config.extra_args
