@@ -81,12 +81,25 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = DOC.split("## Deploy\n", 1)[1].split("\n## ", 1)[0]
 NEEDS_AWS = (
     "make setup",  # installs; the suite runs in what it made
+    "source .venv/bin/activate",  # puts make setup's eks-fsdp on PATH: run here as python -m
     "(cd policy && pulumi install)",
     "pulumi ",
-    "python -m doctor",  # the account: run against moto's EC2 on loopback (below)
-    "python -m jobs ",  # a cluster: tests/controlplane runs submit/list/logs against one
+    "eks-fsdp doctor",  # the account: run against moto's EC2 on loopback (below)
+    "eks-fsdp jobs ",  # a cluster: tests/controlplane runs submit/list/logs against one
 )
-"""Command prefixes of the Deploy section that need AWS, a Pulumi backend or a cluster."""
+"""Command prefixes of the Deploy section that need AWS, a Pulumi backend or a cluster (or
+only set up the shell)."""
+
+
+def _argv(command: str) -> list[str]:
+    """A guide line as this interpreter runs it: ``eks-fsdp X`` is the console script
+    ``make setup`` installs (``eks_fsdp_cli.main:entry``), here ``python -m eks_fsdp_cli X``,
+    which runs the same ``main`` (tests/test_cli_commands.py checks the script itself)."""
+    argv = shlex.split(command)
+    assert argv[0] == "eks-fsdp", f"unclassified command in docs/deploy.md: {command}"
+    return [sys.executable, "-m", "eks_fsdp_cli", *argv[1:]]
+
+
 COPIED = ("infra", "jobs", "planner", "training", "workloads", "doctor", "policy", "eks_fsdp_cli")
 
 
@@ -110,11 +123,11 @@ def test_the_deploy_path_is_in_order() -> None:
         "pulumi config set --path 'apiPublicAccessCidrs[0]'",
         "pulumi config set --secret hfToken",
         "pulumi config set --secret grafanaAdminPassword",
-        "python -m doctor --stack",
+        "eks-fsdp doctor --stack",
         "pulumi preview --policy-pack policy",
         "pulumi up --policy-pack policy",
-        "python -m jobs submit",
-        "python -m jobs logs",
+        "eks-fsdp jobs submit",
+        "eks-fsdp jobs logs",
     ]
     at = [next(i for i, c in enumerate(commands) if c.startswith(o)) for o in order]
     assert at == sorted(at), list(zip(order, at, strict=True))
@@ -145,11 +158,10 @@ def test_every_command_that_needs_no_aws_runs(checkout: Path) -> None:
     ours = [c for c in commands if not c.startswith(NEEDS_AWS)]
     assert ours, "the Deploy section has no command that runs without AWS"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(checkout)}
+    assert any(c.startswith("eks-fsdp new-stack ") for c in ours)  # the issue's spelling
     for command in ours:
-        argv = shlex.split(command)
-        assert argv[:2] == ["python", "-m"], f"unclassified command in docs/deploy.md: {command}"
         done = subprocess.run(
-            [sys.executable, *argv[1:]],
+            _argv(command),
             cwd=checkout,
             env=env,
             capture_output=True,
@@ -169,7 +181,7 @@ def _free_port() -> int:
 
 
 def _run_doctor_lines(checkout: Path, env: dict[str, str]) -> None:
-    """The guide's ``python -m doctor`` lines, as spelt, against moto's server on 127.0.0.1.
+    """The guide's ``eks-fsdp doctor`` lines, as spelt, against moto's server on 127.0.0.1.
 
     AWS is played by moto's ``ThreadedMotoServer`` (a real HTTP API on loopback), reached the
     way a user points boto3 elsewhere: ``AWS_ENDPOINT_URL`` (boto3 guide, "Configuration",
@@ -180,7 +192,7 @@ def _run_doctor_lines(checkout: Path, env: dict[str, str]) -> None:
     """
     from moto.server import ThreadedMotoServer
 
-    doctor = [c for c in _commands(DEPLOY) if c.startswith("python -m doctor")]
+    doctor = [c for c in _commands(DEPLOY) if c.startswith("eks-fsdp doctor")]
     assert doctor, "the Deploy section no longer runs the doctor"
     port = _free_port()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -200,7 +212,7 @@ def _run_doctor_lines(checkout: Path, env: dict[str, str]) -> None:
     try:
         for command in doctor:
             done = subprocess.run(
-                [sys.executable, *shlex.split(command)[1:]],
+                _argv(command),
                 cwd=checkout,
                 env=aws_env,
                 capture_output=True,
