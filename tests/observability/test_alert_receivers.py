@@ -40,6 +40,7 @@ def _stack(**observability: object) -> obs.ObservabilitySettings:
 
 def test_receiver_lists_agree() -> None:
     assert obs.ALERT_RECEIVERS == config_obs.ALERT_RECEIVERS
+    assert tuple(config_obs.SECRET_RECEIVERS) == obs.SECRET_RECEIVERS
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from pulumi.runtime import rpc
 from infra.config import ConfigError
 from infra.pod_identity import POD_ROLE_TYPE_TOKEN, SNS_PUBLISH_ACTION
 from tests.pulumi_mocks import ProgramRun, RecordedResource, run_program
-from workloads.observability import TYPE_TOKEN
+from workloads.observability import TYPE_TOKEN, ObservabilityArgs
 from workloads.specs import observability as spec
 
 STACK = "p4de-odcr"
@@ -97,6 +97,14 @@ def test_a_receiver_without_its_secret_is_one_line(receiver: str) -> None:
         " `pulumi config set --secret alertsSecret <"
     )
     assert "\n" not in message
+
+
+def test_the_component_alone_refuses_a_receiver_without_its_secret() -> None:
+    """The same guard where the component is built outside ``__main__.py``."""
+    settings = spec.ObservabilitySettings(alert_receiver="pagerduty")
+    with pytest.raises(ValueError, match=r"^alertsSecret: not set but receiver pagerduty"):
+        ObservabilityArgs(settings=settings, grafana_admin_password="pw")
+    assert ObservabilityArgs(settings=settings, grafana_admin_password="pw", alerts_secret="k")
 
 
 def test_a_plaintext_receiver_secret_is_one_line() -> None:
