@@ -68,6 +68,10 @@ HELM_CHART_V4 = "kubernetes:helm.sh/v4:Chart"
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 PYTORCH_JOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
 TRAIN_JOB = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
+NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+EC2_NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+"""Karpenter's objects (``provisioner: karpenter`` pools; aws/karpenter-provider-aws v1.14
+CRDs): their fields live under ``spec``."""
 """pulumi-kubernetes names a custom resource ``kubernetes:<group>/<version>:<Kind>``."""
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 """Kueue's ``QueueLabel`` (sigs.k8s.io/kueue ``pkg/controller/constants/constants.go``, v0.17.0);
@@ -256,6 +260,49 @@ def placement_with_capacity_block(props: Props) -> Iterable[str]:
     group = _get(props, "placement", "groupName")
     if market == "capacity-block" and group:
         yield f"placement group {group} with a capacity block (its instances are co-located)"
+
+
+def nodeclass_imds(props: Props) -> Iterable[str]:
+    """An EC2NodeClass states IMDSv2 with hop limit 1, as the managed GPU groups' templates."""
+    yield from imds(props.get("spec") or {})
+
+
+def nodeclass_block_devices_encrypted(props: Props) -> Iterable[str]:
+    """Every EBS device of an EC2NodeClass is encrypted (``spec.blockDeviceMappings``)."""
+    for i, mapping in enumerate(_get(props, "spec", "blockDeviceMappings") or []):
+        if not _truthy((mapping.get("ebs") or {}).get("encrypted")):
+            yield f"EC2NodeClass blockDeviceMappings[{i}] is not encrypted"
+
+
+def nodeclass_ami_pinned(props: Props) -> Iterable[str]:
+    """An EC2NodeClass alias names an AMI release: ``@latest`` drifts (replaces) every node on
+    each release (Karpenter docs v1.14, concepts/nodeclasses.md, amiSelectorTerms warning)."""
+    for term in _get(props, "spec", "amiSelectorTerms") or []:
+        alias = str(term.get("alias") or "")
+        if alias.endswith("@latest"):
+            yield f"EC2NodeClass AMI alias {alias} is not pinned to a release"
+
+
+def nodepool_keeps_busy_nodes(props: Props) -> Iterable[str]:
+    """A GPU NodePool (or one that may launch into a reservation) consolidates only empty nodes
+    and never expires them: ``WhenEmptyOrUnderutilized`` (the default) or ``Balanced`` drain a
+    node whose job still runs, and expiry ignores disruption budgets (Karpenter docs v1.14,
+    concepts/disruption.md)."""
+    template = _get(props, "spec", "template") or {}
+    labels = _get(template, "metadata", "labels") or {}
+    reqs = _get(template, "spec", "requirements") or []
+    reserved = any(
+        r.get("key") == "karpenter.sh/capacity-type" and "reserved" in (r.get("values") or [])
+        for r in reqs
+    )
+    if not reserved and labels.get("nvidia.com/gpu.present") != "true":
+        return
+    policy = _get(props, "spec", "disruption", "consolidationPolicy") or "WhenEmptyOrUnderutilized"
+    if policy != "WhenEmpty":
+        yield f"NodePool consolidates with {policy}: a node running a job can be drained"
+    expire = _get(template, "spec", "expireAfter") or "720h"
+    if expire != "Never":
+        yield f"NodePool nodes expire after {expire} (expiry is not held back by budgets)"
 
 
 def _gpus(resources: Any) -> float:
@@ -560,7 +607,7 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     _resource_policy(
         "imdsv2-hop-limit-1",
         "IMDSv2 required with hop limit 1 on nodes that run pods",
-        {LAUNCH_TEMPLATE: imds, INSTANCE: imds},
+        {LAUNCH_TEMPLATE: imds, INSTANCE: imds, EC2_NODE_CLASS: nodeclass_imds},
     ),
     _resource_policy(
         "no-wildcard-iam-actions",
@@ -584,6 +631,7 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
             LAUNCH_TEMPLATE: block_devices_encrypted,
             EBS_VOLUME: ebs_volume_encrypted,
             LUSTRE: lustre_encrypted,
+            EC2_NODE_CLASS: nodeclass_block_devices_encrypted,
         },
     ),
     _resource_policy(
@@ -613,6 +661,7 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
             HELM_RELEASE: chart_pinned,
             HELM_CHART_V4: chart_pinned,
             ADDON: addon_pinned,
+            EC2_NODE_CLASS: nodeclass_ami_pinned,
         },
     ),
     _resource_policy(
@@ -624,6 +673,11 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
         "gpu-jobs-name-a-queue",
         "Jobs that ask for GPUs name a Kueue queue",
         {PYTORCH_JOB: gpu_job_names_queue, TRAIN_JOB: gpu_job_names_queue},
+    ),
+    _resource_policy(
+        "karpenter-keeps-training-nodes",
+        "GPU and reserved Karpenter NodePools consolidate only empty nodes and never expire",
+        {NODE_POOL: nodepool_keeps_busy_nodes},
     ),
 ]
 STACK_POLICIES: list[StackValidationPolicy] = [

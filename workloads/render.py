@@ -29,7 +29,9 @@ is all it needs (kubernetes-validate included).
 The job's objects are what ``python -m jobs submit`` creates (``jobs.trainjob.as_submitted``):
 the PyTorchJob with the job's Kueue labels (``jobs.queue``), or for ``api: v2`` a Trainer v2
 TrainJob in ``trainjob.yaml`` (validated against Trainer's CRD at the pin); a stack with
-``trainerV2: true`` also gets ``trainer-v2/`` (Trainer v2's install and the torch runtime).
+``trainerV2: true`` also gets ``trainer-v2/`` (Trainer v2's install and the torch runtime);
+one with a ``provisioner: karpenter`` pool gets ``karpenter.yaml`` (each such pool's
+EC2NodeClass and NodePool, validated against Karpenter's CRDs at the pin).
 """
 
 from __future__ import annotations
@@ -133,6 +135,12 @@ def render(
         from workloads.specs.trainjob import write_install
 
         written += write_install(out)
+    if any(g.uses_karpenter for g in stack_cfg.gpu_node_groups):
+        from workloads.specs.karpenter import stack_objects as karpenter_objects
+
+        path = out / "karpenter.yaml"  # each pool's EC2NodeClass + NodePool, validated
+        path.write_text(dump_all_yaml(karpenter_objects(stack_cfg)))
+        written.append(path)
     return written
 
 

@@ -136,3 +136,41 @@ def test_the_driver_tolerates_the_gpu_taint_and_is_pinned() -> None:
     assert DEVICE_CLASS == "efa.networking.k8s.aws"
     with pytest.raises(ValueError, match=r"EfaDraDriverArgs\.gpu_taints"):
         EfaDraDriverArgs(gpu_taints=())
+
+
+def test_a_dra_stack_installs_the_driver_instead_of_the_device_plugin() -> None:
+    """Under Pulumi's mocks (the engine and AWS cannot run here; tests.pulumi_mocks): the p5
+    stack with its group switched to ``efa: dra`` gets the aws-dranet release, pinned and on the
+    cluster's provider, no EFA device plugin, and GPU nodes labelled for the driver."""
+    from tests.pulumi_mocks import run_program
+
+    group = {
+        "name": "p5-dra",
+        "instanceType": "p5.48xlarge",
+        "minSize": 0,
+        "desiredSize": 2,
+        "maxSize": 2,
+        "availabilityZone": "us-east-2a",
+        "efa": "dra",
+    }
+    run = run_program(
+        "p5-16",
+        overrides={"gpuNodeGroups": [group], "job": {}},
+        secrets={"hfToken": "hf_mock", "grafanaAdminPassword": "mock-password"},
+    )
+    releases = {
+        r.inputs["chart"]: r
+        for r in run.of_type("kubernetes:helm.sh/v3:Release")
+        if "eks-fsdp:infra:" in r.urn
+    }
+    assert versions.EFA_DEVICE_PLUGIN_CHART not in releases
+    dra = releases[versions.EFA_DRA_DRIVER_CHART]
+    assert dra.inputs["version"] == versions.EFA_DRA_DRIVER_VERSION
+    assert dra.inputs["repositoryOpts"] == {"repo": versions.EFA_DRA_DRIVER_REPO}
+    assert dra.inputs["namespace"] == "kube-system"
+    assert dra.inputs["values"]["nodeSelector"] == {EFA_DRA_LABEL: "true"}
+    provider = run.one("pulumi:providers:kubernetes", "cluster-k8s")
+    assert dra.provider.startswith(provider.urn + "::")
+    ng = next(r for r in run.of_type("aws:eks/nodeGroup:NodeGroup") if "p5-dra" in r.urn)
+    labels = ng.inputs["labels"]
+    assert labels[EFA_DRA_LABEL] == "true" and EFA_PRESENT_LABEL not in labels

@@ -438,6 +438,60 @@ def gpu_job_without_queue(res: Resources) -> None:
     )
 
 
+def _karpenter_pool(kind: str) -> dict[str, Any]:
+    """The p4de-odcr pool's Karpenter object of ``kind`` as the pack sees it (props: the
+    object's fields), valid as ``workloads.specs.karpenter`` builds it."""
+    from infra.config import parse
+    from tests.pulumi_mocks import stack_config
+    from workloads.specs import karpenter
+
+    raw = copy.deepcopy(stack_config("p4de-odcr"))
+    raw["gpuNodeGroups"] = [
+        {**g, "provisioner": "karpenter", "minSize": 0} for g in raw["gpuNodeGroups"]
+    ]
+    cfg = parse(raw, stack="p4de-odcr")
+    (nodeclass, nodepool) = karpenter.pool_objects(cfg.gpu_node_groups[0], cfg.cluster_name)
+    obj = nodepool if kind == "NodePool" else nodeclass
+    type_ = f"kubernetes:{obj['apiVersion']}:{kind}"
+    return {
+        "type": type_,
+        "name": f"karpenter-p4de-odcr-{kind.lower()}",
+        "urn": f"urn:pulumi:p4de-odcr::eks-fsdp::{type_}::karpenter-p4de-odcr-{kind.lower()}",
+        "props": copy.deepcopy(obj),
+        "propertyDependencies": {},
+    }
+
+
+def karpenter_consolidates_busy_nodes(res: Resources) -> None:
+    pool = _karpenter_pool("NodePool")
+    pool["props"]["spec"]["disruption"]["consolidationPolicy"] = "WhenEmptyOrUnderutilized"
+    res.append(pool)
+
+
+def karpenter_nodes_expire(res: Resources) -> None:
+    pool = _karpenter_pool("NodePool")
+    del pool["props"]["spec"]["template"]["spec"]["expireAfter"]  # the default: 720h
+    res.append(pool)
+
+
+def karpenter_ami_latest(res: Resources) -> None:
+    nodeclass = _karpenter_pool("EC2NodeClass")
+    nodeclass["props"]["spec"]["amiSelectorTerms"] = [{"alias": "al2023@latest"}]
+    res.append(nodeclass)
+
+
+def karpenter_hop_limit_2(res: Resources) -> None:
+    nodeclass = _karpenter_pool("EC2NodeClass")
+    nodeclass["props"]["spec"]["metadataOptions"]["httpPutResponseHopLimit"] = 2
+    res.append(nodeclass)
+
+
+def karpenter_unencrypted_root(res: Resources) -> None:
+    nodeclass = _karpenter_pool("EC2NodeClass")
+    nodeclass["props"]["spec"]["blockDeviceMappings"][0]["ebs"]["encrypted"] = False
+    res.append(nodeclass)
+
+
 BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("imdsv2-hop-limit-1", "p5-16", hop_limit_2),
     ("imdsv2-hop-limit-1", "dev", system_hop_limit_2),
@@ -469,6 +523,11 @@ BROKEN: list[tuple[str, str, Callable[[Resources], None]]] = [
     ("s3-bucket-encrypted-kms", "dev", bucket_without_encryption),
     ("s3-bucket-private", "p5-16", bucket_public_policy_allowed),
     ("s3-bucket-private", "p4de-odcr", bucket_without_tls_policy),
+    ("karpenter-keeps-training-nodes", "p4de-odcr", karpenter_consolidates_busy_nodes),
+    ("karpenter-keeps-training-nodes", "p4de-odcr", karpenter_nodes_expire),
+    ("pinned-versions", "p4de-odcr", karpenter_ami_latest),
+    ("imdsv2-hop-limit-1", "p4de-odcr", karpenter_hop_limit_2),
+    ("encryption-at-rest", "p4de-odcr", karpenter_unencrypted_root),
 ]
 
 
@@ -514,6 +573,29 @@ def test_a_stack_with_the_sns_alert_receiver_passes_the_pack(tmp_path: Path) -> 
     (policy,) = [r for r in res if r["name"] == "alertmanager-sns-policy"]
     assert json.loads(policy["props"]["policy"])["Statement"][0]["Action"] == "sns:Publish"
     assert violations(res, tmp_path) == []
+
+
+def test_a_stack_with_a_karpenter_pool_passes_the_pack(tmp_path: Path) -> None:
+    """The Karpenter controller (IAM, queue, rules, chart) and a pool's EC2NodeClass and
+    NodePool break no rule, and the Karpenter rules do see the pool's objects."""
+    raw = stack_config_for_karpenter()
+    run = run_program("p4de-odcr", overrides={"gpuNodeGroups": raw}, secrets=SECRETS)
+    res = with_pulumi_eks_children(as_policy_input(run))
+    kinds = {r["type"] for r in res}
+    assert {
+        "kubernetes:karpenter.sh/v1:NodePool",
+        "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass",
+        "aws:iam/policy:Policy",
+    } <= kinds
+    assert violations(res, tmp_path) == []
+
+
+def stack_config_for_karpenter() -> list[dict[str, Any]]:
+    """p4de-odcr's GPU pools switched to Karpenter."""
+    from tests.pulumi_mocks import stack_config
+
+    raw = copy.deepcopy(stack_config("p4de-odcr"))
+    return [{**g, "provisioner": "karpenter", "minSize": 0} for g in raw["gpuNodeGroups"]]
 
 
 def test_standard_support_is_judged_on_the_preview_day(

@@ -21,6 +21,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+import yaml
 
 from infra import versions
 from infra.config import parse
@@ -216,3 +217,27 @@ def test_the_same_job_runs_on_either_provisioner(stack: str) -> None:
         assert int(requests["vpc.amazonaws.com/efa"]) == len(efa_only)
     else:
         assert "vpc.amazonaws.com/efa" not in requests
+
+
+def test_render_writes_the_pools_objects(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m workloads.render`` on a stack with a Karpenter pool writes ``karpenter.yaml``
+    (the stack file is the shipped p4de-odcr one with its pool switched, as a user's would be);
+    a stack without one writes none."""
+    from workloads import render
+
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp:karpenter-test"
+    plain = render.render("p4de-odcr", tmp_path / "plain", image=image)
+    assert "karpenter.yaml" not in {p.name for p in plain}
+
+    cfg = dataclasses.replace(
+        render.job_platform("p4de-odcr"), gpu_node_groups=karpenter_groups("p4de-odcr")
+    )
+    monkeypatch.setattr(render, "job_platform", lambda stack, job=None: cfg)
+    written = render.render("p4de-odcr", tmp_path / "k", image=image)
+    (path,) = [p for p in written if p.name == "karpenter.yaml"]
+    objs = list(yaml.safe_load_all(path.read_text()))
+    assert objs == k.stack_objects(cfg)
+    assert [o["kind"] for o in objs] == ["EC2NodeClass", "NodePool"]
+    # the other files are the managed stack's, byte for byte
+    for p in plain:
+        assert (tmp_path / "k" / p.relative_to(tmp_path / "plain")).read_bytes() == p.read_bytes()
