@@ -488,13 +488,35 @@ def s3_bucket_private(resources: list[Any]) -> Iterable[tuple[str, str]]:
         ):
             yield res.urn, f"bucket {res.name} does not block all public access"
         tls = any(
-            stmt.get("Effect") == "Deny"
-            and str(_get(stmt, "Condition", "Bool", "aws:SecureTransport")).lower() == "false"
+            _denies_plain_http(stmt)
             for p in policies.get(res.urn, [])
             for stmt in _statements(p.props.get("policy"))
         )
         if not tls:
-            yield res.urn, f"bucket {res.name} accepts requests without TLS (aws:SecureTransport)"
+            why = "no Deny of s3:* to every principal on the bucket and its objects"
+            yield res.urn, f"bucket {res.name} accepts requests without TLS: {why}"
+
+
+def _as_list(value: Any) -> list[Any]:
+    return [value] if isinstance(value, (str, Mapping)) else list(value or [])
+
+
+def _denies_plain_http(stmt: Mapping[str, Any]) -> bool:
+    """A TLS-only statement as the S3 user guide writes it ("Security best practices for
+    Amazon S3", "Enforce encryption of data in transit"; the AWS Config rule
+    s3-bucket-ssl-requests-only): Deny, Principal ``*``, Action ``s3:*``, Resource the bucket
+    ARN and ``ARN/*``, Condition ``Bool`` ``aws:SecureTransport`` false. A deny of some
+    actions, of some principals, or of the bucket without its objects leaves plain HTTP open."""
+    if stmt.get("Effect") != "Deny":
+        return False
+    if str(_get(stmt, "Condition", "Bool", "aws:SecureTransport")).lower() != "false":
+        return False
+    if stmt.get("Principal") not in ("*", {"AWS": "*"}) or "s3:*" not in _as_list(
+        stmt.get("Action")
+    ):
+        return False
+    resources = [r for r in _as_list(stmt.get("Resource")) if isinstance(r, str)]
+    return any(f"{r}/*" in resources for r in resources if ":s3:::" in r and "/" not in r)
 
 
 def _network_policy_flag(addon: Any) -> Any:
