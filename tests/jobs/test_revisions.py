@@ -283,3 +283,30 @@ def test_revision_keys_are_checked_in_the_job_file(tmp_path: Path) -> None:
             jobfile.load(path)
     job = jobfile.load(EXAMPLES / "dev.yaml", sets=[f'datasetRevision="{sha("x")}"'])
     assert f"--dataset_revision={sha('x')}" in job.config.extra_args
+
+
+def test_a_local_job_records_the_commit_its_pods_get(
+    hub: FakeHub,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same hook for ``--local``: the job folder's ``job.yaml`` (what ``resume --local``
+    reloads) and the runner's training flags carry samsum's commit. The runner starts for real
+    and is stopped at once (``cancel --purge``): nothing waits for it to train."""
+    from jobs.local import JOB_FILE, RECORD
+
+    monkeypatch.setenv("EKS_FSDP_JOBS_DIR", str(tmp_path / "jobs"))
+    hub.refs[("dataset", SAMSUM_HUB_ID)] = {"main": sha("samsum-1")}
+    argv = ["submit", "--local", str(EXAMPLES / "dev.yaml"), "--name", "pin-local"]
+    code, _, err = _cli(capsys, *argv, "--set", "dataset=samsum_dataset")
+    try:
+        assert code == 0, err
+        folder = tmp_path / "jobs" / "pin-local"
+        recorded = yaml.safe_load((folder / JOB_FILE).read_text())
+        assert recorded["datasetRevision"] == sha("samsum-1") and "modelRevision" not in recorded
+        train_args = json.loads((folder / RECORD).read_text())["train_args"]
+        assert f"--dataset_revision={sha('samsum-1')}" in train_args
+        assert hub.requests == [(f"/api/datasets/{SAMSUM_HUB_ID}", f"Bearer {TOKEN}")]
+    finally:
+        assert _cli(capsys, "cancel", "--local", "pin-local", "--purge")[0] == 0
