@@ -1,0 +1,86 @@
+"""An ``efa: dra`` job's objects meet a real Kubernetes 1.35 API server: the EFA DRA driver's
+DeviceClass (as eks-charts stable/aws-dranet 1.0.0 ``templates/deviceclass.yaml`` writes it,
+CEL selector included), the job's ResourceClaimTemplate and a worker pod that references it.
+
+If this fails, a job on an ``efa: dra`` node group would be refused by the API server, or its
+pods would never get a ResourceClaim (the controller-manager makes one per pod from the
+template), so they could not be scheduled onto EFA devices. No DRA driver runs here (no
+ResourceSlices): the pod is expected to stay Pending, with its generated claim naming the
+DeviceClass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controlplane.client import wait_for
+from controlplane.cluster import ControlPlane
+from infra.efa import DEVICE_CLASS, DRA_DRIVER
+from jobs.efa_claim import template
+from workloads.specs import pytorchjob as pj
+from workloads.specs.settings import JobSettings
+
+pytestmark = pytest.mark.controlplane
+NAMESPACE = "efa-dra-test"
+
+
+def _device_class() -> dict[str, Any]:
+    expression = (
+        f'device.driver == "{DRA_DRIVER}" &&\n'
+        "device.attributes[\"dra.net\"].pciDevice == 'Elastic Fabric Adapter (EFA)'\n"
+    )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def test_the_claim_template_and_a_worker_referencing_it_are_accepted(
+    control_plane: ControlPlane,
+) -> None:
+    client = control_plane.client
+    s = JobSettings(
+        name="dra-job",
+        namespace=NAMESPACE,
+        image="example.com/train:1",
+        instance_type="p5.48xlarge",
+        workers=1,
+        min_workers=1,
+        efa_dra=True,
+    )
+    job = pj.pytorchjob(s, "etcd")
+    spec = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "dra-job-worker-0", "namespace": NAMESPACE},
+        "spec": {**spec, "serviceAccountName": "default", "nodeSelector": {"none": "none"}},
+    }
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    created = [namespace, _device_class()]
+    try:
+        for obj in created:
+            client.create(obj)
+        client.create(template(s))
+        client.create(pod)
+        statuses = wait_for(
+            "the pod's generated ResourceClaim",
+            lambda: (client.read(pod).get("status") or {}).get("resourceClaimStatuses"),
+            timeout=60,
+        )
+        (status,) = statuses
+        assert status["name"] == "efa"
+        claim = client.find(
+            "resource.k8s.io/v1", "ResourceClaim", status["resourceClaimName"], NAMESPACE
+        )
+        (request,) = claim["spec"]["devices"]["requests"]
+        assert request["exactly"]["deviceClassName"] == DEVICE_CLASS
+        assert request["exactly"]["count"] == 32
+        assert client.read(pod)["status"].get("phase") == "Pending"  # no driver, no devices
+    finally:
+        client.delete(_device_class())
+        client.delete(namespace)
