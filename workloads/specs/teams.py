@@ -315,9 +315,7 @@ def checkpoint_volume(team: TeamConfig, stack_cfg: Any) -> storage.CheckpointVol
     return None if volume is None else storage.in_namespace(volume, team.namespace)
 
 
-def storage_objects(
-    team: TeamConfig, stack_cfg: Any, fs: storage.FileSystemRef
-) -> list[K8sObject]:
+def storage_objects(team: TeamConfig, stack_cfg: Any, fs: storage.FileSystemRef) -> list[K8sObject]:
     """The team's checkpoint volume and claim on file system ``fs`` (none without shared
     storage): what ``workloads.team`` creates once the file system's Outputs resolve."""
     volume = checkpoint_volume(team, stack_cfg)
