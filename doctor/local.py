@@ -26,6 +26,7 @@ from typing import Any
 
 from doctor.checks import FAIL, OK, SKIP, WARN, Result
 from infra.config import NAMESPACE, StackConfig
+from infra.config.observability import SECRET_RECEIVERS
 from infra.config.sources import REPO_ROOT
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -57,6 +58,9 @@ def check_secrets(
     needs = []
     if cfg.observability.enabled:
         needs.append(("grafanaAdminPassword", "observability.enabled is true"))
+        receiver = cfg.observability.alerts.receiver
+        if receiver in SECRET_RECEIVERS:
+            needs.append(("alertsSecret", f"observability.alerts.receiver is {receiver}"))
     if gated_models:
         needs.append(("hfToken", f"gated model {', '.join(gated_models)}"))
     out = []

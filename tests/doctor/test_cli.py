@@ -228,3 +228,30 @@ def test_model_offline_and_unknown(hub) -> None:
     assert missing.status == "fail" and missing.detail.startswith("not found on")
     result, gated = check_model(GATED, env={"HF_ENDPOINT": hub, "HF_TOKEN": TOKEN})
     assert result.status == "ok" and gated is True
+
+
+def test_a_secret_alert_receiver_needs_alerts_secret(stack_root) -> None:
+    """Receiver slack/pagerduty/webhook reads its URL or key from `alertsSecret`: doctor asks
+    for it before `pulumi up` (where the program would stop on it); receiver sns needs none."""
+    import dataclasses
+
+    cfg = load_stack_file("p5-16", stack_root)
+    _set_secret(stack_root, "grafanaAdminPassword")
+    for receiver, expected in (("slack", {"fail"}), ("sns", set()), ("none", set())):
+        alerts = dataclasses.replace(cfg.observability.alerts, receiver=receiver)
+        obs = dataclasses.replace(cfg.observability, alerts=alerts)
+        results = check_secrets(dataclasses.replace(cfg, observability=obs), [], stack_root)
+        got = {r.status for r in results if r.check == "secret alertsSecret"}
+        assert got == expected, receiver
+    _set_secret(stack_root, "alertsSecret")
+    alerts = dataclasses.replace(cfg.observability.alerts, receiver="pagerduty")
+    obs = dataclasses.replace(cfg.observability, alerts=alerts)
+    (ok,) = [
+        r
+        for r in check_secrets(dataclasses.replace(cfg, observability=obs), [], stack_root)
+        if r.check == "secret alertsSecret"
+    ]
+    assert (
+        ok.status == "ok"
+        and ok.detail == "set (secure), observability.alerts.receiver is pagerduty"
+    )
