@@ -27,6 +27,7 @@ karpenter/cloudformation.yaml`` and ``scripts/step08-apply-helm-chart.sh``):
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -312,6 +313,10 @@ def controller_policies(
     }
 
 
+def _document_json(key: str, documents: dict[str, dict[str, Any]]) -> str:
+    return json.dumps(documents[key])
+
+
 @dataclass(frozen=True, kw_only=True)
 class KarpenterArgs:
     """Arguments of ``Karpenter``."""
@@ -456,7 +461,7 @@ class Karpenter(pulumi.ComponentResource):
             policy = aws.iam.Policy(
                 f"{name}-{key}",
                 description=f"Karpenter controller of {args.cluster_name}: {key}",
-                policy=documents.apply(lambda d, k=key: json.dumps(d[k])),
+                policy=documents.apply(functools.partial(_document_json, key)),
                 tags=tags,
                 opts=child,
             )

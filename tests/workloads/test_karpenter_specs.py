@@ -201,6 +201,7 @@ def test_the_same_job_runs_on_either_provisioner(stack: str) -> None:
     managed, ours = _worker(managed_cfg, stack), _worker(karpenter_cfg, stack)
     assert ours == managed  # one job file, one pod spec
 
+    assert karpenter_cfg.job is not None  # the example job is bound
     group = karpenter_cfg.node_group(karpenter_cfg.job.node_group)
     nodeclass, nodepool = k.ec2nodeclass(group, karpenter_cfg.cluster_name), k.nodepool(group)
     labels = nodepool["spec"]["template"]["metadata"]["labels"]
