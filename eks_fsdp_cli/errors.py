@@ -45,6 +45,13 @@ def suggest(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {hits[0]}?)" if hits else ""
 
 
+def suggest_flag(flag: str, options: Iterable[str]) -> str:
+    """``suggest`` for a ``--flag``, compared without the ``--`` every option shares (with it,
+    ``--bogus`` reads as close to ``--out``)."""
+    bare = suggest(flag.removeprefix("--"), [o.removeprefix("--") for o in options])
+    return bare.replace("(did you mean ", "(did you mean --", 1)
+
+
 def option_strings(parser: argparse.ArgumentParser) -> list[str]:
     """Every ``--flag`` of ``parser`` and of its subcommands (argparse keeps them in
     ``_actions``; ``_SubParsersAction.choices`` maps each verb to its parser)."""
@@ -67,7 +74,7 @@ def hint(message: str, parser: argparse.ArgumentParser) -> str:
     if message.startswith(_UNRECOGNIZED):
         for token in message[len(_UNRECOGNIZED) :].split():
             if token.startswith("--"):
-                return message + suggest(token.partition("=")[0], option_strings(parser))
+                return message + suggest_flag(token.partition("=")[0], option_strings(parser))
         return message
     if m := _CHOICE.search(message):
         choices = re.findall(r"'([^']*)'", m.group(2))

@@ -171,3 +171,16 @@ def test_jobs_imports_neither_torch_nor_pulumi() -> None:
     done = _run([sys.executable, "-c", code])
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_flags_are_matched_without_their_dashes() -> None:
+    """Every flag starts with ``--``: compared with them, ``--bogus`` came out as close to
+    ``--out`` (difflib's ratio 0.67 >= 0.6); without them it is close to nothing."""
+    from eks_fsdp_cli.errors import Parser, hint
+
+    p = Parser(command="x")
+    p.add_argument("--out")
+    p.add_argument("--stack")
+    assert hint("unrecognized arguments: --bogus", p) == "unrecognized arguments: --bogus"
+    assert hint("unrecognized arguments: --stak=a", p).endswith("(did you mean --stack?)")
+    assert hint("unrecognized arguments: --ou", p).endswith("(did you mean --out?)")
