@@ -233,7 +233,8 @@ pulumi.export(
         cfg.stack,
         cfg.cluster_name,
         cfg.region,
-        {g.name: g.desired_size for g in cfg.gpu_node_groups},
+        # Karpenter pools have no nodes until a job's pods wait for them: nothing to count.
+        {g.name: g.desired_size for g in cfg.gpu_node_groups if not g.uses_karpenter},
     ),
 )
 
