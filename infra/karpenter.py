@@ -17,8 +17,9 @@ karpenter/cloudformation.yaml`` and ``scripts/step08-apply-helm-chart.sh``):
 - the controller's IAM role, assumed through IRSA by the chart's ServiceAccount
   (``kube-system/karpenter``), with upstream's controller policies statement for statement
   (``controller_policies``): node lifecycle, IAM integration, EKS integration, interruption and
-  resource discovery. Upstream's zonal-shift policy is left out: ``settings.enableZonalShift``
-  stays off. IRSA rather than EKS Pod Identity: the cluster always has its OIDC provider, the
+  resource discovery (upstream's file is vendored as
+  ``workloads/manifests/karpenter/cloudformation.yaml`` and a test compares the documents).
+  Upstream's zonal-shift policy is left out: ``settings.enableZonalShift`` stays off. IRSA rather than EKS Pod Identity: the cluster always has its OIDC provider, the
   Pod Identity agent exists only on stacks with a data bucket (``infra.pod_identity``);
 - the chart (``versions.KARPENTER_CHART`` at ``versions.KARPENTER_VERSION``) with
   ``workloads.specs.karpenter.controller_values``: settings.clusterName and interruptionQueue,
