@@ -342,7 +342,8 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
             f"{path}.availabilityZone", f"{az} is not in availabilityZones ({', '.join(azs)})"
         )
 
-    efa_raw, efa_driver = obj.get("efa", instance.efa_supported), EFA_DEVICE_PLUGIN
+    efa_raw: Any = obj.get("efa", instance.efa_supported)
+    efa_driver = EFA_DEVICE_PLUGIN
     if isinstance(efa_raw, str) and efa_raw in EFA_DRIVERS:
         efa_raw, efa_driver = True, efa_raw
     elif isinstance(efa_raw, str) and efa_raw.lower() not in ("true", "false"):
