@@ -478,6 +478,7 @@ class Karpenter(pulumi.ComponentResource):
         values = controller_role.arn.apply(
             lambda arn: spec.controller_values(
                 cluster_name=args.cluster_name,
+                region=args.region,
                 interruption_queue=spec.interruption_queue_name(args.cluster_name),
                 role_arn=arn,
                 node_selector=dict(args.system_node_selector),

@@ -99,6 +99,8 @@ def test_the_controller_chart_is_pinned_and_set_up(run: ProgramRun) -> None:
         "eks.amazonaws.com/role-arn": role.outputs["arn"]
     }
     assert values["replicas"] == 2
+    # the region told, not read from IMDS (out of a pod's reach at hop limit 1)
+    assert values["controller"]["env"] == [{"name": "AWS_REGION", "value": "us-east-1"}]
     # after its IAM, its queue and the node role's access entry
     access = run.one("aws:eks/accessEntry:AccessEntry")
     assert {access.urn, queue.urn} <= set(release.dependencies)

@@ -138,3 +138,42 @@ def test_the_node_role_has_upstreams_policies() -> None:
     assert upstream - {pull_only} <= set(NODE_POLICY_ARNS)
     assert "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly" in NODE_POLICY_ARNS
     assert _sub(role["RoleName"]) == spec.node_role_name(CLUSTER)
+
+
+CHART_VALUES = Path(spec.CRD_DIR).parent / "chart-values.yaml"
+"""``charts/karpenter/values.yaml`` at tag v1.14.1 (the release job sets the image tag and the
+chart version when it publishes; the keys are the tag's)."""
+MAPS = {("nodeSelector",), ("serviceAccount", "annotations"), ("controller", "resources")}
+"""Values that are free maps in the chart (``{}`` there): their keys are ours to choose (the
+controller's resources are a container's ``resources``, as upstream's getting-started sets)."""
+
+
+def _paths(values: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    if not isinstance(values, dict) or prefix in MAPS:
+        return [prefix]
+    return [p for key, sub in values.items() for p in _paths(sub, (*prefix, key))]
+
+
+def test_every_controller_value_is_a_key_of_the_pinned_chart() -> None:
+    """A misspelt key (``settings.interruptionQueueName``) would be ignored by the chart and
+    interruption handling silently off."""
+    upstream = yaml.safe_load(CHART_VALUES.read_text())
+    ours = spec.controller_values(
+        cluster_name=CLUSTER,
+        region=REGION,
+        interruption_queue=spec.interruption_queue_name(CLUSTER),
+        role_arn=NODE_ROLE_ARN,
+        node_selector={"eks-fsdp/nodegroup": "system"},
+        replicas=2,
+        node_repair=True,
+    )
+    for path in _paths(ours):
+        node: Any = upstream
+        for key in path:
+            assert isinstance(node, dict) and key in node, ".".join(path)
+            node = node[key]
+    assert (
+        upstream["settings"]["clusterName"] == ""
+        and upstream["settings"]["interruptionQueue"] == ""
+    )
+    assert upstream["nodeSelector"] == {"kubernetes.io/os": "linux"}  # kept in ours

@@ -256,6 +256,7 @@ def stack_objects(stack_cfg: Any) -> list[K8sObject]:
 def controller_values(
     *,
     cluster_name: str,
+    region: str,
     interruption_queue: str,
     role_arn: str,
     node_selector: dict[str, str],
@@ -266,7 +267,10 @@ def controller_values(
     upstream's getting-started sets (``settings.clusterName``, ``settings.interruptionQueue``,
     1 CPU / 1 GiB for the controller), the IRSA role on the ServiceAccount, the controller on
     the system node group (the chart's own affinity already keeps it off Karpenter's nodes:
-    ``karpenter.sh/nodepool DoesNotExist``), and the NodeRepair gate (alpha, off upstream)."""
+    ``karpenter.sh/nodepool DoesNotExist``), the NodeRepair gate (alpha, off upstream), and
+    ``AWS_REGION``: without it the controller asks IMDS for the region
+    (``pkg/operator/operator.go`` at the tag, "retrieving region from IMDS") and exits when it
+    cannot, which a pod on the system nodes cannot (IMDS hop limit 1, ``infra.cluster``)."""
     if replicas < 1:
         raise ValueError(f"replicas: {replicas} (at least one controller)")
     resources = {"cpu": "1", "memory": "1Gi"}
@@ -282,7 +286,10 @@ def controller_values(
         },
         "replicas": replicas,
         "nodeSelector": {"kubernetes.io/os": "linux", **node_selector},
-        "controller": {"resources": {"requests": resources, "limits": resources}},
+        "controller": {
+            "env": [{"name": "AWS_REGION", "value": region}],
+            "resources": {"requests": resources, "limits": resources},
+        },
     }
 
 
