@@ -23,9 +23,15 @@ If this file breaks, the suite still passes but takes longer (units unbalanced),
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+
+# No test may reach the Hugging Face Hub (nothing leaves loopback): huggingface_hub reads
+# HF_HUB_OFFLINE at import (huggingface_hub/constants.py). Tests that exercise the Hub's API
+# clear it and point HF_ENDPOINT at a loopback stand-in.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 PER_TEST = (
     "tests/workloads/test_local_run.py",
