@@ -370,3 +370,22 @@ def test_the_pinned_release_has_every_gated_feature() -> None:
     assert all(
         versions.version_tuple(v) <= pinned for v in versions.KARPENTER_FEATURES_SINCE.values()
     )
+
+
+def test_names_aws_refuses_stop_before_any_resource() -> None:
+    """The node role's name (at most 64 characters) carries the cluster's; so does the queue's,
+    whose limit (80) a name that fits the role's cannot reach."""
+    from infra.karpenter import KarpenterArgs
+
+    common: dict[str, Any] = {
+        "cluster": "c",
+        "region": "us-east-1",
+        "oidc_provider_arn": "arn",
+        "oidc_issuer": "issuer",
+        "system_node_selector": {"eks-fsdp/nodegroup": "system"},
+    }
+    with pytest.raises(ValueError, match=r"KarpenterArgs\.cluster_name: the node role"):
+        KarpenterArgs(cluster_name="c" * 50, **common)
+    KarpenterArgs(cluster_name="c" * 46, **common)  # KarpenterNodeRole- + 46 = 64
+    with pytest.raises(ValueError, match=r"KarpenterArgs\.region: required"):
+        KarpenterArgs(cluster_name="c", **{**common, "region": ""})
