@@ -91,8 +91,15 @@ def test_the_patch_uses_only_fields_kueues_trainer_types_keep() -> None:
     bad = copy.deepcopy(train)
     tj.pod_spec_patch(bad)["spec"]["terminationGracePeriodSeconds"] = 75
     assert not list(tj._validator("TrainJob").iter_errors(bad))  # v2.3.0 alone takes it
-    with pytest.raises(ValidationError, match=r"terminationGracePeriodSeconds.*v2\.2\.0"):
+    with pytest.raises(ValidationError, match=r"terminationGracePeriodSeconds.*v2\.2\.0: Kueue"):
         tj.validate(bad)
+    runtime = tj.cluster_training_runtime()
+    (node,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]["spec"]
+    pod["schedulingGroup"] = {"podGroupName": "g"}  # in v2.3.0's CRD, not in v2.2.0's
+    assert not list(tj._validator("ClusterTrainingRuntime").iter_errors(runtime))
+    with pytest.raises(ValidationError, match=r"schedulingGroup.*pod sets without the field"):
+        tj.validate(runtime)
 
 
 def test_the_runtime_carries_the_grace_period_every_job_asks_for() -> None:
@@ -123,9 +130,11 @@ def test_the_kueue_crd_is_trainers_at_the_version_kueue_requires() -> None:
         pytest.skip("Kueue or Trainer module not in Go's module cache")
     required = re.search(r"github\.com/kubeflow/trainer/v2 (v\S+)", kueue_mod.read_text())
     assert required and required.group(1) == tj.KUEUE_TRAINER_VERSION
-    name = "trainer.kubeflow.org_trainjobs.yaml"
-    upstream = trainer / "manifests" / "base" / "crds" / name
-    assert (tj.KUEUE_CRD_DIR / name).read_bytes() == upstream.read_bytes()
+    vendored = sorted(p.name for p in tj.KUEUE_CRD_DIR.iterdir())
+    assert vendored == sorted(f"{tj.GROUP}_{plural}.yaml" for plural in tj.KINDS.values())
+    for name in vendored:
+        upstream = trainer / "manifests" / "base" / "crds" / name
+        assert (tj.KUEUE_CRD_DIR / name).read_bytes() == upstream.read_bytes(), name
 
 
 def _gomodcache() -> Path:

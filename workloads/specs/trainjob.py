@@ -31,8 +31,9 @@ trainjob_controller.go``, ``RunWithPodSetsInfo``): a field the v2.2.0 ``PodSpecP
 v2.3.0 added ``terminationGracePeriodSeconds`` to that type; v2.2.0 has only
 ``serviceAccountName``, ``volumes``, ``initContainers``, ``containers``, ``imagePullSecrets``,
 ``securityContext``, ``nodeSelector``, ``affinity``, ``tolerations`` and ``schedulingGates``.
-The stricter of the two wins: the patch carries only v2.2.0's fields (``validate`` checks a
-TrainJob against the v2.2.0 CRD too, vendored in ``workloads/manifests/trainer/crds-kueue``),
+The stricter of the two wins: the patch carries only v2.2.0's fields (``validate`` checks both
+objects against the v2.2.0 CRDs too, vendored in ``workloads/manifests/trainer/crds-kueue``:
+Kueue also reads the runtime through those types to count the job's pods),
 and the grace period lives in the runtime's pod template: ``RUNTIME_GRACE_S``, the longest
 grace any job's preemption budget asks for (``workloads.specs.preemption.MAX_GRACE_S``). A
 grace period is an upper bound: the pod is gone as soon as torchrun has stopped its workers
@@ -258,7 +259,7 @@ def _validator(kind: str) -> Any:
 
 @functools.cache
 def kueue_crd(kind: str) -> dict[str, Any]:
-    """The CRD of ``kind`` at ``KUEUE_TRAINER_VERSION`` (TrainJob only)."""
+    """The CRD of ``kind`` at ``KUEUE_TRAINER_VERSION``."""
     path = KUEUE_CRD_DIR / f"{GROUP}_{KINDS[kind]}.yaml"
     return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
 
@@ -270,26 +271,28 @@ def _kueue_validator(kind: str) -> Any:
     return crd_validator(kueue_crd(kind), "v1alpha1")
 
 
+KUEUE_READS = {
+    "TrainJob": "Kueue writes it back without the field",
+    "ClusterTrainingRuntime": "Kueue computes the job's pod sets without the field",
+}
+"""What Kueue does with each kind through ``KUEUE_TRAINER_VERSION``'s types: a TrainJob is
+updated whole (``RunWithPodSetsInfo``), a runtime read to build the JobSet whose pods Kueue
+counts against the quota (``getChildJobSet``: Trainer v2.2.0's own runtime code)."""
+
+
 def validate(obj: K8sObject) -> None:
-    """Check a TrainJob or ClusterTrainingRuntime against its CRD at the pin, and a TrainJob
-    also against the TrainJob of ``KUEUE_TRAINER_VERSION`` (what Kueue writes back)."""
+    """Check a TrainJob or ClusterTrainingRuntime against its CRD at the pin, then against the
+    CRD of ``KUEUE_TRAINER_VERSION``, the types Kueue reads and writes it with."""
     from workloads.specs.validate import ValidationError, validate_custom
 
     validate_custom(obj, api_version=API_VERSION, kinds=KINDS, crd=crd, validator=_validator)
-    if obj.get("kind") != "TrainJob":
-        return
     try:
         validate_custom(
-            obj,
-            api_version=API_VERSION,
-            kinds=("TrainJob",),
-            crd=kueue_crd,
-            validator=_kueue_validator,
+            obj, api_version=API_VERSION, kinds=KINDS, crd=kueue_crd, validator=_kueue_validator
         )
     except ValidationError as err:
-        raise ValidationError(
-            f"{err} (Trainer {KUEUE_TRAINER_VERSION}'s TrainJob: Kueue drops the field)"
-        ) from None
+        why = KUEUE_READS[str(obj["kind"])]
+        raise ValidationError(f"{err} (Trainer {KUEUE_TRAINER_VERSION}: {why})") from None
 
 
 INSTALL_DIR = "trainer-v2"
