@@ -111,9 +111,10 @@ def gate(expect_text: str, out_dir: str | Path, device: torch.device) -> int:
 
 
 def _error_line(message: object) -> str:
-    """The error line every command prints (``eks_fsdp_cli.errors.line``, which ``training/``
-    cannot import: the training image carries ``training/`` alone)."""
-    return f"eks-fsdp preflight: error: {' '.join(str(message).split())}"
+    """The error line every command prints (``training.errors.line``)."""
+    from training.errors import line
+
+    return line("preflight", message)
 
 
 def _parse(argv: Sequence[str] | None) -> Any:
