@@ -432,6 +432,9 @@ class ClusterBackend:
         replace: bool = False,
         from_uri: str | None = None,
     ) -> Submitted:
+        from jobs.team_check import check as check_team  # the team's pods' claim, SA, token
+
+        check_team(self, job)
         if job.api == "v2" and from_uri is None:  # a Trainer v2 TrainJob (jobs.trainjob)
             return trainjob.submit(self, job, image=image, replace=replace)
         if job.api == "v2":

@@ -138,3 +138,60 @@ def job_quota(job: dict[str, Any]) -> dict[str, str]:
         milli = round(value * worker["replicas"] * 1000)
         total[res] = str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
     return total
+
+
+def member_access(plane: Any, folder: Path, *, user: str, group: str) -> tuple[Client, Path]:
+    """A client and a kubeconfig that authenticate as ``user`` in ``group`` only: a client
+    certificate with ``CN=<user>``, ``O=<group>`` signed by the control plane's CA, which the
+    API server's x509 authenticator maps to that user name and group (Kubernetes docs,
+    "Authenticating": X509 client certificates, "the common name of the subject is used as the
+    user name ... the certificate's organization fields indicate a user's group
+    memberships"). On EKS an access entry's ``kubernetesGroups`` reach RBAC the same way, as
+    the groups of the authenticated user (EKS API reference, ``CreateAccessEntry``
+    ``kubernetesGroups``: the name of a ``kind: Group`` subject of a RoleBinding)."""
+    from controlplane import pki
+
+    ca = pki.KeyPair(plane.state / "pki" / "ca.crt", plane.state / "pki" / "ca.key")
+    pair = pki.new_cert(ca, folder, user, common_name=user, organization=group, usage="clientAuth")
+    kubeconfig = folder / f"{user}.kubeconfig"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {"server": plane.server, "certificate-authority": str(ca.cert)},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {"client-certificate": str(pair.cert), "client-key": str(pair.key)},
+            }
+        ],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
+        "current-context": "local",
+    }
+    kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
+    kubeconfig.chmod(0o600)
+    return Client(plane.server, ca.cert, pair.cert, pair.key), kubeconfig
+
+
+def prefix_queues(obj: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """A copy of a Kueue object whose cluster-scoped names (Topology, ResourceFlavor,
+    ClusterQueue, the cohort, and the Topology, flavors and ClusterQueue they name) carry
+    ``prefix``, so that it does not meet the stack's own queues other tests apply."""
+    obj = copy.deepcopy(obj)
+    kind, spec = obj["kind"], obj.get("spec", {})
+    if kind in ("Topology", "ResourceFlavor", "ClusterQueue"):
+        obj["metadata"]["name"] = prefix + obj["metadata"]["name"]
+    if kind == "ResourceFlavor" and "topologyName" in spec:
+        spec["topologyName"] = prefix + spec["topologyName"]
+    if kind == "ClusterQueue":
+        spec["cohortName"] = prefix + spec["cohortName"]
+        for group in spec["resourceGroups"]:
+            for flavor in group["flavors"]:
+                flavor["name"] = prefix + flavor["name"]
+    if kind == "LocalQueue":
+        spec["clusterQueue"] = prefix + spec["clusterQueue"]
+    return obj
