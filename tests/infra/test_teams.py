@@ -3,7 +3,10 @@
 If this fails, a stack shared by teams would get quotas that do not add up to its GPU pools
 (two teams promised the same nodes, or nodes nobody can use), a team without a way in, or a
 typo in a team (a priority that does not exist, a pool that does not exist) would surface at
-``pulumi up`` as a Kueue or EKS error instead of one line naming the key before any work.
+``pulumi up`` as a Kueue or EKS error instead of one line naming the key before any work; a
+team could take a namespace the platform installs into (Trainer v2's ``kubeflow-system``, the
+CloudWatch add-on's), or two (pool, team) pairs could share one ClusterQueue name, the second
+overwriting the first's quota.
 """
 
 from __future__ import annotations

@@ -13,18 +13,22 @@ For each ``teams[]`` entry (``infra.config.teams``):
   stack's ``etcd-jobs`` admits only pods of its own namespace);
 - a **Role** ``job-submitter`` and its **RoleBinding** to the Kubernetes group the team's EKS
   access entries carry (``group_name``): create, watch, patch (suspend) and delete PyTorchJobs
-  and TrainJobs,
-  the NetworkPolicy and record ConfigMap ``python -m jobs submit`` makes with each job, read
-  pods, logs, events and the queue's state (Kueue Workloads, LocalQueues), in this namespace
-  only. The access entries (``workloads.team``) also associate ``AmazonEKSViewPolicy`` scoped
-  to the namespace. Why a Role of our own: an EKS access policy is a fixed set of rules
-  "similar to the Kubernetes user-facing cluster roles" (EKS user guide, "Review access policy
-  permissions"), ``AmazonEKSEditPolicy`` being ``edit``; the training operator's CRDs do not
-  aggregate to ``edit`` (its v1.9.4 ``standalone`` overlay, which the stack installs, ships no
-  aggregated ClusterRole; the ``kubeflow`` overlay's ``kubeflow-training-edit`` aggregates to
-  Kubeflow's own ``kubeflow-edit``), and ``edit`` would let a member create bare pods on the
-  GPUs outside any queue. So members get ``view`` (read) from EKS and the job verbs from this
-  Role;
+  and TrainJobs, the NetworkPolicy and record ConfigMap ``python -m jobs submit`` makes with
+  each job, read pods, logs, events, claims, ServiceAccounts and the queue's state (Kueue
+  Workloads, LocalQueues), in this namespace only; no Secret. The access entries
+  (``workloads.team``) also associate ``AmazonEKSViewPolicy`` scoped to the namespace. EKS
+  answers a member with the union of both: the access policies, evaluated by EKS's own
+  authorizer, and the Roles bound to the entry's ``kubernetesGroups``, evaluated by RBAC (EKS
+  API reference, ``CreateAccessEntry`` ``kubernetesGroups``). Why a Role of our own: an
+  access policy is a fixed list of rules "similar to the Kubernetes user-facing cluster
+  roles" (EKS user guide, "Review access policy permissions"), so no CRD's aggregated
+  ClusterRole ever extends ``AmazonEKSEditPolicy``; the operators' CRDs do not aggregate to
+  ``edit`` anyway (the training operator's v1.9.4 ``standalone`` overlay, which the stack
+  installs, and Trainer v2.3.0's ``manager`` overlay ship no aggregated ClusterRole; their
+  ``kubeflow``/``kubeflow-platform`` overlays aggregate to Kubeflow's own ``kubeflow-edit``);
+  and ``edit`` would let a member create bare pods on the GPUs outside any queue. So members
+  get ``view`` (read) from EKS and the job verbs from this Role
+  (``tests/controlplane/test_team_namespace.py`` acts as a member on a real API server);
 - on stacks with observability, a **Role** ``job-metrics-<team>`` and its RoleBinding in the
   metrics namespace (``metrics_objects``, applied after the observability stack): ``get`` on Prometheus' ``services/proxy`` only, which ``python -m jobs
   status`` and ``list`` use to read the team's jobs' progress;
