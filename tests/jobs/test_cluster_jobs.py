@@ -184,7 +184,10 @@ def test_submit_creates_the_builders_job_its_policy_and_its_record(
     want["metadata"]["labels"].update(
         {queue.QUEUE_LABEL: job.config.node_group, queue.PRIORITY_LABEL: "experiment"}
     )
-    assert created == want  # the pure builders' object, with the queue's labels only
+    assert job.queue.pod_annotations  # p4de is an EFA pool: Kueue keeps it in one block
+    for template in queue.pytorchjob_templates(want):
+        template["metadata"].setdefault("annotations", {}).update(job.queue.pod_annotations)
+    assert created == want  # the pure builders' object, with what the queue adds only
     assert rdzv.startswith(f"{NAME}-g1-") and rdzv != pj.rdzv_id(w.job)
     (policy,) = fake.of("networkpolicies")
     assert policy["metadata"]["name"] == f"{NAME}-workers"

@@ -125,9 +125,13 @@ def test_submit_creates_the_builders_trainjob_its_policy_and_its_record(
     want = tj.trainjob(job_workloads(job, image=IMAGE).job)
     assert job.queue is not None and job.queue.team is None  # a GPU job: its pool's queue
     want["metadata"]["labels"].update(job.queue.labels())
+    assert job.queue.pod_annotations  # p4de is an EFA pool: Kueue keeps it in one block
+    tj.pod_spec_patch(want)["metadata"].setdefault("annotations", {}).update(
+        job.queue.pod_annotations
+    )
     for key in ("uid", "creationTimestamp", "resourceVersion"):
         created["metadata"].pop(key)
-    assert created == want  # the pure builder's TrainJob, with the queue's labels only
+    assert created == want  # the pure builder's TrainJob, with what the queue adds only
     tj.validate(created)
     assert created["metadata"]["labels"][queue.QUEUE_LABEL] == job.config.node_group
     (policy,) = fake.of("networkpolicies")
