@@ -86,3 +86,25 @@ def test_a_trainjob_on_a_dra_group_is_refused_in_one_line() -> None:
 def test_a_bad_count_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         efa.resource_claim_template("j", "ns", 0)
+
+
+def test_a_group_without_efa_asks_for_no_efa_device() -> None:
+    """A p5 group with ``efa: false`` attaches no EFA interface, so no device plugin
+    advertises ``vpc.amazonaws.com/efa`` there: a worker asking for 32 would never schedule.
+    The flag follows the job's group (``from_stack``)."""
+    import dataclasses
+    from pathlib import Path
+
+    from jobs import file as jobfile
+    from workloads.specs.stack import job_workloads
+
+    pod = _pod(dataclasses.replace(_job(dra=False), efa=False))
+    validate_builtin(pod, "1.35")
+    (container,) = pod["spec"]["containers"]
+    for side in ("limits", "requests"):
+        assert efa.EFA_RESOURCE not in container["resources"][side]
+        assert container["resources"][side]["nvidia.com/gpu"] == "8"
+    example = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml"
+    job = jobfile.load(example)
+    (group,) = [g for g in job.platform.gpu_node_groups if g.name == job.config.node_group]
+    assert job_workloads(job, image="example.com/train:1").job.efa is group.efa is True

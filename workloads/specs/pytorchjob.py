@@ -373,7 +373,8 @@ def container_env(s: JobSettings) -> list[k8s.V1EnvVar]:
 
 def _pod_template(s: JobSettings) -> k8s.V1PodTemplateSpec:
     devices = {k: str(v) for k, v in lookup(s.instance_type).pod_resources().items()}
-    if s.efa_dra:  # EFA through the job's ResourceClaimTemplate, not the extended resource
+    # EFA through the job's ResourceClaimTemplate (efa: dra), or none on a group without EFA.
+    if s.efa_dra or not s.efa:
         devices = efa.without_efa(devices)
     if s.checkpoint_claim:
         checkpoints = k8s.V1Volume(

@@ -156,6 +156,9 @@ class JobSettings:
     preflight_expect: str | None = None
     """``--preflight`` with these ``--preflight_expect`` thresholds (``planner.expect``; empty:
     measure and report only); None = no preflight."""
+    efa: bool = True
+    """The node group attaches EFA interfaces (its ``efa`` key): without them a worker asks for
+    no ``vpc.amazonaws.com/efa`` (a p5 group with ``efa: false`` has no EFA device to give)."""
     efa_dra: bool = False
     """The node group hands out EFA through the EFA DRA driver (``efa: dra``): the workers
     reference a ResourceClaimTemplate instead of requesting ``vpc.amazonaws.com/efa``
@@ -411,6 +414,7 @@ def from_stack(
         capacity_block_group=(
             group.name if getattr(group, "capacity_type", "") == "capacity-block" else None
         ),
+        efa=bool(getattr(group, "efa", True)),
         efa_dra=bool(getattr(group, "efa", False)) and getattr(group, "efa_driver", "") == "dra",
     )
     etcd = EtcdSettings(namespace=namespace, client_job_names=(job.name,))
