@@ -29,7 +29,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from jobs import cluster_metrics, manifest, queue, resume_from
+from jobs import cluster_metrics, efa_claim, manifest, queue, resume_from
 from jobs.file import JobFile
 from jobs.kube import STILL_DELETING, api_errors, delete_object
 from jobs.kube import raw as _raw
@@ -501,7 +501,9 @@ def as_submitted(
 ) -> dict[str, list[dict[str, Any]]]:
     """``workloads.render``'s job objects as ``submit`` creates them: the PyTorchJob naming the
     job's queue (``jobs.queue``), or for ``api: v2`` the TrainJob in its place
-    (``trainjob.yaml``); the other components unchanged, in their order."""
+    (``trainjob.yaml``); on an ``efa: dra`` group the ResourceClaimTemplate its workers
+    reference (``efa-claim-template.yaml``, ``jobs.efa_claim``: without it ``kubectl apply`` of
+    the files leaves the pods waiting); the other components unchanged, in their order."""
     out: dict[str, list[dict[str, Any]]] = {}
     for component, objs in components.items():
         if component != "pytorchjob":
@@ -513,6 +515,8 @@ def as_submitted(
                 queue.queued(o, job_file.queue, pod_template_paths=queue.pytorchjob_templates)
                 for o in objs
             ]
+            if getattr(settings, "efa_dra", False):
+                out["efa-claim-template"] = [efa_claim.template(settings)]
     return out
 
 

@@ -108,3 +108,32 @@ def test_a_group_without_efa_asks_for_no_efa_device() -> None:
     job = jobfile.load(example)
     (group,) = [g for g in job.platform.gpu_node_groups if g.name == job.config.node_group]
     assert job_workloads(job, image="example.com/train:1").job.efa is group.efa is True
+
+
+def test_rendered_files_of_a_dra_job_carry_its_claim_template() -> None:
+    """``workloads.render`` writes the job's objects as ``submit`` creates them
+    (``jobs.trainjob.as_submitted``): on an ``efa: dra`` group that includes the
+    ResourceClaimTemplate the workers name, else ``kubectl apply`` of the files leaves every
+    pod Pending (Kubernetes docs, "Dynamic Resource Allocation": a pod's claim is made from a
+    template that must exist in its namespace)."""
+    import dataclasses
+    from pathlib import Path
+
+    from jobs import file as jobfile
+    from jobs.trainjob import as_submitted, validate_object
+    from workloads.specs.stack import job_workloads, objects_by_component
+
+    example = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml"
+    job = jobfile.load(example)
+    w = job_workloads(job, image="example.com/train:1")
+    for dra in (False, True):
+        wd = dataclasses.replace(w, job=dataclasses.replace(w.job, efa_dra=dra))
+        components = as_submitted(objects_by_component(wd), job, wd.job)
+        assert ("efa-claim-template" in components) is dra
+    (template,) = components["efa-claim-template"]
+    validate_object(template, "1.35")
+    (pj_obj,) = components["pytorchjob"]
+    pod = pj_obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    names = [c["resourceClaimTemplateName"] for c in pod["resourceClaims"]]
+    assert names == [template["metadata"]["name"]]
+    assert template["metadata"]["namespace"] == pj_obj["metadata"].get("namespace", "default")
