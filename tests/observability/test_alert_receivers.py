@@ -5,15 +5,20 @@ Alertmanager with no receiver (nobody told); or a receiver's URL or routing key 
 the Helm values (and so in the Helm release Secret and the rendered files) instead of a
 mounted Secret read through ``*_file``; or a bad ``observability.alerts`` / ``retention``
 value would not stop the stack with one line; or an SNS topic in another region (Alertmanager
-signs for one region) or a malformed ARN would deploy and fail at the first alert; or
-Prometheus would fill its claim (no ``retentionSize``) and stop ingesting. ``amtool check-config`` (Alertmanager's own parser,
-v0.28.1, built with ``go install``; the ``*_file`` fields exist in Alertmanager since well
-before it) checks each configuration when the binary is in the tools cache; the test is skipped
-with the reason otherwise.
+signs for one region) or a malformed ARN would deploy and fail at the first alert; or an SNS
+Subject of 100 characters or more (Alertmanager's default lists every common label value)
+would make SNS refuse the Publish and the alert would be lost; or a stack switched to ``sns``
+would keep Alertmanager pods started without Pod Identity credentials; or Prometheus would
+fill its claim (no ``retentionSize``) and stop ingesting. ``amtool check-config`` and ``amtool
+template render`` (Alertmanager's own parser and template engine, v0.28.1, built with ``go
+install``; the ``*_file`` fields exist in Alertmanager since well before it) check each
+configuration and the SNS subject and message when the binary is in the tools cache; those
+tests are skipped with the reason otherwise.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from dataclasses import replace
@@ -76,10 +81,27 @@ def test_sns_publishes_to_the_topic_in_its_region() -> None:
     am = obs.kube_prometheus_stack_values(s)["alertmanager"]
     (ours,) = [r for r in am["config"]["receivers"] if r["name"] == "sns"]
     assert ours["sns_configs"] == [
-        {"topic_arn": TOPIC, "sigv4": {"region": "us-east-1"}, "send_resolved": True}
+        {
+            "topic_arn": TOPIC,
+            "sigv4": {"region": "us-east-1"},
+            "subject": obs.SNS_SUBJECT,
+            "message": obs.SNS_MESSAGE,
+            "send_resolved": True,
+        }
     ]
+    # the subject is cut below SNS's 100 characters and the message lists every alert
+    assert 'reReplaceAll "^(.{0,99}).*$" "$1"' in ours["sns_configs"][0]["subject"]
+    assert ours["sns_configs"][0]["message"] == '{{ template "__text_alert_list" .Alerts }}'
     assert am["serviceAccount"]["name"] == s.alertmanager_service_account == "kps-alertmanager"
-    assert "alertmanagerSpec" not in am
+    # the pods are recreated (and get the Pod Identity credentials) when a stack switches to
+    # sns; nothing is mounted
+    assert am["alertmanagerSpec"] == {
+        "podMetadata": {"annotations": {"eks-fsdp/pod-identity": "alertmanager-sns"}}
+    }
+    for receiver in ("none", "slack", "pagerduty", "webhook"):
+        alerts = {"receiver": receiver}
+        other = obs.kube_prometheus_stack_values(_stack(alerts=alerts))["alertmanager"]
+        assert "podMetadata" not in other.get("alertmanagerSpec", {}), receiver
 
 
 def test_no_receiver_keeps_the_chart_default() -> None:
@@ -158,14 +180,97 @@ def test_sns_without_a_region_is_one_line() -> None:
     )
 
 
-@pytest.mark.parametrize("receiver", ["slack", "pagerduty", "webhook", "sns"])
-def test_amtool_accepts_the_configuration(tmp_path: Path, receiver: str) -> None:
+def _amtool() -> str:
     amtool = AMTOOL if AMTOOL.is_file() else shutil.which("amtool")
     if not amtool:
         pytest.skip(
             f"amtool {AMTOOL_VERSION} not built: go install "
             f"github.com/prometheus/alertmanager/cmd/amtool@{AMTOOL_VERSION} (GOBIN={AMTOOL.parent})"
         )
+    return str(amtool)
+
+
+def _alert(status: str, labels: dict[str, str]) -> dict[str, object]:
+    return {
+        "status": status,
+        "labels": labels,
+        "annotations": {"summary": f"{labels['alertname']} on {labels['node']}"},
+        "startsAt": "2026-12-03T10:00:00Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "http://prometheus.invalid/graph",
+        "fingerprint": labels["gpu"],
+    }
+
+
+def _render(amtool: str, tmp_path: Path, text: str, data: dict[str, object]) -> str:
+    """Alertmanager's own template engine on ``data`` (template.Data, the JSON layout
+    ``amtool template render --template.data`` reads); the default templates are always loaded,
+    the glob adds none."""
+    (tmp_path / "none.tmpl").write_text("")
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps(data))
+    done = subprocess.run(
+        [
+            amtool,
+            "template",
+            "render",
+            f"--template.glob={tmp_path / 'none.tmpl'}",
+            f"--template.text={text}",
+            f"--template.data={path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("status", ["firing", "resolved"])
+def test_sns_subject_stays_under_snss_limit_whatever_the_labels(
+    tmp_path: Path, status: str
+) -> None:
+    """A group whose labels are long, multi-line or non-ASCII still gets a Subject SNS accepts
+    (SNS API reference, Publish: printable text, no line break, under 100 characters), and a
+    short one gets its whole name; the message names every alert. Rendered by amtool v0.28.1."""
+    amtool = _amtool()
+    name = "GpuXidErrorOnANodeWhoseAlertNameIsFarLongerThanAnyoneWouldExpect"
+    node = "ip-10-0-123-45.us-east-1.compute.internal\nsecond-line-\u00e9"
+    alerts = [
+        _alert(status, {"alertname": name, "node": node, "gpu": str(g), "xid": "79"})
+        for g in range(2)
+    ]
+    group = {"alertname": name, "node": node}
+    data = {
+        "receiver": "sns",
+        "status": status,
+        "alerts": alerts,
+        "groupLabels": group,
+        "commonLabels": {**group, "xid": "79"},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager.invalid",
+    }
+    subject = _render(amtool, tmp_path, obs.SNS_SUBJECT, data)
+    prefix = "[FIRING:2] " if status == "firing" else "[RESOLVED] "
+    whole = f"{prefix}{name} {node.replace(chr(10), '').replace(chr(233), '')}"
+    assert len(whole) > obs.SNS_SUBJECT_MAX_CHARS
+    assert subject == whole[: obs.SNS_SUBJECT_MAX_CHARS]
+    assert len(subject) < 100 and subject.isascii() and subject.isprintable()
+    short = {"alertname": "GpuTooHot", "node": "ip-10-0-1-2.ec2.internal", "gpu": "0"}
+    data = {**data, "alerts": [_alert(status, short)], "groupLabels": short}
+    data["groupLabels"] = {k: short[k] for k in ("alertname", "node")}
+    subject = _render(amtool, tmp_path, obs.SNS_SUBJECT, data)
+    one = "[FIRING:1] " if status == "firing" else "[RESOLVED] "
+    assert subject == f"{one}GpuTooHot ip-10-0-1-2.ec2.internal"
+    message = _render(amtool, tmp_path, obs.SNS_MESSAGE, {**data, "alerts": alerts})
+    assert message.count("Labels:\n") == 2
+    assert f" - alertname = {name}\n" in message
+    assert " - summary = " in message and "Source: http://prometheus.invalid/graph" in message
+
+
+@pytest.mark.parametrize("receiver", ["slack", "pagerduty", "webhook", "sns"])
+def test_amtool_accepts_the_configuration(tmp_path: Path, receiver: str) -> None:
+    amtool = _amtool()
     alerts = {"receiver": receiver, **({"snsTopicArn": TOPIC} if receiver == "sns" else {})}
     s = _stack(alerts=alerts)
     config = obs.alertmanager_config(s)
@@ -177,7 +282,7 @@ def test_amtool_accepts_the_configuration(tmp_path: Path, receiver: str) -> None
     path = tmp_path / "alertmanager.yaml"
     path.write_text(text)
     done = subprocess.run(
-        [str(amtool), "check-config", str(path)], capture_output=True, text=True, timeout=60
+        [amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout

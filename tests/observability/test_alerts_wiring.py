@@ -159,9 +159,18 @@ def test_sns_publishes_with_its_own_pod_identity_role(data_bucket: bool) -> None
     assert assoc.urn in kps.dependencies  # pods start after the association
     am = kps.inputs["values"]["alertmanager"]
     assert am["serviceAccount"] == {"create": True, "name": "kps-alertmanager"}
-    assert "alertmanagerSpec" not in am  # nothing to mount
+    # nothing to mount; the pod template changes, so pods started before the association go
+    assert am["alertmanagerSpec"] == {
+        "podMetadata": {"annotations": dict(spec.POD_IDENTITY_ANNOTATION)}
+    }
     (ours,) = [r for r in am["config"]["receivers"] if r["name"] == "sns"]
     assert ours["sns_configs"] == [
-        {"topic_arn": TOPIC, "sigv4": {"region": REGION}, "send_resolved": True}
+        {
+            "topic_arn": TOPIC,
+            "sigv4": {"region": REGION},
+            "subject": spec.SNS_SUBJECT,
+            "message": spec.SNS_MESSAGE,
+            "send_resolved": True,
+        }
     ]
     assert _monitoring_secrets(run) == ["observability-grafana-admin"]

@@ -68,6 +68,30 @@ ALERTS_SECRET_KEY = "receiver"
 ALERTMANAGER_SECRETS_DIR = "/etc/alertmanager/secrets"
 """Where the operator mounts each Secret named in ``alertmanagerSpec.secrets``:
 ``<dir>/<secret>/<key>`` (prometheus-operator API, AlertmanagerSpec.secrets)."""
+SNS_SUBJECT_MAX_CHARS = 99
+"""SNS refuses a Publish whose Subject is 100 characters or more, or holds a line break or a
+control character (SNS API reference, Publish, ``Subject``), and Alertmanager v0.28.1 neither
+shortens it (``notify/sns/sns.go`` sets ``tmpl(Subject)`` as is) nor keeps the default short
+(``sns.default.subject`` is ``__subject``: every common label value; prometheus/alertmanager
+issue 2781)."""
+SNS_SUBJECT = (
+    '{{ $firing := "" }}{{ if eq .Status "firing" }}'
+    '{{ $firing = printf ":%d" (len .Alerts.Firing) }}{{ end }}'
+    '{{ printf "[%s%s] %s" (toUpper .Status) $firing (.GroupLabels.SortedPairs.Values | join " ")'
+    ' | reReplaceAll "[^ -~]+" ""'
+    f' | reReplaceAll "^(.{{0,{SNS_SUBJECT_MAX_CHARS}}}).*$" "$1" }}}}'
+)
+"""The SNS receiver's subject: ``[FIRING:2] <alertname> <node>`` (the route's group labels),
+printable ASCII only, cut at ``SNS_SUBJECT_MAX_CHARS``. ``toUpper``, ``join`` and
+``reReplaceAll`` (pattern, replacement, text) are Alertmanager's template functions
+(``template/template.go`` at v0.28.1)."""
+SNS_MESSAGE = '{{ template "__text_alert_list" .Alerts }}'
+"""The SNS receiver's message: each alert's labels, annotations and source
+(``template/default.tmpl`` at v0.28.1); the default ``sns.default.message`` is the common
+annotations alone, empty when the alerts of a group share none."""
+POD_IDENTITY_ANNOTATION = {"eks-fsdp/pod-identity": "alertmanager-sns"}
+"""On the Alertmanager pods of an ``sns`` receiver: they are recreated, with the Pod Identity
+credentials, when a running stack switches to ``sns`` (``_alertmanager_values``)."""
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 """Node label the GPU nodegroups carry (``infra.config.nodegroups.GPU_PRESENT_LABEL``; a test pins it)."""
@@ -271,7 +295,12 @@ def alertmanager_config(s: ObservabilitySettings) -> dict[str, Any] | None:
     elif s.alert_receiver == "webhook":
         integration = {"webhook_configs": [{"url_file": path, "send_resolved": True}]}
     else:
-        sns = {"topic_arn": s.sns_topic_arn, "sigv4": {"region": s.sns_region}}
+        sns = {
+            "topic_arn": s.sns_topic_arn,
+            "sigv4": {"region": s.sns_region},
+            "subject": SNS_SUBJECT,
+            "message": SNS_MESSAGE,
+        }
         integration = {"sns_configs": [{**sns, "send_resolved": True}]}
     return {
         "route": {
@@ -416,7 +445,16 @@ def _alertmanager_values(s: ObservabilitySettings) -> dict[str, Any]:
     """The chart's ``alertmanager`` values: our config and the mounted receiver Secret when a
     receiver reads one (chart values ``alertmanager.config``, ``alertmanagerSpec.secrets``);
     for ``sns``, the ServiceAccount named explicitly (``alertmanager.serviceAccount.name``),
-    the one the Pod Identity association names."""
+    the one the Pod Identity association names, and ``POD_IDENTITY_ANNOTATION`` on the pods.
+
+    EKS Pod Identity injects credentials when a pod is created (amazon-eks-pod-identity-webhook,
+    a mutating admission webhook on pod CREATE), and switching a running stack to ``sns``
+    otherwise changes only the config Secret: the annotation changes the StatefulSet's pod
+    template, so the operator's pods are recreated once, after the association exists (the
+    release waits for it). The chart passes ``alertmanagerSpec.podMetadata`` to the
+    Alertmanager resource (kube-prometheus-stack 75.15.1
+    ``templates/alertmanager/alertmanager.yaml``), whose operator propagates its labels and
+    annotations to the pods (CRD ``alertmanagers.monitoring.coreos.com``, ``podMetadata``)."""
     values: dict[str, Any] = {"enabled": True, "service": {"type": "ClusterIP"}}
     config = alertmanager_config(s)
     if config is not None:
@@ -425,6 +463,9 @@ def _alertmanager_values(s: ObservabilitySettings) -> dict[str, Any]:
         values["alertmanagerSpec"] = {"secrets": [s.alerts_secret]}
     if s.alert_receiver == "sns":
         values["serviceAccount"] = {"create": True, "name": s.alertmanager_service_account}
+        values["alertmanagerSpec"] = {
+            "podMetadata": {"annotations": dict(POD_IDENTITY_ANNOTATION)},
+        }
     return values
 
 
