@@ -41,7 +41,10 @@ def addon_version_problem(addon: str, version: str, minor: str) -> str | None:
         return f"{addon} {version} is not shaped vX.Y.Z-eksbuild.N"
     series = SERIES.get(addon)
     if series is None:
-        return f"{addon} has no row in the add-on version table (infra/addon_versions.py)"
+        return (
+            f"{addon} has no row in the add-on version table: add a row to"
+            " infra/addon_versions.py and policy/addon_versions.py"
+        )
     accepted = series.get(minor)
     if accepted is None:
         known = ", ".join(sorted(series))
