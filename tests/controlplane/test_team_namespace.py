@@ -225,6 +225,10 @@ def test_a_members_job_runs_in_the_team_namespace_and_nowhere_else(
         assert member.items("v1", "Event", NLP)
         watch = member.collection_path(*PJ, NLP)
         member.request("GET", watch, query={"watch": "true", "timeoutSeconds": "1"})
+        job_path = f"{watch}/tn-a"
+        patch = {"metadata": {"annotations": {"eks-fsdp.io/checked-by": "alice"}}}
+        member.request("PATCH", job_path, patch, content_type="application/merge-patch+json")
+        assert admin.find(*PJ, "tn-a", NLP)["metadata"]["annotations"]["eks-fsdp.io/checked-by"]
         for verb in ("get", "list", "watch", "create", "patch", "delete"):
             assert _review(member, NLP, "kubeflow.org", "pytorchjobs", verb), verb
             assert _review(member, NLP, "trainer.kubeflow.org", "trainjobs", verb), verb
