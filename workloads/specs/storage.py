@@ -8,13 +8,16 @@ is reserved for exactly one claim (``claimRef``); the claim binds to it by ``vol
 ``storageClassName: ""`` so no dynamic provisioner ever answers it. Both are ReadWriteMany:
 every worker pod mounts the same folder, which is what makes a DCP checkpoint loadable.
 
-A claim cannot name a volume of another namespace, and a volume binds to one claim, so each
+A volume binds to one claim ("a PVC to PV binding is a one-to-one mapping, using a
+ClaimRef": Kubernetes docs, "Persistent Volumes", Binding) and a claim lives in one
+namespace, so each
 namespace jobs run in (the jobs namespace, every team's: ``in_namespace``) gets its own
 volume of the same file system, named ``<namespace>-<claim>``. Several volumes may name one
 file system: the FSx CSI driver has no stage step (``NodeStageVolume`` is unimplemented, no
 node capability is advertised) and ``NodePublishVolume`` mounts ``<dnsname>@tcp:/<mountname>``
 at each pod's own target path, the volume handle serving only to key operations in flight
-(kubernetes-sigs/aws-fsx-csi-driver ``pkg/driver/node.go``; the static-provisioning example,
+(kubernetes-sigs/aws-fsx-csi-driver ``pkg/driver/node.go`` at v1.9.0, the add-on version
+``infra.versions.FSX_CSI_ADDON_VERSION`` pins; the static-provisioning example,
 ``examples/kubernetes/static_provisioning``, is one such volume). Every team's volume thus
 shows the whole file system: the teams' checkpoint folders (``<root>/<job name>``) are kept
 apart by job names, not by the file system.
