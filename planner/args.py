@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from eks_fsdp_cli.errors import Parser, suggest
-from planner.assumptions import DATASETS, DEFAULT, HF_DATASETS
+from planner.assumptions import BUNDLED_DATASETS, DATASETS, DEFAULT, HF_DATASETS
 from planner.catalog import lookup
 from planner.lora import LINEAR, LoraSpec
 from planner.memory import AC_MODES, PRECISIONS, STRATEGIES
@@ -113,7 +113,8 @@ def parser() -> argparse.ArgumentParser:
     data.add_argument("--dataset-tokens", type=int, help="training tokens per epoch")
     data.add_argument(
         "--dataset",
-        help=f"named dataset ({', '.join(DATASETS)}, default samsum; none: no epoch model)",
+        help=f"named dataset ({', '.join([*DATASETS, *BUNDLED_DATASETS])}, default samsum; "
+        "none: no epoch model)",
     )
     p.add_argument("--epochs", type=int, help="epochs in the job (default 1)")
     p.add_argument(
@@ -183,6 +184,8 @@ class _Resolved:
     nodes: list[int]
     limits: dict[str, int | None] | None = None
     """A job file's ``max_steps`` (maxTrainStep) and ``checkpoint_every``; None without one."""
+    device: str = "cuda"
+    """A job file's ``device``: ``cpu`` for a job the GPU figures do not describe."""
 
 
 def _positive(value: int | None, flag: str, minimum: int = 1) -> None:
@@ -246,6 +249,7 @@ def job_values(job_file: Any, flag: str) -> dict[str, Any]:
         **_stack_lora(stack, job.extra_args),
         **_stack_data(stack, job.dataset, job.extra_args),
         "limits": {"max_steps": job.max_train_step, "checkpoint_every": job.checkpoint_every},
+        "device": job.device,
     }
 
 
@@ -369,6 +373,31 @@ def _shape(model: str) -> ModelShape:
         ) from None
 
 
+def _named_tokens(dataset: str, model: str, *, explicit: bool) -> int:
+    """Training tokens per epoch of a named dataset (``planner.assumptions``): a hub dataset's
+    row of ``DATASETS``, or a bundled one's count with the tiny presets' tokenizer, which only
+    those presets use (``training.data.load_tokenizer``). 0 when unknown; ``explicit`` (the
+    ``--dataset`` flag rather than a job file's key): a UsageError instead."""
+    key = {"samsum_dataset": "samsum"}.get(dataset, dataset)
+    if key in DATASETS:
+        return DATASETS[key]
+    if key in BUNDLED_DATASETS:
+        if model in training_presets():
+            return BUNDLED_DATASETS[key]
+        if explicit:
+            raise UsageError(
+                f"--dataset {dataset}: counted with the tiny presets' bundled tokenizer only, "
+                f"not {model}'s (give --dataset-tokens)"
+            )
+        return 0
+    if explicit:
+        raise UsageError(
+            f"--dataset {dataset}: unknown (known: {', '.join([*DATASETS, *BUNDLED_DATASETS])}; "
+            "or give --dataset-tokens)"
+        )
+    return 0
+
+
 def resolve_args(args: argparse.Namespace, preset: dict[str, Any] | None = None) -> _Resolved:
     """Flags (and the stack, or ``preset``: ``job_values`` of a loaded job file) -> a
     PlanInput; UsageError naming the flag on bad input."""
@@ -429,15 +458,7 @@ def resolve_args(args: argparse.Namespace, preset: dict[str, Any] | None = None)
     if dataset == "none":
         dataset = None
     if dataset is not None:
-        key = {"samsum_dataset": "samsum"}.get(dataset, dataset)
-        if key not in DATASETS:
-            if args.dataset is not None:
-                raise UsageError(
-                    f"--dataset {dataset}: unknown (known: {', '.join(DATASETS)}; "
-                    "or give --dataset-tokens)"
-                )
-        else:
-            tokens = DATASETS[key]
+        tokens = _named_tokens(dataset, str(values["model"]), explicit=args.dataset is not None)
     storage: Storage = values.get("storage") or Storage()
     if args.storage is not None:
         try:
@@ -474,7 +495,9 @@ def resolve_args(args: argparse.Namespace, preset: dict[str, Any] | None = None)
         assumptions=DEFAULT,
         lora=lora,
     )
-    return _Resolved(inp=inp, nodes=nodes, limits=values.get("limits"))
+    return _Resolved(
+        inp=inp, nodes=nodes, limits=values.get("limits"), device=values.get("device", "cuda")
+    )
 
 
 def read_reports(paths: list[Path]) -> list[dict[str, Any]]:

@@ -235,3 +235,14 @@ HF_DATASETS: dict[tuple[str, str], str] = {
     ("HuggingFaceH4/ultrachat_200k", "train_sft"): "ultrachat_200k",
 }
 """A job's ``--hf_dataset`` and ``--hf_split`` -> its row of ``DATASETS`` (no download)."""
+# samsum_sample (training/assets/samsum_sample.jsonl, 2,400 rows): its training split (the first
+# 90% of rows, training.rows.VALIDATION_FRACTION) tokenized as the training package does it for a
+# tiny preset (training.data: the bundled byte-level BPE, bos + samsum prompt + summary + eos per
+# row). Wrapped packing (the default) concatenates those tokens and cuts whole context_length
+# chunks, so the packed sample count is this // context_length at any context length, which is
+# the planner's epoch rule. tests/planner/test_job_examples.py re-derives the figure from the
+# file with training.data.
+SAMSUM_SAMPLE_TRAIN_TOKENS = 167_644
+BUNDLED_DATASETS: dict[str, int] = {"samsum_sample": SAMSUM_SAMPLE_TRAIN_TOKENS}
+"""Datasets bundled in training/assets -> training tokens per epoch with the tiny presets'
+bundled tokenizer (another model's tokenizer gives another count: the planner does not know it)."""

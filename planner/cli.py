@@ -85,13 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        print(table(rows))
+        # a device: cpu job: the table's GPU figures are not the job's; its estimate says so
+        gpu = resolved.device == "cuda"
+        if gpu:
+            print(table(rows))
         if resolved.limits is not None and len(resolved.nodes) == 1:
             from planner.estimate import describe, estimate_input
 
-            est = estimate_input(resolved.inp, resolved.nodes[0], **resolved.limits)
+            est = estimate_input(
+                resolved.inp, resolved.nodes[0], device=resolved.device, **resolved.limits
+            )
             source = str(args.job) if args.job is not None else f"jobs/examples/{args.stack}.yaml"
-            print("\n".join(["", *describe(est, source)]))
+            print("\n".join(["", *describe(est, source)] if gpu else describe(est, source)))
     if args.plot is not None:
         from planner.plot import plot
 

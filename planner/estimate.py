@@ -45,6 +45,13 @@ class JobEstimate:
     cost_per_epoch_usd: float | None
     usd_per_hour: float
     recommendation: dict[str, Any] | None
+    """The planner's best layout on these nodes; None for a CPU job (it searches GPU layouts)."""
+    epoch_steps: int | None = None
+    """Optimizer steps one epoch makes (before maxTrainStep); None as ``steps``."""
+    device: str = "cuda"
+    """The job's ``device``. ``cpu``: the step time, memory, ETA and cost above are the GPU
+    model's figures for the stack's instance, which the job does not use; ``describe`` shows
+    only the step and checkpoint counts (CPU throughput is measured: docs/performance.md)."""
 
     @property
     def layout_gap(self) -> float:
@@ -63,19 +70,28 @@ def plan_input(job_file: Any) -> tuple[PlanInput, int]:
 
 
 def estimate_input(
-    inp: PlanInput, nodes: int, *, max_steps: int | None, checkpoint_every: int | None
+    inp: PlanInput,
+    nodes: int,
+    *,
+    max_steps: int | None,
+    checkpoint_every: int | None,
+    device: str = "cuda",
 ) -> JobEstimate:
-    """The estimate of ``inp`` on ``nodes`` nodes."""
+    """The estimate of ``inp`` on ``nodes`` nodes (``device`` ``cpu``: the step and checkpoint
+    counts alone mean something; no ETA, cost or recommendation)."""
     pr = predict(inp, nodes)
     epoch = pr.epoch
     steps = eta = cost = None
     if epoch is not None and epoch.steps > 0:
+        # training.finetune's _planned_steps: min(steps per epoch x epochs, max_train_step),
+        # where a max_train_step of 0 means no limit
         steps = epoch.steps * inp.epochs
-        if max_steps is not None:
+        if max_steps:
             steps = min(steps, max_steps)
     fires = steps // checkpoint_every if steps is not None and checkpoint_every else None
     usd_per_hour = inp.usd_per_hour if inp.usd_per_hour is not None else inp.instance.usd_per_hour
-    if epoch is not None and steps:
+    gpu = device == "cuda"
+    if gpu and epoch is not None and steps:
         # Start-up once; the loop and evaluation pro rata of the steps run; one checkpoint per
         # epoch (the planner's epoch model) plus each interval checkpoint beyond those.
         epochs_run = steps / epoch.steps
@@ -95,9 +111,11 @@ def estimate_input(
         checkpoints=fires,
         eta_s=eta,
         cost_usd=cost,
-        cost_per_epoch_usd=pr.cost_per_epoch_usd,
+        cost_per_epoch_usd=pr.cost_per_epoch_usd if gpu else None,
         usd_per_hour=usd_per_hour * nodes,
-        recommendation=recommend(inp, nodes),
+        recommendation=recommend(inp, nodes) if gpu else None,
+        epoch_steps=epoch.steps if steps is not None and epoch is not None else None,
+        device=device,
     )
 
 
@@ -106,7 +124,11 @@ def estimate(job_file: Any) -> JobEstimate:
     inp, nodes = plan_input(job_file)
     job = job_file.config
     return estimate_input(
-        inp, nodes, max_steps=job.max_train_step, checkpoint_every=job.checkpoint_every
+        inp,
+        nodes,
+        max_steps=job.max_train_step,
+        checkpoint_every=job.checkpoint_every,
+        device=job.device,
     )
 
 
@@ -124,10 +146,42 @@ def _layout(inp: PlanInput) -> str:
     return f"{inp.strategy}{group}, {ac}, micro-batch {inp.batch}"
 
 
+CPU_LINE = (
+    "plan: device cpu: the planner models GPUs, so no step time, memory, ETA, cost or layout "
+    "recommendation (CPU throughput: docs/performance.md)"
+)
+"""What ``describe`` says of a ``device: cpu`` job instead of the GPU figures."""
+
+
+def _steps(est: JobEstimate) -> str:
+    """``288 optimizer steps over 1 epoch(s)``, or, cut by maxTrainStep, ``100 optimizer steps
+    (maxTrainStep; 1 epoch(s) would be 164)``."""
+    epochs = est.inp.epochs
+    full = (est.epoch_steps or 0) * epochs
+    if est.steps is not None and est.steps < full:
+        return f"{est.steps} optimizer steps (maxTrainStep; {epochs} epoch(s) would be {full})"
+    return f"{est.steps} optimizer steps over {epochs} epoch(s)"
+
+
 def describe(est: JobEstimate, source: str = "FILE") -> list[str]:
     """A few lines of figures, then one ``warning:`` line per problem."""
     gib = 1024**3
     inp = est.inp
+    every = (
+        f", a checkpoint every {est.checkpoint_every} steps ({est.checkpoints} in all)"
+        if est.checkpoint_every
+        else ""
+    )
+    if est.device != "cuda":
+        out = [
+            f"plan: {inp.shape.name}, {est.nodes} worker(s) on CPU: "
+            f"{_layout(inp)}, {inp.seq} tokens",
+            f"plan: {_steps(est)}{every}"
+            if est.steps is not None
+            else "plan: dataset size unknown to the planner: no step count",
+            CPU_LINE,
+        ]
+        return out + _checkpoint_warning(est)
     out = [
         f"plan: {inp.shape.name} on {est.nodes} x {inp.instance.name} "
         f"({est.nodes * inp.instance.gpus} GPUs): {_layout(inp)}, {inp.seq} tokens",
@@ -135,18 +189,13 @@ def describe(est: JobEstimate, source: str = "FILE") -> list[str]:
         f"{est.mem_per_gpu_bytes / gib:.1f} of {est.gpu_memory_bytes / gib:.1f} GiB per GPU",
     ]
     if est.steps is not None and est.eta_s is not None:
-        every = (
-            f", a checkpoint every {est.checkpoint_every} steps ({est.checkpoints} in all)"
-            if est.checkpoint_every
-            else ""
-        )
         per_epoch = (
             f", ${est.cost_per_epoch_usd:,.0f} per epoch"
             if est.cost_per_epoch_usd is not None
             else ""
         )
         out.append(
-            f"plan: {est.steps} optimizer steps over {inp.epochs} epoch(s){every}; ETA "
+            f"plan: {_steps(est)}{every}; ETA "
             f"{_duration(est.eta_s)}, ${est.cost_usd:,.0f} at ${est.usd_per_hour:,.2f}/h{per_epoch}"
         )
     else:
@@ -164,12 +213,16 @@ def describe(est: JobEstimate, source: str = "FILE") -> list[str]:
             f"{rec['micro_batch']} ({rec['tokens_per_s_per_gpu']:,.0f}): "
             f"python -m planner --job {source}"
         )
+    return out + _checkpoint_warning(est)
+
+
+def _checkpoint_warning(est: JobEstimate) -> list[str]:
     if est.steps is not None and est.checkpoint_every and est.steps < est.checkpoint_every:
-        out.append(
+        return [
             f"warning: checkpointEvery {est.checkpoint_every} never fires: the job runs "
             f"{est.steps} steps (set checkpointEvery <= {max(1, est.steps // 3)})"
-        )
-    return out
+        ]
+    return []
 
 
 def lines(job_file: Any) -> list[str]:
@@ -198,6 +251,7 @@ def with_layout(inp: PlanInput, rec: dict[str, Any]) -> PlanInput:
 
 
 __all__ = [
+    "CPU_LINE",
     "LAYOUT_MARGIN",
     "JobEstimate",
     "describe",

@@ -1,11 +1,12 @@
 """``python -m planner new-stack`` and the job estimate that render and submit print.
 
-If this fails: a shipped job example no longer trains for at least 50 optimizer steps, no longer
-checkpoints at least twice, or is no longer at the planner's recommended layout (regenerate it
-with ``python -m planner.newstack --examples``); new-stack writes files that ``pulumi up`` or
-``jobs submit`` would refuse, overwrites files without ``--force``, or accepts a malformed
-reservation; or the estimate stops warning about a layout off the recommendation or a
-checkpoint interval the job never reaches. Nothing is mocked: the planner, the stack loader and
+If this fails: a shipped job example (every file in jobs/examples/) no longer trains for at
+least 50 optimizer steps, no longer checkpoints at least twice, or is no longer at the planner's
+recommended layout (regenerate the new-stack ones with ``python -m planner.newstack
+--examples``; a ``device: cpu`` job is exempt from the GPU layout only); new-stack writes
+files that ``pulumi up`` or ``jobs submit`` would refuse, overwrites files without ``--force``,
+or accepts a malformed reservation; or the estimate stops warning about a layout off the
+recommendation or a checkpoint interval the job never reaches. Nothing is mocked: the planner, the stack loader and
 the job-file loader run as they are.
 """
 
@@ -18,22 +19,39 @@ import yaml
 
 from jobs.file import load
 from planner.cli import main
-from planner.estimate import LAYOUT_MARGIN, describe, estimate, plan_input
+from planner.estimate import CPU_LINE, LAYOUT_MARGIN, describe, estimate, plan_input
 from planner.newstack import CHECKPOINTS_PER_JOB, EXAMPLES, example_text
 from planner.recommend import recommend
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("p5-16", "p4de-odcr")
+"""The examples ``new-stack`` generates (``planner.newstack.EXAMPLES``)."""
+EXAMPLE_FILES = sorted((ROOT / "jobs" / "examples").glob("*.yaml"))
+"""Every shipped job example: a new file cannot escape the bar below."""
 
 
-@pytest.mark.parametrize("stack", SHIPPED)
-def test_shipped_example_is_long_enough_and_at_the_recommended_layout(stack: str) -> None:
-    job = load(ROOT / "jobs" / "examples" / f"{stack}.yaml")
+def test_every_shipped_example_is_checked() -> None:
+    names = {p.stem for p in EXAMPLE_FILES}
+    assert names >= {*SHIPPED, "dev"}, names
+    assert not [p for p in (ROOT / "jobs" / "examples").iterdir() if p.suffix != ".yaml"]
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.stem)
+def test_shipped_example_is_long_enough_and_at_the_recommended_layout(path: Path) -> None:
+    """At least 50 optimizer steps over the whole job (maxTrainStep included), a checkpoint
+    that fires at least twice, no warning; a GPU job at the planner's recommended layout, a
+    ``device: cpu`` job told that the GPU recommendation does not apply."""
+    job = load(path)
     est = estimate(job)
     assert est.steps is not None and est.steps >= 50, est.steps
     assert est.checkpoints is not None and est.checkpoints >= 2, est.checkpoints
+    lines = describe(est, str(path))
+    assert not [ln for ln in lines if ln.startswith("warning:")], lines
+    if job.device == "cpu":
+        assert est.recommendation is None and CPU_LINE in lines
+        return
     rec = recommend(est.inp, est.nodes)
-    assert rec is not None
+    assert rec is not None and est.recommendation == rec
     inp = est.inp
     assert (inp.strategy, inp.ac > 0, inp.batch, inp.precision.name) == (
         rec["sharding"],
@@ -42,8 +60,8 @@ def test_shipped_example_is_long_enough_and_at_the_recommended_layout(stack: str
         rec["precision"],
     )
     assert inp.hsdp_group in (None, rec["hsdp_group"]) or rec["hsdp_group"] == inp.instance.gpus
-    assert est.nodes * inp.instance.gpus == {"p5-16": 128, "p4de-odcr": 16}[stack]
-    assert not [ln for ln in describe(est) if ln.startswith("warning:")]
+    if path.stem in SHIPPED:
+        assert est.nodes * inp.instance.gpus == {"p5-16": 128, "p4de-odcr": 16}[path.stem]
 
 
 @pytest.mark.parametrize("stack", SHIPPED)

@@ -1,4 +1,4 @@
-"""The seed's llama-cookbook command, as jobs/examples/llama-cookbook.yaml holds it, run as a
+"""The seed's llama-cookbook command, as docs/examples/llama-cookbook.yaml holds it, run as a
 local job (``python -m jobs submit --local``: the c10d rendezvous, two torchrun
 agents, gloo) on the tiny preset for 3 steps.
 
@@ -22,7 +22,7 @@ from jobs.local import STATE_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-JOB = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "llama-cookbook.yaml"
+JOB = Path(__file__).resolve().parents[2] / "docs" / "examples" / "llama-cookbook.yaml"
 LAPTOP = (
     "workers=2",
     "device=cpu",
