@@ -7,7 +7,7 @@ A job file's ``team`` (or ``submit --team``) puts the job in the team's namespac
 namespace, ``workloads.specs.kueue.local_queue_name``) and ``kueue.x-k8s.io/priority-class``
 (a WorkloadPriorityClass: ``priority``, else the team's ``defaultPriority``). The label keys are
 Kueue's ``QueueLabel`` and ``WorkloadPriorityClassLabel`` (``pkg/controller/constants/
-constants.go`` at v0.17.0). On a topology-aware pool (EFA) the job's pod templates also ask
+constants.go`` at v0.17.0). On a topology-aware pool (EFA, not Karpenter) pod templates also ask
 Kueue to keep the pods within one network block (``workloads.specs.kueue.pod_annotations``:
 ``kueue.x-k8s.io/podset-preferred-topology: topology.k8s.aws/network-node-layer-3``). A job on a GPU node group without a team still names its pool's
 queue when it runs in the jobs namespace (``default``, where the stack creates a LocalQueue per

@@ -226,8 +226,13 @@ def resource_flavor(group: GpuNodeGroupConfig) -> K8sObject:
 
 
 def topology_aware(group: GpuNodeGroupConfig) -> bool:
-    """Whether the pool's flavor has the Topology: EFA pools, whose jobs talk node to node."""
-    return bool(group.efa)
+    """Whether the pool's flavor has the Topology: EFA pools, whose jobs talk node to node, but
+    not Karpenter pools. Kueue's TAS counts only the capacity of existing Ready nodes, and its
+    only way to get more is the cluster-autoscaler ProvisioningRequest admission check (Kueue
+    docs, concepts/topology_aware_scheduling: "Capacity calculation", "ClusterAutoscaler
+    support"), which Karpenter does not implement: a Karpenter pool at zero nodes would never
+    be admitted, so Karpenter would never launch. Its placement group keeps its nodes close."""
+    return bool(group.efa) and not group.uses_karpenter
 
 
 def pod_annotations(group: GpuNodeGroupConfig) -> dict[str, str]:
