@@ -495,9 +495,9 @@ def resolve_args(args: argparse.Namespace, preset: dict[str, Any] | None = None)
         assumptions=DEFAULT,
         lora=lora,
     )
-    return _Resolved(
-        inp=inp, nodes=nodes, limits=values.get("limits"), device=values.get("device", "cuda")
-    )
+    # a CPU job planned on an --instance named explicitly: its GPU figures are what was asked
+    device = "cuda" if args.instance is not None else values.get("device", "cuda")
+    return _Resolved(inp=inp, nodes=nodes, limits=values.get("limits"), device=device)
 
 
 def read_reports(paths: list[Path]) -> list[dict[str, Any]]:

@@ -85,11 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        # a device: cpu job: the table's GPU figures are not the job's; its estimate says so
+        # a device: cpu job's estimate: the table's GPU figures are not the job's (it says so);
+        # the table stays for node counts asked for (--nodes 1,2,4)
+        estimated = resolved.limits is not None and len(resolved.nodes) == 1
         gpu = resolved.device == "cuda"
-        if gpu:
+        if gpu or not estimated:
             print(table(rows))
-        if resolved.limits is not None and len(resolved.nodes) == 1:
+        if estimated:
             from planner.estimate import describe, estimate_input
 
             est = estimate_input(

@@ -91,6 +91,18 @@ def test_cpu_job_gets_no_gpu_figures_and_no_layout_warning(
     assert printed.splitlines() == out  # the GPU table of the stack's instance is not printed
 
 
+def test_cpu_job_planned_on_gpus_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    """Node counts (``--nodes 1,2``) or an ``--instance`` named on the command line ask for
+    GPU figures: the table is printed, and with ``--instance`` the GPU estimate too."""
+    assert main(["--stack", "dev", "--nodes", "1,2"]) == 0
+    out = capsys.readouterr().out
+    assert "recommend @ 2 nodes:" in out and CPU_LINE not in out
+    assert main(["--job", str(DEV), "--instance", "g5.xlarge"]) == 0
+    out = capsys.readouterr().out
+    assert "recommend @ 2 nodes:" in out and CPU_LINE not in out
+    assert "plan: tiny-llama on 2 x g5.xlarge (2 GPUs)" in out
+
+
 def test_cpu_job_with_a_checkpoint_it_never_reaches_is_warned_about(tmp_path: Path) -> None:
     path = tmp_path / "dev.yaml"
     path.write_text(DEV.read_text().replace("checkpointEvery: 50", "checkpointEvery: 500"))
