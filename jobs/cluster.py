@@ -676,12 +676,10 @@ class ClusterBackend:
         phase = phase_of(job)
         if phase in FINISHED:
             raise JobsError(f"job {name} is {phase}: nothing to {verb}")
-        workload = None
-        if queue.queue_of(job):
+        if queue.queue_of(job):  # Kueue's (set_active refuses before it made the Workload)
             uid = job["metadata"].get("uid", "")
             workload = self._workload_of(job, self._workloads(f"{queue.JOB_UID_LABEL}={uid}"))
-        if workload is not None:
-            how = queue.set_active(self, workload, active=not on)
+            how = queue.set_active(self, workload, active=not on, job=job)
         else:
             with api_errors(self.api, f"patch pytorchjob {name}", NO_OPERATOR):
                 _raw(

@@ -375,3 +375,23 @@ def test_suspend_of_a_trainjob_kueue_has_not_queued_yet_is_one_line(
     assert code == 0 and f"workload trainjob-{NAME}-9c8d7 deactivated" in out, err
     wl = fake.get("workloads", f"trainjob-{NAME}-9c8d7", "nlp")
     assert wl is not None and wl["spec"]["active"] is False
+
+
+def test_suspend_of_a_pytorchjob_kueue_has_not_queued_yet_is_one_line(
+    kube: tuple[FakeKube, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A queued PyTorchJob whose Workload Kueue has not made yet: ``runPolicy.suspend`` is not
+    written (Kueue owns that flag on its jobs and would undo it at admission,
+    ``jobframework/reconciler.go``, v0.17.0); the user is told to retry in one line."""
+    fake, kubeconfig = kube
+    assert _submit(capsys, kubeconfig, "--team", "nlp")[0] == 0
+    job = fake.get("pytorchjobs", NAME, "nlp")
+    assert job is not None and job["metadata"]["labels"][queue.QUEUE_LABEL] == POOL
+    where = ("--kubeconfig", kubeconfig, "-n", "nlp")
+    before = len(fake.requests)
+    for verb in ("suspend", "unsuspend"):
+        code, out, err = _cli(capsys, verb, NAME, *where)
+        assert code == 1 and out == "" and err.count("\n") == 1, err
+        assert f"job {NAME} in queue {POOL} (production) has no Kueue Workload yet" in err
+    assert not [r for r in fake.requests[before:] if r[0] == "PATCH"]
+    assert "suspend" not in (job["spec"].get("runPolicy") or {})
