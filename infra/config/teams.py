@@ -76,7 +76,7 @@ class TeamConfig:
 
 def cluster_queue_name(pool: str, team: str | None = None) -> str:
     """``<team>-<pool>``, or ``<pool>`` for the pool's own queue: the name of a Kueue
-    ClusterQueue, as ``workloads.specs.kueue.cluster_queue_name`` names it (a test checks)."""
+    ClusterQueue (``workloads.specs.kueue`` names its queues with this function)."""
     return f"{team}-{pool}" if team else pool
 
 

@@ -50,7 +50,7 @@ import yaml
 
 from infra import versions
 from infra.config.nodegroups import NODEGROUP_LABEL, GpuNodeGroupConfig, node_labels
-from infra.config.teams import PRIORITIES, TeamConfig
+from infra.config.teams import PRIORITIES, TeamConfig, cluster_queue_name
 from workloads.specs.common import PART_OF, K8sObject
 from workloads.specs.pytorchjob import worker_requests
 
@@ -169,11 +169,6 @@ def pools(groups: Iterable[GpuNodeGroupConfig], teams: Iterable[TeamConfig] = ()
     """Every GPU pool with the teams' quotas on it."""
     teams = tuple(teams)
     return [Pool(group=g, teams={t.name: t.quota.get(g.name, 0) for t in teams}) for g in groups]
-
-
-def cluster_queue_name(pool: str, team: str | None = None) -> str:
-    """``<team>-<pool>``, or ``<pool>`` for the pool's own queue."""
-    return f"{team}-{pool}" if team else pool
 
 
 def local_queue_name(pool: str) -> str:
