@@ -17,7 +17,13 @@ from infra.device_plugins import DevicePlugins, DevicePluginsArgs
 from infra.efa_dra import EfaDraDriver, EfaDraDriverArgs
 from infra.gpu_nodegroup import GpuNodeGroup, GpuNodeGroupArgs
 from infra.network import Network, NetworkArgs
-from infra.pod_identity import PodIdentity, PodIdentityArgs
+from infra.pod_identity import (
+    POD_ROLE_TYPE_TOKEN,
+    PodIdentity,
+    PodIdentityArgs,
+    pod_identity_agent,
+)
+from infra.pod_identity import TYPE_TOKEN as POD_IDENTITY_TYPE_TOKEN
 from infra.shared_storage import SharedStorage, SharedStorageArgs
 from workloads.program import deploy as deploy_workloads
 from workloads.specs.pytorchjob import SERVICE_ACCOUNT as JOBS_SERVICE_ACCOUNT
@@ -170,6 +176,26 @@ pulumi.export(
         **{name: p.window for name, p in karpenter_pools.items() if p.window is not None},
     },
 )
+# --- EKS Pod Identity's agent: one add-on per cluster, for every role given to pods ---------
+# The data bucket's jobs and Alertmanager's SNS publish both need it; each used to make its
+# own (the aliases keep an existing stack's add-on where it is).
+sns_alerts = cfg.observability.enabled and cfg.observability.alerts.sns_topic_arn is not None
+pod_identity_agent_addon = None
+if cfg.data_bucket.enabled or sns_alerts:
+    pod_identity_agent_addon = pod_identity_agent(
+        "pod-identity-agent",
+        # Resolves once the system nodegroup exists: the agent is a DaemonSet add-on, which
+        # stays DEGRADED without a node (as CoreDNS, created after the nodes in Cluster).
+        cluster_name=pulumi.Output.all(cluster.cluster_name, cluster.system_node_group_name).apply(
+            lambda v: v[0]
+        ),
+        label=cfg.cluster_name,
+        formerly=(
+            (POD_IDENTITY_TYPE_TOKEN, "pod-identity"),
+            (POD_ROLE_TYPE_TOKEN, "alertmanager-sns"),
+        ),
+    )
+
 # --- The data bucket the cluster outlives, and the jobs' identity on it (docs/durable-data.md) --
 data_bucket = None
 if cfg.data_bucket.enabled:
@@ -197,6 +223,7 @@ if cfg.data_bucket.enabled:
                 *((team.name, JOBS_SERVICE_ACCOUNT) for team in cfg.teams),
             ),
             create_service_accounts=((JOBS_NAMESPACE, JOBS_SERVICE_ACCOUNT),),
+            agent=pod_identity_agent_addon,
         ),
         opts=pulumi.ResourceOptions(providers=[cluster.provider]),
     )
@@ -246,7 +273,7 @@ if cfg.observability.enabled:
     # Receiver sns: Alertmanager publishes with its own Pod Identity role (sns:Publish on the
     # topic only); the association exists before the chart starts its pods.
     alert_role = None
-    if cfg.observability.alerts.sns_topic_arn is not None:
+    if sns_alerts and pod_identity_agent_addon is not None:
         from infra.pod_identity import PodRole, PodRoleArgs, sns_publish_policy_document
         from workloads.specs.observability import settings_from_stack
 
@@ -261,7 +288,7 @@ if cfg.observability.enabled:
                 purpose="Alertmanager's SNS publish",
                 policy=sns_publish_policy_document(cfg.observability.alerts.sns_topic_arn),
                 service_account=(obs_settings.namespace, obs_settings.alertmanager_service_account),
-                agent=pod_identity.agent if data_bucket is not None else None,
+                agent=pod_identity_agent_addon,
             ),
         )
     observability = Observability(

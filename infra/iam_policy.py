@@ -417,6 +417,7 @@ ROLE_NAME_PREFIXES = (
     "cluster-node-role-",  # infra/cluster.py: the nodes' role
     "cluster-ebs-csi-role-",  # infra/cluster.py: the EBS CSI driver's role
     "pod-identity-role-",  # infra/pod_identity.py: the data bucket's role
+    "alertmanager-sns-role-",  # infra/pod_identity.py PodRole: Alertmanager's SNS publish
     "cluster-eks-",  # pulumi-eks: the cluster's service role (<name>-eksRole-role-<suffix>)
 )
 """Role names the stack creates: the logical name plus Pulumi's random suffix."""

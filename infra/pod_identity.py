@@ -3,7 +3,9 @@
 - the ``eks-pod-identity-agent`` EKS add-on (pinned, ``versions.POD_IDENTITY_AGENT_ADDON_VERSION``):
   the DaemonSet that hands pods their credentials (EKS user guide, "Set up the Amazon EKS Pod
   Identity Agent"; the agent uses the node role's ``eks-auth:AssumeRoleForPodIdentity``, which
-  ``AmazonEKSWorkerNodePolicy``, already on the node role, grants);
+  ``AmazonEKSWorkerNodePolicy``, already on the node role, grants). A cluster has it once
+  (``CreateAddon`` answers ResourceInUseException for a second), so ``pod_identity_agent``
+  makes it apart and ``PodIdentity`` and ``PodRole`` take it as an argument;
 - an IAM role only EKS Pod Identity can assume: trust ``pods.eks.amazonaws.com`` with
   ``sts:AssumeRole`` and ``sts:TagSession`` (EKS user guide, "Create IAM role with trust policy
   required by EKS Pod Identity");
@@ -60,6 +62,40 @@ TRUST_POLICY = json.dumps(
 )
 """Only EKS Pod Identity may assume the jobs' role."""
 
+AGENT_ADDON_NAME = "eks-pod-identity-agent"
+
+
+def pod_identity_agent(
+    name: str,
+    *,
+    cluster_name: pulumi.Input[str],
+    label: str,
+    formerly: Sequence[tuple[str, str]] = (),
+    tags: Mapping[str, str] | None = None,
+    opts: pulumi.ResourceOptions | None = None,
+) -> aws.eks.Addon:
+    """The cluster's one ``eks-pod-identity-agent`` add-on, for every component that
+    associates a role with a ServiceAccount.
+
+    ``formerly``: (type token, name) of the components that created the add-on as their
+    child ``<name>-agent`` before; an alias for each keeps the add-on of an existing stack
+    where it is instead of deleting it and creating another (Pulumi, "Resource option:
+    aliases": ``Alias(name=..., parent=...)``, the parent given by URN)."""
+    aliases = [
+        pulumi.Alias(name=f"{former}-agent", parent=pulumi.create_urn(former, token))
+        for token, former in formerly
+    ]
+    return aws.eks.Addon(
+        name,
+        cluster_name=cluster_name,
+        addon_name=AGENT_ADDON_NAME,
+        addon_version=versions.POD_IDENTITY_AGENT_ADDON_VERSION,
+        resolve_conflicts_on_create="OVERWRITE",
+        resolve_conflicts_on_update="OVERWRITE",
+        tags={**(tags or {}), "eks-fsdp/cluster": label},
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=aliases)),
+    )
+
 
 def bucket_policy_document(bucket_arn: str, prefix: str, kms_key_arn: str | None) -> str:
     """The jobs' permissions: objects under ``<prefix>/`` of the bucket, listing only there, and
@@ -110,6 +146,9 @@ class PodIdentityArgs:
     create_service_accounts: Sequence[tuple[str, str]] = ()
     """Those of ``service_accounts`` this component creates (on the Kubernetes provider of
     ``opts``); the others exist already (a team's, ``workloads.team``)."""
+    agent: aws.eks.Addon
+    """The cluster's ``eks-pod-identity-agent`` add-on (``pod_identity_agent``): the
+    associations are made after it."""
     tags: Mapping[str, str] | None = None
     """Extra tags on every AWS resource."""
 
@@ -138,12 +177,12 @@ class PodIdentityArgs:
 
 
 class PodIdentity(pulumi.ComponentResource):
-    """EKS Pod Identity agent + the jobs' role on the bucket prefix + the associations."""
+    """The jobs' role on the bucket prefix + the associations (after the agent add-on)."""
 
     role_arn: pulumi.Output[str]
     """ARN of the jobs' role."""
     agent: aws.eks.Addon
-    """The ``eks-pod-identity-agent`` add-on."""
+    """The ``eks-pod-identity-agent`` add-on (``PodIdentityArgs.agent``)."""
 
     def __init__(
         self, name: str, args: PodIdentityArgs, opts: pulumi.ResourceOptions | None = None
@@ -152,16 +191,7 @@ class PodIdentity(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         tags = {**(args.tags or {}), "eks-fsdp/cluster": args.label}
 
-        self.agent = aws.eks.Addon(
-            f"{name}-agent",
-            cluster_name=args.cluster_name,
-            addon_name="eks-pod-identity-agent",
-            addon_version=versions.POD_IDENTITY_AGENT_ADDON_VERSION,
-            resolve_conflicts_on_create="OVERWRITE",
-            resolve_conflicts_on_update="OVERWRITE",
-            tags=tags,
-            opts=child,
-        )
+        self.agent = args.agent
         role = aws.iam.Role(
             f"{name}-role",
             assume_role_policy=TRUST_POLICY,
@@ -249,9 +279,9 @@ class PodRoleArgs:
     service_account: tuple[str, str]
     """(namespace, ServiceAccount) given the role; the ServiceAccount is created elsewhere (a
     Helm chart) and may not exist yet: the association names it, EKS does not check."""
-    agent: aws.eks.Addon | None = None
-    """The ``eks-pod-identity-agent`` add-on when ``PodIdentity`` made it; None = this
-    component installs it (a cluster has the add-on once)."""
+    agent: aws.eks.Addon
+    """The cluster's ``eks-pod-identity-agent`` add-on (``pod_identity_agent``): the
+    association is made after it."""
     tags: Mapping[str, str] | None = None
     """Extra tags on every AWS resource."""
 
@@ -278,18 +308,6 @@ class PodRole(pulumi.ComponentResource):
         super().__init__(POD_ROLE_TYPE_TOKEN, name, {}, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = {**(args.tags or {}), "eks-fsdp/cluster": args.label}
-        agent = args.agent
-        if agent is None:
-            agent = aws.eks.Addon(
-                f"{name}-agent",
-                cluster_name=args.cluster_name,
-                addon_name="eks-pod-identity-agent",
-                addon_version=versions.POD_IDENTITY_AGENT_ADDON_VERSION,
-                resolve_conflicts_on_create="OVERWRITE",
-                resolve_conflicts_on_update="OVERWRITE",
-                tags=tags,
-                opts=child,
-            )
         role = aws.iam.Role(
             f"{name}-role",
             assume_role_policy=TRUST_POLICY,
@@ -308,7 +326,7 @@ class PodRole(pulumi.ComponentResource):
             service_account=account,
             role_arn=role.arn,
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy, agent]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy, args.agent]),
         )
         self.role_arn = role.arn
         self.register_outputs({"roleArn": self.role_arn})

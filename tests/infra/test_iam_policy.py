@@ -17,6 +17,7 @@ not a policy IAM accepts as one managed policy.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from pathlib import Path
@@ -64,6 +65,20 @@ VARIANTS = {
                 "deploymentType": "PERSISTENT_2",
                 "perUnitStorageThroughput": 250,
                 "dataRepositoryPrefix": "training/fsx",
+            },
+        },
+    ),
+    # Alertmanager's SNS receiver: a PodRole (its own role, passed to EKS Pod Identity by the
+    # association; no shipped stack sets a topic)
+    "p4de-odcr+sns-alerts": (
+        "p4de-odcr",
+        {
+            "observability": {
+                "enabled": True,
+                "alerts": {
+                    "receiver": "sns",
+                    "snsTopicArn": "arn:aws:sns:us-east-1:123456789012:gpu-alerts",
+                },
             },
         },
     ),
@@ -211,3 +226,30 @@ def test_a_linked_file_system_gets_fsx_s3_service_linked_role_only_when_it_has_o
     # the committed policy (every row) holds the statement, since some stack may need it
     whole = {s["Sid"]: s for s in iam_policy.policy()["Statement"]}
     assert whole["IamFsxS3AccessRole"]["Resource"] == role_path
+
+
+def test_the_sns_receivers_role_is_one_the_deployer_may_create_and_pass(
+    registered: dict[str, dict[str, list[str]]],
+) -> None:
+    """The SNS alert receiver's PodRole creates ``alertmanager-sns-role-<suffix>`` and its Pod
+    Identity association passes it to EKS Pod Identity (EKS API reference,
+    CreatePodIdentityAssociation: the caller needs ``iam:PassRole`` on the role): the stack's
+    policy must allow creating and passing that role, and only to the services it names."""
+    types = registered["p4de-odcr+sns-alerts"]
+    roles = types["aws:iam/role:Role"]
+    assert "alertmanager-sns-role" in roles
+    document = iam_policy.policy(iam_policy.required_types(set(types)))
+    by_sid = {s["Sid"]: s for s in document["Statement"]}
+    passing = by_sid["IamPassStackRoles"]
+    assert _actions(passing) == ["iam:PassRole"]
+    passed_to = passing["Condition"]["StringEquals"]["iam:PassedToService"]
+    assert "pods.eks.amazonaws.com" in passed_to
+    creating = by_sid["IamStackRoles"]
+    assert "iam:CreateRole" in _actions(creating)
+    for name in roles:
+        # what IAM gets: the logical name plus Pulumi's random suffix
+        arn = f"arn:aws:iam::123456789012:role/{name}-a1b2c3d"
+        for statement in (passing, creating):
+            patterns = statement["Resource"]
+            patterns = [patterns] if isinstance(patterns, str) else patterns
+            assert any(fnmatch.fnmatchcase(arn, p) for p in patterns), (name, statement["Sid"])

@@ -9,12 +9,15 @@ If these fail, a training pod could not reach its checkpoints and exports in S3 
 association, an association to another namespace or ServiceAccount than the jobs use, a role
 anything but EKS Pod Identity could assume), or it could reach more than its prefix (the whole
 bucket, every bucket, any KMS key), or the node role, which every pod on a node would share if
-IMDS were reachable, gained S3 access.
+IMDS were reachable, gained S3 access; or the ``eks-pod-identity-agent`` add-on would be made
+twice, or move (delete and create) when the data bucket or the SNS alert receiver is toggled,
+or an existing stack's add-on would be replaced instead of kept under its new name.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +36,7 @@ SECRETS = {"hfToken": "hf_mock", "grafanaAdminPassword": "mock-password"}
 COMPONENT = "eks-fsdp:infra:PodIdentity"
 ROLE = "aws:iam/role:Role"
 ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
+ADDON = "aws:eks/addon:Addon"
 
 
 @pytest.fixture(scope="module")
@@ -50,21 +54,95 @@ def _policy(run: ProgramRun) -> dict[str, Any]:
     return json.loads(policy.inputs["policy"])  # type: ignore[no-any-return]
 
 
+def _agents(run: ProgramRun) -> list[RecordedResource]:
+    return [a for a in run.of_type(ADDON) if a.inputs["addonName"] == "eks-pod-identity-agent"]
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_agent_add_on_is_pinned_and_after_the_nodes(
     runs: dict[str, ProgramRun], stack: str
 ) -> None:
     run = runs[stack]
-    (agent,) = [
-        a
-        for a in run.of_type("aws:eks/addon:Addon")
-        if a.inputs["addonName"] == "eks-pod-identity-agent"
-    ]
-    assert _in_component(run, agent)
+    (agent,) = _agents(run)
     assert agent.inputs["addonVersion"] == versions.POD_IDENTITY_AGENT_ADDON_VERSION
     assert agent.inputs["clusterName"] == load_stack_file(stack).cluster_name
     system = run.one("aws:eks/nodeGroup:NodeGroup", "cluster-system")
     assert system.urn in agent.dependencies
+    (association,) = run.of_type(ASSOCIATION)
+    assert agent.urn in association.dependencies
+
+
+@pytest.mark.parametrize(
+    ("bucket", "sns"), [(True, False), (False, True), (True, True), (False, False)]
+)
+def test_one_agent_whichever_needs_it(bucket: bool, sns: bool) -> None:
+    """The data bucket's roles and Alertmanager's SNS role share one add-on, at one URN
+    whichever of them is on: toggling ``dataBucket.enabled`` on an ``sns`` stack neither
+    deletes the cluster's agent nor creates a second (EKS ``CreateAddon`` refuses one:
+    ResourceInUseException)."""
+    topic = "arn:aws:sns:us-east-1:123456789012:gpu-alerts"
+    alerts = {"receiver": "sns", "snsTopicArn": topic} if sns else {"receiver": "none"}
+    run = run_program(
+        "p4de-odcr",
+        overrides={
+            "dataBucket": {"enabled": bucket},
+            "observability": {"enabled": True, "alerts": alerts},
+        },
+        secrets=SECRETS,
+    )
+    agents = _agents(run)
+    if not (bucket or sns):
+        assert agents == []
+        assert run.of_type(ASSOCIATION) == []
+        return
+    (agent,) = agents
+    assert agent.name == "pod-identity-agent"
+    assert run.by_urn(agent.parent) is None  # the stack's, in no component
+    associations = run.of_type(ASSOCIATION)
+    assert len(associations) == bucket + sns
+    assert all(agent.urn in a.dependencies for a in associations)
+
+
+ALIAS_PROGRAM = """
+import pulumi
+import pulumi_aws as aws
+
+from infra.pod_identity import POD_ROLE_TYPE_TOKEN, TYPE_TOKEN, pod_identity_agent
+
+# where the add-on was: a child "<component>-agent" of PodIdentity or of PodRole
+before = []
+for token, name in ((TYPE_TOKEN, "pod-identity"), (POD_ROLE_TYPE_TOKEN, "alertmanager-sns")):
+    component = pulumi.ComponentResource(token, name)
+    addon = aws.eks.Addon(
+        f"{name}-agent",
+        cluster_name="c",
+        addon_name="eks-pod-identity-agent",
+        opts=pulumi.ResourceOptions(parent=component),
+    )
+    before.append(addon.urn)
+agent = pod_identity_agent(
+    "pod-identity-agent",
+    cluster_name="c",
+    label="c",
+    formerly=((TYPE_TOKEN, "pod-identity"), (POD_ROLE_TYPE_TOKEN, "alertmanager-sns")),
+)
+pulumi.export("before", before)
+pulumi.export("aliases", agent._aliases)
+"""
+
+
+def test_the_aliases_name_where_the_agent_was(tmp_path: Path) -> None:
+    """An existing stack's add-on moves to the new URN instead of being replaced: each alias
+    resolves to the URN the SDK gave the add-on under PodIdentity or PodRole before. The
+    aliases are read as the SDK resolves them for an engine (``Resource._aliases``); the
+    engine itself is mocked."""
+    program = tmp_path / "aliases.py"
+    program.write_text(ALIAS_PROGRAM)
+    run = run_program("dev", secrets=SECRETS, program=program)
+    before = run.outputs["before"]
+    names = ("pod-identity-agent", "alertmanager-sns-agent")
+    assert [urn.rsplit("::", 1)[1] for urn in before] == list(names)
+    assert sorted(run.outputs["aliases"]) == sorted(before)
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -214,6 +292,8 @@ def test_pod_identity_args_validate_at_construction() -> None:
         "prefix": "training",
         "kms_key_arn": None,
         "service_accounts": (("default", "training"),),
+        # the add-on is only depended on, not inspected, at construction
+        "agent": object(),
     }
     PodIdentityArgs(**ok)
     for change, field in (
