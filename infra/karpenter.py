@@ -1,7 +1,7 @@
 """``Karpenter``: the Karpenter controller of a cluster with a ``provisioner: karpenter`` pool.
 
 Installed once per cluster, as upstream's getting-started does at the pinned release
-(aws/karpenter-provider-aws ``website/content/en/v1.14/getting-started/getting-started-with-
+(aws/karpenter-provider-aws ``website/content/en/docs/getting-started/getting-started-with-
 karpenter/cloudformation.yaml`` and ``scripts/step08-apply-helm-chart.sh``):
 
 - the nodes' IAM role ``KarpenterNodeRole-<cluster>`` (upstream's name; the EC2NodeClass names
@@ -103,7 +103,7 @@ def controller_policies(
 ) -> dict[str, dict[str, Any]]:
     """The controller's policies, statement for statement upstream's NodeLifecyclePolicy,
     IAMIntegrationPolicy, EKSIntegrationPolicy, InterruptionPolicy and ResourceDiscoveryPolicy
-    (cloudformation.yaml at v1.14): launches and deletions only of resources tagged for this
+    (cloudformation.yaml at v1.14.1): launches and deletions only of resources tagged for this
     cluster and a NodePool, PassRole only of the node role to EC2."""
     ec2 = f"arn:{partition}:ec2:{region}"
     iam_profiles = f"arn:{partition}:iam::{account}:instance-profile/*"
@@ -338,7 +338,7 @@ class KarpenterArgs:
     """Controller replicas (upstream's 2; the chart spreads them over nodes)."""
     node_repair: bool = True
     """Karpenter's NodeRepair gate: replace nodes whose node monitoring agent conditions stay
-    unhealthy (website/content/en/v1.14/concepts/disruption.md, "Node Auto Repair")."""
+    unhealthy (website/content/en/docs/concepts/disruption.md, "Node Auto Repair")."""
     tags: dict[str, str] | None = None
     """Extra tags on AWS resources."""
 

@@ -7,7 +7,7 @@ EC2NodeClass can select it by name), and for a capacity-block pool with a ``capa
 window the jobs' ConfigMap with the block's times (the same ConfigMap a managed group's
 ``CapacitySchedule`` writes). No scheduled scaling: Karpenter launches nodes when pods wait and
 the reservation is active, and drains a block's nodes ten minutes before EC2 starts terminating
-them (website/content/en/v1.14/tasks/odcrs.md, "Capacity Blocks").
+them (website/content/en/docs/tasks/odcrs.md, "Capacity Blocks").
 """
 
 from __future__ import annotations

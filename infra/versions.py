@@ -184,11 +184,11 @@ KARPENTER_VERSION = "1.14.1"
 """aws/karpenter-provider-aws release (tag v1.14.1, 2026-08-20; ``charts/karpenter/Chart.yaml``
 version and appVersion 1.14.1 after the release commit). Its CRDs are vendored under
 ``workloads/manifests/karpenter/crds`` (``pkg/apis/crds`` at the tag); the controller IAM follows
-``website/content/en/v1.14/getting-started/getting-started-with-karpenter/cloudformation.yaml``."""
+``website/content/en/docs/getting-started/getting-started-with-karpenter/cloudformation.yaml``."""
 KARPENTER_CHART = "oci://public.ecr.aws/karpenter/karpenter"
-"""The chart as upstream's getting-started installs it (``step08-apply-helm-chart.sh`` at v1.14)."""
+"""The chart as upstream's getting-started installs it (``step08-apply-helm-chart.sh`` at v1.14.1)."""
 KARPENTER_NAMESPACE = "kube-system"
-"""Upstream's default ``KARPENTER_NAMESPACE`` (getting-started, v1.14)."""
+"""Upstream's default ``KARPENTER_NAMESPACE`` (getting-started, v1.14.1)."""
 KARPENTER_FEATURES_SINCE: dict[str, str] = {
     "capacity-type on-demand": "1.0.0",
     "capacity-type spot": "1.0.0",
@@ -198,7 +198,7 @@ KARPENTER_FEATURES_SINCE: dict[str, str] = {
     "placementGroupSelector": "1.11.0",
 }
 """The first Karpenter release with each feature a GPU pool may use: ODCRs as capacity type
-``reserved`` from v1.3 and Capacity Blocks from v1.6 (``website/content/en/v1.14/tasks/odcrs.md``:
+``reserved`` from v1.3 and Capacity Blocks from v1.6 (``website/content/en/docs/tasks/odcrs.md``:
 "native support for ... ODCRs in v1.3 ... In v1.6, this support was expanded to include EC2
 Capacity Blocks for ML"); ``spec.networkInterfaces`` (EFA-only interfaces) and
 ``spec.placementGroupSelector`` of the EC2NodeClass first appear in the CRD at v1.11.0
@@ -206,10 +206,17 @@ Capacity Blocks for ML"); ``spec.networkInterfaces`` (EFA-only interfaces) and
 KARPENTER_AL2023_AMI_ALIAS = "al2023@v20260714"
 """EC2NodeClass ``amiSelectorTerms`` alias, pinned (never ``@latest``, which drifts every node
 on each AMI release): awslabs/amazon-eks-ami release v20260714 (CHANGELOG.md: AL2023_x86_64_NVIDIA
-for Kubernetes 1.33-1.35). The alias resolves the NVIDIA variant for GPU instance types
-(karpenter-provider-aws ``pkg/providers/amifamily/al2023.go``: variants standard, nvidia, neuron
-read from ``/aws/service/eks/optimized-ami/<k8s>/amazon-linux-2023/x86_64/nvidia/...``): the
-same accelerated AMI family as the managed groups' ``GPU_AMI_TYPE``."""
+for Kubernetes 1.30-1.36, ``KARPENTER_AL2023_AMI_KUBERNETES``). The alias resolves the NVIDIA
+variant for GPU instance types (karpenter-provider-aws ``pkg/providers/amifamily/al2023.go``:
+variants standard, nvidia, neuron read from
+``/aws/service/eks/optimized-ami/<k8s>/amazon-linux-2023/x86_64/nvidia/...``): the same
+accelerated AMI family as the managed groups' ``GPU_AMI_TYPE``."""
+KARPENTER_AL2023_AMI_KUBERNETES = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
+"""The Kubernetes minors the pinned alias's release publishes AMIs for (awslabs/amazon-eks-ami
+CHANGELOG.md, "AMI Release v20260714": AMI details for K8s 1.36, 1.33-1.35 and 1.30-1.32).
+Karpenter resolves the alias through the SSM parameter of the cluster's minor; for a minor
+outside this table it finds no AMI and launches nothing, so a stack with a Karpenter pool is
+refused at parse time. Update it with the alias."""
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -31,7 +31,15 @@ PROVISIONER_MANAGED = "managedNodeGroup"
 PROVISIONER_KARPENTER = "karpenter"
 PROVISIONERS = (PROVISIONER_MANAGED, PROVISIONER_KARPENTER)
 KARPENTER_CAPACITY_TYPES = ("reserved", "on-demand", "spot")
-"""Values of Karpenter's ``karpenter.sh/capacity-type`` (website/content/en/v1.14/tasks/odcrs.md:
+KARPENTER_NODE_ROLE_PREFIX = "KarpenterNodeRole-"
+"""The Karpenter nodes' role is ``KarpenterNodeRole-<clusterName>``, upstream's name
+(aws/karpenter-provider-aws ``website/content/en/docs/getting-started/getting-started-with-
+karpenter/cloudformation.yaml`` at v1.14.1, ``RoleName``)."""
+MAX_IAM_ROLE_NAME = 64
+"""IAM role names are at most 64 characters (IAM API reference, ``CreateRole``, ``RoleName``)."""
+MAX_KARPENTER_CLUSTER_NAME = MAX_IAM_ROLE_NAME - len(KARPENTER_NODE_ROLE_PREFIX)
+"""46: the longest ``clusterName`` whose Karpenter node role IAM accepts."""
+"""Values of Karpenter's ``karpenter.sh/capacity-type`` (website/content/en/docs/tasks/odcrs.md:
 "any combination of the available capacity-types (on-demand, spot, and reserved)")."""
 PLACEMENT_CREATE = "create"
 PLACEMENT_NONE = "none"
@@ -504,7 +512,7 @@ def _parse_provisioner(
         )
     if min_size != 0:
         # A dynamic NodePool keeps no floor: it launches nodes for pending pods only (a floor
-        # is the alpha StaticCapacity gate, website/content/en/v1.14/reference/settings.md).
+        # is the alpha StaticCapacity gate, website/content/en/docs/reference/settings.md).
         raise _fail(
             f"{path}.minSize",
             f"{min_size} with provisioner karpenter: Karpenter launches nodes for waiting pods"
@@ -538,10 +546,16 @@ def _parse_provisioner(
 
 
 def _parse_gpu_groups(
-    groups_raw: Any, azs: tuple[str, ...], *, kubernetes_version: str | None = None
+    groups_raw: Any,
+    azs: tuple[str, ...],
+    *,
+    kubernetes_version: str | None = None,
+    cluster_name: str | None = None,
 ) -> tuple[GpuNodeGroupConfig, ...]:
     """``gpuNodeGroups``: each group parsed, names unique; ``efa: dra`` only where the
-    cluster's Kubernetes has DRA (``kubernetes_version``, when given)."""
+    cluster's Kubernetes has DRA (``kubernetes_version``, when given); Karpenter pools only
+    where the pinned AMI alias publishes that Kubernetes and ``cluster_name`` (when given)
+    fits the node role's name."""
     if not isinstance(groups_raw, list | tuple):
         raise _fail("gpuNodeGroups", f"expected a list, got {groups_raw!r}")
     groups = tuple(_parse_gpu_group(g, i, azs) for i, g in enumerate(groups_raw))
@@ -559,13 +573,40 @@ def _parse_gpu_groups(
     repair = {g.node_repair for g in groups if g.uses_karpenter}
     if len(repair) > 1:
         # Karpenter's node repair is one controller-wide feature gate (NodeRepair,
-        # website/content/en/v1.14/concepts/disruption.md), not a per-pool switch.
+        # website/content/en/docs/concepts/disruption.md), not a per-pool switch.
         (i,) = [i for i, g in enumerate(groups) if g.uses_karpenter and not g.node_repair][:1]
         raise _fail(
             f"gpuNodeGroups[{i}].nodeRepair",
             "Karpenter repairs every pool or none: give its pools the same nodeRepair",
         )
+    _check_karpenter_cluster(groups, kubernetes_version, cluster_name)
     return groups
+
+
+def _check_karpenter_cluster(
+    groups: tuple[GpuNodeGroupConfig, ...], kubernetes_version: str | None, cluster_name: str | None
+) -> None:
+    """What a Karpenter pool needs of the cluster: an AMI for its Kubernetes minor under the
+    pinned alias (``versions.KARPENTER_AL2023_AMI_KUBERNETES``; Karpenter resolves the alias
+    through the SSM parameter of that minor, which does not exist for others), and a
+    ``clusterName`` short enough for the node role's name."""
+    first = next((i for i, g in enumerate(groups) if g.uses_karpenter), None)
+    if first is None:
+        return
+    published = versions.KARPENTER_AL2023_AMI_KUBERNETES
+    if kubernetes_version is not None and kubernetes_version not in published:
+        raise _fail(
+            f"gpuNodeGroups[{first}].provisioner",
+            f"karpenter: the pinned AMI alias {versions.KARPENTER_AL2023_AMI_ALIAS} has no AMI"
+            f" for Kubernetes {kubernetes_version} (it publishes {published[0]}-{published[-1]})",
+        )
+    if cluster_name is not None and len(cluster_name) > MAX_KARPENTER_CLUSTER_NAME:
+        raise _fail(
+            "clusterName",
+            f"{len(cluster_name)} characters; with a Karpenter pool at most"
+            f" {MAX_KARPENTER_CLUSTER_NAME} (its node role {KARPENTER_NODE_ROLE_PREFIX}<clusterName>"
+            f" must fit IAM's {MAX_IAM_ROLE_NAME})",
+        )
 
 
 NODEGROUP_LABEL = "eks-fsdp/nodegroup"

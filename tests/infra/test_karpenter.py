@@ -2,7 +2,7 @@
 
 If these fail, a stack with a ``provisioner: karpenter`` pool would install an unpinned chart or
 none, give the controller more (or less) than upstream's policies at the pinned release
-(aws/karpenter-provider-aws ``website/content/en/v1.14/getting-started/getting-started-with-
+(aws/karpenter-provider-aws ``website/content/en/docs/getting-started/getting-started-with-
 karpenter/cloudformation.yaml``), lose Spot, rebalance, health or capacity-reservation
 interruption notices (no queue, or a rule that does not feed it), leave Karpenter's nodes unable
 to join (no EC2_LINUX access entry for their role), run the controller on the nodes it manages,
@@ -59,7 +59,7 @@ UPSTREAM_SIDS = {
         "AllowInstanceProfileReadActions",
     ],
 }
-"""The Sids of upstream's five controller policies at v1.14 (the zonal-shift one is left out)."""
+"""The Sids of upstream's five controller policies at v1.14.1 (the zonal-shift one is left out)."""
 
 
 def karpenter_raw(stack: str = "p4de-odcr", **extra: Any) -> dict[str, Any]:
@@ -357,7 +357,7 @@ def test_node_repair_is_one_switch_for_karpenter() -> None:
 def test_what_the_pinned_karpenter_lacks_is_refused(
     monkeypatch: pytest.MonkeyPatch, pinned: str, stack: str, message: str
 ) -> None:
-    """The gates of ``versions.KARPENTER_FEATURES_SINCE`` (tasks/odcrs.md at v1.14: ODCRs from
+    """The gates of ``versions.KARPENTER_FEATURES_SINCE`` (tasks/odcrs.md at v1.14.1: ODCRs from
     v1.3, Capacity Blocks from v1.6; ``networkInterfaces`` in the CRD from v1.11.0)."""
     monkeypatch.setattr(versions, "KARPENTER_VERSION", pinned)
     with pytest.raises(ConfigError, match=message) as err:
@@ -389,3 +389,69 @@ def test_names_aws_refuses_stop_before_any_resource() -> None:
     KarpenterArgs(cluster_name="c" * 46, **common)  # KarpenterNodeRole- + 46 = 64
     with pytest.raises(ValueError, match=r"KarpenterArgs\.region: required"):
         KarpenterArgs(cluster_name="c", **{**common, "region": ""})
+
+
+def test_a_long_cluster_name_is_refused_at_parse_time_with_a_karpenter_pool() -> None:
+    """``KarpenterNodeRole-`` (18 characters) + the cluster's name must fit IAM's 64 (upstream's
+    role name, cloudformation.yaml at v1.14.1): 46 passes, 47 is one line naming clusterName;
+    a stack without a Karpenter pool takes the longer name."""
+    from infra.config.nodegroups import MAX_KARPENTER_CLUSTER_NAME, _parse_gpu_groups
+
+    raw = karpenter_raw()
+    azs = tuple(raw["availabilityZones"])
+    assert MAX_KARPENTER_CLUSTER_NAME == 64 - len("KarpenterNodeRole-") == 46
+    (ok,) = _parse_gpu_groups(raw["gpuNodeGroups"], azs, cluster_name="c" * 46)
+    assert len(spec.node_role_name("c" * 46)) == spec.MAX_ROLE_NAME
+    with pytest.raises(
+        ConfigError, match=r"eks-fsdp:clusterName: 47 characters; with a Karpenter"
+    ) as err:
+        _parse_gpu_groups(raw["gpuNodeGroups"], azs, cluster_name="c" * 47)
+    assert "\n" not in str(err.value)
+    managed = copy.deepcopy(stack_config("p4de-odcr"))["gpuNodeGroups"]
+    (group,) = _parse_gpu_groups(managed, azs, cluster_name="c" * 47)
+    assert not group.uses_karpenter and ok.uses_karpenter
+
+
+def test_an_efa_pool_without_a_zone_is_refused_even_without_a_placement_group() -> None:
+    """EFA traffic does not cross availability zones (EC2 user guide, "Elastic Fabric Adapter":
+    an EFA's traffic stays within its subnet, one zone): a Karpenter EFA pool with
+    ``placementGroup: none`` and no reservation (so nothing else pins a zone) would let one
+    job's nodes launch in several zones."""
+    raw = karpenter_raw()
+    group = {
+        k: v
+        for k, v in raw["gpuNodeGroups"][0].items()
+        if k not in ("capacityReservationId", "availabilityZone")
+    }
+    raw["gpuNodeGroups"] = [{**group, "placementGroup": "none", "efa": True}]
+    with pytest.raises(
+        ConfigError, match=r"gpuNodeGroups\[0\]\.availabilityZone: is required with efa"
+    ) as err:
+        parse(raw, stack="p4de-odcr")
+    assert "\n" not in str(err.value)
+    from infra.config.nodegroups import _parse_gpu_groups
+
+    azs = tuple(raw["availabilityZones"])
+    (no_efa,) = _parse_gpu_groups([{**group, "placementGroup": "none", "efa": False}], azs)
+    assert no_efa.availability_zone is None  # without EFA every private subnet may serve
+    assert len(spec.subnet_selector_terms("c", no_efa)[0]["tags"]) == 2
+
+
+def test_a_kubernetes_version_the_ami_alias_lacks_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Karpenter resolves ``al2023@<release>`` through the SSM parameter of the cluster's minor
+    (``pkg/providers/amifamily/al2023.go`` at v1.14.1): a minor the release did not publish
+    (``versions.KARPENTER_AL2023_AMI_KUBERNETES``, from amazon-eks-ami's CHANGELOG) finds no
+    AMI and the pool never launches. The stack's own version is one the alias publishes."""
+    cfg = parse(karpenter_raw(), stack="p4de-odcr")
+    assert cfg.kubernetes_version in versions.KARPENTER_AL2023_AMI_KUBERNETES
+    monkeypatch.setattr(versions, "KARPENTER_AL2023_AMI_KUBERNETES", ("1.30", "1.31"))
+    with pytest.raises(ConfigError) as err:
+        parse(karpenter_raw(), stack="p4de-odcr")
+    assert str(err.value) == (
+        f"eks-fsdp:gpuNodeGroups[0].provisioner: karpenter: the pinned AMI alias"
+        f" {versions.KARPENTER_AL2023_AMI_ALIAS} has no AMI for Kubernetes"
+        f" {cfg.kubernetes_version} (it publishes 1.30-1.31)"
+    )
+    parse(copy.deepcopy(stack_config("p4de-odcr")), stack="p4de-odcr")  # managed: no alias

@@ -32,7 +32,13 @@ from typing import Any
 import yaml
 
 from infra import versions
-from infra.config.nodegroups import PLACEMENT_NONE, GpuNodeGroupConfig, node_labels
+from infra.config.nodegroups import (
+    KARPENTER_NODE_ROLE_PREFIX,
+    MAX_IAM_ROLE_NAME,
+    PLACEMENT_NONE,
+    GpuNodeGroupConfig,
+    node_labels,
+)
 from infra.instances import InstanceType
 from workloads.specs.common import K8sObject
 
@@ -60,7 +66,7 @@ pods (the operator recreates them within seconds) to land on it again, short eno
 pool costs little between jobs."""
 EXPIRE_AFTER = "Never"
 """No node lifetime: expiry is not held back by disruption budgets
-(website/content/en/v1.14/concepts/disruption.md: "NodePool Disruption Budgets do not prevent
+(website/content/en/docs/concepts/disruption.md: "NodePool Disruption Budgets do not prevent
 Karpenter from terminating expired nodes"; default ``720h``), so a finite value would one day
 drain a node in the middle of a training run; reserved capacity is paid for either way."""
 DISRUPTION_BUDGETS = (
@@ -70,14 +76,14 @@ DISRUPTION_BUDGETS = (
 """Voluntary disruption: never replace a drifted node (a new AMI or NodePool change would
 otherwise drain a node running a job; roll them between jobs), remove empty nodes 10% at a
 time (upstream's default budget). ``WhenEmpty`` consolidation never picks a node with a job pod."""
-MAX_ROLE_NAME = 64
+MAX_ROLE_NAME = MAX_IAM_ROLE_NAME
 """IAM role names are at most 64 characters (IAM API ``CreateRole``, ``RoleName``)."""
 
 
 def node_role_name(cluster_name: str) -> str:
     """The Karpenter nodes' IAM role, named as upstream's CloudFormation names it
     (``KarpenterNodeRole-${ClusterName}``) so the EC2NodeClass can name it before it exists."""
-    return f"KarpenterNodeRole-{cluster_name}"
+    return f"{KARPENTER_NODE_ROLE_PREFIX}{cluster_name}"
 
 
 def interruption_queue_name(cluster_name: str) -> str:
