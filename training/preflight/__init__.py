@@ -29,7 +29,9 @@ node(s) and the link, e.g.::
     preflight: FAILED inter-node ip-10-1-2-3 <-> ip-10-1-7-9: all_reduce busbw 4.1 GB/s < 225.0 GB/s expected
 
 As the gate of ``finetune --preflight`` (every start of a job's workers, before the
-trainer is built) the line is ``preflight failed on node ip-10-1-2-3: EFA devices 0/32``, also
+trainer is built) the node-local checks (``gpus``, ``efa``) run first, exchanged over gloo
+(``measurement.census``), so a node without EFA devices is named before any NCCL communicator
+exists; the line is ``preflight failed on node ip-10-1-2-3: EFA devices 0/32``, also
 written as the container's termination message (``cli.termination_log``). ``efa=N`` in the
 expectations checks the EFA (verbs) devices each node's container got (``health.efa_devices``).
 
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 from training.preflight.cli import (
     FAILED_EXIT,
+    GATE_LINK_TIMEOUT_S,
     TERMINATION_LOG_ENV,
     check,
     gate,
@@ -65,6 +68,7 @@ from training.preflight.collectives import (
 from training.preflight.device import DEVICE_MIN_S, matmul_tflops, memory_gbps
 from training.preflight.health import (
     EFA_DEVICE_GLOB,
+    EFA_DEVICE_GLOB_ENV,
     FATAL_XIDS,
     REMAP_QUERY,
     SMI_QUERY,
@@ -73,7 +77,15 @@ from training.preflight.health import (
     gpus_from_smi_csv,
     xids_from_kernel_log,
 )
-from training.preflight.measurement import Options, default_sizes, measure, parse_size
+from training.preflight.measurement import (
+    Census,
+    Options,
+    census,
+    default_sizes,
+    measure,
+    node_report,
+    parse_size,
+)
 from training.preflight.transport import (
     detect_transport,
     nccl_debug_file,
@@ -95,13 +107,16 @@ from training.preflight.verdict import (
 __all__ = [
     "DEVICE_MIN_S",
     "EFA_DEVICE_GLOB",
+    "EFA_DEVICE_GLOB_ENV",
     "FAILED_EXIT",
     "FATAL_XIDS",
+    "GATE_LINK_TIMEOUT_S",
     "OPS",
     "REMAP_QUERY",
     "SCOPES",
     "SMI_QUERY",
     "TERMINATION_LOG_ENV",
+    "Census",
     "Expect",
     "Link",
     "Options",
@@ -109,6 +124,7 @@ __all__ = [
     "algbw_gbps",
     "bus_factor",
     "busbw_gbps",
+    "census",
     "check",
     "default_sizes",
     "detect_transport",
@@ -126,6 +142,7 @@ __all__ = [
     "merge_expect",
     "nccl_debug_file",
     "net_name",
+    "node_report",
     "ofi_provider_from_nccl_log",
     "parse_expect",
     "parse_size",

@@ -12,7 +12,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from training.preflight.measurement import Options, default_sizes, measure, parse_size
+from training.preflight.measurement import (
+    Census,
+    Options,
+    census,
+    default_sizes,
+    measure,
+    node_report,
+    parse_size,
+)
 from training.preflight.verdict import (
     Expect,
     Problem,
@@ -32,11 +40,16 @@ DESCRIPTION = "Preflight: check the nodes a job actually got, before step 1, and
 """``--help``'s description: the first line of the package's docstring."""
 
 
-def check(opts: Options, expect: Expect, device: torch.device) -> tuple[dict[str, Any], list[str]]:
-    """Measure, judge, and record the verdict in the report (and for the Prometheus exporter)."""
+def check(
+    opts: Options, expect: Expect, device: torch.device, layout: Census | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """Measure, judge, and record the verdict in the report (and for the Prometheus exporter).
+
+    ``layout``: a ``census()`` already gathered (``measure`` gathers one when None).
+    """
     from training import prometheus
 
-    report = measure(opts, device)
+    report = measure(opts, device, layout)
     report["expect"] = asdict(expect)
     report["summary"] = summary(report)
     problems = failures(report, expect)
@@ -78,23 +91,51 @@ def gate_line(found: list[Problem]) -> str:
     return found[0].line() + (f" (+{more} more in preflight.json)" if more else "")
 
 
+GATE_LINK_TIMEOUT_S = 300.0
+"""Collective timeout of the gate's link groups: a hung EFA link fails the attempt after 5
+minutes instead of the default group's 30 (``training.dist.INIT_TIMEOUT_S``). The gate's
+largest collective (256 MiB) takes well under a second on a healthy link."""
+
+
 def gate(expect_text: str, out_dir: str | Path, device: torch.device) -> int:
     """``finetune --preflight``: check, write ``preflight.json``, 0 or FAILED_EXIT.
 
-    Called on every rank after the process group forms and before the trainer is built. On a
-    failure rank 0 prints one line naming the node and the check (``preflight failed on node
-    ip-10-1-2-3: EFA devices 0/32``) and each node's first rank writes it as its container's
-    termination message, which ``python -m jobs status`` shows; training never starts.
+    Called on every rank after the process group forms and before the trainer is built. The
+    node-local checks (``gpus``, ``efa``) go first, exchanged over gloo: a node without its EFA
+    devices would otherwise die in the first NCCL communicator (``NCCL_NET=OFI`` has no network
+    to open) with a traceback instead of a line. Only then are the links and devices measured.
+    On a failure rank 0 prints one line naming the node and the check (``preflight failed on
+    node ip-10-1-2-3: EFA devices 0/32``) and each node's first rank writes it as its
+    container's termination message, which ``python -m jobs status`` shows; training never
+    starts. A passing gate empties that file, so a line from an earlier attempt in the same
+    container does not outlive it.
     """
     import torch.distributed as dist
 
     expect = parse_expect(expect_text)
-    opts = Options(sizes=default_sizes(device.type == "cuda"))
-    report, _ = check(opts, expect, device)
-    found = problems(report, expect)  # the same on every rank: the report is gathered
-    if found and int(os.environ.get("LOCAL_RANK", "0")) == 0 and (log := termination_log()):
+    layout = census()
+    report = node_report(layout, str(dist.get_backend()))
+    found = problems(report, Expect(gpus=expect.gpus, efa=expect.efa))
+    if found:  # the same on every rank: the census is gathered
+        report["expect"] = asdict(expect)
+        report["passed"] = False
+        report["failures"] = [str(p) for p in found]
+        return _verdict(report, found, out_dir)
+    opts = Options(sizes=default_sizes(device.type == "cuda"), link_timeout_s=GATE_LINK_TIMEOUT_S)
+    report, _ = check(opts, expect, device, layout)
+    return _verdict(report, problems(report, expect), out_dir)
+
+
+def _verdict(report: dict[str, Any], found: list[Problem], out_dir: str | Path) -> int:
+    """Write the termination message and ``preflight.json``, print, wait for every rank."""
+    import torch.distributed as dist
+
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0 and (log := termination_log()):
         try:
-            log.write_text(gate_line(found) + "\n")
+            if found:
+                log.write_text(gate_line(found) + "\n")
+            elif log.is_file() and log.stat().st_size:
+                log.write_text("")  # an earlier attempt's line would read as this one's
         except OSError as err:  # the line still goes to stderr
             print(f"preflight: cannot write {log}: {err}", file=sys.stderr, flush=True)
     if dist.get_rank() == 0:
@@ -106,7 +147,11 @@ def gate(expect_text: str, out_dir: str | Path, device: torch.device) -> int:
             print(gate_line(found), file=sys.stderr, flush=True)
         else:
             print("preflight: passed", flush=True)
-    dist.barrier()  # no rank exits (and makes torchrun stop the others) before rank 0 reported
+    # No rank exits (and makes torchrun stop the others) before rank 0 reported. On a group of
+    # "cpu:gloo,cuda:nccl" without a bound device the barrier runs on cpu, i.e. gloo (torch
+    # v2.13.0 distributed_c10d.py ``barrier``: ``_get_object_coll_device(group) == "cpu"``), so
+    # it opens no NCCL communicator on a node whose network is missing.
+    dist.barrier()
     return FAILED_EXIT if found else 0
 
 

@@ -130,8 +130,16 @@ kubernetes-sigs/dranet ``pkg/driver`` NRI ``CreateContainer``) injects each allo
 device's ``/dev/infiniband/uverbsN`` character device into the container."""
 
 
-def efa_devices(pattern: str = EFA_DEVICE_GLOB) -> int:
-    """How many EFA (verbs) devices this container sees; 0 without any."""
-    import glob
+EFA_DEVICE_GLOB_ENV = "EKS_FSDP_EFA_DEVICE_GLOB"
+"""Overrides ``EFA_DEVICE_GLOB`` (a test gives each local "node" its own folder of devices)."""
 
-    return len(glob.glob(pattern))
+
+def efa_devices(pattern: str | None = None) -> int:
+    """How many EFA (verbs) devices this container sees; 0 without any.
+
+    ``pattern``: a glob; None: ``$EKS_FSDP_EFA_DEVICE_GLOB`` or ``EFA_DEVICE_GLOB``.
+    """
+    import glob
+    import os
+
+    return len(glob.glob(pattern or os.environ.get(EFA_DEVICE_GLOB_ENV) or EFA_DEVICE_GLOB))

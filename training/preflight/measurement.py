@@ -7,6 +7,7 @@ import os
 import re
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from training.preflight.collectives import OPS, SCOPES, algbw_gbps, busbw_gbps, collective, links
@@ -38,6 +39,10 @@ class Options:
     """Matmul size (0: 8192 on CUDA, 512 on CPU)."""
     mem_bytes: int = 0
     """Bytes copied for the bandwidth test (0: 1 GiB on CUDA, 64 MiB on CPU)."""
+    link_timeout_s: float | None = None
+    """Collective timeout of each link's process group (``dist.new_group(timeout=...)``);
+    None: the default group's (``training.dist.INIT_TIMEOUT_S``, 1800 s). The gate passes
+    ``cli.GATE_LINK_TIMEOUT_S`` so a hung EFA link fails the attempt in minutes."""
 
 
 def default_sizes(cuda: bool) -> tuple[int, ...]:
@@ -53,29 +58,90 @@ def _node_layout() -> tuple[str, int]:
     return name, int(os.environ.get("GROUP_RANK", "0"))
 
 
-def measure(opts: Options, device: torch.device) -> dict[str, Any]:
-    """Run every measurement on every rank; return the whole report (identical on all ranks)."""
+@dataclass(frozen=True)
+class Census:
+    """Where every rank runs and what its node gave it, known before any device collective."""
+
+    node: int
+    """This process's node index (``GROUP_RANK``)."""
+    names: dict[int, str]
+    """Node index -> node name (host names shared by local agents get ``/node<k>``)."""
+    nodes: list[tuple[str, list[int]]]
+    """(name, ranks) per node, by node index."""
+    efa: dict[str, int]
+    """Node name -> the fewest EFA (verbs) devices any of its ranks sees."""
+
+
+def census() -> Census:
+    """Gather the node layout and each node's EFA device count over the CPU backend.
+
+    ``all_gather_object`` runs on ``_get_object_coll_device(group)``, which for a group made of
+    ``"cpu:gloo,cuda:nccl"`` is ``cpu`` (torch v2.13.0 torch/distributed/distributed_c10d.py:
+    "If "cpu" is among those pairs, use "cpu""): gloo over TCP, so a node without EFA devices
+    is named here instead of killing the first NCCL communicator (``NCCL_NET=OFI`` fails to
+    initialise without them).
+    """
+    import torch.distributed as dist
+
+    name, node = _node_layout()
+    info: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(
+        info, {"rank": dist.get_rank(), "node": node, "name": name, "efa": efa_devices()}
+    )
+    by_node: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    efa: dict[int, int] = {}
+    for entry in info:
+        by_node.setdefault(entry["node"], []).append(entry["rank"])
+        names.setdefault(entry["node"], entry["name"])
+        efa[entry["node"]] = min(efa.get(entry["node"], entry["efa"]), entry["efa"])
+    # Two agents on one host (a local run) share a host name: tell them apart by index.
+    if len(set(names.values())) < len(names):
+        names = {k: f"{v}/node{k}" for k, v in names.items()}
+    return Census(
+        node=node,
+        names=names,
+        nodes=[(names[k], sorted(by_node[k])) for k in sorted(by_node)],
+        efa={names[k]: efa[k] for k in sorted(efa)},
+    )
+
+
+def node_report(layout: Census, backend: str) -> dict[str, Any]:
+    """A report of the node-local checks alone (``verdict.problems`` reads ``gpus`` and
+    ``efa`` from it): no collective, device or transport figures."""
+    return {
+        "stage": "nodes",
+        "backend": backend,
+        "world_size": sum(len(ranks) for _name, ranks in layout.nodes),
+        "nodes": [{"name": nm, "ranks": rs} for nm, rs in layout.nodes],
+        "transport": {"transport": None, "source": None, "provider": None},
+        "transport_by_node": {},
+        "collectives": [],
+        "devices": [],
+        "health": {nm: {"node": nm, "efa_devices": n} for nm, n in layout.efa.items()},
+    }
+
+
+def measure(opts: Options, device: torch.device, layout: Census | None = None) -> dict[str, Any]:
+    """Run every measurement on every rank; return the whole report (identical on all ranks).
+
+    ``layout``: the ``census()`` the caller already gathered (gathered here when None).
+    """
     import torch
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
     backend = str(dist.get_backend())
-    name, node = _node_layout()
-    info: list[Any] = [None] * world
-    dist.all_gather_object(info, {"rank": rank, "node": node, "name": name})
-    by_node: dict[int, list[int]] = {}
-    names: dict[int, str] = {}
-    for entry in info:
-        by_node.setdefault(entry["node"], []).append(entry["rank"])
-        names.setdefault(entry["node"], entry["name"])
-    # Two agents on one host (a local run) share a host name: tell them apart by index.
-    if len(set(names.values())) < len(names):
-        names = {k: f"{v}/node{k}" for k, v in names.items()}
-    nodes = [(names[k], sorted(by_node[k])) for k in sorted(by_node)]
+    layout = layout or census()
+    node, names, nodes = layout.node, layout.names, layout.nodes
+    timeout = (
+        {} if opts.link_timeout_s is None else {"timeout": timedelta(seconds=opts.link_timeout_s)}
+    )
 
     rows: list[dict[str, Any]] = []
     for rnd in links(nodes):
-        groups = [dist.new_group(list(link.ranks)) for link in rnd]  # every rank, same order
+        # every rank, same order
+        groups = [dist.new_group(list(link.ranks), **timeout) for link in rnd]
         for link, group in zip(rnd, groups, strict=True):
             if rank not in link.ranks:
                 continue
