@@ -2,9 +2,10 @@
 
 The p4de-odcr stack (a pool of two fake p4de.24xlarge, 16 GPUs) with two teams: ``jq-nlp``
 owns one node, ``jq-vision`` the other. Its Kueue and team objects are applied (cluster-scoped
-names prefixed ``jq-``; the flavor without its Topology, which ``test_kueue_quota.py``
-covers), Kueue running with the stack's own Configuration (``waitForPodsReady``,
-``blockAdmission``: ``controlplane.operators.kueue_configuration``). Then, with the CLI only:
+names prefixed ``jq-``, the flavor's Topology too: EFA jobs ask for one network-node-layer-3
+block, which ``test_kueue_quota.py`` checks), Kueue running with the stack's own Configuration
+(``waitForPodsReady``, ``blockAdmission``: ``controlplane.operators.kueue_configuration``).
+Then, with the CLI only:
 
 - ``submit --team jq-nlp`` of a two-worker job (16 GPUs: the team's 8 and the other team's 8,
   borrowed) is admitted (Kueue unsuspends it; the operator makes its pods);
@@ -20,7 +21,6 @@ misreads its conditions, or ``suspend`` does not free the queue for the next job
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 from pathlib import Path
@@ -34,8 +34,8 @@ from controlplane.client import wait_for
 from controlplane.cluster import ControlPlane
 from infra.config import load_stack_file, sources
 from jobs import cli
-from tests.controlplane.helpers import IMAGE, delete_and_wait
-from workloads.specs import kueue, teams
+from tests.controlplane.helpers import IMAGE, delete_and_wait, prefix_queues
+from workloads.specs import kueue, storage, teams
 
 pytestmark = pytest.mark.controlplane
 REPO = Path(__file__).resolve().parents[2]
@@ -44,53 +44,28 @@ P4DE = str(REPO / "jobs" / "examples" / "p4de-odcr.yaml")
 PREFIX = "jq-"
 NLP, VISION = f"{PREFIX}nlp", f"{PREFIX}vision"
 TIMEOUT_S = 120.0
-CLAIM = "fsx-checkpoints"
+
+
+FS = storage.FileSystemRef(
+    file_system_id="fs-0123456789abcdef0",
+    dns_name="fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com",
+    mount_name="abcdefgh",
+)
+"""A file system as the stack's outputs name it (nothing mounts it on kwok's nodes)."""
 
 
 def _prefixed(obj: dict[str, Any]) -> dict[str, Any]:
-    obj = copy.deepcopy(obj)
-    kind, spec = obj["kind"], obj.get("spec", {})
-    if kind in ("ResourceFlavor", "ClusterQueue"):
-        obj["metadata"]["name"] = PREFIX + obj["metadata"]["name"]
-    if kind == "ResourceFlavor":
-        spec.pop("topologyName", None)
-    if kind == "ClusterQueue":
-        spec["cohortName"] = PREFIX + spec["cohortName"]
-        for group in spec["resourceGroups"]:
-            for flavor in group["flavors"]:
-                flavor["name"] = PREFIX + flavor["name"]
-    if kind == "LocalQueue":
-        spec["clusterQueue"] = PREFIX + spec["clusterQueue"]
-    return obj
+    return prefix_queues(obj, PREFIX)
 
 
-def _claim() -> list[dict[str, Any]]:
-    """The team's checkpoint claim, bound to a static volume (as the fsx stacks' claim)."""
+def _team_storage(cfg: Any) -> list[dict[str, Any]]:
+    """What each team's namespace gets from the stack (``workloads.team``): its checkpoint
+    volume of the file system bound to the claim the job mounts, and the ``hf-token`` Secret
+    (``submit --team`` refuses a namespace without them, ``jobs.team_check``)."""
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": f"{NLP}-{CLAIM}"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "hostPath": {"path": f"/tmp/{NLP}-{CLAIM}"},
-                "claimRef": {"namespace": NLP, "name": CLAIM},
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": CLAIM, "namespace": NLP},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": f"{NLP}-{CLAIM}",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
+        o
+        for t in cfg.teams
+        for o in (*teams.storage_objects(t, cfg, FS), teams.hf_token_secret(t, "hf_test"))
     ]
 
 
@@ -138,7 +113,7 @@ def test_a_second_job_waits_in_the_teams_queue_with_kueues_reason(
     queues = [
         _prefixed(o)
         for o in kueue.cluster_objects(cfg)
-        if o["metadata"].get("namespace") != kueue.JOBS_NAMESPACE and o["kind"] != "Topology"
+        if o["metadata"].get("namespace") != kueue.JOBS_NAMESPACE
     ]
     local_queues = [o for o in team_objs if o["kind"] == "LocalQueue"]
     namespaced = [o for o in team_objs if o["kind"] != "LocalQueue"]
@@ -157,8 +132,9 @@ def test_a_second_job_waits_in_the_teams_queue_with_kueues_reason(
         job = client.find("kubeflow.org/v1", "PyTorchJob", name, NLP)
         return bool(job["spec"].get("runPolicy", {}).get("suspend"))
 
+    storage_objs = _team_storage(cfg)
     try:
-        control_plane.apply_all([*namespaced, *_claim(), *[q for q in queues], *local_queues])
+        control_plane.apply_all([*namespaced, *storage_objs, *queues, *local_queues])
 
         def active() -> bool:
             return all(
@@ -217,6 +193,6 @@ def test_a_second_job_waits_in_the_teams_queue_with_kueues_reason(
     finally:
         for name in ("jq-a", "jq-b"):
             run("cancel", name, "--purge")
-        delete_and_wait(client, [*namespaced, *_claim()])
+        delete_and_wait(client, [*namespaced, *storage_objs])
         for obj in reversed(queues):
             client.delete(obj)
