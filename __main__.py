@@ -179,9 +179,9 @@ pulumi.export(
 # --- EKS Pod Identity's agent: one add-on per cluster, for every role given to pods ---------
 # The data bucket's jobs and Alertmanager's SNS publish both need it; each used to make its
 # own (the aliases keep an existing stack's add-on where it is).
-sns_alerts = cfg.observability.enabled and cfg.observability.alerts.sns_topic_arn is not None
+sns_topic_arn = cfg.observability.alerts.sns_topic_arn if cfg.observability.enabled else None
 pod_identity_agent_addon = None
-if cfg.data_bucket.enabled or sns_alerts:
+if cfg.data_bucket.enabled or sns_topic_arn is not None:
     pod_identity_agent_addon = pod_identity_agent(
         "pod-identity-agent",
         # Resolves once the system nodegroup exists: the agent is a DaemonSet add-on, which
@@ -198,7 +198,7 @@ if cfg.data_bucket.enabled or sns_alerts:
 
 # --- The data bucket the cluster outlives, and the jobs' identity on it (docs/durable-data.md) --
 data_bucket = None
-if cfg.data_bucket.enabled:
+if cfg.data_bucket.enabled and pod_identity_agent_addon is not None:
     data_bucket = DataBucket(
         "data-bucket",
         DataBucketArgs(
@@ -273,7 +273,7 @@ if cfg.observability.enabled:
     # Receiver sns: Alertmanager publishes with its own Pod Identity role (sns:Publish on the
     # topic only); the association exists before the chart starts its pods.
     alert_role = None
-    if sns_alerts and pod_identity_agent_addon is not None:
+    if sns_topic_arn is not None and pod_identity_agent_addon is not None:
         from infra.pod_identity import PodRole, PodRoleArgs, sns_publish_policy_document
         from workloads.specs.observability import settings_from_stack
 
@@ -286,7 +286,7 @@ if cfg.observability.enabled:
                 ).apply(lambda v: v[0]),
                 label=cfg.cluster_name,
                 purpose="Alertmanager's SNS publish",
-                policy=sns_publish_policy_document(cfg.observability.alerts.sns_topic_arn),
+                policy=sns_publish_policy_document(sns_topic_arn),
                 service_account=(obs_settings.namespace, obs_settings.alertmanager_service_account),
                 agent=pod_identity_agent_addon,
             ),

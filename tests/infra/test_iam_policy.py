@@ -21,6 +21,7 @@ import fnmatch
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ SECRETS = {"hfToken": "hf_mock", "grafanaAdminPassword": "mock-password"}
 """The secrets the program requires (set with ``pulumi config set --secret`` on a stack)."""
 ACTION = re.compile(r"^[a-z0-9-]+:[A-Z][A-Za-z0-9]+$")
 """``service:Action``, no wildcard (IAM JSON policy element reference, "Action")."""
-VARIANTS = {
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # an EFA group outside a reservation gets a cluster placement group (no shipped stack
     # has one: tests/infra/test_program.py::test_placement_group_on_and_off)
     "p5-16+placement-group": (

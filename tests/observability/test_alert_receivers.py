@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -202,7 +203,7 @@ def _alert(status: str, labels: dict[str, str]) -> dict[str, object]:
     }
 
 
-def _render(amtool: str, tmp_path: Path, text: str, data: dict[str, object]) -> str:
+def _render(amtool: str, tmp_path: Path, text: str, data: Mapping[str, object]) -> str:
     """Alertmanager's own template engine on ``data`` (template.Data, the JSON layout
     ``amtool template render --template.data`` reads); the default templates are always loaded,
     the glob adds none."""
@@ -241,7 +242,7 @@ def test_sns_subject_stays_under_snss_limit_whatever_the_labels(
         for g in range(2)
     ]
     group = {"alertname": name, "node": node}
-    data = {
+    data: dict[str, object] = {
         "receiver": "sns",
         "status": status,
         "alerts": alerts,
@@ -257,8 +258,8 @@ def test_sns_subject_stays_under_snss_limit_whatever_the_labels(
     assert subject == whole[: obs.SNS_SUBJECT_MAX_CHARS]
     assert len(subject) < 100 and subject.isascii() and subject.isprintable()
     short = {"alertname": "GpuTooHot", "node": "ip-10-0-1-2.ec2.internal", "gpu": "0"}
-    data = {**data, "alerts": [_alert(status, short)], "groupLabels": short}
-    data["groupLabels"] = {k: short[k] for k in ("alertname", "node")}
+    grouped = {k: short[k] for k in ("alertname", "node")}
+    data = {**data, "alerts": [_alert(status, short)], "groupLabels": grouped}
     subject = _render(amtool, tmp_path, obs.SNS_SUBJECT, data)
     one = "[FIRING:1] " if status == "firing" else "[RESOLVED] "
     assert subject == f"{one}GpuTooHot ip-10-0-1-2.ec2.internal"
