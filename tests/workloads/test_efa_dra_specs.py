@@ -5,10 +5,15 @@ plugin advertises there (the pods never schedule), or reference a claim the API 
 The ResourceClaimTemplate and the worker pod are validated strictly against the Kubernetes
 1.34 and 1.35 schemas (kubernetes-validate; DRA's ``resource.k8s.io/v1`` is GA from 1.34); the
 DeviceClass is the one the EKS user guide names for the EFA DRA driver
-(``efa.networking.k8s.aws``, device-management-efa). Nothing is mocked.
+(``efa.networking.k8s.aws``, device-management-efa). Also: a worker is told to use NCCL's OFI
+network only where its group attaches EFA (else NCCL stops at start: NCCL docs, "Environment
+Variables", NCCL_NET), and a DRA pool's Kueue quota names no ``vpc.amazonaws.com/efa`` its pods
+never request. Nothing is mocked.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -137,3 +142,55 @@ def test_rendered_files_of_a_dra_job_carry_its_claim_template() -> None:
     names = [c["resourceClaimTemplateName"] for c in pod["resourceClaims"]]
     assert names == [template["metadata"]["name"]]
     assert template["metadata"]["namespace"] == pj_obj["metadata"].get("namespace", "default")
+
+
+def _env(s: JobSettings) -> dict[str, str]:
+    (container,) = _pod(s)["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_nccl_is_sent_to_ofi_only_where_the_group_has_efa() -> None:
+    import dataclasses
+
+    assert _env(_job(dra=False))["NCCL_NET"] == pj.NCCL_NET_EFA == "OFI"
+    assert _env(_job(dra=True))["NCCL_NET"] == "OFI"
+    no_efa = dataclasses.replace(_job(dra=False), efa=False, preflight_expect=None)
+    env = _env(no_efa)
+    assert "NCCL_NET" not in env
+    assert not [k for k in env if k.startswith("FI_")]
+
+
+def test_a_dra_pool_has_no_quota_on_the_device_plugin_resource() -> None:
+    """Kueue's quota for whole nodes of the pool: GPUs, cpu and memory on a DRA pool, plus
+    ``vpc.amazonaws.com/efa`` on a device-plugin pool; both flavors keep the nodes' labels
+    (``eks-fsdp/efa-dra`` on the DRA pool) so a job lands on the pool it was queued for."""
+    from infra.config import parse
+    from infra.config.nodegroups import EFA_DRA_LABEL
+    from workloads.specs import kueue
+
+    def group(driver: str) -> Any:
+        raw = {
+            "aws:region": "us-east-1",
+            "availabilityZones": ["us-east-1a", "us-east-1b"],
+            "kubernetesVersion": "1.35",
+            "gpuNodeGroups": [
+                {
+                    "name": "gpu",
+                    "instanceType": TYPE,
+                    "minSize": 0,
+                    "desiredSize": 2,
+                    "maxSize": 2,
+                    "availabilityZone": "us-east-1a",
+                    "efa": driver,
+                }
+            ],
+        }
+        return parse(raw).gpu_node_groups[0]
+
+    dra, plugin = group("dra"), group("device-plugin")
+    with_plugin = kueue.node_resources(plugin, 2)
+    assert with_plugin[kueue.EFA] == "64"  # 32 per p5.48xlarge
+    without = kueue.node_resources(dra, 2)
+    assert kueue.EFA not in without
+    assert without == {k: v for k, v in with_plugin.items() if k != kueue.EFA}
+    assert kueue.resource_flavor(dra)["spec"]["nodeLabels"][EFA_DRA_LABEL] == "true"

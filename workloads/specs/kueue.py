@@ -49,7 +49,7 @@ from typing import Any
 import yaml
 
 from infra import versions
-from infra.config.nodegroups import NODEGROUP_LABEL, GpuNodeGroupConfig, node_labels
+from infra.config.nodegroups import EFA_DRA, NODEGROUP_LABEL, GpuNodeGroupConfig, node_labels
 from infra.config.teams import PRIORITIES, TeamConfig, cluster_queue_name
 from workloads.specs.common import PART_OF, K8sObject
 from workloads.specs.pytorchjob import worker_requests
@@ -193,7 +193,12 @@ def node_resources(group: GpuNodeGroupConfig, nodes: int) -> dict[str, str]:
         "memory": f"{int(memory[:-2]) * nodes}Gi",
         GPU: str(it.gpus * nodes),
     }
-    if group.efa:
+    # A DRA pool's pods request no vpc.amazonaws.com/efa (their ResourceClaim holds the
+    # devices) and no device plugin advertises it there: a quota on it would be dead weight.
+    # Kueue counts DRA devices only behind its DynamicResourceAllocation gate ("quota
+    # accounting for DRA devices", alpha at v0.17, pkg/features/kube_features.go), which stays
+    # off; the flavor's node labels keep such jobs on the pool.
+    if group.efa and group.efa_driver != EFA_DRA:
         out[EFA] = str(it.efa_interfaces * nodes)
     return out
 

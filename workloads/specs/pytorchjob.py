@@ -331,7 +331,9 @@ def container_env(s: JobSettings) -> list[k8s.V1EnvVar]:
     # doc/efa-env-var.md gives FI_PROVIDER=efa for plugin <= 1.5.0 only and says of
     # FI_EFA_USE_DEVICE_RDMA "Do not set" for libfabric >= 1.18 and plugin >= 1.7; the plugin
     # selects the efa provider itself when FI_PROVIDER is unset (src/platform-aws.cpp).
-    if instance.efa_supported:
+    # A group with ``efa: false`` attaches no EFA interface even on an EFA type: NCCL_NET=OFI
+    # there would stop NCCL at start instead of using the sockets it has.
+    if instance.efa_supported and s.efa:
         # NCCL_NET makes the network a hard requirement: if the image's OFI plugin (loaded
         # through NCCL_NET_PLUGIN=ofi, training/Dockerfile) fails to initialise, NCCL stops
         # instead of falling back to TCP sockets. aws-ofi-nccl answers to "OFI" as well as its
