@@ -21,9 +21,12 @@ karpenter/cloudformation.yaml`` and ``scripts/step08-apply-helm-chart.sh``):
   ``workloads/manifests/karpenter/cloudformation.yaml`` and a test compares the documents).
   Upstream's zonal-shift policy is left out: ``settings.enableZonalShift`` stays off. IRSA rather than EKS Pod Identity: the cluster always has its OIDC provider, the
   Pod Identity agent exists only on stacks with a data bucket (``infra.pod_identity``);
-- the chart (``versions.KARPENTER_CHART`` at ``versions.KARPENTER_VERSION``) with
-  ``workloads.specs.karpenter.controller_values``: settings.clusterName and interruptionQueue,
-  the controller on the system node group.
+- the CRDs as their own release (``versions.KARPENTER_CRD_CHART`` at the same version), as
+  upstream's upgrade guide recommends: Helm installs a chart's ``crds/`` only on first install,
+  so a version bump through the controller's chart alone would leave the old CRDs;
+- the chart (``versions.KARPENTER_CHART`` at ``versions.KARPENTER_VERSION``, ``skip_crds``:
+  the CRD release owns them) with ``workloads.specs.karpenter.controller_values``:
+  settings.clusterName and interruptionQueue, the controller on the system node group.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from workloads.specs import karpenter as spec
 
 TYPE_TOKEN = "eks-fsdp:infra:Karpenter"
 RELEASE_NAME = "karpenter"
+CRD_RELEASE_NAME = "karpenter-crd"
+"""Upstream's release name for the CRD chart (upgrade-guide.md at v1.14.1, "CRD Upgrades")."""
 SERVICE_ACCOUNT = f"system:serviceaccount:{versions.KARPENTER_NAMESPACE}:{spec.SERVICE_ACCOUNT}"
 QUEUE_RETENTION_SECONDS = 300
 """Upstream's ``MessageRetentionPeriod``: an interruption notice older than 5 minutes is moot."""
@@ -366,8 +371,10 @@ class Karpenter(pulumi.ComponentResource):
     """ARN of the controller's IRSA role."""
     queue_name: pulumi.Output[str]
     """The interruption queue's name."""
+    crds: k8s.helm.v3.Release
+    """The CRD chart: the controller's release waits for it."""
     release: k8s.helm.v3.Release
-    """The controller chart (the CRDs come with it): pools depend on it."""
+    """The controller chart (after the CRDs): pools depend on it."""
 
     def __init__(
         self, name: str, args: KarpenterArgs, opts: pulumi.ResourceOptions | None = None
@@ -486,6 +493,14 @@ class Karpenter(pulumi.ComponentResource):
                 node_repair=args.node_repair,
             )
         )
+        self.crds = k8s.helm.v3.Release(
+            f"{name}-crds",
+            name=CRD_RELEASE_NAME,
+            chart=versions.KARPENTER_CRD_CHART,
+            version=versions.KARPENTER_VERSION,
+            namespace=versions.KARPENTER_NAMESPACE,
+            opts=child,
+        )
         self.release = k8s.helm.v3.Release(
             f"{name}-controller",
             name=RELEASE_NAME,
@@ -493,8 +508,10 @@ class Karpenter(pulumi.ComponentResource):
             version=versions.KARPENTER_VERSION,
             namespace=versions.KARPENTER_NAMESPACE,
             values=values,
+            skip_crds=True,
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[access, queue, *node_attachments, *policy_attachments]
+                parent=self,
+                depends_on=[self.crds, access, queue, *node_attachments, *policy_attachments],
             ),
         )
         self.register_outputs(

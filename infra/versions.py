@@ -187,6 +187,11 @@ version and appVersion 1.14.1 after the release commit). Its CRDs are vendored u
 ``website/content/en/docs/getting-started/getting-started-with-karpenter/cloudformation.yaml``."""
 KARPENTER_CHART = "oci://public.ecr.aws/karpenter/karpenter"
 """The chart as upstream's getting-started installs it (``step08-apply-helm-chart.sh`` at v1.14.1)."""
+KARPENTER_CRD_CHART = "oci://public.ecr.aws/karpenter/karpenter-crd"
+"""Karpenter's CRDs as their own chart, at ``KARPENTER_VERSION`` too: Helm installs a chart's
+``crds/`` on first install only and never upgrades them, so upstream recommends this chart to
+manage the CRDs (``website/content/en/docs/upgrading/upgrade-guide.md`` at v1.14.1, "CRD
+Upgrades"; ``charts/karpenter-crd``)."""
 KARPENTER_NAMESPACE = "kube-system"
 """Upstream's default ``KARPENTER_NAMESPACE`` (getting-started, v1.14.1)."""
 KARPENTER_FEATURES_SINCE: dict[str, str] = {

@@ -109,6 +109,27 @@ def test_the_controller_chart_is_pinned_and_set_up(run: ProgramRun) -> None:
     assert release.provider.startswith(provider.urn)
 
 
+def test_the_crds_are_their_own_release_and_come_first(run: ProgramRun) -> None:
+    """Helm installs a chart's ``crds/`` on first install only, so the controller's chart alone
+    would never upgrade them; upstream's upgrade guide (website/content/en/docs/upgrading/
+    upgrade-guide.md at v1.14.1, "CRD Upgrades") recommends the ``karpenter-crd`` chart. Ours
+    is that chart at the controller's version, through the same provider, and the controller's
+    release skips its own copy and waits for it."""
+    (crds,) = [r for r in run.of_type(RELEASE) if r.inputs.get("name") == "karpenter-crd"]
+    assert crds.inputs["chart"] == "oci://public.ecr.aws/karpenter/karpenter-crd"
+    assert crds.inputs["chart"] == versions.KARPENTER_CRD_CHART
+    assert crds.inputs["version"] == versions.KARPENTER_VERSION
+    assert crds.inputs["namespace"] == versions.KARPENTER_NAMESPACE
+    assert not crds.inputs.get("skipCrds")
+    release = _release(run)
+    assert release.inputs["skipCrds"] is True
+    assert crds.urn in release.dependencies
+    assert crds.provider == release.provider
+    # the pools' objects wait for the controller, hence for the CRDs
+    for token in ("karpenter.k8s.aws/v1:EC2NodeClass", "karpenter.sh/v1:NodePool"):
+        assert release.urn in run.one(f"kubernetes:{token}").dependencies
+
+
 def test_the_controller_role_is_irsa_for_its_service_account(run: ProgramRun) -> None:
     (role,) = [r for r in run.of_type("aws:iam/role:Role") if r.name == "karpenter-controller-role"]
     (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
