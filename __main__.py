@@ -146,7 +146,7 @@ pulumi.export(
     outputs.PLACEMENT_GROUP_NAMES,
     {
         name: ng.placement_group_name
-        for name, ng in gpu_node_groups.items()
+        for name, ng in {**gpu_node_groups, **karpenter_pools}.items()
         if ng.placement_group_name is not None
     },
 )

@@ -476,3 +476,26 @@ def test_a_kubernetes_version_the_ami_alias_lacks_is_refused(
         f" {cfg.kubernetes_version} (it publishes 1.30-1.31)"
     )
     parse(copy.deepcopy(stack_config("p4de-odcr")), stack="p4de-odcr")  # managed: no alias
+
+
+def test_a_karpenter_pools_placement_group_is_a_stack_output() -> None:
+    """``placementGroupNames`` lists every pool's group, the Karpenter pools' too: an EFA pool
+    outside a reservation gets one (``<cluster>-<pool>``), which its EC2NodeClass selects."""
+    from infra import outputs
+
+    group = {
+        "name": "p5-od",
+        "instanceType": "p5.48xlarge",
+        "minSize": 0,
+        "desiredSize": 2,
+        "maxSize": 2,
+        "availabilityZone": "us-east-2a",
+        "provisioner": "karpenter",
+    }
+    p5 = run_program("p5-16", overrides={"gpuNodeGroups": [group], "job": {}}, secrets=SECRETS)
+    pg = p5.one("aws:ec2/placementGroup:PlacementGroup")
+    assert pg.inputs["name"] == f"{p5.outputs['clusterName']}-p5-od"
+    nodeclass = p5.one("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+    assert nodeclass.inputs["spec"]["placementGroupSelector"] == {"name": pg.inputs["name"]}
+    assert p5.outputs[outputs.PLACEMENT_GROUP_NAMES] == {"p5-od": pg.outputs["name"]}
+    assert [ng.name for ng in p5.of_type(NG)] == ["cluster-system"]  # no managed GPU group
