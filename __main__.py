@@ -319,11 +319,12 @@ if device_plugins is not None:
         Kueue,
         KueueArgs,
     )
+    from workloads.specs.kueue import stack_settings
     from workloads.team import Team, TeamArgs
 
     kueue = Kueue(
         "kueue",
-        KueueArgs.from_stack(cfg),
+        KueueArgs.from_stack(cfg, stack_settings(cfg)),
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[device_plugins]),
     )
     teams = {

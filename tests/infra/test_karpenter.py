@@ -109,6 +109,19 @@ def test_the_controller_chart_is_pinned_and_set_up(run: ProgramRun) -> None:
     assert release.provider.startswith(provider.urn)
 
 
+def test_kueue_waits_for_the_nodes_karpenter_launches(run: ProgramRun) -> None:
+    """The stack's Kueue chart carries the longer ``waitForPodsReady.timeout`` of a stack with a
+    Karpenter pool (``workloads.specs.kueue.stack_settings``)."""
+    import yaml
+
+    from workloads.specs import kueue
+
+    (release,) = [r for r in run.of_type(RELEASE) if r.inputs.get("name") == "kueue"]
+    config = release.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"]
+    wait = yaml.safe_load(config)["waitForPodsReady"]
+    assert wait["timeout"] == f"{kueue.KARPENTER_PODS_READY_TIMEOUT_S}s" == "1200s"
+
+
 def test_the_crds_are_their_own_release_and_come_first(run: ProgramRun) -> None:
     """Helm installs a chart's ``crds/`` on first install only, so the controller's chart alone
     would never upgrade them; upstream's upgrade guide (website/content/en/docs/upgrading/

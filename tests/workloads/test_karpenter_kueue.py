@@ -83,3 +83,18 @@ def test_a_karpenter_pools_quota_is_its_nodepools_limit() -> None:
     limit = k.nodepool(group)["spec"]["limits"][kueue.GPU]
     assert quota[kueue.GPU] == limit == str(group.max_size * group.instance.gpus) == "16"
     assert quota[kueue.EFA] == str(group.max_size * group.instance.efa_interfaces)
+
+
+def test_kueue_waits_longer_for_pods_on_a_stack_with_a_karpenter_pool() -> None:
+    """On a Karpenter pool Kueue admits a job before its nodes exist: ``waitForPodsReady``
+    then covers the instance's launch and join as well as the image pull, so the stack's
+    Configuration gets ``KARPENTER_PODS_READY_TIMEOUT_S``; a managed stack keeps the default."""
+    managed, ours = _stacks()
+    assert kueue.stack_settings(managed) == kueue.KueueSettings()
+    settings = kueue.stack_settings(ours)
+    assert settings == kueue.KueueSettings(pods_ready_timeout_s=1200)
+    assert settings.pods_ready_timeout_s > kueue.KueueSettings().pods_ready_timeout_s
+    wait = kueue.configuration(settings)["waitForPodsReady"]
+    assert wait["timeout"] == "1200s"
+    assert wait["recoveryTimeout"] == "0s"  # the rest as before
+    assert kueue.configuration(kueue.stack_settings(managed)) == kueue.configuration()

@@ -137,6 +137,24 @@ class KueueSettings:
             raise ValueError("KueueSettings.backoff_max_s: below backoff_base_s")
 
 
+KARPENTER_PODS_READY_TIMEOUT_S = 1200
+"""``waitForPodsReady.timeout`` on a stack with a Karpenter pool: Kueue admits a job before its
+nodes exist there, so the timeout also covers the launch (Karpenter reacts to the pending
+pods, EC2 boots the instance, it joins, the NVIDIA and EFA device plugins start: minutes on a
+p5 before the image pull starts) on top of the image pull the default's ten minutes cover.
+Too short, and every first job on an empty pool is evicted and requeued while its nodes come
+up (``WaitForPodsReady.Timeout``: "Timeout defines the time for an admitted workload to
+reach the PodsReady=true condition", ``apis/config/v1beta2/configuration_types.go``)."""
+
+
+def stack_settings(stack_cfg: Any) -> KueueSettings:
+    """The stack's admission settings: the defaults, with ``KARPENTER_PODS_READY_TIMEOUT_S``
+    when a pool is provisioned by Karpenter."""
+    if any(g.uses_karpenter for g in stack_cfg.gpu_node_groups):
+        return KueueSettings(pods_ready_timeout_s=KARPENTER_PODS_READY_TIMEOUT_S)
+    return KueueSettings()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Pool:
     """One GPU pool: a nodegroup as Kueue sees it."""
