@@ -10,9 +10,14 @@
   (``workloads.training_image``, pulumi-docker-build, which drives BuildKit through the Docker
   daemon), so ``docker buildx version`` must work there; a stack without GPU groups builds none.
 - **The model**: ``HfApi.model_info`` (huggingface_hub) with ``HF_TOKEN``, against
-  ``HF_ENDPOINT`` (default https://huggingface.co); a gated model answers 401/403 with
-  ``X-Error-Code: GatedRepo`` until the licence is accepted and a token is given
-  (huggingface_hub ``utils/_http.py`` ``hf_raise_for_status``). Unreachable: ``skip (offline)``.
+  ``HF_ENDPOINT`` (default https://huggingface.co). The Hub answers a gated repository's info
+  (``GET /api/models/{repo}``) with 200 and ``gated: "manual"|"auto"`` with or without a token;
+  it refuses its files. So a gated model is then asked ``HfApi.auth_check`` (``GET
+  /api/models/{repo}/auth-check``; huggingface_hub 2.4.0, the version requirements pin,
+  ``src/huggingface_hub/hf_api.py`` ``auth_check``), which answers 401/403 with ``X-Error-Code:
+  GatedRepo`` until the licence is accepted and the token is of that account
+  (``utils/_http.py`` ``hf_raise_for_status`` maps it to ``GatedRepoError``). Unreachable:
+  ``skip (offline)``.
 """
 
 from __future__ import annotations
@@ -148,6 +153,14 @@ def model_info(model: str, revision: str | None, token: str | None, endpoint: st
     )
 
 
+def auth_check(model: str, token: str | None, endpoint: str) -> None:
+    """``HfApi(endpoint).auth_check`` (huggingface_hub): ``GatedRepoError`` when the token (or
+    none) may not read the gated repository's files."""
+    from huggingface_hub import HfApi
+
+    HfApi(endpoint=endpoint, token=token or False).auth_check(model, token=token or False)
+
+
 def check_model(
     model: str, revision: str | None = None, env: Mapping[str, str] | None = None
 ) -> tuple[Result, bool]:
@@ -157,7 +170,7 @@ def check_model(
     name = f"model {model}"
     if env.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return Result(check=name, status=SKIP, detail="skipped (offline: HF_HUB_OFFLINE)"), False
-    endpoint = env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+    endpoint = (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
     token = env.get("HF_TOKEN") or None
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -168,10 +181,12 @@ def check_model(
 
     try:
         info = model_info(model, revision, token, endpoint)
+        if getattr(info, "gated", False):  # info answers 200 for a gated repo; files do not
+            auth_check(model, token, endpoint)
     except GatedRepoError:
         fix = (
-            f"accept the licence at {endpoint}/{model}, then export HF_TOKEN=hf_... "
-            "(a token of that account)"
+            f"accept the licence at {endpoint}/{model} and set hfToken "
+            "(export HF_TOKEN=hf_... of that account for this check)"
         )
         detail = "gated: the token is refused" if token else "gated: no HF_TOKEN"
         return Result(check=name, status=FAIL, detail=detail, fix=fix), True

@@ -9,8 +9,8 @@ is reported reachable.
 What answers: moto's EC2 API on 127.0.0.1 (``ThreadedMotoServer``) for regions, zones,
 addresses and VPCs; a botocore ``Stubber`` for ``describe_capacity_reservations`` and the
 quota values (moto 5.2.5 implements neither for EC2); a loopback HTTP server speaking the
-Hugging Face Hub's ``/api/models`` shape for the model (huggingface_hub ``HfApi.model_info``,
-``X-Error-Code: GatedRepo``); a fake ``docker`` script on PATH (no Docker here).
+Hugging Face Hub's ``/api/models`` and ``/auth-check`` routes for the model (huggingface_hub
+``HfApi.model_info`` / ``auth_check``, ``X-Error-Code: GatedRepo``); a fake ``docker`` script on PATH (no Docker here).
 """
 
 from __future__ import annotations
@@ -68,18 +68,28 @@ def docker_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 class Hub(BaseHTTPRequestHandler):
-    """The Hub's ``GET /api/models/{repo}[/revision/{rev}]``: the gated model needs the token."""
+    """Stands in for the Hugging Face Hub (huggingface_hub 2.4.0's routes, ``hf_api.py``):
+    ``GET /api/models/{repo}[/revision/{rev}]`` answers 200 with ``gated: "manual"`` whatever
+    the token, as the real Hub answers a gated repository's info; ``GET
+    /api/models/{repo}/auth-check`` (``HfApi.auth_check``) answers 401 ``X-Error-Code:
+    GatedRepo`` without a token, 403 ``GatedRepo`` with a token lacking access, 200 with
+    ``TOKEN`` (``utils/_http.py`` ``hf_raise_for_status`` reads ``X-Error-Code``)."""
 
     def do_GET(self) -> None:
         prefix = f"/api/models/{GATED}"
-        if not self.path.startswith(prefix):
+        path = self.path.split("?", 1)[0]
+        auth = self.headers.get("Authorization")
+        if not path.startswith(prefix):
             self._send(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
-        elif self.headers.get("Authorization") != f"Bearer {TOKEN}":
+        elif path == f"{prefix}/auth-check" and auth != f"Bearer {TOKEN}":
+            code = 401 if auth is None else 403
             self._send(
-                401,
+                code,
                 {"error": "Access to model is restricted"},
                 {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access restricted"},
             )
+        elif path == f"{prefix}/auth-check":
+            self._send(200, {})
         else:
             self._send(
                 200,
@@ -110,6 +120,16 @@ def hub():
     server.server_close()
 
 
+@pytest.fixture
+def online(monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub reads ``HF_HUB_OFFLINE`` once, at import (``constants.py``; the test
+    suite sets it): its copy is cleared for a test that talks to the loopback Hub."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+
 def _clients(aws, found: dict | None) -> Clients:
     """moto for EC2 reads; Stubber for the reservation and the two quota values."""
     reservations, stub = stubbed("ec2")
@@ -128,7 +148,7 @@ def _clients(aws, found: dict | None) -> Clients:
 
 
 def test_p5_16_placeholder_fails_then_a_matching_account_passes(
-    aws, hub, stack_root, docker_on_path, monkeypatch, capsys
+    aws, hub, online, stack_root, docker_on_path, monkeypatch, capsys
 ) -> None:
     """The issue's "done when": p5-16 with the shipped placeholder reservation exits 1 with a
     line naming the reservation and its fix; with a matching block, quotas, the secrets set,
@@ -216,7 +236,7 @@ def test_docker_without_buildx_fails(tmp_path, monkeypatch) -> None:
     assert check_docker(dataclasses.replace(cfg, gpu_node_groups=()), env={}).status == "skip"
 
 
-def test_model_offline_and_unknown(hub) -> None:
+def test_model_offline_and_unknown(hub, online) -> None:
     """Unreachable Hub (a closed loopback port) or HF_HUB_OFFLINE: skipped (offline); a repo the
     Hub does not have: fail; the gated one with the token: ok and gated."""
     closed = check_model(GATED, env={"HF_ENDPOINT": "http://127.0.0.1:9"})[0]
@@ -228,6 +248,22 @@ def test_model_offline_and_unknown(hub) -> None:
     assert missing.status == "fail" and missing.detail.startswith("not found on")
     result, gated = check_model(GATED, env={"HF_ENDPOINT": hub, "HF_TOKEN": TOKEN})
     assert result.status == "ok" and gated is True
+
+
+def test_gated_model_needs_an_accepted_token(hub, online) -> None:
+    """The Hub shows a gated model's info to anyone: without a token, or with a token of an
+    account that has not accepted the licence, the check fails on ``auth_check`` with the
+    licence page and ``hfToken`` as the fix; the right token passes. A trailing ``/`` on
+    ``HF_ENDPOINT`` is dropped as huggingface_hub's ``constants.ENDPOINT`` drops it."""
+    fix = f"accept the licence at {hub}/{GATED} and set hfToken"
+    none, gated = check_model(GATED, env={"HF_ENDPOINT": hub + "/"})
+    assert (none.status, none.detail, gated) == ("fail", "gated: no HF_TOKEN", True)
+    assert none.fix is not None and none.fix.startswith(fix)
+    other, _ = check_model(GATED, env={"HF_ENDPOINT": hub, "HF_TOKEN": "hf_not_accepted"})
+    assert (other.status, other.detail) == ("fail", "gated: the token is refused")
+    assert other.fix == none.fix
+    ok, _ = check_model(GATED, env={"HF_ENDPOINT": hub, "HF_TOKEN": TOKEN})
+    assert ok.status == "ok" and SHA in ok.detail
 
 
 def test_a_secret_alert_receiver_needs_alerts_secret(stack_root) -> None:
