@@ -7,18 +7,26 @@ pods would never get a ResourceClaim (the controller-manager makes one per pod f
 template), so they could not be scheduled onto EFA devices. No DRA driver runs here (no
 ResourceSlices): the pod is expected to stay Pending, with its generated claim naming the
 DeviceClass.
+
+A member of a team (a client certificate in the team's group, as an EKS access entry's
+``kubernetesGroups`` names it: ``tests.controlplane.helpers.member_access``) creates, reads and
+deletes a job's template in the team's namespace under the Role the stack renders
+(``workloads.specs.teams.role``; without its ``resource.k8s.io`` rule ``jobs submit`` on an
+``efa: dra`` pool gets 403), and is refused in a namespace that is not the team's.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from controlplane.client import wait_for
+from controlplane.client import ApiError, wait_for
 from controlplane.cluster import ControlPlane
 from infra.efa import DEVICE_CLASS, DRA_DRIVER
 from jobs.efa_claim import template
+from tests.controlplane.helpers import member_access
 from workloads.specs import pytorchjob as pj
 from workloads.specs.settings import JobSettings
 
@@ -84,3 +92,64 @@ def test_the_claim_template_and_a_worker_referencing_it_are_accepted(
     finally:
         client.delete(_device_class())
         client.delete(namespace)
+
+
+def test_a_team_member_may_manage_its_jobs_claim_templates(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    from infra.config import parse, project_defaults, stack_file_values
+    from workloads.specs import teams
+
+    admin = control_plane.client
+    raw = {
+        **project_defaults(),
+        **stack_file_values("p5-16"),
+        "teams": [{"name": "efa-team", "principalArns": ["arn:aws:iam::123456789012:role/t"]}],
+    }
+    (team,) = parse(raw, stack="p5-16").teams
+    rbac = [
+        o
+        for o in teams.objects(team, parse(raw, stack="p5-16"))
+        if o["kind"] in ("Namespace", "Role", "RoleBinding")
+    ]
+    other = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "efa-other"}}
+    member, _ = member_access(
+        control_plane, tmp_path / "pki", user="efa-member", group=teams.group_name(team.name)
+    )
+
+    def settings(namespace: str) -> JobSettings:
+        return JobSettings(
+            name="member-job",
+            namespace=namespace,
+            image="example.com/train:1",
+            instance_type="p5.48xlarge",
+            workers=1,
+            min_workers=1,
+            efa_dra=True,
+        )
+
+    try:
+        for obj in [*rbac, other]:
+            admin.create(obj)
+        mine = template(settings(team.namespace))
+        # RBAC caches settle within a moment of the Role's creation
+        wait_for("the member's create", lambda: _created(member, mine), timeout=30)
+        assert member.read(mine)["metadata"]["name"] == "member-job-efa"
+        member.delete(mine, missing_ok=False)
+        with pytest.raises(ApiError) as err:
+            member.create(template(settings("efa-other")))
+        assert err.value.status == 403
+    finally:
+        for obj in (other, *[o for o in rbac if o["kind"] == "Namespace"]):
+            admin.delete(obj)
+
+
+def _created(client: Any, obj: dict[str, Any]) -> bool:
+    """True once ``client`` created ``obj``; False on 403 (a Role not yet in effect)."""
+    try:
+        client.create(obj)
+    except ApiError as err:
+        if err.status != 403:
+            raise
+        return False
+    return True

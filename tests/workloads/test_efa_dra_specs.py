@@ -194,3 +194,29 @@ def test_a_dra_pool_has_no_quota_on_the_device_plugin_resource() -> None:
     assert kueue.EFA not in without
     assert without == {k: v for k, v in with_plugin.items() if k != kueue.EFA}
     assert kueue.resource_flavor(dra)["spec"]["nodeLabels"][EFA_DRA_LABEL] == "true"
+
+
+def test_a_team_member_may_manage_the_claim_templates_of_its_jobs() -> None:
+    """``jobs submit``/``resume`` as a team member create the job's ``<job>-efa`` template
+    and read and delete an earlier generation's (``jobs.efa_claim``); the team's Role must
+    allow that in its namespace (403 otherwise), and nothing on the claims the scheduler's
+    controller makes from it."""
+    from infra.config import parse, project_defaults, stack_file_values
+    from workloads.specs import teams
+
+    team = [{"name": "nlp", "principalArns": ["arn:aws:iam::123456789012:role/nlp"]}]
+    raw = {**project_defaults(), **stack_file_values("p5-16"), "teams": team}
+    (nlp,) = parse(raw, stack="p5-16").teams
+    role = teams.role(nlp)
+    assert role["metadata"]["namespace"] == nlp.namespace
+
+    def allowed(resource: str) -> set[str]:
+        return {
+            v
+            for rule in role["rules"]
+            if "resource.k8s.io" in rule["apiGroups"] and resource in rule["resources"]
+            for v in rule["verbs"]
+        }
+
+    assert allowed("resourceclaimtemplates") == {"get", "list", "create", "delete"}
+    assert allowed("resourceclaims") == set()

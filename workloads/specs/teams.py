@@ -221,6 +221,13 @@ def role(team: TeamConfig) -> K8sObject:
                 "resources": ["networkpolicies"],
                 "verbs": ["get", "list", "create", "delete"],
             },
+            # a job on an efa: dra pool: its workers' EFA claim template (jobs.efa_claim
+            # creates it, and reads and deletes an earlier generation's leftover)
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceclaimtemplates"],
+                "verbs": ["get", "list", "create", "delete"],
+            },
             {
                 "apiGroups": [""],
                 "resources": ["configmaps"],
