@@ -11,15 +11,17 @@ for every stack and fails when a registered type has no row here or the file dri
 Action names are those of the AWS Service Authorization Reference ("Actions, resources, and
 condition keys for Amazon EC2 / Amazon EKS / AWS Identity and Access Management / AWS Key
 Management Service / Amazon FSx / Amazon S3 / Amazon ECR / Amazon EC2 Auto Scaling / AWS
-Service Quotas / AWS STS"); which API calls each resource makes follows the pulumi-aws provider
-(the Terraform AWS provider's resource code: create, read, update, delete of e.g.
-``internal/service/ec2/vpc_.go``) and, for the ``eks:index:Cluster`` component,
-pulumi/pulumi-eks ``nodejs/eks/cluster/cluster.ts`` (the service role, the cluster, the OIDC
-provider, the access entries and their policy associations, the VPC CNI and kube-proxy add-ons).
+Service Quotas / AWS STS / Amazon SQS / Amazon EventBridge"); which API calls each resource makes
+follows the pulumi-aws provider (the Terraform AWS provider's resource code: create, read,
+update, delete of e.g. ``internal/service/ec2/vpc_.go``) and, for the ``eks:index:Cluster``
+component, pulumi/pulumi-eks ``nodejs/eks/cluster/cluster.ts`` (the service role, the cluster,
+the OIDC provider, the access entries and their policy associations, the VPC CNI and kube-proxy
+add-ons).
 
 Resources are ``*`` where the action has no resource-level permission or the names are made by
 Pulumi's auto-naming at ``up`` time; IAM writes are scoped to the roles the stack names
-(``ROLE_NAME_PREFIXES``: Pulumi appends a random suffix to the logical name), ``iam:PassRole``
+(``ROLE_NAME_PREFIXES``: Pulumi appends a random suffix to the logical name) and the managed
+policies it creates (``POLICY_NAME_PREFIXES``, attached only to those roles), ``iam:PassRole``
 to those roles and the services they are passed to (``iam:PassedToService``), and
 ``iam:CreateServiceLinkedRole`` to the services that create one on first use
 (``iam:AWSServiceName``; IAM User Guide, "Service-linked role permissions"), and the writes
@@ -241,6 +243,20 @@ ACTIONS: dict[str, tuple[str, ...]] = {
         "iam:DetachRolePolicy",
         "iam:ListAttachedRolePolicies",
     ),
+    "aws:iam/policy:Policy": (
+        # infra/karpenter.py: the controller's customer managed policies (scoped to
+        # POLICY_NAME_PREFIXES in policy()); an update writes a new default version and drops
+        # the oldest, a delete drops the non-default versions first
+        "iam:CreatePolicy",
+        "iam:GetPolicy",
+        "iam:GetPolicyVersion",
+        "iam:ListPolicyVersions",
+        "iam:CreatePolicyVersion",
+        "iam:DeletePolicyVersion",
+        "iam:DeletePolicy",
+        "iam:TagPolicy",
+        "iam:UntagPolicy",
+    ),
     "aws:iam/openIdConnectProvider:OpenIdConnectProvider": (
         "iam:CreateOpenIDConnectProvider",
         "iam:GetOpenIDConnectProvider",
@@ -250,6 +266,37 @@ ACTIONS: dict[str, tuple[str, ...]] = {
         "iam:TagOpenIDConnectProvider",
         "iam:UntagOpenIDConnectProvider",
         "iam:DeleteOpenIDConnectProvider",
+    ),
+    # --- Karpenter's interruption queue and its rules (infra/karpenter.py) --------------------
+    "aws:sqs/queue:Queue": (
+        "sqs:CreateQueue",
+        "sqs:DeleteQueue",
+        "sqs:GetQueueAttributes",
+        "sqs:SetQueueAttributes",
+        "sqs:GetQueueUrl",
+        "sqs:TagQueue",
+        "sqs:UntagQueue",
+        "sqs:ListQueueTags",
+    ),
+    "aws:sqs/queuePolicy:QueuePolicy": (
+        "sqs:SetQueueAttributes",  # the policy is the queue's Policy attribute
+        "sqs:GetQueueAttributes",
+    ),
+    "aws:cloudwatch/eventRule:EventRule": (
+        "events:PutRule",
+        "events:DescribeRule",
+        "events:DeleteRule",
+        "events:EnableRule",
+        "events:DisableRule",
+        "events:ListTargetsByRule",  # delete waits for the rule's targets to go
+        "events:TagResource",
+        "events:UntagResource",
+        "events:ListTagsForResource",
+    ),
+    "aws:cloudwatch/eventTarget:EventTarget": (
+        "events:PutTargets",
+        "events:RemoveTargets",
+        "events:ListTargetsByRule",
     ),
     # --- keys, storage, registry ---------------------------------------------------------------
     "aws:kms/key:Key": (
@@ -419,8 +466,15 @@ ROLE_NAME_PREFIXES = (
     "pod-identity-role-",  # infra/pod_identity.py: the data bucket's role
     "alertmanager-sns-role-",  # infra/pod_identity.py PodRole: Alertmanager's SNS publish
     "cluster-eks-",  # pulumi-eks: the cluster's service role (<name>-eksRole-role-<suffix>)
+    "KarpenterNodeRole-",  # infra/karpenter.py: Karpenter's nodes (upstream's name, no suffix)
+    "karpenter-controller-role-",  # infra/karpenter.py: the Karpenter controller (IRSA)
 )
-"""Role names the stack creates: the logical name plus Pulumi's random suffix."""
+"""Role names the stack creates: the logical name plus Pulumi's random suffix, or the name
+the stack gives (the Karpenter node role: ``KarpenterNodeRole-<clusterName>``)."""
+
+POLICY_NAME_PREFIXES = ("karpenter-",)
+"""Customer managed policies the stack creates (infra/karpenter.py: ``karpenter-<part>`` plus
+Pulumi's random suffix); the stack may create, version, delete and attach only these."""
 
 PASSED_TO = ("ec2.amazonaws.com", "eks.amazonaws.com", "pods.eks.amazonaws.com")
 """Services the stack's roles are passed to: EKS (cluster and node groups), EC2 (the node
@@ -470,6 +524,10 @@ def _role_arns() -> list[str]:
     return [f"arn:aws:iam::*:role/{p}*" for p in ROLE_NAME_PREFIXES]
 
 
+def _policy_arns() -> list[str]:
+    return [f"arn:aws:iam::*:policy/{p}*" for p in POLICY_NAME_PREFIXES]
+
+
 def _service_role_arn(service: str) -> str:
     return f"arn:aws:iam::*:role/aws-service-role/{service}/*"
 
@@ -498,11 +556,12 @@ def policy(types: set[str] | None = None) -> dict:
     ]
     oidc = {a for a in iam if "OpenIDConnectProvider" in a}
     attach = {"iam:AttachRolePolicy", "iam:DetachRolePolicy"} & iam
+    managed = set(ACTIONS["aws:iam/policy:Policy"]) & iam
     statements += [
         {
             "Sid": "IamStackRoles",
             "Effect": "Allow",
-            "Action": sorted(iam - oidc - attach),
+            "Action": sorted(iam - oidc - attach - managed),
             "Resource": _role_arns(),
         },
         {
@@ -511,6 +570,19 @@ def policy(types: set[str] | None = None) -> dict:
             "Action": sorted(attach),
             "Resource": _role_arns(),
             "Condition": {"ArnLike": {"iam:PolicyARN": "arn:aws:iam::aws:policy/*"}},
+        },
+        {
+            "Sid": "IamStackPolicies",
+            "Effect": "Allow",
+            "Action": sorted(managed),
+            "Resource": _policy_arns(),
+        },
+        {
+            "Sid": "IamAttachStackPolicies",
+            "Effect": "Allow",
+            "Action": sorted(attach) if managed else [],
+            "Resource": _role_arns(),
+            "Condition": {"ArnLike": {"iam:PolicyARN": _policy_arns()}},
         },
         {
             "Sid": "IamEksOidcProvider",

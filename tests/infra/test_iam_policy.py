@@ -83,15 +83,41 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             },
         },
     ),
+    # a Karpenter pool: its controller's IAM role and customer managed policies, the node role
+    # (named KarpenterNodeRole-<cluster>), the interruption queue, its policy and the
+    # EventBridge rules and targets that feed it (no shipped stack has one: infra/karpenter.py)
+    "p4de-odcr+karpenter": (
+        "p4de-odcr",
+        {
+            "gpuNodeGroups": [
+                {
+                    "name": "p4de-odcr",
+                    "instanceType": "p4de.24xlarge",
+                    "provisioner": "karpenter",
+                    "minSize": 0,
+                    "desiredSize": 2,
+                    "maxSize": 2,
+                    "availabilityZone": "us-east-1b",
+                    "capacityReservationId": "cr-0123456789abcdef0",
+                }
+            ],
+        },
+    ),
 }
 """Configurations beyond the stack files that create other resource types."""
 ASSOCIATION = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
 
 
 def _types(run: ProgramRun) -> dict[str, list[str]]:
+    """{type token: [names]}: each resource's logical name, but a role's physical name where
+    the stack gives one (the Karpenter node role, ``KarpenterNodeRole-<cluster>``): the names
+    ``ROLE_NAME_PREFIXES`` must match."""
     types: dict[str, list[str]] = {}
     for resource in run.resources:
-        types.setdefault(resource.type, []).append(resource.name)
+        name = resource.name
+        if resource.type == "aws:iam/role:Role" and resource.inputs.get("name"):
+            name = resource.inputs["name"]
+        types.setdefault(resource.type, []).append(name)
     return types
 
 
@@ -254,3 +280,52 @@ def test_the_sns_receivers_role_is_one_the_deployer_may_create_and_pass(
             patterns = statement["Resource"]
             patterns = [patterns] if isinstance(patterns, str) else patterns
             assert any(fnmatch.fnmatchcase(arn, p) for p in patterns), (name, statement["Sid"])
+
+
+KARPENTER_TYPES = (
+    "aws:sqs/queue:Queue",
+    "aws:sqs/queuePolicy:QueuePolicy",
+    "aws:cloudwatch/eventRule:EventRule",
+    "aws:cloudwatch/eventTarget:EventTarget",
+    "aws:iam/policy:Policy",
+)
+
+
+def test_a_karpenter_stacks_policy_may_create_its_queue_rules_roles_and_policies(
+    registered: dict[str, dict[str, list[str]]],
+) -> None:
+    """A stack with a Karpenter pool (``infra/karpenter.py``) creates an SQS queue and its
+    policy, EventBridge rules and targets, customer managed policies and two roles of its own
+    (Service Authorization Reference: "Actions, resources, and condition keys for Amazon SQS /
+    Amazon EventBridge / AWS Identity and Access Management"): its policy grants their calls,
+    the policies only under ``POLICY_NAME_PREFIXES`` and attached only to the stack's roles;
+    a stack without such a pool gets none of it."""
+    types = registered["p4de-odcr+karpenter"]
+    assert set(KARPENTER_TYPES) <= set(types)
+    roles = types["aws:iam/role:Role"]
+    assert "KarpenterNodeRole-eks-fsdp-p4de" in roles
+    assert "karpenter-controller-role" in roles
+    document = iam_policy.policy(iam_policy.required_types(set(types)))
+    by_sid = {s["Sid"]: s for s in document["Statement"]}
+    assert {"sqs:CreateQueue", "sqs:SetQueueAttributes"} <= set(_actions(by_sid["Sqs"]))
+    assert {"events:PutRule", "events:PutTargets"} <= set(_actions(by_sid["Events"]))
+    policies = by_sid["IamStackPolicies"]
+    assert {"iam:CreatePolicy", "iam:CreatePolicyVersion", "iam:DeletePolicy"} <= set(
+        _actions(policies)
+    )
+    assert not set(_actions(policies)) & set(_actions(by_sid["IamStackRoles"]))
+    for name in types["aws:iam/policy:Policy"]:
+        arn = f"arn:aws:iam::123456789012:policy/{name}-a1b2c3d"
+        assert any(fnmatch.fnmatchcase(arn, p) for p in policies["Resource"]), name
+        attach = by_sid["IamAttachStackPolicies"]
+        assert any(
+            fnmatch.fnmatchcase(arn, p) for p in attach["Condition"]["ArnLike"]["iam:PolicyARN"]
+        )
+    for name in roles:
+        physical = name if name.startswith("KarpenterNodeRole-") else f"{name}-a1b2c3d"
+        arn = f"arn:aws:iam::123456789012:role/{physical}"
+        for sid in ("IamStackRoles", "IamAttachStackPolicies"):
+            assert any(fnmatch.fnmatchcase(arn, p) for p in by_sid[sid]["Resource"]), (name, sid)
+    plain = iam_policy.policy(iam_policy.required_types(set(registered["p4de-odcr"])))
+    sids = {s["Sid"] for s in plain["Statement"]}
+    assert not {"Sqs", "Events", "IamStackPolicies", "IamAttachStackPolicies"} & sids
