@@ -51,6 +51,10 @@ ROUTES = {
     ("apis/networking.k8s.io/v1", "networkpolicies"): ("networking.k8s.io", "NetworkPolicy"),
     ("apis/kueue.x-k8s.io/v1beta2", "workloads"): ("kueue.x-k8s.io", "Workload"),
     ("apis/trainer.kubeflow.org/v1alpha1", "trainjobs"): ("trainer.kubeflow.org", "TrainJob"),
+    ("apis/resource.k8s.io/v1", "resourceclaimtemplates"): (
+        "resource.k8s.io",
+        "ResourceClaimTemplate",
+    ),
 }
 
 

@@ -26,7 +26,6 @@ import pytest
 import yaml
 
 from jobs import cli
-from tests.jobs import fake_kube
 from tests.jobs.fake_kube import FakeKube
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,11 +49,6 @@ def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Fake
         group["efa"] = "dra"
     (root / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(data))
     monkeypatch.setattr(sources, "REPO_ROOT", root)  # job files and records bind to it
-    monkeypatch.setitem(
-        fake_kube.ROUTES,
-        ("apis/resource.k8s.io/v1", TEMPLATES),
-        ("resource.k8s.io", "ResourceClaimTemplate"),
-    )
     fake = FakeKube().start()
     fake.deferred_gc = True
     try:
