@@ -136,7 +136,7 @@ def addon_version_problem(addon: str, version: str, minor: str) -> str | None:
         return f"{addon} {version} is not shaped vX.Y.Z-eksbuild.N"
     rule = RULES.get(addon)
     if rule is None:
-        return f"{addon} has no row in infra/addon_versions.py RULES"
+        return f"{addon} has no row in RULES: add one to infra/addon_versions.py and policy/addon_versions.py"
     accepted = rule.series.get(minor)
     if accepted is None:
         known = ", ".join(sorted(rule.series))

@@ -695,6 +695,9 @@ def test_the_pack_judges_add_on_versions_as_infra_does() -> None:
             assert (ours is None) == (theirs is None), (name, version, k8s, ours, theirs)
             verdicts += ours is None
     assert verdicts >= len(addon_versions.PINNED)  # every pin fits 1.35, at least
+    both = "infra/addon_versions.py and policy/addon_versions.py"
+    for table in (addon_versions, pack):  # a missing row names both tables to add it to
+        assert both in table.addon_version_problem("no-such-addon", "v1.0.0-eksbuild.1", "1.35")
 
 
 ENGINE_CHECK = """
