@@ -322,6 +322,50 @@ def _revision_args(
     return tuple(out)
 
 
+PLANNER_HUB_IDS = {
+    "llama2-7b": "meta-llama/Llama-2-7b-hf",
+    "llama2-13b": "meta-llama/Llama-2-13b-hf",
+    "llama2-70b": "meta-llama/Llama-2-70b-hf",
+    "llama3-8b": "meta-llama/Meta-Llama-3-8B",
+    "llama3-70b": "meta-llama/Meta-Llama-3-70B",
+    "llama3.1-8b": "meta-llama/Llama-3.1-8B",
+    "llama3.1-70b": "meta-llama/Llama-3.1-70B",
+    "llama3.2-1b": "meta-llama/Llama-3.2-1B",
+    "llama3.2-3b": "meta-llama/Llama-3.2-3B",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B",
+    "qwen2.5-72b": "Qwen/Qwen2.5-72B",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+}
+"""The planner's model names (``planner.shapes.BUILTIN``) and the Hub repository each one's
+shape is read from (that table's comment): training loads a preset or a Hub id, and
+``AutoConfig.from_pretrained("llama2-7b")`` fails in the pods, so a job file naming one is
+refused with the id to write instead."""
+
+
+def _check_inputs(
+    config: JobConfig, values: Mapping[str, Any], source: str, lines: Mapping[str, int]
+) -> None:
+    """A planner-only model name, or a revision on an input that is not on the Hub: one line."""
+    from jobs.revisions import KEYS, hub_inputs
+    from planner.shapes import BUILTIN
+
+    if config.model in BUILTIN:
+        hub = PLANNER_HUB_IDS.get(config.model, "its Hugging Face id (namespace/name)")
+        raise JobFileError(
+            f"{_where(source, lines, 'model')}: model: {config.model} is the planner's name; "
+            f"use {hub}"
+        )
+    on_hub = {i.kind for i in hub_inputs(config.model, config.dataset, config.extra_args, values)}
+    for kind, key in KEYS.items():
+        if values.get(key) not in (None, "") and kind not in on_hub:
+            what = config.model if kind == "model" else config.dataset
+            raise JobFileError(
+                f"{_where(source, lines, key)}: {key}: {kind} {what} is not on the Hugging Face "
+                f"Hub (a preset, a path, a URI or a local file): it has no revision; remove {key}"
+            )
+
+
 def parse(
     values: Mapping[str, Any],
     *,
@@ -379,6 +423,7 @@ def parse(
             f"{_where(source, lines, key)}: {key}{match['rest']}: {match['msg']}"
             + (f" of stack {stack_name}" if key == "nodeGroup" else "")
         ) from None
+    _check_inputs(config, values, source, lines)
     from doctor.fit import fit_problem
 
     problem = fit_problem(config, platform.node_group(config.node_group))

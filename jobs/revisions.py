@@ -18,8 +18,9 @@ Not on the Hub, nothing to pin: a training preset (``tiny-llama``), a path (``/.
 
 The Hub is reached as huggingface_hub reaches it: ``HF_ENDPOINT`` (default
 https://huggingface.co) and ``HF_TOKEN`` (else the token ``huggingface-cli login`` saved).
-Offline (``HF_HUB_OFFLINE``), unreachable, or a repository it does not show to this token (a
-gated or private one; the pods may hold a token the submitting machine lacks): one warning line
+Offline (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE``), unreachable, or a repository it does
+not show to this token (a private one, or none; the pods may hold a token the submitting machine
+lacks; a gated repository's info answers 200 to anyone, its files need the token): one warning line
 and the revision as given, unless the job sets ``requireRevisions: true``, which stops the
 submit with one line. A revision the Hub says does not exist stops it always: the pods would
 fail on it.
@@ -31,12 +32,9 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from jobs.types import JobsError
-
-if TYPE_CHECKING:
-    from jobs.file import JobFile
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 """A full commit id: what the Hub's ``sha`` field holds and what ``revision=`` takes as is."""
@@ -51,6 +49,12 @@ TIMEOUT_S = 10.0
 OFFLINE_VALUES = ("1", "ON", "YES", "TRUE")
 """Values of ``HF_HUB_OFFLINE`` that mean offline (huggingface_hub ``constants._is_true``,
 ``src/huggingface_hub/constants.py`` at v1.x/2.x)."""
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+"""huggingface_hub 2.4.0 ``constants.py``: ``HF_HUB_OFFLINE = _is_true(os.environ.get(
+"HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"))``."""
+DEFAULT_ENDPOINT = "https://huggingface.co"
+"""``constants._HF_DEFAULT_ENDPOINT``; ``HF_ENDPOINT`` replaces it, a trailing ``/`` dropped
+(``ENDPOINT = os.getenv("HF_ENDPOINT", _HF_DEFAULT_ENDPOINT).rstrip("/")``)."""
 
 KEYS = {"model": "modelRevision", "dataset": "datasetRevision"}
 """The job-file key that names (and, once pinned, records) each input's revision."""
@@ -131,14 +135,21 @@ def _revision(values: Mapping[str, object], kind: str) -> str | None:
 
 
 def offline(env: Mapping[str, str]) -> bool:
-    return env.get("HF_HUB_OFFLINE", "").upper() in OFFLINE_VALUES
+    """As huggingface_hub decides it: the first of ``OFFLINE_VARIABLES`` that is set."""
+    value = next((env[k] for k in OFFLINE_VARIABLES if env.get(k)), "")
+    return value.upper() in OFFLINE_VALUES
+
+
+def endpoint(env: Mapping[str, str]) -> str:
+    """The Hub's base URL as huggingface_hub builds it from ``HF_ENDPOINT``."""
+    return (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
 def resolve(item: HubInput, env: Mapping[str, str]) -> str:
     """The commit SHA ``item.revision`` names on the Hub. ``JobsError`` (status 2) when the
     Hub says the revision does not exist; ``Unresolved`` when it cannot say."""
     if offline(env):
-        raise Unresolved("offline: HF_HUB_OFFLINE is set")
+        raise Unresolved("offline: HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set")
     try:
         from huggingface_hub import HfApi
         from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
@@ -146,7 +157,7 @@ def resolve(item: HubInput, env: Mapping[str, str]) -> str:
         raise Unresolved("the huggingface_hub package is not installed") from None
     # Endpoint and token from the environment given (not huggingface_hub's import-time copy):
     # HfApi(endpoint=None) would use constants.ENDPOINT, read once at import.
-    api = HfApi(endpoint=env.get("HF_ENDPOINT") or None, token=env.get("HF_TOKEN") or None)
+    api = HfApi(endpoint=endpoint(env), token=env.get("HF_TOKEN") or None)
     info = api.model_info if item.kind == "model" else api.dataset_info
     try:
         sha = info(item.repo, revision=item.revision, timeout=TIMEOUT_S).sha
@@ -156,9 +167,12 @@ def resolve(item: HubInput, env: Mapping[str, str]) -> str:
             "Hub (a branch, a tag or a commit)",
             status=2,
         ) from None
-    except RepositoryNotFoundError:  # also GatedRepoError: not shown to this token
+    except RepositoryNotFoundError:  # private or missing: 401/404 RepoNotFound (utils/_http.py)
+        # A gated repository's info answers 200 with or without a token (its files need one),
+        # so a gated model resolves here; GatedRepoError, a subclass, is caught alike.
         raise Unresolved(
-            "the Hub shows no such repository to this token (gated or private: set HF_TOKEN)"
+            "the Hub shows no such repository to this token (private, or not found: set HF_TOKEN "
+            "for a private one)"
         ) from None
     except Exception as err:  # offline mode, DNS, refused, timeout, a 5xx: cannot say
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -207,7 +221,8 @@ def pin(
     return out
 
 
-def pin_job(job: JobFile, env: Mapping[str, str] | None = None) -> Pinned:
-    """``pin`` on a loaded job file (``jobs submit``'s hook)."""
+def pin_job(job: Any, env: Mapping[str, str] | None = None) -> Pinned:
+    """``pin`` on a loaded job file (``jobs.file.JobFile``: ``jobs submit``'s hook; typed
+    ``Any`` because ``jobs.file`` imports this module to check the revision keys)."""
     c = job.config
     return pin(c.model, c.dataset, c.extra_args, job.values, source=job.source, env=env)

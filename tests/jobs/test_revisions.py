@@ -13,9 +13,11 @@ The Hub is ``FakeHub``, a loopback HTTP server standing in for huggingface.co
 calls, ``GET /api/models/{repo_id}`` and ``GET /api/datasets/{repo_id}``, each with
 ``/revision/{quote(revision, safe='')}`` when a revision is given
 (``src/huggingface_hub/hf_api.py``, ``HfApi.model_info`` / ``dataset_info``), with the JSON
-fields ``ModelInfo`` / ``DatasetInfo`` read (``id``, ``sha``; ``hf_api.py``, their
+fields ``ModelInfo`` / ``DatasetInfo`` read (``id``, ``sha``, ``gated``; ``hf_api.py``, their
 ``__init__``), and errors in the headers ``hf_raise_for_status`` maps (``X-Error-Code:
-RevisionNotFound`` / ``RepoNotFound`` / ``GatedRepo``; ``src/huggingface_hub/utils/_http.py``).
+RevisionNotFound`` / ``RepoNotFound``; ``src/huggingface_hub/utils/_http.py``). As the real Hub,
+it shows a gated repository's info to anyone (200, ``gated: "manual"``; only its files need the
+token) and answers a private one without the token 401 ``RepoNotFound``.
 The Kubernetes API is ``FakeKube`` (``tests/jobs/fake_kube.py``); nothing leaves 127.0.0.1.
 """
 
@@ -55,12 +57,14 @@ def sha(text: str) -> str:
 
 class FakeHub:
     """The Hub's repository-info API on loopback: ``refs`` maps (kind, repo) to {revision:
-    commit}; "main" is the default branch; ``gated`` repos answer 401 GatedRepo without the
-    token. ``requests`` logs (path, Authorization header) of every request."""
+    commit}; "main" is the default branch; ``gated`` repos answer 200 with ``gated: "manual"``
+    whatever the token; ``private`` ones 401 RepoNotFound without the token. ``requests`` logs
+    (path, Authorization header) of every request."""
 
     def __init__(self) -> None:
         self.refs: dict[tuple[str, str], dict[str, str]] = {}
         self.gated: set[str] = set()
+        self.private: set[str] = set()
         self.requests: list[tuple[str, str | None]] = []
         hub = self
 
@@ -90,15 +94,16 @@ class FakeHub:
         kind = {"models": "model", "datasets": "dataset"}.get(prefix)
         repo, _, revision = rest.partition("/revision/")
         refs = self.refs.get((kind or "", repo))
-        if refs is None or (repo in self.gated and auth != f"Bearer {TOKEN}"):
-            code = "GatedRepo" if refs is not None else "RepoNotFound"
-            return 401, {"error": "Repository not found"}, {"X-Error-Code": code}
+        if refs is None or (repo in self.private and auth != f"Bearer {TOKEN}"):
+            return 401, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"}
         revision = unquote(revision) or "main"
         commit = refs.get(revision) or (revision if revision in refs.values() else None)
         if commit is None:
             error = {"error": f"Invalid rev id: {revision}"}
             return 404, error, {"X-Error-Code": "RevisionNotFound"}
-        return 200, {"id": repo, "sha": commit, "private": False, "tags": []}, {}
+        gated = "manual" if repo in self.gated else False
+        body = {"id": repo, "sha": commit, "private": repo in self.private, "gated": gated}
+        return 200, {**body, "tags": []}, {}
 
     def __enter__(self) -> FakeHub:
         self.thread.start()
@@ -117,6 +122,7 @@ def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     with FakeHub() as fake:
         fake.refs[("model", MODEL)] = {"main": sha("model-1"), "v1": sha("model-v1")}
         fake.refs[("dataset", DATASET)] = {"main": sha("data-1")}
@@ -168,7 +174,7 @@ def test_submit_records_the_commits_and_a_resume_loads_them_after_the_branch_mov
     assert (_record(fake)["modelRevision"], _record(fake)["datasetRevision"]) == (model_1, data_1)
     assert f"pinned: model {MODEL} its default branch -> commit {model_1}" in err.splitlines()
     assert f"pinned: dataset {DATASET} its default branch -> commit {data_1}" in err.splitlines()
-    # One request per input, the gated model's with the token (HF_TOKEN), none on resume.
+    # One request per input, each with the token (HF_TOKEN), none on resume.
     assert sorted(hub.requests) == sorted(
         [
             (f"/api/models/{MODEL}", f"Bearer {TOKEN}"),
@@ -219,7 +225,7 @@ def test_a_revision_the_hub_does_not_know_stops_the_submit(
     assert fake.get("configmaps", record_name(NAME)) is None
 
 
-@pytest.mark.parametrize("how", ["offline", "unreachable", "no token"])
+@pytest.mark.parametrize("how", ["offline", "transformers offline", "unreachable", "private"])
 def test_an_unresolved_revision_warns_or_stops_under_require_revisions(
     hub: FakeHub,
     kube: tuple[FakeKube, str],
@@ -227,17 +233,21 @@ def test_an_unresolved_revision_warns_or_stops_under_require_revisions(
     monkeypatch: pytest.MonkeyPatch,
     how: str,
 ) -> None:
-    """Offline, a closed port, or a gated model without a token: a warning and the revision
-    as given (the pods load the default branch), or one error line with requireRevisions."""
+    """Offline (either variable huggingface_hub reads), a closed port, or a private model
+    without a token: a warning and the revision as given (the pods load the default branch),
+    or one error line with requireRevisions."""
     fake, kubeconfig = kube
     if how == "offline":
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    elif how == "transformers offline":
+        monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     elif how == "unreachable":
         with socket.socket() as s:  # a port nothing listens on once closed
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
     else:
+        hub.private.add(MODEL)
         monkeypatch.delenv("HF_TOKEN")
         monkeypatch.setenv("HF_HOME", str(Path(kubeconfig).parent / "hf-home"))  # no saved token
     argv = ["submit", P4DE, "--kubeconfig", kubeconfig, "--image", IMAGE]
@@ -251,8 +261,23 @@ def test_an_unresolved_revision_warns_or_stops_under_require_revisions(
     assert len(warned) == 1
     assert "modelRevision" not in _record(fake)
     assert not [f for f in _flags(fake) if f.startswith("--model_revision")]
-    if how == "no token":  # the dataset is not gated: still pinned
+    if how == "private":  # the dataset is public: still pinned
         assert f"--dataset_revision={sha('data-1')}" in _flags(fake)
+        assert "(private, or not found: set HF_TOKEN for a private one)" in warned[0]
+
+
+def test_a_gated_model_resolves_without_a_token(
+    hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The Hub shows a gated model's info to anyone, so its commit is pinned with no token
+    (the pods need one for the files; ``doctor`` checks that); a trailing ``/`` on
+    ``HF_ENDPOINT`` is dropped as huggingface_hub drops it."""
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no saved token
+    monkeypatch.setenv("HF_ENDPOINT", hub.url + "/")
+    got = pin(MODEL, "samsum_sample", (), {"requireRevisions": True}, source="job.yaml")
+    assert got.sets == [f'modelRevision="{sha("model-1")}"']
+    assert hub.requests == [(f"/api/models/{MODEL}", None)]
 
 
 def test_inputs_off_the_hub_are_not_looked_up() -> None:
@@ -275,14 +300,51 @@ def test_revision_keys_are_checked_in_the_job_file(tmp_path: Path) -> None:
         ({"modelRevision": 1234}, "modelRevision: 1234 is not a branch, tag or commit"),
         ({"args": {"model_revision": "main"}}, "args.model_revision: set by the key modelRevision"),
         ({"requireRevisions": "yes please"}, "requireRevisions: expected true or false"),
+        (
+            {"modelRevision": "main"},
+            "modelRevision: model tiny-llama is not on the Hugging Face Hub .*; remove "
+            "modelRevision$",
+        ),
+        (
+            {"datasetRevision": "v2"},
+            "datasetRevision: dataset samsum_sample is not on the Hugging Face Hub .*; remove "
+            "datasetRevision$",
+        ),
+        (
+            {"model": "llama2-7b"},
+            "model: llama2-7b is the planner's name; use meta-llama/Llama-2-7b-hf$",
+        ),
     ]
     for i, (change, message) in enumerate(cases):
         path = tmp_path / f"job{i}.yaml"
         path.write_text(yaml.safe_dump({**base, **change}, sort_keys=False))
         with pytest.raises(jobfile.JobFileError, match=message):
             jobfile.load(path)
-    job = jobfile.load(EXAMPLES / "dev.yaml", sets=[f'datasetRevision="{sha("x")}"'])
+    sets = ["dataset=samsum_dataset", f'datasetRevision="{sha("x")}"']
+    job = jobfile.load(EXAMPLES / "dev.yaml", sets=sets)
     assert f"--dataset_revision={sha('x')}" in job.config.extra_args
+
+
+def test_every_planner_model_name_is_refused_with_a_hub_id(tmp_path: Path) -> None:
+    """Each of the planner's model names (``planner.shapes.BUILTIN``) is refused in a job file
+    with a Hub id (``namespace/name``) to write instead; where the planner maps that id back
+    (``planner.args.builtin_for_hub_id``), it maps it to a model of the same dimensions."""
+    from infra.config.job import repo_problem
+    from planner.args import builtin_for_hub_id
+    from planner.shapes import BUILTIN
+
+    assert set(jobfile.PLANNER_HUB_IDS) == set(BUILTIN)
+    base = yaml.safe_load((EXAMPLES / "dev.yaml").read_text())
+    for name, hub_id in jobfile.PLANNER_HUB_IDS.items():
+        assert repo_problem(hub_id) is None, hub_id
+        mapped = BUILTIN.get(builtin_for_hub_id(hub_id), BUILTIN[name])  # the same family
+        dims = ("vocab_size", "hidden_size", "intermediate_size", "num_layers")
+        assert [getattr(mapped, d) for d in dims] == [getattr(BUILTIN[name], d) for d in dims]
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({**base, "model": name}, sort_keys=False))
+        with pytest.raises(jobfile.JobFileError) as err:
+            jobfile.load(path)
+        assert str(err.value).endswith(f"model: {name} is the planner's name; use {hub_id}")
 
 
 def test_a_local_job_records_the_commit_its_pods_get(
