@@ -127,26 +127,56 @@ def _complete(root: Path) -> list[tuple[int, bool, Path]]:
     return out
 
 
+def _listing(path: Path) -> dict[str, int]:
+    """{name relative to `path`: size} of every file under a checkpoint folder."""
+    return {
+        f.relative_to(path).as_posix(): f.stat().st_size for f in path.rglob("*") if f.is_file()
+    }
+
+
+def _intact(path: Path) -> bool:
+    """Every file of the folder's manifest (meta.json `files`) there at its size
+    (`training.s3.checkpoints.intact`: a checkpoint root that FSx for Lustre exports to S3
+    reaches S3, and so a new cluster, file by file in no order). No manifest: intact."""
+    from training.s3.checkpoints import intact
+
+    meta_path = path / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    except (OSError, ValueError):
+        return False
+    return intact(_listing(path), meta)
+
+
 def latest_complete(root: Location) -> Location | None:
     """The complete checkpoint with the highest step under `root` (partial ones are ignored;
     `step-N.old` only counts while its replacement `step-N` is not complete yet; on S3 the
-    highest generation of a step)."""
+    highest generation of a step). Candidates with a marker are tried newest first; one whose
+    files do not match its manifest (a shard missing or truncated) is passed over."""
     if isinstance(root, S3Uri):
         from training.s3 import checkpoints as s3_checkpoints
 
         return s3_checkpoints.latest_complete(root)
-    found = _complete(root)
-    if not found:
-        return None
     # highest step first; for the same step the new folder wins over the one set aside
-    return max(found, key=lambda t: (t[0], not t[1]))[2]
+    for _, _, path in sorted(_complete(root), key=lambda t: (t[0], not t[1]), reverse=True):
+        if _intact(path):
+            return path
+    return None
 
 
-def resume_point(root: Location, *, required: bool) -> Location | None:
-    """``latest_complete(root)``; with ``required`` (``--resume_required``) a ``CheckpointError``
-    when there is none, so a resume that names the wrong root stops before its first step
-    instead of training again from step 0."""
-    latest = latest_complete(root)
+def resume_point(
+    root: Location, *, required: bool, group: dist.ProcessGroup | None = None
+) -> Location | None:
+    """``latest_complete(root)``, chosen by rank 0 and broadcast on `group` (every rank loads
+    the same checkpoint even when a listing changes between ranks' looks); with ``required``
+    (``--resume_required``) a ``CheckpointError`` when there is none, so a resume that names
+    the wrong root stops before its first step instead of training again from step 0."""
+    box: list[Any] = [None]
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        box[0] = latest_complete(root)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(box, src=0, group=group)
+    latest = box[0]
     if latest is None and required:
         raise CheckpointError(
             f"--resume_required: no complete checkpoint under {root} (no step-N with a "
@@ -271,6 +301,12 @@ def _publish(root: Location, tmp: Any, final: Any, meta: dict[str, Any]) -> None
         s3_checkpoints.publish(final, meta)  # written in place: the marker completes it
         prune(root, keep=KEEP_LAST)
         return
+    from training.s3.checkpoints import MANIFEST
+
+    files = _listing(tmp)  # what DCP wrote: the manifest `latest_complete` checks
+    files.pop("meta.json", None)
+    files.pop(MARKER, None)
+    meta = {**meta, MANIFEST: files}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     with (tmp / MARKER).open("w", encoding="utf-8") as f:
         f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
@@ -299,6 +335,10 @@ def prune(root: Location, keep: int = KEEP_LAST, in_flight: Any = None) -> list[
         return []
     removed = []
     complete = _complete(root)
+    for _, _, path in complete:  # a marker but files missing or cut short: not complete
+        if not _intact(path):
+            removed.append(path)
+    complete = [t for t in complete if t[2] not in removed]
     finals = sorted((step, p) for step, old, p in complete if not old)
     for _, path in finals[:-keep] if keep else finals:
         removed.append(path)
@@ -340,6 +380,37 @@ def check_settings(path: Location, meta: dict[str, Any], settings: dict[str, Any
             )
 
 
+REVISIONS = "revisions"
+"""meta.json's key for the Hub revisions the run loaded (``{"model": ..., "dataset": ...}``:
+``--model_revision`` / ``--dataset_revision``, a commit once ``jobs submit`` pinned it). Kept out
+of ``SETTINGS``: checkpoints made before it was recorded lack it and still load."""
+REVISION_KEYS = {"model": "modelRevision", "dataset": "datasetRevision"}
+"""The job-file key that sets each revision (``jobs.file``), named in the refusal's fix."""
+
+
+def revisions_of(cfg: Any) -> dict[str, str]:
+    """The revisions a checkpoint of this run records: ``""`` is the default branch."""
+    return {"model": cfg.model_revision or "", "dataset": cfg.dataset_revision or ""}
+
+
+def check_revisions(path: Location, meta: dict[str, Any], revisions: dict[str, str]) -> None:
+    """Stop with one line when the checkpoint was made from another commit of the model or the
+    dataset than this run names: a LoRA checkpoint's adapters would sit on other base weights
+    (the frozen base is not in it), a full one would continue on other rows. Only two named
+    revisions that differ are refused: "" (the default branch) or an older checkpoint without
+    the key says nothing about which commit was loaded."""
+    saved = meta.get(REVISIONS)
+    if not isinstance(saved, dict):
+        return
+    for kind, key in REVISION_KEYS.items():
+        made, now = str(saved.get(kind) or ""), str(revisions.get(kind) or "")
+        if made and now and made != now:
+            raise CheckpointError(
+                f"--resume: checkpoint {path.name} was made with --{kind}_revision {made}, "
+                f"this run has {now}; set {key}: {made}"
+            )
+
+
 def _flag_value(value: Any) -> str:
     if value is None:
         return "unset"
@@ -349,12 +420,16 @@ def _flag_value(value: Any) -> str:
 
 
 def load(
-    path: Location, state: dict[str, Stateful], settings: dict[str, Any] | None = None
+    path: Location,
+    state: dict[str, Stateful],
+    settings: dict[str, Any] | None = None,
+    revisions: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Load `state` in place from a complete checkpoint; returns its meta.json.
 
-    `settings`: the run's flags a checkpoint must have been made with (`check_settings`),
-    compared before any tensor is read."""
+    `settings`: the run's flags a checkpoint must have been made with (`check_settings`);
+    `revisions`: the run's Hub revisions (`check_revisions`); both compared before any tensor
+    is read."""
     from torch.distributed.checkpoint.api import CheckpointException
 
     reader = None
@@ -369,6 +444,8 @@ def load(
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
     if settings is not None:
         check_settings(path, meta, settings)
+    if revisions is not None:
+        check_revisions(path, meta, revisions)
     try:
         dcp.load(state, checkpoint_id=str(path), storage_reader=reader)
     except CheckpointException as e:  # raised on every rank: DCP gathers the planning errors

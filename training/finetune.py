@@ -250,6 +250,7 @@ class Trainer:
         }
         # the flags a checkpoint fits only with: recorded in meta.json, compared by --resume
         self._settings = lora_settings(cfg)
+        self._revisions = checkpoint.revisions_of(cfg)  # meta.json's, checked on resume
         self.resumed_from: checkpoint.Location | None = None
         self._saved_at: tuple[int, int] | None = None
         if env.is_main:  # writes that never finished (a killed pod, a cut-off emergency save)
@@ -261,9 +262,11 @@ class Trainer:
             group=checkpoint_group(),
         )
         if cfg.resume:
-            latest = checkpoint.resume_point(self.ckpt_root, required=cfg.resume_required)
+            latest = checkpoint.resume_point(
+                self.ckpt_root, required=cfg.resume_required, group=self.checkpointer.group
+            )
             if latest is not None:
-                checkpoint.load(latest, self.stateful, self._settings)
+                checkpoint.load(latest, self.stateful, self._settings, self._revisions)
                 self.resumed_from = latest
                 self._saved_at = (self.state.step, self.state.epoch)
         self.stop = checkpoint.StopSignal()
@@ -544,7 +547,7 @@ class Trainer:
         background: `self.checkpointer.wait()` blocks until it is complete)."""
         if self._saved_at == (self.state.step, self.state.epoch):
             return  # nothing changed since the last checkpoint
-        from training.checkpoint import SETTINGS
+        from training.checkpoint import REVISIONS, SETTINGS
 
         meta = {
             **self.state.state_dict(),
@@ -552,6 +555,7 @@ class Trainer:
             "model_name": self.cfg.model_name,
             "layout": self.dims.describe(),
             SETTINGS: self._settings,
+            REVISIONS: self._revisions,
         }
         stall = self.checkpointer.save(self.state.step, meta)
         self.history["ckpt_stall"].append(stall)
