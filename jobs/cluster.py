@@ -713,7 +713,8 @@ class ClusterBackend:
             resume_from.parse(from_uri, local=False, claim_mount="/")
         record = self._get_record(name)
         if record is None:
-            raise resume_from.no_record(name, f"on this cluster (namespace {ns})")
+            folder = name if ns == pj.JOBS_NAMESPACE else f"{ns}/{name}"
+            raise resume_from.no_record(name, f"on this cluster (namespace {ns})", folder=folder)
         data = record.get("data") or {}
         job_file = loads(
             data[manifest.JOB_FILE_KEY], source=f"configmap/{manifest.record_name(name)}"

@@ -33,6 +33,7 @@ from jobs.progress import from_rows, planned_steps, read_rows
 from jobs.queue import Queue
 from jobs.types import FINISHED, Condition, JobInfo, JobsError, Replica, Submitted
 from localrun.result import complete_checkpoint_steps
+from workloads.specs.pytorchjob import JOBS_NAMESPACE
 from workloads.specs.settings import JobSettings
 from workloads.specs.stack import job_workloads
 
@@ -73,7 +74,9 @@ def local_settings(
     args = job.train_args
     if w.device == "cpu" and not any(a.split("=", 1)[0] == "--log_every" for a in args):
         args = (*args, "--log_every=1")
-    job = job.replace(train_args=args, metrics_port=0, rdzv_id=rdzv_id)
+    # one machine's local jobs are apart by name (its state folder): no namespace in their
+    # checkpoint folder (``pytorchjob.job_folder``), which stays ``shared/<name>``
+    job = job.replace(train_args=args, metrics_port=0, rdzv_id=rdzv_id, namespace=JOBS_NAMESPACE)
     return resume_from.with_root(job, checkpoint_root), w.device
 
 

@@ -1,7 +1,8 @@
 """``resume NAME --from URI``: the checkpoint root a resumed job continues from.
 
 A checkpoint of job ``NAME`` is ``<root>/NAME/step-N/`` with a ``COMPLETE`` marker
-(``training/checkpoint.py``); the root is training's ``--dist_checkpoint_root_folder`` (the
+(``training/checkpoint.py``; a team's job, in namespace ``NS``, keeps its checkpoints in
+``<root>/NS/NAME/``: ``workloads.specs.pytorchjob.job_folder``); the root is training's ``--dist_checkpoint_root_folder`` (the
 checkpoint volume's mount unless ``--from`` names another). ``URI`` is
 
 - a path: for a local job a folder on this machine (relative to the current folder); for a
@@ -112,12 +113,13 @@ def for_job(uri: str, job: JobSettings) -> str:
     return parse(uri, local=False, claim_mount=mount)
 
 
-def no_record(name: str, where: str, flags: str = "") -> JobsError:
+def no_record(name: str, where: str, flags: str = "", folder: str | None = None) -> JobsError:
     """``resume NAME`` when ``where`` (a cluster's namespace, this machine) has no record of
-    the job: a new cluster's records start empty; the checkpoints outlive them."""
+    the job: a new cluster's records start empty; the checkpoints outlive them. ``folder``:
+    the job's folder under the root (``pytorchjob.job_folder``; its name by default)."""
     return JobsError(
         f"no record of job {name} {where} (a new cluster?): use `python -m jobs submit FILE "
-        f"--from ROOT{flags}` (ROOT holds {name}/step-N/)"
+        f"--from ROOT{flags}` (ROOT holds {folder or name}/step-N/)"
     )
 
 

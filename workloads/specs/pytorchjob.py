@@ -199,9 +199,22 @@ def rdzv_id(s: JobSettings) -> str:
     return f"{s.name}-g{s.generation}-{stable_hash(fields)}"
 
 
+JOBS_NAMESPACE = "default"
+"""The stack's jobs namespace (``workloads.specs.stack.JOBS_NAMESPACE``)."""
+
+
+def job_folder(s: JobSettings) -> str:
+    """The job's folder under the checkpoint root (``--dist_checkpoint_folder``): its name in
+    the jobs namespace (the folders jobs always had), ``<namespace>/<name>`` in a team's. Every
+    team's claim mounts the root of the same file system (and an ``s3://`` root is shared
+    too), so two teams' jobs of the same name would otherwise resume, prune and overwrite each
+    other's checkpoints."""
+    return s.name if s.namespace == JOBS_NAMESPACE else f"{s.namespace}/{s.name}"
+
+
 def output_dir(s: JobSettings) -> str:
-    """Where metrics.jsonl and summary.json go (on the shared volume)."""
-    return f"{s.checkpoint_mount}/{s.name}/output"
+    """Where metrics.jsonl and summary.json go (on the shared volume, in the job's folder)."""
+    return f"{s.checkpoint_mount}/{job_folder(s)}/output"
 
 
 def model_name(s: JobSettings) -> str:
@@ -283,7 +296,7 @@ def train_command(s: JobSettings) -> list[str]:
         *s.train_args,
         *_budget_flags(s),
         *([] if own_root else [f"--dist_checkpoint_root_folder={s.checkpoint_mount}"]),
-        f"--dist_checkpoint_folder={s.name}",
+        f"--dist_checkpoint_folder={job_folder(s)}",
         f"--output_dir={output_dir(s)}",
         *(["--resume"] if s.resumes else []),
         *([f"--metrics_port={s.metrics_port}"] if s.metrics_port else []),
