@@ -162,3 +162,21 @@ def test_a_body_cut_off_is_read_again_a_bounded_number_of_times(s3_env: S3Server
     text = str(err.value)
     assert "\n" not in text and text.startswith(f"s3://{bucket}/ckpt/__0_0.distcp: reading bytes")
     assert f"failed {dcp.BODY_READ_ATTEMPTS} times" in text
+
+
+def test_a_failed_part_stops_the_writes_before_close(s3_env: S3Server, small_parts: None) -> None:
+    """Part 2 fails: a later write raises it (the stream does not go on uploading parts until
+    close), and the upload is aborted."""
+    bucket = s3_env.bucket("dcp-fail2")
+    wrapper = _Counting(s3_env.client(), fail_part=2)
+    fs = _fs(s3_env, wrapper)
+    written = 0
+    with (
+        pytest.raises(OSError, match="part 2: connection reset"),
+        fs.create_stream(f"s3://{bucket}/ckpt/__0_0.distcp", "wb") as stream,
+    ):
+        for _ in range(40):
+            stream.write(b"\x02" * PART)
+            written += 1
+    assert written < 40  # raised by a write, not by close()
+    assert "Uploads" not in s3_env.client().list_multipart_uploads(Bucket=bucket)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Generator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -95,8 +95,12 @@ class _MultipartWriter(io.RawIOBase):
             self._upload_id = created["UploadId"]
             self._pool = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="s3-part")
         assert self._pool is not None
-        while sum(not f.done() for f in self._parts) >= PARTS_IN_FLIGHT:
-            next(f for f in self._parts if not f.done()).result()
+        pending = {f for f in self._parts if not f.done()}
+        while len(pending) >= PARTS_IN_FLIGHT:
+            _, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for f in self._parts:  # a failed part stops the stream now, not at close()
+            if f.done() and f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
         number = len(self._parts) + 1
         self._parts.append(self._pool.submit(self._upload_part, number, part))
 
@@ -286,16 +290,18 @@ class S3FileSystem(FileSystemBase):
         return is_s3(os.fspath(checkpoint_id))
 
     def exists(self, path: str | os.PathLike[str]) -> bool:
-        from botocore.exceptions import ClientError
+        """Whether the key exists, by listing it (ListObjectsV2 with the key as prefix).
 
+        Not HeadObject: DCP's writer asks for `.metadata` before every save (torch
+        2.13 `FileSystemWriter._metadata_exists`, on every rank), where it does not exist yet,
+        and HEAD of a missing key answers 403, not 404, unless the caller may ListBucket for
+        that request (S3 API Reference, HeadObject, "Permissions"); the jobs' role may list only
+        with an `s3:prefix` under its prefix (`infra.pod_identity.bucket_policy_document`), a
+        condition key a HEAD request does not carry. A listing with the key itself as
+        `Prefix` is one the role may make for every key under its prefix."""
         bucket, key = _split(path)
-        try:
-            self.s3.head_object(Bucket=bucket, Key=key)
-        except ClientError as e:
-            if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
-                return False
-            raise
-        return True
+        found = self.s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
+        return any(obj["Key"] == key for obj in found.get("Contents", []))
 
     def rm_file(self, path: str | os.PathLike[str]) -> None:
         bucket, key = _split(path)
