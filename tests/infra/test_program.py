@@ -95,12 +95,19 @@ def test_components_and_resource_counts(runs: dict[str, ProgramRun], stack: str)
         RELEASE: 1 + any(g.efa for g in cfg.gpu_node_groups),
         "aws:eks/addon:Addon": 2
         + cfg.node_monitoring_agent
-        + cfg.data_bucket.enabled  # the Pod Identity agent (infra/pod_identity.py)
         + cfg.cloudwatch_observability
         + cfg.shared_storage.is_fsx,
     }
     infra = [r for r in run.resources if is_infra(r)]
     assert {t: sum(r.type == t for r in infra) for t in counts} == counts
+    # The Pod Identity agent is the composition root's own, shared by the bucket's jobs and
+    # the Alertmanager (infra/pod_identity.pod_identity_agent): one when either needs it.
+    agents = [
+        a
+        for a in run.of_type("aws:eks/addon:Addon")
+        if a.inputs["addonName"] == "eks-pod-identity-agent"
+    ]
+    assert len(agents) == int(cfg.data_bucket.enabled) and not any(is_infra(a) for a in agents)
 
 
 @pytest.mark.parametrize(("stack", "count"), [("dev", 0), ("p4de-odcr", 4), ("p5-16", 32)])
