@@ -274,7 +274,8 @@ def run(args: argparse.Namespace) -> int:
         from jobs.revisions import pin_job
         from planner.estimate import lines as estimate
 
-        pinned = pin_job(job)  # the Hub revisions as commits, recorded with the job
+        # the Hub revisions as commits, recorded with the job (--from: the checkpoint's)
+        pinned = pin_job(job, from_uri=args.from_uri, local=args.local)
         if pinned.sets:
             sets += pinned.sets
             job = load(args.file, sets=sets, name=args.name, stack=args.stack)

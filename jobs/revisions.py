@@ -182,6 +182,58 @@ def resolve(item: HubInput, env: Mapping[str, str]) -> str:
     return sha
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """The revisions the newest complete checkpoint under ``submit --from``'s root was made
+    with (its meta.json's ``revisions``, ``training.checkpoint.REVISIONS``)."""
+
+    where: str
+    """The checkpoint, as the notes name it."""
+    revisions: Mapping[str, str]
+    """``{"model": sha, "dataset": sha}``; a kind without a commit is absent."""
+
+
+def recorded(root: str | None, folder: str) -> tuple[Recorded | None, str | None]:
+    """(what the newest complete checkpoint of ``folder`` under ``root`` records, a warning
+    line when it cannot be read). Readable from here: a local folder (``submit --local --from``,
+    or a cluster path this machine also mounts) and ``s3://`` (``training.s3``'s reader, the
+    one a resuming job uses: newest complete ``step-N`` with its ``COMPLETE`` marker). A path
+    only the pods see: nothing (the training side refuses another commit,
+    ``training.checkpoint.check_revisions``)."""
+    import json
+    from pathlib import Path
+
+    if not root:
+        return None, None
+    try:
+        if root.startswith("s3://"):
+            from training.s3.checkpoints import latest_complete, read_meta
+            from training.s3.uri import S3Uri
+
+            found = latest_complete(S3Uri.parse(root) / folder)
+            meta = read_meta(found) if found is not None else {}
+            where = str(found)
+        else:
+            from localrun.result import complete_checkpoint_steps
+
+            base = Path(root) / folder
+            steps = complete_checkpoint_steps(base) if base.is_dir() else []
+            if not steps:
+                return None, None
+            step = base / f"step-{steps[-1]:06d}"
+            step = step if (step / "meta.json").is_file() else step.with_name(step.name + ".old")
+            meta = json.loads((step / "meta.json").read_text(encoding="utf-8"))
+            where = str(step)
+    except Exception as err:  # no credentials, access denied, a torn meta.json: say so
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return None, f"warning: --from {root}: the checkpoint's revisions not read ({first})"
+    saved = meta.get("revisions") if isinstance(meta, dict) else None
+    if not isinstance(saved, dict):
+        return None, None
+    revisions = {k: str(v) for k, v in saved.items() if k in KEYS and SHA.match(str(v or ""))}
+    return (Recorded(where, revisions) if revisions else None), None
+
+
 def pin(
     model: str,
     dataset: str,
@@ -190,16 +242,28 @@ def pin(
     *,
     source: str,
     env: Mapping[str, str] | None = None,
+    checkpoint: Recorded | None = None,
 ) -> Pinned:
     """Each Hub input's revision as a commit: the ``--set KEY="SHA"`` overrides to reload the
     job file with, and one line per input. ``JobsError`` (status 2) for a revision that does
-    not exist, or one that cannot be resolved under ``requireRevisions: true``."""
+    not exist, or one that cannot be resolved under ``requireRevisions: true``.
+    ``checkpoint``: what the checkpoint a ``submit --from`` resumes was made with; its commit
+    wins over a branch (or none) in the job file, so the resumed run loads the same weights
+    and rows as the run it continues."""
     env = os.environ if env is None else env
     required = values.get(REQUIRE_KEY) is True
     out = Pinned()
     for item in hub_inputs(model, dataset, extra_args, values):
         if item.revision is not None and SHA.match(item.revision):
             out.notes.append(f"pinned: {item.kind} {item.repo} at commit {item.revision}")
+            continue
+        if checkpoint is not None and item.kind in checkpoint.revisions:
+            sha = checkpoint.revisions[item.kind]
+            out.sets.append(f'{item.key}="{sha}"')
+            out.notes.append(
+                f"pinned: {item.kind} {item.repo} {item.said} -> commit {sha}, the one "
+                f"{checkpoint.where} was made with"
+            )
             continue
         try:
             sha = resolve(item, env)
@@ -221,8 +285,27 @@ def pin(
     return out
 
 
-def pin_job(job: Any, env: Mapping[str, str] | None = None) -> Pinned:
+JOBS_NAMESPACE = "default"
+"""The stack's jobs namespace: its jobs' checkpoints sit in ``<root>/NAME``, a team's in
+``<root>/NS/NAME`` (``workloads.specs.pytorchjob.job_folder``)."""
+
+
+def pin_job(
+    job: Any,
+    env: Mapping[str, str] | None = None,
+    *,
+    from_uri: str | None = None,
+    local: bool = False,
+) -> Pinned:
     """``pin`` on a loaded job file (``jobs.file.JobFile``: ``jobs submit``'s hook; typed
-    ``Any`` because ``jobs.file`` imports this module to check the revision keys)."""
+    ``Any`` because ``jobs.file`` imports this module to check the revision keys); with
+    ``from_uri`` (``submit --from``) the commits its newest checkpoint records win."""
     c = job.config
-    return pin(c.model, c.dataset, c.extra_args, job.values, source=job.source, env=env)
+    folder = c.name if local or c.namespace == JOBS_NAMESPACE else f"{c.namespace}/{c.name}"
+    found, warning = recorded(from_uri, folder)
+    out = pin(
+        c.model, c.dataset, c.extra_args, job.values, source=job.source, env=env, checkpoint=found
+    )
+    if warning is not None:
+        out.notes.insert(0, warning)
+    return out

@@ -372,3 +372,35 @@ def test_a_local_job_records_the_commit_its_pods_get(
         assert hub.requests == [(f"/api/datasets/{SAMSUM_HUB_ID}", f"Bearer {TOKEN}")]
     finally:
         assert _cli(capsys, "cancel", "--local", "pin-local", "--purge")[0] == 0
+
+
+def test_submit_from_a_checkpoint_loads_the_commits_it_was_made_with(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """``submit FILE --from ROOT`` on a new cluster: the job file names a branch (none here),
+    the newest complete checkpoint of the job under ROOT was made with an older model commit:
+    that commit is pinned (no Hub request for it), the dataset without one is resolved as
+    usual. A meta.json that cannot be read is one warning line, and the Hub decides."""
+    from jobs.revisions import pin_job
+
+    old = sha("model-0")
+    for step, model in ((2, sha("model-older")), (4, old)):
+        folder = tmp_path / NAME / f"step-{step:06d}"
+        folder.mkdir(parents=True)
+        meta = {"step": step, "revisions": {"model": model, "dataset": ""}}
+        (folder / "meta.json").write_text(json.dumps(meta))
+        (folder / "COMPLETE").write_text("")
+    (tmp_path / NAME / "step-000006").mkdir()  # a write that never finished: no marker
+    job = jobfile.load(P4DE)
+    got = pin_job(job, from_uri=str(tmp_path))
+    assert got.sets == [f'modelRevision="{old}"', f'datasetRevision="{sha("data-1")}"']
+    assert got.notes[0] == (
+        f"pinned: model {MODEL} its default branch -> commit {old}, the one "
+        f"{tmp_path / NAME / 'step-000004'} was made with"
+    )
+    assert [path for path, _ in hub.requests] == [f"/api/datasets/{DATASET}"]
+
+    (tmp_path / NAME / "step-000004" / "meta.json").write_text("{torn")
+    got = pin_job(job, from_uri=str(tmp_path))
+    assert got.notes[0].startswith(f"warning: --from {tmp_path}: the checkpoint's revisions not")
+    assert got.sets[0] == f'modelRevision="{sha("model-1")}"'
