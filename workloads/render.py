@@ -159,7 +159,9 @@ def _render_kueue(stack_cfg: Any, out: Path, k8s_version: str) -> list[Path]:
             validate(obj, k8s_version)
     out.mkdir(exist_ok=True)
     values = out / "values.yaml"
-    values.write_text(yaml.safe_dump(kueue.chart_values(), sort_keys=False))
+    values.write_text(
+        yaml.safe_dump(kueue.chart_values(kueue.stack_settings(stack_cfg)), sort_keys=False)
+    )
     written = [values, out / "queues.yaml"]
     written[-1].write_text(dump_all_yaml(queues))
     if team_objs:

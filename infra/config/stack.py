@@ -212,7 +212,9 @@ def parse(
     azs, vpc_cidr, svc, nat = _parse_network(raw, region)
     system = _parse_system(raw.get("systemNodeGroup", {}))
     access = _parse_access_entries(raw.get("accessEntries", []))
-    groups = _parse_gpu_groups(raw.get("gpuNodeGroups", []), azs, kubernetes_version=k8s)
+    groups = _parse_gpu_groups(
+        raw.get("gpuNodeGroups", []), azs, kubernetes_version=k8s, cluster_name=cluster_name
+    )
     _refuse_job(raw.get("job"), stack)
     # FSx goes to the zone of the first GPU nodegroup unless sharedStorage names one (a job's
     # nodegroup chose it while the stack carried a job; every shipped stack has one group).

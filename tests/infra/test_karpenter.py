@@ -444,6 +444,10 @@ def test_a_long_cluster_name_is_refused_at_parse_time_with_a_karpenter_pool() ->
     managed = copy.deepcopy(stack_config("p4de-odcr"))["gpuNodeGroups"]
     (group,) = _parse_gpu_groups(managed, azs, cluster_name="c" * 47)
     assert not group.uses_karpenter and ok.uses_karpenter
+    # and through the stack's own parse, where every key is read
+    assert parse({**raw, "clusterName": "c" * 46}, stack="p4de-odcr").cluster_name == "c" * 46
+    with pytest.raises(ConfigError, match=r"^eks-fsdp:clusterName: 47 characters; with a Karp"):
+        parse({**raw, "clusterName": "c" * 47}, stack="p4de-odcr")
 
 
 def test_an_efa_pool_without_a_zone_is_refused_even_without_a_placement_group() -> None:
