@@ -8,10 +8,12 @@ classified as runnable here or not.
 
 Nothing is mocked: the README is read as it is; the planner lines (``new-stack`` writes files)
 run as subprocesses in a copy of the checkout's packages and stack files. Not run here, each
-for a stated reason (``ELSEWHERE``): the installs (``make``), Pulumi (a backend and AWS), the
-cluster's jobs (a cluster), ``torchrun`` with 8 GPUs, the doctor line (the deploy guide's
-same line runs against moto's EC2 on loopback), and the local demo (``make demo``'s command,
-slow: its own test below).
+for a stated reason (``ELSEWHERE``): the installs (``make``) and the virtualenv's activation
+(``source``), Pulumi (a backend and AWS), the cluster's jobs (a cluster), ``torchrun`` with 8
+GPUs, the doctor line (the deploy guide's same line runs against moto's EC2 on loopback), and
+the local demo (``make demo``'s command, slow: its own test below). ``eks-fsdp X`` is the
+console script ``make setup`` installs (``eks_fsdp_cli.main:entry``), run here as
+``python -m eks_fsdp_cli X`` as tests/infra/test_deploy_doc.py runs the guide's.
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ README = (ROOT / "README.md").read_text()
 DEPLOY_DOC = (ROOT / "docs" / "deploy.md").read_text()
 ELSEWHERE = {
     "make ": "installs (make setup / demo / test): the suite runs in what they made",
+    "source ": "the virtualenv make setup made, activated: the suite runs in it already",
     "(cd policy && pulumi install)": "the policy pack's environment: Pulumi's own install",
     "pulumi ": "a Pulumi backend and AWS",
     "torchrun ": "eight GPU processes (training itself: tests/training)",
     "python -m doctor ": "the AWS account: the deploy guide's same line runs against moto",
+    "eks-fsdp doctor ": "the AWS account: the deploy guide's same line runs against moto",
+    "eks-fsdp jobs ": "a cluster (tests/controlplane runs submit, list, logs, resume)",
     "python -m jobs submit --local ": "the demo: test_the_local_demo_line_runs (slow)",
     "python -m jobs ": "a cluster (tests/controlplane runs submit, list, logs, resume)",
 }
@@ -60,6 +65,16 @@ def _elsewhere(command: str) -> bool:
     return command.startswith(tuple(ELSEWHERE))
 
 
+def _argv(command: str) -> list[str]:
+    """A README line as this interpreter runs it: ``python -m M ...`` or ``eks-fsdp X ...``
+    (``python -m eks_fsdp_cli X ...``)."""
+    argv = shlex.split(command)
+    if argv[0] == "eks-fsdp":
+        return [sys.executable, "-m", "eks_fsdp_cli", *argv[1:]]
+    assert argv[:2] == ["python", "-m"], f"unclassified command in the README: {command}"
+    return [sys.executable, *argv[1:]]
+
+
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the checkout's Python packages and stack files: ``new-stack`` writes there."""
@@ -77,10 +92,14 @@ def test_the_readme_commands_are_all_classified() -> None:
     the ones the issue names (new-stack, doctor, submit)."""
     found = commands(README)
     ours = [c for c in found if not _elsewhere(c)]
-    assert ours and all(c.startswith("python -m planner") for c in ours), ours
-    assert any(c.startswith("python -m planner new-stack ") for c in found)
-    doctor = [c for c in found if c.startswith("python -m doctor ")]
-    # the deploy guide spells it as the console script; its test runs it against moto
+    assert ours and all(c.startswith(("python -m planner", "eks-fsdp new-stack")) for c in ours)
+    assert any(c.startswith("eks-fsdp new-stack ") for c in found)
+    assert any(c.startswith("eks-fsdp jobs submit ") for c in found)
+    # the console script is on PATH only once the virtualenv is active: that line comes first
+    first = next(i for i, c in enumerate(found) if c.startswith("eks-fsdp "))
+    assert "source .venv/bin/activate" in found[:first], found[:first]
+    doctor = [c for c in found if c.startswith(("python -m doctor ", "eks-fsdp doctor "))]
+    # the deploy guide's same line; its test runs it against moto
     assert doctor and all(
         c.replace("python -m doctor", "eks-fsdp doctor") in commands(DEPLOY_DOC) for c in doctor
     ), doctor
@@ -90,9 +109,8 @@ def test_every_readme_command_that_needs_no_aws_runs(checkout: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(checkout)}
     ran = []
     for command in (c for c in commands(README) if not _elsewhere(c)):
-        argv = shlex.split(command)
         done = subprocess.run(
-            [sys.executable, *argv[1:]],
+            _argv(command),
             cwd=checkout,
             env=env,
             capture_output=True,
