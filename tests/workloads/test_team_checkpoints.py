@@ -118,7 +118,9 @@ def test_an_s3_root_keeps_teams_apart_under_root_namespace_name(root: Path) -> N
 
 
 def test_resume_without_a_record_names_the_teams_folder() -> None:
-    err = resume_from.no_record("llama-ft", "on this cluster (namespace nlp)", folder="nlp/llama-ft")
+    err = resume_from.no_record(
+        "llama-ft", "on this cluster (namespace nlp)", folder="nlp/llama-ft"
+    )
     assert "(ROOT holds nlp/llama-ft/step-N/)" in str(err)
     assert "(ROOT holds llama-ft/step-N/)" in str(resume_from.no_record("llama-ft", "here"))
 

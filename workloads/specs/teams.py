@@ -40,7 +40,9 @@ For each ``teams[]`` entry (``infra.config.teams``):
   (``hf_token_secret``), the same token. ``workloads.team`` creates the last two (they need
   the file system's and the token's Outputs); ``python -m jobs submit --team`` checks the
   ones a job needs before it creates anything (``jobs.team_check``);
-- a **LocalQueue** per GPU pool (``workloads.specs.kueue.team_local_queues``).
+- a **LocalQueue** per GPU pool (``workloads.specs.kueue.team_local_queues``);
+- two **ValidatingAdmissionPolicies** and their bindings (``workloads.specs.team_admission``):
+  every job in the namespace names a queue, and its pods stay unprivileged.
 """
 
 from __future__ import annotations
@@ -48,12 +50,13 @@ from __future__ import annotations
 from typing import Any
 
 from infra.config.teams import TeamConfig
-from workloads.specs import capacity, etcd, kueue, pytorchjob, storage
+from workloads.specs import capacity, etcd, kueue, pytorchjob, storage, team_admission
 from workloads.specs.common import PART_OF, K8sObject
 from workloads.specs.settings import ETCD_CLIENT_PORT, HF_TOKEN_KEY
 
-TEAM_LABEL = "eks-fsdp/team"
-"""Label on a team's namespace (and objects) naming the team."""
+TEAM_LABEL = team_admission.TEAM_LABEL
+"""Label on a team's namespace (and objects) naming the team; the admission policies select
+the namespace by it."""
 SERVICE_ACCOUNT = pytorchjob.SERVICE_ACCOUNT
 """The ServiceAccount a team's job pods run as (``spec.serviceAccountName``)."""
 ROLE = "job-submitter"
@@ -347,10 +350,11 @@ def hf_token_secret(team: TeamConfig, token: Any) -> K8sObject:
 
 def objects(team: TeamConfig, stack_cfg: Any) -> list[K8sObject]:
     """Every Kubernetes object of ``team`` on ``stack_cfg`` that needs no Output (the
-    Namespace first, the LocalQueues last): ``storage_objects`` and ``hf_token_secret`` are
+    Namespace first, then the admission policies, the LocalQueues last): ``storage_objects`` and ``hf_token_secret`` are
     apart."""
     return [
         namespace(team),
+        *team_admission.objects(team.name),
         service_account(team),
         network_policy(team, private_cidrs=private_cidrs(stack_cfg)),
         etcd_policy(team),

@@ -1,0 +1,142 @@
+"""A team's admission policies: what they match, what they select, and that the program makes them.
+
+The policies themselves (their CEL, evaluated by a real API server: a job without a queue
+label refused, our own job pods accepted, a privileged pod refused) run in
+``tests/controlplane/test_team_namespace.py``; no CEL evaluator is available offline. Here:
+the objects are valid ``admissionregistration.k8s.io/v1`` for the stack's Kubernetes version
+(kubernetes-validate, strict), they match exactly the job kinds the team Role lets members
+create and select exactly the team's Namespace by a label it carries, and the Pulumi program
+(under mocks: no engine, no cluster, ``tests/pulumi_mocks.py``) creates them as typed
+resources of each team. If this fails, a member could create a job Kueue never sees (outside
+every quota), a policy would cover another team's namespace or none, or ``pulumi up`` would
+not create the policies at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infra.config import parse, project_defaults, stack_file_values
+from jobs import queue
+from tests.pulumi_mocks import USER_SET, ProgramRun, run_program
+from workloads.specs import pytorchjob, team_admission, teams
+from workloads.specs.validate import validate
+
+ARN = "arn:aws:iam::123456789012:role/{}"
+TEAMS = [
+    {"name": "nlp", "principalArns": [ARN.format("nlp")]},
+    {"name": "vision", "principalArns": [ARN.format("vision")]},
+]
+SECRETS = {"hfToken": "hf_mock", "grafanaAdminPassword": "mock-password"}
+VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+VAPB = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+
+
+def stack(name: str) -> Any:
+    raw = {**project_defaults(), **USER_SET, **stack_file_values(name), "teams": TEAMS}
+    return parse(raw, stack=name)
+
+
+def _policies(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"}
+
+
+def test_the_policies_are_valid_for_the_stacks_kubernetes() -> None:
+    cfg = stack("p5-16")
+    for team in cfg.teams:
+        objs = team_admission.objects(team.name)
+        assert [o["kind"] for o in objs] == [
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ] * 2
+        for obj in objs:
+            validate(obj, cfg.kubernetes_version)
+        # part of the team's objects, right after its Namespace (nothing a member uses first)
+        all_objs = teams.objects(team, cfg)
+        assert all_objs[0]["kind"] == "Namespace" and all_objs[1 : 1 + len(objs)] == objs
+
+
+def test_the_queue_policy_matches_every_job_kind_the_role_grants() -> None:
+    team = stack("p5-16").teams[0]
+    role = teams.role(team)
+    creatable = {
+        (group, resource)
+        for rule in role["rules"]
+        if "create" in rule["verbs"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        if group in ("kubeflow.org", "trainer.kubeflow.org")
+    }
+    policy = team_admission.queue_policy(team.name)
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    matched = {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+    assert matched == creatable == set(team_admission.JOB_RESOURCES)
+    assert all(set(rule["operations"]) == {"CREATE", "UPDATE"} for rule in rules)
+    assert team_admission.QUEUE_LABEL == queue.QUEUE_LABEL
+    (check,) = policy["spec"]["validations"]
+    # the label alone: Kueue's own writes (unsuspend, runtime patches) keep it and pass
+    assert check["expression"] == (
+        "has(object.metadata.labels) && 'kueue.x-k8s.io/queue-name' in object.metadata.labels"
+        " && object.metadata.labels['kueue.x-k8s.io/queue-name'] != ''"
+    )
+    assert "spec" not in check["expression"] and "status" not in check["expression"]
+
+
+def test_the_bindings_select_only_the_teams_namespace() -> None:
+    cfg = stack("p5-16")
+    for team in cfg.teams:
+        ns_labels = teams.namespace(team)["metadata"]["labels"]
+        objs = team_admission.objects(team.name)
+        policies = _policies(objs)
+        bindings = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+        assert {b["spec"]["policyName"] for b in bindings} == set(policies)
+        for b in bindings:
+            selector = b["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
+            assert selector.items() <= ns_labels.items()
+            assert b["spec"]["validationActions"] == ["Deny"]
+        others = [t for t in cfg.teams if t != team]
+        for other in others:
+            other_labels = teams.namespace(other)["metadata"]["labels"]
+            assert not selector.items() <= other_labels.items()
+    names = [o["metadata"]["name"] for t in cfg.teams for o in team_admission.objects(t.name)]
+    assert len(names) == len(set(names)) * 2  # a policy and its binding share a name
+
+
+def test_the_pod_policy_allows_what_efa_pods_add_and_the_jobs_service_account() -> None:
+    policy = team_admission.pod_policy("nlp")
+    text = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    for cap in pytorchjob.EFA_CAPABILITIES:
+        assert f"'{cap}'" in text
+    assert f"'{pytorchjob.SERVICE_ACCOUNT}'" in text
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["*"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
+
+
+@pytest.fixture(scope="module")
+def run() -> ProgramRun:
+    return run_program("p5-16", overrides={"teams": TEAMS}, secrets=SECRETS)
+
+
+def test_the_program_creates_each_teams_policies(run: ProgramRun) -> None:
+    for team in ("nlp", "vision"):
+        (comp,) = [r for r in run.resources if r.name == f"team-{team}"]
+        children = run.children_of(comp)
+        made = {c.inputs["metadata"]["name"]: c for c in children if c.type == VAP}
+        assert set(made) == set(_policies(team_admission.objects(team)))
+        for name, res in made.items():
+            expected = next(
+                o for o in team_admission.objects(team) if o["metadata"]["name"] == name
+            )
+            assert res.inputs["spec"] == expected["spec"]
+        bound = {c.inputs["spec"]["policyName"] for c in children if c.type == VAPB}
+        assert bound == set(made)

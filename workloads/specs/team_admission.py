@@ -1,0 +1,195 @@
+"""What the API server refuses in a team's namespace, whoever asks: two ValidatingAdmissionPolicies.
+
+RBAC says *who* may create a job; it cannot say *what* the job must look like. Two
+``ValidatingAdmissionPolicy`` objects (``admissionregistration.k8s.io/v1``, GA since
+Kubernetes 1.30; kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/),
+each with its ``ValidatingAdmissionPolicyBinding``, apply to the team's namespace (selected by
+the label its Namespace carries, ``eks-fsdp/team: <team>``, which a member cannot change: the
+team Role grants nothing on Namespaces):
+
+- **every job names a queue** (``queue_policy``): a PyTorchJob (kubeflow.org) or TrainJob
+  (trainer.kubeflow.org) created or updated without a non-empty ``kueue.x-k8s.io/queue-name``
+  label is refused. Kueue manages only jobs that carry it (``manageJobsWithoutQueueName`` is
+  off: Kueue v0.17.0 ``pkg/controller/jobframework/reconciler.go``), so without this a member
+  could run a job outside every quota, or take the label off a suspended job and unsuspend
+  it. The check reads the label alone: Kueue's own writes (unsuspending, the runtime patches
+  of an admitted job, its finalizers) keep the label and pass; status writes go to the
+  ``/status`` subresource, which the policy does not match. An update of a job that had no
+  label before the policy existed is not checked (``matchConditions``), so such a job can
+  still be finished and deleted.
+- **pods stay unprivileged** (``pod_policy``): a pod created in the namespace (by the training
+  operator or JobSet for a member's job) may not use the host's network, PID or IPC
+  namespaces, mount a ``hostPath`` volume, run a privileged container, add any capability
+  but ``IPC_LOCK`` (what EFA needs: ``workloads.specs.pytorchjob.EFA_CAPABILITIES``, which is
+  why the Pod Security ``baseline`` level, which refuses it, is not used), or run as another
+  ServiceAccount than the team's ``jobs`` (whose token is never mounted). Our own job pods
+  pass (``tests/workloads/test_team_admission.py`` evaluates them; the control-plane test
+  creates them for real).
+
+Both use ``failurePolicy: Fail`` and ``validationActions: [Deny]``: a policy the server cannot
+evaluate refuses rather than lets through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workloads.specs import pytorchjob
+from workloads.specs.common import PART_OF, K8sObject
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""Kueue's queue label (``jobs.queue.QUEUE_LABEL``; a test checks they agree)."""
+TEAM_LABEL = "eks-fsdp/team"
+"""The label on a team's Namespace naming the team (``workloads.specs.teams.TEAM_LABEL``)."""
+ALLOWED_CAPABILITIES = pytorchjob.EFA_CAPABILITIES
+SERVICE_ACCOUNT = pytorchjob.SERVICE_ACCOUNT
+
+JOB_RESOURCES = (("kubeflow.org", "pytorchjobs"), ("trainer.kubeflow.org", "trainjobs"))
+"""The job kinds a member may create (the team Role's), as (API group, resource)."""
+
+_HAS_QUEUE = (
+    "has({o}.metadata.labels) && '{label}' in {o}.metadata.labels && "
+    "{o}.metadata.labels['{label}'] != ''"
+)
+QUEUE_EXPRESSION = _HAS_QUEUE.format(o="object", label=QUEUE_LABEL)
+"""CEL: the job carries a non-empty queue label."""
+QUEUE_MESSAGE = (
+    f"a job in a team namespace must carry the label {QUEUE_LABEL} (its LocalQueue, the job's "
+    "node group): Kueue admits only labelled jobs; submit with `python -m jobs submit --team`"
+)
+
+_CONTAINERS = (
+    "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+)
+POD_RULES: tuple[tuple[str, str], ...] = (
+    (
+        "!has(object.spec.hostNetwork) || !object.spec.hostNetwork",
+        "hostNetwork is not allowed in a team namespace",
+    ),
+    ("!has(object.spec.hostPID) || !object.spec.hostPID", "hostPID is not allowed"),
+    ("!has(object.spec.hostIPC) || !object.spec.hostIPC", "hostIPC is not allowed"),
+    (
+        "!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
+        "hostPath volumes are not allowed in a team namespace",
+    ),
+    (
+        "variables.containers.all(c, !has(c.securityContext) || "
+        "!has(c.securityContext.privileged) || !c.securityContext.privileged)",
+        "privileged containers are not allowed in a team namespace",
+    ),
+    (
+        "variables.containers.all(c, !has(c.securityContext) || "
+        "!has(c.securityContext.capabilities) || !has(c.securityContext.capabilities.add) || "
+        "c.securityContext.capabilities.add.all(a, a in ["
+        + ", ".join(f"'{a}'" for a in ALLOWED_CAPABILITIES)
+        + "]))",
+        "no capability may be added but " + ", ".join(ALLOWED_CAPABILITIES),
+    ),
+    (
+        f"has(object.spec.serviceAccountName) && object.spec.serviceAccountName == "
+        f"'{SERVICE_ACCOUNT}'",
+        f"pods in a team namespace run as the ServiceAccount {SERVICE_ACCOUNT}",
+    ),
+)
+"""(CEL expression, message) of every check on a pod."""
+
+
+def queue_policy_name(team: str) -> str:
+    return f"eks-fsdp-team-{team}-jobs-name-a-queue"
+
+
+def pod_policy_name(team: str) -> str:
+    return f"eks-fsdp-team-{team}-pods-unprivileged"
+
+
+def _meta(name: str, team: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "labels": {
+            "app.kubernetes.io/component": "team",
+            "app.kubernetes.io/part-of": PART_OF,
+            TEAM_LABEL: team,
+        },
+    }
+
+
+def _rules(resources: list[tuple[str, str]], operations: list[str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": ["*"],
+            "operations": list(operations),
+            "resources": [resource],
+            "scope": "Namespaced",
+        }
+        for group, resource in resources
+    ]
+
+
+def queue_policy(team: str) -> K8sObject:
+    """Jobs in the team's namespace name a queue (see the module text)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(queue_policy_name(team), team),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": _rules(list(JOB_RESOURCES), ["CREATE", "UPDATE"]),
+            },
+            "matchConditions": [
+                {
+                    # an update of a job that had no queue label (made before the policy) is
+                    # left alone; taking the label off one that had it is not
+                    "name": "created-or-queued-before",
+                    "expression": "request.operation == 'CREATE' || ("
+                    + _HAS_QUEUE.format(o="oldObject", label=QUEUE_LABEL)
+                    + ")",
+                }
+            ],
+            "validations": [
+                {"expression": QUEUE_EXPRESSION, "message": QUEUE_MESSAGE, "reason": "Forbidden"}
+            ],
+        },
+    }
+
+
+def pod_policy(team: str) -> K8sObject:
+    """Pods in the team's namespace stay unprivileged (see the module text)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(pod_policy_name(team), team),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": _rules([("", "pods")], ["CREATE"])},
+            "variables": [{"name": "containers", "expression": _CONTAINERS}],
+            "validations": [
+                {"expression": e, "message": m, "reason": "Forbidden"} for e, m in POD_RULES
+            ],
+        },
+    }
+
+
+def binding(policy: K8sObject, team: str) -> K8sObject:
+    """``policy`` bound to the team's namespace (by its Namespace's team label)."""
+    name = policy["metadata"]["name"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": _meta(name, team),
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {TEAM_LABEL: team}}},
+        },
+    }
+
+
+def objects(team: str) -> list[K8sObject]:
+    """Both policies of ``team`` and their bindings (cluster-scoped, named for the team)."""
+    out: list[K8sObject] = []
+    for policy in (queue_policy(team), pod_policy(team)):
+        out += [policy, binding(policy, team)]
+    return out
