@@ -88,9 +88,17 @@ def load_rows(
     return out
 
 
+SAMSUM_REPOS = ("knkarthick/samsum", "samsum")
+"""Where samsum is loaded from, in order; the second only without a revision."""
+
+
 def hub_samsum(split: str, revision: str | None = None) -> list[tuple[str, str]]:
     """samsum from the hub (`knkarthick/samsum`, then `samsum`, at `revision`): (dialogue,
-    summary) of the rows where both are non-empty strings (the hub copy has a few empty ones)."""
+    summary) of the rows where both are non-empty strings (the hub copy has a few empty ones).
+
+    With a revision only the first: the revision is a commit `jobs submit` resolved on
+    `knkarthick/samsum` (`jobs.revisions.SAMSUM_HUB_ID`), which names nothing in another
+    repository, so falling back would report that repository's error, or load other rows."""
     hint = "use --dataset samsum_sample for the bundled sample"
     try:
         import datasets
@@ -100,7 +108,7 @@ def hub_samsum(split: str, revision: str | None = None) -> list[tuple[str, str]]
         ) from None
 
     errors = []
-    for name in ("knkarthick/samsum", "samsum"):
+    for name in SAMSUM_REPOS[:1] if revision else SAMSUM_REPOS:
         try:
             ds = datasets.load_dataset(name, split=split, revision=revision)
             break
