@@ -259,24 +259,33 @@ def test_configuration_and_chart_values_are_keys_upstream_reads(module: Path) ->
     assert chart_meta["version"] == versions.KUEUE_CHART_VERSION
 
 
-def test_a_running_job_missing_a_pod_is_never_evicted_for_it(module: Path) -> None:
-    """``recoveryTimeout`` "0s": Kueue's own source at the pin says left out it is ``timeout``
-    (``defaults.go``: ``cmp.Or(RecoveryTimeout, &Timeout)``) and only a positive one is kept
-    (``pkg/controller/core/core.go``), so "0s" (a valid ``metav1.Duration``, not negative for
-    ``pkg/config/validation.go``) is how an elastic job that lost a node keeps running while the
-    node is replaced. Admission itself stays all-or-nothing (``timeout``)."""
+def test_a_job_that_stays_not_ready_is_requeued_and_frees_admission(module: Path) -> None:
+    """``recoveryTimeout`` is finite: with ``blockAdmission`` a running job that stays not
+    ready holds back every ClusterQueue's admission, and a TrainJob that lost a pod stays not
+    ready until all its JobSet's replicas are (``trainjob_controller.go`` ``PodsReady`` at the
+    pin), so ``"0s"`` (off) would freeze every team behind one stuck job. An elastic v1 job is
+    not evicted for training on fewer nodes: Kueue reads a kubeflow.org job as ready from its
+    ``Running`` condition (``kubeflowjob_controller.go``), which training-operator v1.9.4 sets
+    again once a worker runs. Kueue keeps only a positive value (``pkg/controller/core/
+    core.go``) and defaults a missing one to ``timeout`` (``defaults.go``)."""
     cfg = kueue.configuration()["waitForPodsReady"]
-    assert cfg["recoveryTimeout"] == "0s"
-    assert cfg["timeout"] == f"{kueue.KueueSettings().pods_ready_timeout_s}s" != "0s"
+    recovery = kueue.KueueSettings().recovery_timeout_s
+    assert cfg["recoveryTimeout"] == f"{recovery}s" and recovery > 0
+    # longer than admission's timeout: a node group replaces a lost node in that time
+    assert recovery > kueue.KueueSettings().pods_ready_timeout_s
+    assert cfg["blockAdmission"] is True
     config = module / "apis" / "config" / "v1beta2"
-    assert (
-        'Setting to "0s" disables recovery timeout checking'
-        in (config / "configuration_types.go").read_text()
-    )
     defaults = (config / "defaults.go").read_text()
     assert re.search(r"RecoveryTimeout = cmp\.Or\(\S*RecoveryTimeout, &\S*\.Timeout\)", defaults)
     core = (module / "pkg" / "controller" / "core" / "core.go").read_text()
     assert "cfg.RecoveryTimeout != nil && cfg.RecoveryTimeout.Duration > 0" in core
+    jobs = module / "pkg" / "controller" / "jobs"
+    trainjob = (jobs / "trainjob" / "trainjob_controller.go").read_text()
+    ready = trainjob[trainjob.index("func (t *TrainJob) PodsReady(") :]
+    assert "return replicas == readyReplicas" in ready[: ready.index("\n}\n")]
+    v1 = (jobs / "kubeflow" / "kubeflowjob" / "kubeflowjob_controller.go").read_text()
+    ready = v1[v1.index("func (j *KubeflowJob) PodsReady(") :]
+    assert "c.Type == kftraining.JobRunning" in ready[: ready.index("\n}\n")]
     with pytest.raises(ValueError, match="recovery_timeout_s: must be >= 0"):
         kueue.KueueSettings(recovery_timeout_s=-1)
     later = kueue.configuration(kueue.KueueSettings(recovery_timeout_s=900))

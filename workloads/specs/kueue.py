@@ -98,15 +98,19 @@ class KueueSettings:
     """``waitForPodsReady.timeout``: an admitted job whose pods are not all ready by then is
     evicted (its pods deleted, its quota released) and requeued: no job holds GPUs half-started.
     Ten minutes covers pulling the training image (10+ GB) on a fresh node."""
-    recovery_timeout_s: int = 0
-    """``waitForPodsReady.recoveryTimeout``: how long an admitted, running job may have a pod
-    not ready (a lost node's pod waiting for its replacement) before Kueue evicts the whole job
-    and requeues it; 0 = never (``"0s"`` turns the check off; left out, it defaults to
-    ``timeout``). Off, because an elastic PyTorchJob goes on training on the nodes it has while
-    the lost one is replaced, which can take longer than ten minutes on reserved capacity: an
-    eviction would stop the whole job for the sake of one pod. A job that cannot go on (a fixed
-    world size) fails by its own limits instead (torchrun's rendezvous timeout, the operator's
-    ``backoffLimit``; JobSet's failure policy on Trainer v2), and its Workload finishes."""
+    recovery_timeout_s: int = 1800
+    """``waitForPodsReady.recoveryTimeout``: how long an admitted, running job may stay not
+    ready (a lost node's pod waiting for its replacement) before Kueue evicts the whole job and
+    requeues it (``"0s"`` would turn the check off; left out, it defaults to ``timeout``). It
+    must be finite: with ``blockAdmission`` a job that stays not ready holds back admission on
+    every ClusterQueue, so a TrainJob that lost a pod (not ready while its JobSet is short of a
+    pod: Kueue v0.17.0 ``pkg/controller/jobs/trainjob``, ``PodsReady``) would freeze every
+    team. An elastic PyTorchJob is not evicted by it while it trains on fewer nodes: Kueue reads
+    a v1 job as ready when its ``Running`` condition is true (``pkg/controller/jobs/kubeflow/
+    kubeflowjob/kubeflowjob_controller.go``, ``PodsReady``), which training-operator v1.9.4
+    sets again once a worker runs (``pytorchjob_controller.go``, ``pkg/core/status.go``).
+    30 minutes leaves time for a node group to replace a node before the job is requeued (it
+    resumes from its newest checkpoint when readmitted)."""
     block_admission: bool = True
     """``waitForPodsReady.blockAdmission``: admit the next job only once the last admitted one
     has all its pods ready, so two jobs never split the nodes that exist between them (the
