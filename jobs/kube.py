@@ -30,12 +30,23 @@ JOBS_NAMESPACE_OUTPUT = "jobsNamespace"
 a test checks)."""
 
 
+INSTEAD = {
+    KUBECONFIG_OUTPUT: "pass --kubeconfig PATH (pulumi stack output kubeconfig --show-secrets > "
+    "kubeconfig where the CLI is)",
+    JOBS_NAMESPACE_OUTPUT: "pass --namespace NS (the stack's jobsNamespace output: "
+    "pulumi stack output jobsNamespace where the CLI is; default for the shipped stacks)",
+    "trainingImage": "pass --image IMAGE (pulumi stack output trainingImage where the CLI is)",
+}
+"""The flag that replaces each stack output when no pulumi CLI can read it: with both
+``--stack`` and ``--kubeconfig`` the namespace is the output still read."""
+
+
 def stack_output(stack: str, key: str, *, secret: bool = False) -> Any:
     """``pulumi stack output KEY --stack STACK`` (JSON), or ``JobsError`` saying why not."""
     if shutil.which("pulumi") is None:
+        instead = INSTEAD.get(key, "pass the value it stands for")
         raise JobsError(
-            f"--stack {stack}: no pulumi CLI here to read its {key} output: pass --kubeconfig "
-            "PATH (pulumi stack output kubeconfig --show-secrets > kubeconfig where the CLI is)",
+            f"--stack {stack}: no pulumi CLI here to read its {key} output: {instead}",
             status=2,
         )
     cmd = ["pulumi", "stack", "output", key, "--json", "--stack", stack]
