@@ -282,6 +282,8 @@ def run(args: argparse.Namespace) -> int:
         planned = pinned.notes + estimate(job)  # computed before anything is sent
         resumed = {"from_uri": args.from_uri} if args.from_uri is not None else {}
         done = backend.submit(job, image=args.image, replace=args.replace, **resumed)
+        if args.from_uri is not None:  # ROOT/NAME/job.json: `resume NAME --from ROOT` anywhere
+            _keep_record(args, job)
         for line in planned:  # printed once the job exists: a refusal stays one line
             print(line, file=sys.stderr, flush=True)
         _print(args, done.as_dict(), output.submitted_text(done))
@@ -320,14 +322,41 @@ def run(args: argparse.Namespace) -> int:
         message = backend.suspend(args.name, on=args.verb == "suspend")
         _print(args, {"name": args.name, args.verb + "ed": True, "message": message}, message)
     elif args.verb == "resume":
+        from jobs.resume_from import NoRecord, job_folder, parse, resubmit
+
         if args.local and args.image:
             raise JobsError("--image: a local job runs this checkout's training/", status=2)
         image = {} if args.local else {"image": args.image}
-        done = backend.resume(args.name, from_uri=args.from_uri, **image)
+        try:
+            done = backend.resume(args.name, from_uri=args.from_uri, **image)
+        except NoRecord as e:  # a new cluster: the job's record beside its checkpoints
+            if args.from_uri is None:
+                raise
+            ns = None if args.local else backend.namespace
+            root = parse(args.from_uri, local=args.local, claim_mount="/")
+            done = resubmit(
+                backend, e, root, job_folder(args.name, ns), args.image, local=args.local
+            )
         _print(args, done.as_dict(), output.submitted_text(done, "resumed"))
         if args.follow:
             return _follow(args, backend, done.name)
     return 0
+
+
+def _keep_record(args: argparse.Namespace, job: Any) -> None:
+    """``submit --from ROOT``: the job's record to ``ROOT/<folder>/job.json`` (an s3:// root,
+    or a local job's folder); a failure is one warning line, the job runs anyway."""
+    from jobs.resume_from import job_folder, keep_record, parse
+
+    root = parse(args.from_uri, local=args.local, claim_mount="/")
+    if not (root.startswith("s3://") or args.local):
+        return  # a path in the pods: not reachable from here
+    folder = job_folder(job.name, None if args.local else job.config.namespace)
+    try:
+        keep_record(root, folder, job.values, None if args.local else args.image)
+    except Exception as e:  # any failure: the job itself is submitted
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        print(f"warning: job record not written under {root}: {first}", file=sys.stderr)
 
 
 def _follow(args: argparse.Namespace, backend: Any, name: str) -> int:

@@ -22,13 +22,20 @@ the job's record); its metrics and output stay where the job's output always goe
 checkpoints in the bucket are not. Its first generation gets ``--resume_required``: a root
 with no complete checkpoint of the job stops it before its first step, in one line, instead
 of training again from step 0 (a local folder is checked here before anything starts).
+``submit --from`` also writes the job's record beside its checkpoints, ``ROOT/NAME/job.json``
+(``keep_record``), so that ``resume NAME --from ROOT`` on a cluster without the record
+rebuilds the submission from it (``resubmit``).
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from jobs.types import JobsError
 from workloads.specs.settings import JobSettings
@@ -113,11 +120,87 @@ def for_job(uri: str, job: JobSettings) -> str:
     return parse(uri, local=False, claim_mount=mount)
 
 
-def no_record(name: str, where: str, flags: str = "", folder: str | None = None) -> JobsError:
+class NoRecord(JobsError):
+    """``resume NAME``: no record of the job where it was asked (``no_record``)."""
+
+
+JOB_RECORD = "job.json"
+"""The job's record beside its checkpoints, ``ROOT/<folder>/job.json``: what ``resume NAME
+--from ROOT`` rebuilds the submission from on a cluster (or machine) without the record."""
+
+
+def job_folder(name: str, namespace: str | None) -> str:
+    """The job's folder under a checkpoint root (``pytorchjob.job_folder``): its name in the
+    jobs namespace (and for local jobs), ``<namespace>/<name>`` in a team's."""
+    from workloads.specs.pytorchjob import JOBS_NAMESPACE
+
+    return name if namespace in (None, JOBS_NAMESPACE) else f"{namespace}/{name}"
+
+
+def keep_record(root: str, folder: str, values: dict[str, Any], image: str | None) -> str:
+    """Write ``ROOT/<folder>/job.json`` (the job file's values, with the pinned revisions, and
+    the image); where it went. Written by ``submit --from`` with the submitting user's
+    credentials: the CLI holds the job file and the image, and a job that never reaches a
+    checkpoint has nothing to resume anyway; the pods' role need not write outside its
+    checkpoints. A path root is written here only for a local job (a cluster's is in the pods)."""
+    body = json.dumps({"values": values, "image": image}, indent=2, sort_keys=True) + "\n"
+    if root.startswith("s3://"):
+        from training.s3.client import client
+        from training.s3.uri import S3Uri
+
+        uri = S3Uri.parse(root) / folder / JOB_RECORD
+        client().put_object(Bucket=uri.bucket, Key=uri.key, Body=body.encode("utf-8"))
+        return str(uri)
+    path = Path(root) / folder / JOB_RECORD
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body, encoding="utf-8")
+    return str(path)
+
+
+def read_record(root: str, folder: str) -> tuple[str, dict[str, Any] | None]:
+    """(where, the job's ``job.json`` under ``root``, or None when there is none)."""
+    if root.startswith("s3://"):
+        from botocore.exceptions import ClientError
+
+        from training.s3.client import client
+        from training.s3.uri import S3Uri
+
+        uri = S3Uri.parse(root) / folder / JOB_RECORD
+        try:
+            body = client().get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read()
+        except ClientError as e:
+            if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (403, 404):
+                return str(uri), None
+            raise
+        return str(uri), json.loads(body)
+    path = Path(root) / folder / JOB_RECORD
+    return str(path), json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def resubmit(
+    backend: Any, err: NoRecord, root: str, folder: str, image: str | None, *, local: bool
+) -> Any:
+    """``resume NAME --from ROOT`` without a record here: submit the job again from
+    ``ROOT/<folder>/job.json`` (``image``, when given, replaces the recorded one); ``err``
+    (the usual hint, naming the missing file) when there is none."""
+    from jobs.file import JobFileError, loads
+
+    where, record = read_record(root, folder)
+    if record is None:
+        raise NoRecord(f"{err} (no {where})", status=err.status) from None
+    try:
+        job = loads(yaml.safe_dump(record["values"], sort_keys=False), source=where)
+    except (JobFileError, KeyError, TypeError) as e:
+        raise JobsError(f"{where}: not a job record: {e}", status=2) from None
+    chosen = {} if local else {"image": image or record.get("image")}
+    return backend.submit(job, from_uri=root, **chosen)
+
+
+def no_record(name: str, where: str, flags: str = "", folder: str | None = None) -> NoRecord:
     """``resume NAME`` when ``where`` (a cluster's namespace, this machine) has no record of
     the job: a new cluster's records start empty; the checkpoints outlive them. ``folder``:
     the job's folder under the root (``pytorchjob.job_folder``; its name by default)."""
-    return JobsError(
+    return NoRecord(
         f"no record of job {name} {where} (a new cluster?): use `python -m jobs submit FILE "
         f"--from ROOT{flags}` (ROOT holds {folder or name}/step-N/)"
     )
