@@ -20,6 +20,15 @@ kwok's fake p4de nodes, the training operator, Kueue), the p4de-odcr stack (FSx 
   control plane does not serve (Trainer v2 is not run here), are asked of the API server's
   authorizer with SelfSubjectAccessReviews as the member (RBAC matches ``apiGroups`` and
   ``resources`` by name, served or not: Kubernetes docs, "Using RBAC Authorization");
+- the namespace's admission policies (``workloads.specs.team_admission``), evaluated by the
+  API server: a member's PyTorchJob without the ``kueue.x-k8s.io/queue-name`` label (or with
+  an empty one) is refused with the policy's message, and so is taking the label off the
+  submitted job; the labelled job is accepted and Kueue still admits and unsuspends it (its
+  own writes pass). The pod the training operator made for the job passes the pod policy
+  (``IPC_LOCK`` on p4de's EFA included), and the same pod with host networking, a host PID
+  namespace, a ``hostPath`` volume, a privileged container, an added ``SYS_ADMIN`` or another
+  ServiceAccount is refused, each with its message (server-side dry runs: admission runs,
+  nothing is stored);
 - ``tn-vision``'s namespace holds its team objects but not the claim and token Secret (a stack
   applied before teams got them): ``submit --team tn-vision`` refuses in one line naming both
   and creates nothing; on a stack without shared storage, a job file naming a claim the
@@ -27,11 +36,14 @@ kwok's fake p4de nodes, the training operator, Kueue), the p4de-odcr stack (FSx 
 
 If this fails, a team's job would hang Pending on a claim its namespace lacks (holding quota
 Kueue gave it), the Role would not let members run the jobs CLI in their namespace, or it
-would let them into another team's namespace or the cluster's own objects.
+would let them into another team's namespace or the cluster's own objects; a member could
+run a job outside every quota or a pod with the node's privileges; or the policies would
+refuse our own jobs and pods.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -45,7 +57,7 @@ from controlplane.cluster import ControlPlane
 from infra.config import DEFAULT_CHECKPOINT_CLAIM, load_stack_file, sources
 from jobs import cli, manifest
 from tests.controlplane.helpers import IMAGE, delete_and_wait, member_access, prefix_queues
-from workloads.specs import kueue, storage, teams
+from workloads.specs import kueue, storage, team_admission, teams
 
 pytestmark = pytest.mark.controlplane
 REPO = Path(__file__).resolve().parents[2]
@@ -95,6 +107,21 @@ def _review(client: Client, namespace: str, group: str, resource: str, verb: str
     }
     out = client.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
     return bool(out["status"].get("allowed"))
+
+
+def _refusal(call: Any) -> str:
+    """The message of the API server's refusal of ``call()`` ("" when it succeeds)."""
+    try:
+        call()
+    except ApiError as err:
+        return str(err)
+    return ""
+
+
+def _dry_run(client: Client, obj: dict[str, Any]) -> Any:
+    """Create ``obj`` with ``dryRun=All``: every admission step runs, nothing is stored."""
+    path = client.collection_path(obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"])
+    return client.request("POST", path, obj, query={"dryRun": "All"})
 
 
 def _status(call: Any) -> int:
@@ -178,6 +205,40 @@ def test_a_members_job_runs_in_the_team_namespace_and_nowhere_else(
 
         wait_for("ClusterQueues and LocalQueues Active", active, timeout=TIMEOUT_S)
 
+        # --- a member's job without a queue is refused (the API server loads a policy
+        # asynchronously: wait until it is in force) ------------------------------------
+        unqueued = {
+            "apiVersion": PJ[0],
+            "kind": PJ[1],
+            "metadata": {"name": "tn-unqueued", "namespace": NLP},
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Worker": {
+                        "replicas": 1,
+                        "restartPolicy": "OnFailure",
+                        "template": {
+                            "spec": {
+                                "serviceAccountName": teams.SERVICE_ACCOUNT,
+                                "containers": [{"name": "pytorch", "image": IMAGE}],
+                            }
+                        },
+                    }
+                }
+            },
+        }
+
+        def refused(obj: dict[str, Any]) -> str | None:
+            message = _refusal(lambda: _dry_run(member, obj))
+            return message if team_admission.QUEUE_MESSAGE in message else None
+
+        wait_for("the queue policy in force", lambda: refused(unqueued), timeout=TIMEOUT_S)
+        empty = copy.deepcopy(unqueued)
+        empty["metadata"]["labels"] = {team_admission.QUEUE_LABEL: ""}
+        assert refused(empty)
+        labelled = copy.deepcopy(unqueued)
+        labelled["metadata"]["labels"] = {team_admission.QUEUE_LABEL: STACK}
+        assert _refusal(lambda: _dry_run(member, labelled)) == ""
+
         # --- the member submits: the claim the stack made binds, the pod is scheduled -----
         submit = ("submit", JOB_FILE, "--image", IMAGE, "--set", "workers=1")
         code, out, err = run(member_kubeconfig, *submit, "--team", NLP, "--name", "tn-a")
@@ -216,6 +277,43 @@ def test_a_members_job_runs_in_the_team_namespace_and_nowhere_else(
         } in pod["spec"]["volumes"]
         assert pod["spec"]["serviceAccountName"] == teams.SERVICE_ACCOUNT
 
+        # --- our own pod passes the pod policy; each privilege it refuses, refused --------
+        (container,) = pod["spec"]["containers"]
+        assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]  # EFA
+        spec = {k: v for k, v in pod["spec"].items() if k not in ("nodeName", "priority")}
+        again = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "tn-pod-check", "namespace": NLP},
+            "spec": spec,
+        }
+        assert _refusal(lambda: _dry_run(admin, again)) == ""
+
+        def variant(change: Any) -> dict[str, Any]:
+            obj = copy.deepcopy(again)
+            change(obj["spec"], obj["spec"]["containers"][0]["securityContext"])
+            return obj
+
+        def privileged(_: Any, sc: dict[str, Any]) -> None:
+            sc.pop("allowPrivilegeEscalation", None)  # false with privileged is invalid
+            sc["privileged"] = True
+
+        variants = {
+            "hostNetwork is not allowed": lambda p, _: p.update(hostNetwork=True),
+            "hostPID is not allowed": lambda p, _: p.update(hostPID=True),
+            "hostPath volumes are not allowed": lambda p, c: p["volumes"].append(
+                {"name": "host", "hostPath": {"path": "/"}}
+            ),
+            "privileged containers are not allowed": privileged,
+            "no capability may be added but IPC_LOCK": lambda _, c: c["capabilities"].update(
+                add=["IPC_LOCK", "SYS_ADMIN"]
+            ),
+            "run as the ServiceAccount jobs": lambda p, _: p.update(serviceAccountName="default"),
+        }
+        for message, change in variants.items():
+            got = _refusal(lambda c=change: _dry_run(admin, variant(c)))
+            assert message in got and "ValidatingAdmissionPolicy" in got, (message, got)
+
         # --- what the member may do in the team's namespace ------------------------------
         code, out, err = as_member("status", "tn-a", "--json")
         assert code == 0, err
@@ -229,6 +327,16 @@ def test_a_members_job_runs_in_the_team_namespace_and_nowhere_else(
         patch = {"metadata": {"annotations": {"eks-fsdp.io/checked-by": "alice"}}}
         member.request("PATCH", job_path, patch, content_type="application/merge-patch+json")
         assert admin.find(*PJ, "tn-a", NLP)["metadata"]["annotations"]["eks-fsdp.io/checked-by"]
+        # the queue label stays: taking it off (or emptying it) is refused
+        for value in (None, ""):
+            unlabel = {"metadata": {"labels": {team_admission.QUEUE_LABEL: value}}}
+            got = _refusal(
+                lambda u=unlabel: member.request(
+                    "PATCH", job_path, u, content_type="application/merge-patch+json"
+                )
+            )
+            assert team_admission.QUEUE_MESSAGE in got, got
+        assert admin.find(*PJ, "tn-a", NLP)["metadata"]["labels"][team_admission.QUEUE_LABEL]
         for verb in ("get", "list", "watch", "create", "patch", "delete"):
             assert _review(member, NLP, "kubeflow.org", "pytorchjobs", verb), verb
             assert _review(member, NLP, "trainer.kubeflow.org", "trainjobs", verb), verb
