@@ -49,6 +49,12 @@ class InstanceType:
     """Host memory, GiB."""
     usd_per_hour: float
     """On-demand list price per hour, us-east-1."""
+    network_topology: bool = False
+    """Whether EC2 describes the type's network topology, so that EKS labels its nodes
+    ``topology.k8s.aws/network-node-layer-1..3`` (EC2 user guide, "Prerequisites for Amazon EC2
+    topology", supported instance types: p3dn, p4d, p4de, p5, p5e, p5en, p6-b200, p6e-gb200,
+    g6e, g7e, hpc*, trn*; not g5 or g6). Kueue counts a node for a Topology only when it
+    carries every level's label, so a pool of another type must not get one."""
 
     @property
     def efa_supported(self) -> bool:
@@ -85,17 +91,17 @@ CATALOG: dict[str, InstanceType] = {
         _row(name="p5.48xlarge", gpu_model="H100-SXM-80GB", gpus=8, gpu_memory_gib=80,
              peak_bf16_tflops=989.0, nvlink_gbytes_per_s=450.0, efa_interfaces=32, network_cards=32,
              network_gbps=3200, needs_fi_env=False, vcpus=192, memory_gib=2048,
-             usd_per_hour=55.04),
+             usd_per_hour=55.04, network_topology=True),
         # H200 SXM: same compute as H100, 141 GB HBM3e.
         _row(name="p5e.48xlarge", gpu_model="H200-SXM-141GB", gpus=8, gpu_memory_gib=141,
              peak_bf16_tflops=989.0, nvlink_gbytes_per_s=450.0, efa_interfaces=32, network_cards=32,
              network_gbps=3200, needs_fi_env=False, vcpus=192, memory_gib=2048,
-             usd_per_hour=60.00),
+             usd_per_hour=60.00, network_topology=True),
         # p5en: H200 with EFAv3 on 16 network cards, 3200 Gbit/s.
         _row(name="p5en.48xlarge", gpu_model="H200-SXM-141GB", gpus=8, gpu_memory_gib=141,
              peak_bf16_tflops=989.0, nvlink_gbytes_per_s=450.0, efa_interfaces=16, network_cards=16,
              network_gbps=3200, needs_fi_env=False, vcpus=192, memory_gib=2048,
-             usd_per_hour=63.30),
+             usd_per_hour=63.30, network_topology=True),
         # p6-b200: 8x B200 (1,440 GB HBM3e per instance: 180 GB each), NVLink 5 = 1.8 TB/s
         # bidirectional per GPU, 2.25 PFLOP/s dense bf16 (HGX B200: 36 PFLOP/s sparse for 8);
         # EFAv4 on 8 network cards, 3200 Gbit/s; 192 vCPUs, 2 TiB. Price: on-demand list price
@@ -103,16 +109,16 @@ CATALOG: dict[str, InstanceType] = {
         _row(name="p6-b200.48xlarge", gpu_model="B200-180GB", gpus=8, gpu_memory_gib=180,
              peak_bf16_tflops=2250.0, nvlink_gbytes_per_s=900.0, efa_interfaces=8,
              network_cards=8, network_gbps=3200, needs_fi_env=False, vcpus=192,
-             memory_gib=2048, usd_per_hour=113.93),
+             memory_gib=2048, usd_per_hour=113.93, network_topology=True),
         # A100 SXM4: 312 TFLOP/s dense bf16, NVLink 3 = 600 GB/s bidirectional per GPU.
         _row(name="p4d.24xlarge", gpu_model="A100-SXM-40GB", gpus=8, gpu_memory_gib=40,
              peak_bf16_tflops=312.0, nvlink_gbytes_per_s=300.0, efa_interfaces=4, network_cards=4,
              network_gbps=400, needs_fi_env=True, vcpus=96, memory_gib=1152,
-             usd_per_hour=21.96),
+             usd_per_hour=21.96, network_topology=True),
         _row(name="p4de.24xlarge", gpu_model="A100-SXM-80GB", gpus=8, gpu_memory_gib=80,
              peak_bf16_tflops=312.0, nvlink_gbytes_per_s=300.0, efa_interfaces=4, network_cards=4,
              network_gbps=400, needs_fi_env=True, vcpus=96, memory_gib=1152,
-             usd_per_hour=27.45),
+             usd_per_hour=27.45, network_topology=True),
         # A10G (g5) and L4 (g6): cheap dev stacks; PCIe Gen4 x16 between GPUs, no NVLink.
         _row(name="g5.xlarge", gpu_model="A10G-24GB", gpus=1, gpu_memory_gib=24,
              peak_bf16_tflops=70.0, nvlink_gbytes_per_s=25.0, efa_interfaces=0,

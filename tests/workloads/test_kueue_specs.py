@@ -290,3 +290,50 @@ def test_a_job_that_stays_not_ready_is_requeued_and_frees_admission(module: Path
         kueue.KueueSettings(recovery_timeout_s=-1)
     later = kueue.configuration(kueue.KueueSettings(recovery_timeout_s=900))
     assert later["waitForPodsReady"]["recoveryTimeout"] == "900s"
+
+
+TOPOLOGY_TYPES = {
+    "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge",
+    "p5en.48xlarge", "p6e-gb200.36xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge",
+    "g6e.48xlarge", "g7e.48xlarge",
+}  # fmt: skip
+"""GPU types of the EC2 user guide's "Prerequisites for Amazon EC2 topology" (supported instance
+types; g6e and g7e in every size): EKS labels their nodes with the network layers."""
+
+
+def test_an_efa_pool_gets_the_topology_only_where_eks_labels_its_nodes(module: Path) -> None:
+    """A g5.48xlarge pool has EFA, but EC2 describes no topology for the type, so its nodes
+    carry no ``network-node-layer-*`` label, and Kueue counts a node for a Topology only when
+    it carries every level's label (``NodeMatchesFlavor`` at the pin): with the Topology, its
+    jobs would never be admitted."""
+    from infra.instances import CATALOG
+
+    assert {n for n, it in CATALOG.items() if it.network_topology} == TOPOLOGY_TYPES & set(CATALOG)
+    raw = stack_file_values("p4de-odcr")["gpuNodeGroups"]
+    (p4de,) = raw
+    g5 = {
+        **{k: v for k, v in p4de.items() if k != "capacityReservationId"},
+        "name": "g5-efa",
+        "instanceType": "g5.48xlarge",
+    }
+    cfg = stack("p4de-odcr", gpuNodeGroups=[p4de, g5])
+    by_name = {g.name: g for g in cfg.gpu_node_groups}
+    assert by_name["g5-efa"].efa and by_name["p4de-odcr"].efa
+    objs = kueue.cluster_objects(cfg)
+    for obj in objs:
+        kueue.validate(obj)
+    flavors = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ResourceFlavor"}
+    assert "topologyName" not in flavors["g5-efa"]["spec"]
+    assert flavors["p4de-odcr"]["spec"]["topologyName"] == kueue.TOPOLOGY
+    assert kueue.pod_annotations(by_name["g5-efa"]) == {}
+    assert kueue.pod_annotations(by_name["p4de-odcr"])
+    # the g5 pool's queue still holds its EFA devices, as every EFA pool's does
+    (cq,) = [o for o in objs if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == "g5-efa"]
+    assert _gpus(cq, kueue.EFA) == str(by_name["g5-efa"].max_size)
+    # a stack of g5 EFA pools only has no Topology at all
+    only = stack("p4de-odcr", gpuNodeGroups=[g5])
+    assert not [o for o in kueue.cluster_objects(only) if o["kind"] == "Topology"]
+    node = (module / "pkg" / "util" / "tas" / "node.go").read_text()
+    matches = node[node.index("func NodeMatchesFlavor(") :]
+    assert "for _, level := range requiredLevels" in matches
+    assert "if _, ok := nodeLabels[level]; !ok" in matches

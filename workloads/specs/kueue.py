@@ -248,13 +248,17 @@ def resource_flavor(group: GpuNodeGroupConfig) -> K8sObject:
 
 
 def topology_aware(group: GpuNodeGroupConfig) -> bool:
-    """Whether the pool's flavor has the Topology: EFA pools, whose jobs talk node to node, but
-    not Karpenter pools. Kueue's TAS counts only the capacity of existing Ready nodes, and its
+    """Whether the pool's flavor has the Topology: EFA pools, whose jobs talk node to node, of
+    an instance type whose nodes EKS labels with the network layers
+    (``InstanceType.network_topology``: Kueue counts a node only when it carries every level's
+    label, ``pkg/util/tas/node.go`` ``NodeMatchesFlavor`` at v0.17.0, so a g5.48xlarge pool
+    with a Topology would never be admitted), but not Karpenter pools. Kueue's TAS counts only
+    the capacity of existing Ready nodes, and its
     only way to get more is the cluster-autoscaler ProvisioningRequest admission check (Kueue
     docs, concepts/topology_aware_scheduling: "Capacity calculation", "ClusterAutoscaler
     support"), which Karpenter does not implement: a Karpenter pool at zero nodes would never
     be admitted, so Karpenter would never launch. Its placement group keeps its nodes close."""
-    return bool(group.efa) and not group.uses_karpenter
+    return bool(group.efa) and group.instance.network_topology and not group.uses_karpenter
 
 
 def pod_annotations(group: GpuNodeGroupConfig) -> dict[str, str]:
