@@ -59,7 +59,7 @@ class _Parser(Parser):
 def new_stack_parser() -> argparse.ArgumentParser:
     p = _Parser(
         command=COMMAND,
-        prog="python -m planner new-stack",
+        prog="eks-fsdp new-stack",  # also python -m planner new-stack
         description="Write Pulumi.NAME.yaml and jobs/NAME.yaml at the planner's recommended "
         "layout, with their cost per hour and per epoch.",
     )
@@ -189,7 +189,7 @@ def job_text(
     lines = [f"# {h}" if h else "#" for h in header]
     lines += _comment(cost_comment(gen))
     if not header:
-        lines.append(f"#   python -m jobs submit <this file> --stack {stack}")
+        lines.append(f"#   eks-fsdp jobs submit <this file> --stack {stack}")
     body: list[str] = [
         f"name: {name}",
         f"stack: {stack}",
@@ -227,7 +227,7 @@ def stack_text(gen: Generated, *, name: str, args: argparse.Namespace) -> str:
     inst = gen.inp.instance
     efa = inst.efa_interfaces > 0
     command = (
-        f"python -m planner new-stack {name} --instance {inst.name} --nodes {args.nodes}"
+        f"eks-fsdp new-stack {name} --instance {inst.name} --nodes {args.nodes}"
         + (f" --reservation {args.reservation}" if args.reservation else "")
         + f" --capacity-type {args.capacity_type} --region {args.region} --zone {zone}"
     )
@@ -236,7 +236,7 @@ def stack_text(gen: Generated, *, name: str, args: argparse.Namespace) -> str:
         f"#   {command}",
         *_comment(cost_comment(gen)),
         "# Before `pulumi up`: pulumi config set --path 'apiPublicAccessCidrs[0]' <your IP>/32,",
-        "# then `python -m doctor --stack " + name + "` (docs/deploy.md).",
+        "# then `eks-fsdp doctor --stack " + name + "` (docs/deploy.md).",
         "config:",
         f"  aws:region: {args.region}",
         f"  eks-fsdp:clusterName: eks-fsdp-{name}",
@@ -290,6 +290,52 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--nodes {args.nodes}: must be >= 1")
 
 
+SECRETS_METADATA = ("secretsprovider", "encryptedkey", "encryptionsalt")
+"""A stack file's top-level keys that say how its ``secure:`` values are encrypted."""
+
+
+def _kept_settings(path: Path) -> list[str]:
+    """The lines of an existing stack file that ``--force`` must not lose: its secrets
+    metadata (``secretsprovider``, ``encryptedkey``, ``encryptionsalt``: Pulumi docs, "Stack
+    settings file reference", pulumi.com/docs/iac/concepts/projects/stack-settings-file) and
+    each ``config:`` value set with ``pulumi config set --secret`` (a ``secure:`` ciphertext
+    that cannot be made again without the plaintext). Kept as the file holds them, so the
+    secrets still decrypt; a file that is not a Pulumi stack mapping is refused in one line."""
+    import yaml
+
+    if not path.is_file():
+        return []
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise UsageError(f"{path}: --force: not YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("config") or {}, dict):
+        raise UsageError(f"{path}: --force: not a Pulumi stack file (no config: mapping)")
+    meta = {k: v for k, v in data.items() if k in SECRETS_METADATA}
+    out = yaml.safe_dump(meta, sort_keys=False, width=10**6).splitlines() if meta else []
+    secure = {
+        k: v for k, v in (data.get("config") or {}).items() if isinstance(v, dict) and "secure" in v
+    }
+    if secure:
+        dumped = yaml.safe_dump({"config": secure}, sort_keys=False, width=10**6)
+        out += dumped.splitlines()[1:]  # indented under config: as dumped
+    return out
+
+
+def _with_kept(text: str, kept: list[str]) -> str:
+    """``text`` (a generated stack file) with ``kept`` (``_kept_settings``): top-level keys
+    first, the secure config values at the end of ``config:``."""
+    if not kept:
+        return text
+    top = [line for line in kept if not line.startswith(" ")]
+    config = [line for line in kept if line.startswith(" ")]
+    lines = text.rstrip("\n").split("\n")
+    at = lines.index("config:")
+    lines[at:at] = top
+    lines += ["  # kept from the file --force replaced (pulumi config set --secret)", *config]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     """Write the two files and print their paths and figures; 2 on bad input."""
 
@@ -310,14 +356,15 @@ def main(argv: list[str]) -> int:
         for path in (stack_path, job_path):
             if path.exists() and not args.force:
                 raise UsageError(f"{path}: exists (pass --force to overwrite)")
+        kept = _kept_settings(stack_path) if args.force else []
         header = (
             f"{args.name}: {args.model} on {args.nodes} x {args.instance}, written by",
-            f"`python -m planner new-stack {args.name}` (docs/planner.md).",
-            f"  python -m jobs submit {job_path} --stack {args.name}",
+            f"`eks-fsdp new-stack {args.name}` (docs/planner.md).",
+            f"  eks-fsdp jobs submit {job_path} --stack {args.name}",
         )
         job_name = f"{args.name}-finetune"[:50].rstrip("-")
         job = job_text(gen, name=job_name, stack=args.name, model=args.model, header=header)
-        stack = stack_text(gen, name=args.name, args=args)
+        stack = _with_kept(stack_text(gen, name=args.name, args=args), kept)
         stack_path.parent.mkdir(parents=True, exist_ok=True)
         job_path.parent.mkdir(parents=True, exist_ok=True)
         stack_path.write_text(stack)
