@@ -180,3 +180,73 @@ def test_a_failed_part_stops_the_writes_before_close(s3_env: S3Server, small_par
             written += 1
     assert written < 40  # raised by a write, not by close()
     assert "Uploads" not in s3_env.client().list_multipart_uploads(Bucket=bucket)
+
+
+def test_parts_grow_and_the_part_limit_fails_in_one_line(
+    s3_env: S3Server, small_parts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the size doubling after every part (GROW_EVERY 1) parts are 5, 10, 20 MiB: a
+    35 MiB stream is 3 parts and round-trips; with 3 parts allowed, a fourth fails in one line
+    naming the key before it is sent, and the upload is aborted."""
+    monkeypatch.setattr(dcp, "GROW_EVERY", 1)
+    monkeypatch.setattr(dcp, "MAX_PARTS", 3)
+    assert [dcp.part_bytes(n) for n in (1, 2, 3)] == [PART, 2 * PART, 4 * PART]
+    bucket = s3_env.bucket("dcp-grow")
+    wrapper = _Counting(s3_env.client())
+    fs = _fs(s3_env, wrapper)
+    payload = bytes(range(256)) * (7 * PART // 256)  # 35 MiB: exactly the three parts
+    with fs.create_stream(f"s3://{bucket}/g/__0_0.distcp", "wb") as stream:
+        stream.write(payload)
+    got = s3_env.client().get_object(Bucket=bucket, Key="g/__0_0.distcp")["Body"].read()
+    assert got == payload and len(wrapper.part_ends) == 3
+    with (
+        pytest.raises(OSError, match=r"__1_0.distcp: over 3 parts") as err,
+        fs.create_stream(f"s3://{bucket}/g/__1_0.distcp", "wb") as stream,
+    ):
+        stream.write(payload + b"x")
+    assert "\n" not in str(err.value)
+    assert "Uploads" not in s3_env.client().list_multipart_uploads(Bucket=bucket)
+
+
+def test_a_partial_load_fetches_no_bytes_past_its_last_item(
+    s3_env: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading one of 40 small tensors of a shard fetches that item's bytes and no more (the
+    window would otherwise run 32 MiB, here to the end of the file)."""
+    import torch
+    import torch.distributed.checkpoint as dist_cp
+
+    from training.s3 import client as s3_client
+
+    bucket = s3_env.bucket("dcp-window")
+    state = {f"t{i:02d}": torch.full((16 * 1024,), float(i)) for i in range(40)}  # 64 KiB each
+    uri = f"s3://{bucket}/w/step-000001"
+    fetched: list[tuple[str, int]] = []
+
+    class _Ranges:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.real, name)
+
+        def get_object(self, **kw: Any) -> Any:
+            out = self.real.get_object(**kw)
+            fetched.append((kw["Key"], int(out["ContentLength"])))
+            return out
+
+    wrapper = _Ranges(s3_env.client())
+    monkeypatch.setattr(s3_client, "_client", lambda *a: wrapper)
+    with pytest.warns(UserWarning, match="torch.distributed is disabled"):
+        dist_cp.save(state, checkpoint_id=uri, storage_writer=dcp.S3Writer(uri))
+    reader = dcp.S3Reader(uri)
+    want = {"t07": torch.zeros(16 * 1024)}
+    fetched.clear()
+    with pytest.warns(UserWarning, match="torch.distributed is disabled"):
+        dist_cp.load(want, checkpoint_id=uri, storage_reader=reader)
+    assert torch.equal(want["t07"], state["t07"])
+    item = next(
+        info for idx, info in reader.storage_data.items() if idx.fqn == "t07"
+    )  # where t07 lies in its file
+    shard = [size for key, size in fetched if key.endswith(".distcp")]
+    assert shard == [item.length], (shard, item.length)

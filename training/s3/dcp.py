@@ -4,15 +4,17 @@ DCP's `FileSystemWriter` / `FileSystemReader` (torch/distributed/checkpoint/file
 v2.13.0) do all their I/O through `self.fs`, a `FileSystemBase` (`create_stream`, `concat_path`,
 `rename`, `exists`, `rm_file`, ...); s3torchconnector's `S3StorageWriter` is built the same way
 (s3torchconnector/dcp/s3_file_system.py at v1.5.0). Each rank streams its shard file as a
-multipart upload of `PART_BYTES` parts: a write is cut into parts as it comes (a tensor's
-storage arrives as one write of its whole size), at most `PARTS_IN_FLIGHT` parts are uploading
-at once, and the part being filled is below `PART_BYTES`, so a stream holds at most
-`(PARTS_IN_FLIGHT + 1) * PART_BYTES` bytes whatever its shard size
-(tests/training/test_s3_dcp_stream.py counts them). A failed write aborts the upload only after
-the parts in flight have returned: S3 may still store a part that was uploading when the abort
+multipart upload of `PART_BYTES` parts (larger after every `GROW_EVERY` parts, within S3's
+10,000): a write is cut into parts as it comes (a tensor's storage arrives as one write of its
+whole size), at most `PARTS_IN_FLIGHT` parts are uploading at once, and the part being filled
+is below its size, so a stream holds at most `(PARTS_IN_FLIGHT + 1) * PART_BYTES` bytes for
+its first `GROW_EVERY` parts whatever its size (tests/training/test_s3_dcp_stream.py counts
+them). A failed part stops the next write. A failed write aborts the upload only after the
+parts in flight have returned: S3 may still store a part that was uploading when the abort
 came (S3 API Reference, AbortMultipartUpload), and the bucket's lifecycle removes what an
-upload killed with its process leaves (`infra.data_bucket.ABORT_MULTIPART_DAYS`). Reads ask for each file's items
-in offset order, and each item is cut from a window of at least `WINDOW_BYTES` fetched by one
+upload killed with its process leaves (`infra.data_bucket.ABORT_MULTIPART_DAYS`). Reads ask
+for each file's items in offset order, and each item is cut from a window of at least
+`WINDOW_BYTES`, but never past the last item the load needs from that file, fetched by one
 ranged GET: DCP writes a rank's items back to back, so a window serves many small tensors, and
 `torch.load`'s seeks within an item (to its zip directory and back) cost no request. botocore
 retries a request until its response starts, not the reading of a streamed body
@@ -45,8 +47,15 @@ from training.s3.client import client
 from training.s3.uri import S3Uri, is_s3
 
 PART_BYTES = 32 * 2**20
-"""Multipart part size: 10,000 parts of it (S3's limit, with parts of 5 MiB to 5 GiB: Amazon S3
-User Guide, "Amazon S3 multipart upload limits") hold 320 GiB, far above a rank's shard."""
+"""Size of the first `GROW_EVERY` parts of a multipart upload."""
+MAX_PARTS = 10_000
+"""Parts of one upload at most, each 5 MiB to 5 GiB but the last, and parts may differ in size
+(Amazon S3 User Guide, "Amazon S3 multipart upload limits")."""
+GROW_EVERY = 1_000
+"""The part size doubles after this many parts (`part_bytes`): 32 GiB in 32 MiB parts, then 64
+GiB more in 64 MiB parts, ...; 10,000 parts then hold far more than a rank's shard."""
+MAX_PART_BYTES = 5 * 2**30
+"""S3's largest part."""
 PARTS_IN_FLIGHT = 4
 """Parts uploaded concurrently per stream (memory: this many parts plus the one filling)."""
 BODY_READ_ATTEMPTS = 5
@@ -55,6 +64,11 @@ READ_BUFFER_BYTES = 8 * 2**20
 """Buffer of a sequential read stream (DCP's `.metadata`)."""
 WINDOW_BYTES = 32 * 2**20
 """Smallest ranged GET of the item reads (a larger item is fetched whole)."""
+
+
+def part_bytes(number: int) -> int:
+    """Size of part `number` (1-based) of a multipart upload."""
+    return min(MAX_PART_BYTES, PART_BYTES * 2 ** ((number - 1) // GROW_EVERY))
 
 
 class _MultipartWriter(io.RawIOBase):
@@ -80,10 +94,11 @@ class _MultipartWriter(io.RawIOBase):
         view = memoryview(b).cast("B")
         done = 0
         while done < len(view):  # never more than a part in the buffer, however large `b` is
-            take = min(PART_BYTES - len(self._buf), len(view) - done)
+            size = part_bytes(len(self._parts) + 1)
+            take = min(size - len(self._buf), len(view) - done)
             self._buf += view[done : done + take]
             done += take
-            if len(self._buf) == PART_BYTES:
+            if len(self._buf) == size:
                 part, self._buf = bytes(self._buf), bytearray()
                 self._send(part)
         self._pos += len(view)
@@ -102,6 +117,11 @@ class _MultipartWriter(io.RawIOBase):
             if f.done() and f.exception() is not None:
                 raise f.exception()  # type: ignore[misc]
         number = len(self._parts) + 1
+        if number > MAX_PARTS:
+            raise OSError(
+                f"s3://{self.bucket}/{self.key}: over {MAX_PARTS} parts of up to "
+                f"{part_bytes(MAX_PARTS)} bytes (S3's limit); raise training.s3.dcp.PART_BYTES"
+            )
         self._parts.append(self._pool.submit(self._upload_part, number, part))
 
     def _upload_part(self, number: int, part: bytes) -> dict[str, Any]:
@@ -224,11 +244,14 @@ class _RangedReader(io.RawIOBase):
                 raise OSError(f"{where}: {len(data)} bytes at {start}, not {end - start}")
         raise AssertionError("unreachable")
 
-    def window(self, offset: int, length: int) -> memoryview:
-        """Bytes [offset, offset + length), from the current window or a new one."""
+    def window(self, offset: int, length: int, limit: int | None = None) -> memoryview:
+        """Bytes [offset, offset + length), from the current window or a new one that ends at
+        `limit` at most (the end of the last item the load needs from this file)."""
         start = self._win_start
         if not (start <= offset and offset + length <= start + len(self._win)):
-            end = min(self.size, max(offset + length, offset + WINDOW_BYTES))
+            last = self.size if limit is None else min(self.size, limit)
+            end = min(last, offset + WINDOW_BYTES)
+            end = max(end, min(self.size, offset + length))
             self._win, self._win_start = self._get(offset, end), offset
         at = offset - self._win_start
         return memoryview(self._win)[at : at + length]
@@ -329,11 +352,24 @@ class S3Reader(FileSystemReader):
         super().__init__(path)
         self.fs = S3FileSystem()  # type: ignore[assignment]
         self.path = self.fs.init_path(path)
+        self._ends: dict[str, int] = {}
+        """{file: end of the last item the load in progress reads from it}"""
 
     def _slice_file(self, file: Any, sinfo: Any) -> IO[bytes]:
         """One item's bytes in memory, cut from the stream's window (see the module docstring)."""
         raw = file.raw if isinstance(file, io.BufferedReader) else file
-        return io.BytesIO(raw.window(sinfo.offset, sinfo.length))
+        limit = self._ends.get(sinfo.relative_path)
+        return io.BytesIO(raw.window(sinfo.offset, sinfo.length, limit))
+
+    def read_data(self, plan: LoadPlan, planner: Any) -> Any:
+        """DCP's reads, with each file's windows ending where its last planned item does (a
+        load of part of a file fetches no bytes past what it asked for)."""
+        self._ends = {}
+        for item in plan.items:
+            info = self.storage_data[item.storage_index]
+            end = info.offset + info.length
+            self._ends[info.relative_path] = max(self._ends.get(info.relative_path, 0), end)
+        return super().read_data(plan, planner)
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         """Each file's items in offset order, so its windows move forward through the file."""
