@@ -140,3 +140,50 @@ def test_the_program_creates_each_teams_policies(run: ProgramRun) -> None:
             assert res.inputs["spec"] == expected["spec"]
         bound = {c.inputs["spec"]["policyName"] for c in children if c.type == VAPB}
         assert bound == set(made)
+
+
+def test_a_team_trainjobs_pod_carries_what_the_admitted_v1_pod_carries(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod JobSet makes for a team's TrainJob (Trainer v2 is not run on the local control
+    plane) is the runtime's template with the job's patch: it names the ServiceAccount
+    ``jobs``, and the container security context and volumes the patch gives it are those of
+    the v1 worker pod that ``tests/controlplane/test_team_namespace.py`` has the API server
+    admit under the pod policy; the runtime's template adds no host namespace, host path,
+    privilege or capability."""
+    import shutil
+    from pathlib import Path
+
+    import yaml
+
+    from infra.config import sources
+    from jobs import trainjob as tjobs
+    from jobs.file import load
+    from workloads.specs import trainjob as tj
+    from workloads.specs.stack import job_workloads
+
+    repo = Path(__file__).resolve().parents[2]
+    root = Path(tmp_path) / "root"
+    root.mkdir()
+    shutil.copy(repo / "Pulumi.yaml", root / "Pulumi.yaml")
+    data = yaml.safe_load((repo / "Pulumi.p4de-odcr.yaml").read_text())
+    data["config"]["eks-fsdp:teams"] = TEAMS
+    (root / "Pulumi.p4de-odcr.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setattr(sources, "REPO_ROOT", root)
+    path = str(repo / "jobs" / "examples" / "p4de-odcr.yaml")
+    sets = ["team=nlp", "minWorkers=2", "workers=2"]
+    v2, v1 = load(path, sets=[*sets, "api=v2"]), load(path, sets=sets)
+    settings = job_workloads(v2, image="registry/training:1").job
+    (patch,) = tjobs.templates(tjobs.body(v2, settings))
+    v1_job = pytorchjob.pytorchjob(job_workloads(v1, image="registry/training:1").job, "etcd")
+    v1_pod = v1_job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert patch["spec"]["serviceAccountName"] == pytorchjob.SERVICE_ACCOUNT
+    (container,) = patch["spec"]["containers"]
+    assert container["securityContext"] == v1_pod["containers"][0]["securityContext"]
+    assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert patch["spec"]["volumes"] == v1_pod["volumes"]
+    assert not any("hostPath" in v for v in patch["spec"]["volumes"])
+    runtime = tj.cluster_training_runtime()
+    text = yaml.safe_dump(runtime)
+    for word in ("hostNetwork", "hostPID", "hostIPC", "hostPath", "privileged", "capabilities"):
+        assert word not in text, word
