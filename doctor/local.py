@@ -168,8 +168,10 @@ def check_model(
     Hub cannot be reached or ``HF_HUB_OFFLINE`` is set."""
     env = os.environ if env is None else env
     name = f"model {model}"
-    if env.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        return Result(check=name, status=SKIP, detail="skipped (offline: HF_HUB_OFFLINE)"), False
+    # huggingface_hub 2.4.0 constants.py: _is_true(HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE)
+    variable = next((k for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if env.get(k)), None)
+    if variable is not None and env[variable].lower() in ("1", "true", "yes", "on"):
+        return Result(check=name, status=SKIP, detail=f"skipped (offline: {variable})"), False
     endpoint = (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
     token = env.get("HF_TOKEN") or None
     from huggingface_hub.errors import (

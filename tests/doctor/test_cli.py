@@ -244,6 +244,9 @@ def test_model_offline_and_unknown(hub, online) -> None:
     assert check_model(GATED, env={"HF_HUB_OFFLINE": "1"})[0].detail == (
         "skipped (offline: HF_HUB_OFFLINE)"
     )
+    assert check_model(GATED, env={"TRANSFORMERS_OFFLINE": "1"})[0].detail == (
+        "skipped (offline: TRANSFORMERS_OFFLINE)"
+    )
     missing = check_model("nobody/nothing", env={"HF_ENDPOINT": hub})[0]
     assert missing.status == "fail" and missing.detail.startswith("not found on")
     result, gated = check_model(GATED, env={"HF_ENDPOINT": hub, "HF_TOKEN": TOKEN})
