@@ -332,6 +332,10 @@ def _parse_gpu_group(value: Any, index: int, azs: tuple[str, ...]) -> GpuNodeGro
     name = _str(obj.get("name"), f"{path}.name")
     if not _DNS_LABEL.match(name):
         raise _fail(f"{path}.name", f"{name!r} is not a DNS label (a-z, 0-9, '-')")
+    if name == "default":
+        # its LocalQueue would be `default`, where Kueue puts every job without a queue label
+        # (LocalQueueDefaulting, GA and locked on at v0.17.0: pkg/features/kube_features.go)
+        raise _fail(f"{path}.name", "'default' is reserved (Kueue's default LocalQueue): rename it")
     instance_type = _str(obj.get("instanceType"), f"{path}.instanceType")
     if instance_type not in instances.CATALOG:
         raise _fail(

@@ -185,6 +185,19 @@ def test_bad_teams_stop_with_one_line(case: str, overrides: dict[str, Any], mess
     assert "\n" not in str(err.value)
 
 
+def test_a_pool_named_default_is_refused() -> None:
+    """Its LocalQueue would be ``default``, the queue Kueue v0.17.0 puts every job without a
+    queue label in (LocalQueueDefaulting, GA: ``pkg/controller/constants``
+    ``DefaultLocalQueueName``): unlabelled jobs would be captured by that pool."""
+    (group,) = stack_file_values("p5-16")["gpuNodeGroups"]
+    with pytest.raises(ConfigError) as err:
+        p5(gpuNodeGroups=[{**group, "name": "default"}])
+    assert str(err.value) == (
+        "eks-fsdp:gpuNodeGroups[0].name: 'default' is reserved (Kueue's default LocalQueue):"
+        " rename it"
+    )
+
+
 def test_teams_need_a_gpu_pool() -> None:
     raw = {**project_defaults(), **stack_file_values("dev"), "gpuNodeGroups": []}
     with pytest.raises(ConfigError, match=r"^eks-fsdp:teams: teams share GPU pools"):
