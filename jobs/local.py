@@ -177,6 +177,7 @@ class LocalBackend:
         from_uri: str | None = None,
     ) -> Submitted:
         settings, _ = local_settings(job, generation=1, rdzv_id="")  # checks before creating
+        local_queue.check_fits(settings.workers)
         root, steps = resume_from.local_root(from_uri, job.name) if from_uri else (None, [])
         folder = self.folder(job.name)
         self.root.mkdir(parents=True, exist_ok=True)

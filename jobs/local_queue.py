@@ -46,6 +46,21 @@ def quota_from_env() -> int | None:
     return value
 
 
+def check_fits(workers: int) -> None:
+    """A job of ``workers`` workers can ever be admitted under the quota the environment asks
+    for (none: nothing to check); ``JobsError`` (status 2) in one line otherwise, before the
+    job is created: it would wait in the queue for ever."""
+    quota = quota_from_env()
+    if quota is not None and workers > quota:
+        from jobs.types import JobsError
+
+        raise JobsError(
+            f"workers: {workers} is more than the local queue's quota ({QUOTA_ENV}={quota}): "
+            f"the job would wait for ever; lower workers or raise {QUOTA_ENV}",
+            status=2,
+        )
+
+
 def read(folder: Path) -> dict[str, Any]:
     try:
         data = json.loads((folder / ADMISSION).read_text(encoding="utf-8"))
