@@ -31,7 +31,10 @@ file system would otherwise erase exports for good. Noncurrent versions expire a
 ``NONCURRENT_VERSION_DAYS``, which bounds what the safety net costs; under the checkpoint
 prefix after ``CHECKPOINT_NONCURRENT_VERSION_DAYS``: a job re-saves and prunes checkpoints all
 the time (DCP keeps two), and every shard it overwrote or deleted would otherwise stay billed
-for the whole undo window. Where the two rules overlap S3 honours the shorter expiration (S3
+for the whole undo window. The same holds under the file system's write-through prefix
+(``DataBucketArgs.write_through_prefix``), where the association exports the checkpoints of
+jobs writing to the shared file system (current versions there are not expired: that prefix
+also holds outputs). Where the two rules overlap S3 honours the shorter expiration (S3
 user guide, "How Amazon S3 handles conflicts in lifecycle configurations").
 
 Pulumi AWS 7 names (pulumi-aws 7.51): ``aws.s3.Bucket`` is the former ``BucketV2`` and the
@@ -159,6 +162,10 @@ class DataBucketArgs:
     """AWS region of the stack (the key policy's ``kms:ViaService``)."""
     tags: Mapping[str, str] | None = None
     """Extra tags on every AWS resource."""
+    write_through_prefix: str | None = None
+    """``sharedStorage.dataRepositoryPrefix`` when the file system writes through to this
+    bucket: its checkpoints are re-saved and pruned there too (through the association's
+    export), so its noncurrent versions expire after ``CHECKPOINT_NONCURRENT_VERSION_DAYS``."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.bucket, DataBucketConfig) or not self.bucket.enabled:
@@ -167,6 +174,12 @@ class DataBucketArgs:
             raise ValueError(f"DataBucketArgs.cluster_name: {self.cluster_name!r} is not valid")
         if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", self.region or ""):
             raise ValueError(f"DataBucketArgs.region: {self.region!r} is not an AWS region")
+        through = self.write_through_prefix
+        if through is not None and (not through or through[0] == "/" or through[-1] == "/"):
+            raise ValueError(
+                f"DataBucketArgs.write_through_prefix: {through!r} must be non-empty, without "
+                "leading or trailing slashes"
+            )
         problem = bucket_name_problem(bucket_name(self.cluster_name, "0" * 12, self.region))
         if not self.bucket.adopted and problem is not None:
             raise ValueError(f"DataBucketArgs.cluster_name: the bucket name {problem}")
@@ -297,6 +310,22 @@ class DataBucket(pulumi.ComponentResource):
                     noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
                         noncurrent_days=CHECKPOINT_NONCURRENT_VERSION_DAYS
                     ),
+                ),
+                *(
+                    [
+                        aws.s3.BucketLifecycleConfigurationRuleArgs(
+                            id="write-through-noncurrent-versions",
+                            status="Enabled",
+                            filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(
+                                prefix=f"{args.write_through_prefix}/"
+                            ),
+                            noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
+                                noncurrent_days=CHECKPOINT_NONCURRENT_VERSION_DAYS
+                            ),
+                        )
+                    ]
+                    if args.write_through_prefix
+                    else []
                 ),
                 aws.s3.BucketLifecycleConfigurationRuleArgs(
                     id="noncurrent-versions-and-torn-uploads",

@@ -345,3 +345,43 @@ def test_scratch_file_system_linked_to_the_bucket_is_one_line_naming_the_docs() 
     assert text.endswith("set deploymentType PERSISTENT_2")
     ok = parse({**raw, "sharedStorage": {**storage, "deploymentType": "PERSISTENT_2"}})
     assert ok.shared_storage.links_data_bucket
+
+
+def test_write_through_prefix_gets_the_short_noncurrent_expiry(tmp_path: Any) -> None:
+    """``DataBucketArgs.write_through_prefix`` (the stack's ``sharedStorage.
+    dataRepositoryPrefix``): a rule expires noncurrent versions there after a day, as under the
+    checkpoint prefix, and expires no current object (that prefix holds outputs too). The
+    component is built by a two-line program under the same mocks as the stack's."""
+    program = tmp_path / "program.py"
+    program.write_text(
+        "from infra.config import from_pulumi\n"
+        "from infra.data_bucket import DataBucket, DataBucketArgs\n"
+        "cfg = from_pulumi()\n"
+        "DataBucket('data-bucket', DataBucketArgs(bucket=cfg.data_bucket, "
+        "cluster_name=cfg.cluster_name, region=cfg.region or '', "
+        "write_through_prefix='training/fsx'))\n",
+        encoding="utf-8",
+    )
+    run = run_program("p5-16", secrets=SECRETS, program=program)
+    lifecycle = run.one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+    rules = {r["id"]: r for r in lifecycle.inputs["rules"]}
+    assert rules["write-through-noncurrent-versions"] == {
+        "id": "write-through-noncurrent-versions",
+        "status": "Enabled",
+        "filter": {"prefix": "training/fsx/"},
+        "noncurrentVersionExpiration": {"noncurrentDays": CHECKPOINT_NONCURRENT_VERSION_DAYS},
+    }
+    assert set(rules) == {
+        "expire-old-checkpoints",
+        "write-through-noncurrent-versions",
+        "noncurrent-versions-and-torn-uploads",
+    }
+    cfg = parse(pulumi_mocks.stack_config("p5-16"), stack="p5-16", secrets=SECRETS)
+    for bad in ("", "/training/fsx", "training/fsx/"):
+        with pytest.raises(ValueError, match="write_through_prefix"):
+            DataBucketArgs(
+                bucket=cfg.data_bucket,
+                cluster_name="c",
+                region="us-east-1",
+                write_through_prefix=bad,
+            )
