@@ -56,7 +56,13 @@ from controlplane.client import ApiError, Client, wait_for
 from controlplane.cluster import ControlPlane
 from infra.config import DEFAULT_CHECKPOINT_CLAIM, load_stack_file, sources
 from jobs import cli, manifest
-from tests.controlplane.helpers import IMAGE, delete_and_wait, member_access, prefix_queues
+from tests.controlplane.helpers import (
+    IMAGE,
+    condition,
+    delete_and_wait,
+    member_access,
+    prefix_queues,
+)
 from workloads.specs import kueue, storage, team_admission, teams
 
 pytestmark = pytest.mark.controlplane
@@ -415,4 +421,129 @@ def test_a_members_job_runs_in_the_team_namespace_and_nowhere_else(
         delete_and_wait(admin, namespaced)
         for obj in reversed(queues):
             if obj["kind"] != "WorkloadPriorityClass":  # unprefixed: every test's
+                admin.delete(obj)
+
+
+def test_a_v1_job_with_one_worker_running_counts_as_ready_for_kueue(
+    control_plane: ControlPlane,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What docs/sharing.md says of v1 jobs: on a pool without a Topology (dev's g5 pool, no
+    EFA) a 2-worker PyTorchJob with one node cordoned is admitted, one worker runs and the
+    other stays Pending, and Kueue counts the job as ready (its Workload's ``PodsReady`` is
+    True: Kueue reads the operator's ``Running`` condition, which training-operator v1.9.4
+    sets once one worker runs), so ``waitForPodsReady`` neither evicts it nor holds back the
+    next admission for it."""
+    team_name, prefix = "th-half", "th-"
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(REPO / "Pulumi.yaml", root / "Pulumi.yaml")
+    data = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
+    data["config"]["eks-fsdp:teams"] = [
+        {"name": team_name, "principalArns": [f"arn:aws:iam::123456789012:role/{team_name}"]}
+    ]
+    (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setattr(sources, "REPO_ROOT", root)
+    cfg = load_stack_file("dev", root)
+    (team,) = cfg.teams
+    (group,) = cfg.gpu_node_groups
+    admin = control_plane.client
+    objs = [
+        prefix_queues(o, prefix)
+        for o in teams.objects(team, cfg)
+        if o["metadata"].get("namespace") != kueue.JOBS_NAMESPACE
+    ]
+    queues = [
+        prefix_queues(o, prefix)
+        for o in kueue.cluster_objects(cfg)
+        if o["metadata"].get("namespace") != kueue.JOBS_NAMESPACE
+    ]
+    local_queues = [o for o in objs if o["kind"] == "LocalQueue"]
+    namespaced = [o for o in objs if o["kind"] != "LocalQueue"]
+    namespaced.sort(key=lambda o: o["kind"] != "Namespace")
+    nodes = sorted(
+        (
+            n
+            for n in admin.items("v1", "Node")
+            if n["metadata"]["labels"].get("eks.amazonaws.com/nodegroup") == group.name
+        ),
+        key=lambda n: n["metadata"]["name"],
+    )
+    assert len(nodes) == group.max_size == 2
+    cordoned = nodes[1]["metadata"]["name"]
+
+    def cordon(on: bool) -> None:
+        admin.request(
+            "PATCH",
+            f"/api/v1/nodes/{cordoned}",
+            {"spec": {"unschedulable": on or None}},
+            content_type="application/merge-patch+json",
+        )
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = cli.main([*argv, "--kubeconfig", str(control_plane.kubeconfig)])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    try:
+        control_plane.apply_all([*namespaced, *queues, *local_queues])
+        cordon(True)
+        wait_for(
+            "the team's LocalQueue Active",
+            lambda: all(
+                any(
+                    c["type"] == "Active" and c["status"] == "True"
+                    for c in admin.read(q).get("status", {}).get("conditions", [])
+                )
+                for q in [*queues, *local_queues]
+                if q["kind"] in ("ClusterQueue", "LocalQueue")
+            ),
+            timeout=TIMEOUT_S,
+        )
+        code, _, err = run(
+            "submit", DEV_JOB_FILE, "--image", IMAGE, "--team", team_name, "--name", "th-a"
+        )
+        assert code == 0, err
+
+        def half_started() -> tuple[list[str], dict[str, Any]] | None:
+            pods = admin.items("v1", "Pod", team_name)
+            phases = sorted(p["status"].get("phase", "") for p in pods)
+            workloads = admin.items(kueue.API_VERSION, "Workload", team_name)
+            if phases != ["Pending", "Running"] or len(workloads) != 1:
+                return None
+            if condition(workloads[0], "PodsReady") != "True":
+                return None
+            return phases, workloads[0]
+
+        try:
+            _, workload = wait_for(
+                "one worker running, one Pending, the Workload PodsReady",
+                half_started,
+                timeout=TIMEOUT_S,
+            )
+        except TimeoutError as err:
+            seen = [
+                (p["metadata"]["name"], p["status"].get("phase"), p["spec"].get("nodeName"))
+                for p in admin.items("v1", "Pod", team_name)
+            ]
+            states = [
+                w.get("status") for w in admin.items(kueue.API_VERSION, "Workload", team_name)
+            ]
+            raise AssertionError(f"{err}; pods: {seen}; workloads: {states}") from None
+        assert condition(workload, "Admitted") == "True"
+        job = admin.find(*PJ, "th-a", team_name)
+        assert condition(job, "Running") == "True"
+        (pending,) = [
+            p for p in admin.items("v1", "Pod", team_name) if p["status"]["phase"] == "Pending"
+        ]
+        assert not pending["spec"].get("nodeName")  # nowhere to go: the other node is cordoned
+    finally:
+        cordon(False)
+        if admin.find(*PJ, "th-a", team_name) is not None:
+            run("cancel", "th-a", "--purge", "-n", team_name)
+        delete_and_wait(admin, namespaced)
+        for obj in reversed(queues):
+            if obj["kind"] != "WorkloadPriorityClass":
                 admin.delete(obj)
