@@ -23,8 +23,8 @@ team Role grants nothing on Namespaces):
   but ``IPC_LOCK`` (what EFA needs: ``workloads.specs.pytorchjob.EFA_CAPABILITIES``, which is
   why the Pod Security ``baseline`` level, which refuses it, is not used), or run as another
   ServiceAccount than the team's ``jobs`` (whose token is never mounted). Our own job pods
-  pass (``tests/workloads/test_team_admission.py`` evaluates them; the control-plane test
-  creates them for real).
+  pass: ``tests/controlplane/test_team_namespace.py`` has a real API server admit the pod
+  the training operator made for a member's job, and refuse it with each privilege added.
 
 Both use ``failurePolicy: Fail`` and ``validationActions: [Deny]``: a policy the server cannot
 evaluate refuses rather than lets through.
