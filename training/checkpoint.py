@@ -41,6 +41,7 @@ import re
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from types import FrameType
@@ -213,6 +214,10 @@ class Checkpointer:
         """Seconds of the last finished write (None before the first one)."""
         self.written: list[Location] = []
         """Checkpoints this process completed, in order."""
+        self.after_publish: Callable[[], object] | None = None
+        """Called on rank 0 once each checkpoint is complete (the trainer pushes its
+        `--output_dir s3://` outputs, so the metrics reach S3 with the checkpoint they go with,
+        not only at the end or on SIGTERM)."""
         self._pending: tuple[Future[Any], Any, Any, dict[str, Any], float] | None = None
         self._done_at: float | None = None
 
@@ -281,6 +286,8 @@ class Checkpointer:
         self.write_s = (self._done_at or time.monotonic()) - t0
         if self.main:
             _publish(self.root, tmp, final, {**meta, "write_s": round(self.write_s, 3)})
+            if self.after_publish is not None:
+                self.after_publish()
         self.written.append(final)
 
     def _mark_done(self, _fut: Future[Any]) -> None:

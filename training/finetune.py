@@ -280,6 +280,8 @@ class Trainer:
         ledger: Goodput | None = None
         if env.is_main:
             self.outputs.prepare(cfg.resume)  # s3:// and resuming: the uploaded metrics
+            if self.outputs.uri is not None:  # pushed with every checkpoint, not only at the end
+                self.checkpointer.after_publish = self.outputs.push
             resume_step = self.state.step if cfg.resume else None
             jsonl = JsonlSink(self.out_dir / "metrics.jsonl", resume_step)
             self.metrics.add(jsonl)
