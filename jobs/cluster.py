@@ -713,7 +713,7 @@ class ClusterBackend:
             resume_from.parse(from_uri, local=False, claim_mount="/")
         record = self._get_record(name)
         if record is None:
-            folder = name if ns == pj.JOBS_NAMESPACE else f"{ns}/{name}"
+            folder = resume_from.job_folder(name, ns)
             raise resume_from.no_record(name, f"on this cluster (namespace {ns})", folder=folder)
         data = record.get("data") or {}
         job_file = loads(
