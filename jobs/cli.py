@@ -187,7 +187,8 @@ def _parser() -> argparse.ArgumentParser:
         dest="from_uri",
         metavar="URI",
         help="continue from the checkpoints under this root: a path (cluster: on the job's "
-        "checkpoint claim) or s3://BUCKET/PREFIX; kept for later resumes",
+        "checkpoint claim) or s3://BUCKET/PREFIX; kept for later resumes; with no record "
+        "of the job here, the job is rebuilt from ROOT/NAME/job.json (written by submit --from)",
     )
     resume.add_argument(
         "--image",
