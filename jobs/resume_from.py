@@ -130,11 +130,11 @@ JOB_RECORD = "job.json"
 
 
 def job_folder(name: str, namespace: str | None) -> str:
-    """The job's folder under a checkpoint root (``pytorchjob.job_folder``): its name in the
-    jobs namespace (and for local jobs), ``<namespace>/<name>`` in a team's."""
-    from workloads.specs.pytorchjob import JOBS_NAMESPACE
+    """The job's folder under a checkpoint root: the rule the pods' flags follow
+    (``workloads.specs.pytorchjob.folder_of``)."""
+    from workloads.specs.pytorchjob import folder_of
 
-    return name if namespace in (None, JOBS_NAMESPACE) else f"{namespace}/{name}"
+    return folder_of(name, namespace)
 
 
 def keep_record(root: str, folder: str, values: dict[str, Any], image: str | None) -> str:

@@ -203,13 +203,18 @@ JOBS_NAMESPACE = "default"
 """The stack's jobs namespace (``workloads.specs.stack.JOBS_NAMESPACE``)."""
 
 
+def folder_of(name: str, namespace: str | None) -> str:
+    """A job's folder under the checkpoint root (``--dist_checkpoint_folder``): its name in
+    the jobs namespace (the folders jobs always had) and for local jobs (None),
+    ``<namespace>/<name>`` in a team's. Every team's claim mounts the root of the same file
+    system (and an ``s3://`` root is shared too), so two teams' jobs of the same name would
+    otherwise resume, prune and overwrite each other's checkpoints."""
+    return name if namespace in (None, JOBS_NAMESPACE) else f"{namespace}/{name}"
+
+
 def job_folder(s: JobSettings) -> str:
-    """The job's folder under the checkpoint root (``--dist_checkpoint_folder``): its name in
-    the jobs namespace (the folders jobs always had), ``<namespace>/<name>`` in a team's. Every
-    team's claim mounts the root of the same file system (and an ``s3://`` root is shared
-    too), so two teams' jobs of the same name would otherwise resume, prune and overwrite each
-    other's checkpoints."""
-    return s.name if s.namespace == JOBS_NAMESPACE else f"{s.namespace}/{s.name}"
+    """The folder of the job ``s`` describes (``folder_of``)."""
+    return folder_of(s.name, s.namespace)
 
 
 def output_dir(s: JobSettings) -> str:
