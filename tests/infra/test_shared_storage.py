@@ -317,8 +317,8 @@ BAD_STORAGE: list[tuple[str, dict[str, Any], str]] = [
     (
         "link-on-scratch-2",
         {"dataRepositoryPrefix": "training/fsx"},
-        "eks-fsdp:sharedStorage.dataRepositoryPrefix: a data repository association needs"
-        " deploymentType PERSISTENT_2, not SCRATCH_2",
+        "eks-fsdp:sharedStorage.dataRepositoryPrefix: a data repository association is linked"
+        " here only on PERSISTENT_2, not SCRATCH_2",
     ),
     (
         "link-outside-the-jobs-prefix",
