@@ -202,7 +202,14 @@ if cfg.data_bucket.enabled and pod_identity_agent_addon is not None:
     data_bucket = DataBucket(
         "data-bucket",
         DataBucketArgs(
-            bucket=cfg.data_bucket, cluster_name=cfg.cluster_name, region=cfg.region or ""
+            bucket=cfg.data_bucket,
+            cluster_name=cfg.cluster_name,
+            region=cfg.region or "",
+            write_through_prefix=(
+                cfg.shared_storage.data_repository_prefix
+                if cfg.shared_storage.links_data_bucket
+                else None
+            ),
         ),
     )
     pod_identity = PodIdentity(

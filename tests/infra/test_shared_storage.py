@@ -276,6 +276,14 @@ def test_persistent_2_links_the_whole_file_system_to_the_bucket_prefix() -> None
     assert DATA_REPOSITORY_EVENTS == ("NEW", "CHANGED", "DELETED")
     # The jobs' role reaches what the file system exports (it is under dataBucket.prefix).
     assert "training/fsx/".startswith(run.outputs[outputs.DATA_BUCKET_PREFIX] + "/")
+    # The program gives the bucket the linked prefix: the checkpoints FSx exports there (each
+    # save re-exported on rename and prune) lose their old versions after a day.
+    lifecycle = run.one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+    (rule,) = [r for r in lifecycle.inputs["rules"] if r["filter"] == {"prefix": "training/fsx/"}]
+    assert rule["noncurrentVersionExpiration"] == {"noncurrentDays": 1}
+    unlinked = run_program("p5-16", secrets=SECRETS)
+    lifecycle = unlinked.one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+    assert "training/fsx/" not in str(lifecycle.inputs["rules"])
 
 
 @pytest.mark.parametrize("stack", FSX_STACKS)
