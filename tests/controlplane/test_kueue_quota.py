@@ -36,7 +36,7 @@ from controlplane.client import Client, wait_for
 from controlplane.cluster import ControlPlane
 from controlplane.nodes import network_labels
 from infra.config import parse, project_defaults, stack_file_values
-from tests.controlplane.helpers import delete_and_wait, rendered_objects
+from tests.controlplane.helpers import delete_and_wait, prefix_queues, rendered_objects
 from workloads.specs import kueue, teams
 
 pytestmark = pytest.mark.controlplane
@@ -67,20 +67,7 @@ def _stack() -> Any:
 
 def _prefixed(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` with its cluster-scoped names (and the references to them) prefixed."""
-    obj = copy.deepcopy(obj)
-    kind, spec = obj["kind"], obj.get("spec", {})
-    if kind in ("ResourceFlavor", "ClusterQueue", "Topology"):
-        obj["metadata"]["name"] = PREFIX + obj["metadata"]["name"]
-    if kind == "ResourceFlavor" and "topologyName" in spec:
-        spec["topologyName"] = PREFIX + spec["topologyName"]
-    if kind == "ClusterQueue":
-        spec["cohortName"] = PREFIX + spec["cohortName"]
-        for group in spec["resourceGroups"]:
-            for flavor in group["flavors"]:
-                flavor["name"] = PREFIX + flavor["name"]
-    if kind == "LocalQueue":
-        spec["clusterQueue"] = PREFIX + spec["clusterQueue"]
-    return obj
+    return prefix_queues(obj, PREFIX)
 
 
 def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:

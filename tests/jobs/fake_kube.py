@@ -30,12 +30,14 @@ not exist (404 NotFound, as the API server answers). Nothing here reaches beyond
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -432,3 +434,22 @@ class FakeKube:
                 )
             elif method == "PATCH":
                 self._send(h, 200, self.put(plural, _merge(found, body or {})))
+
+
+def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    """``python -m jobs ARGV`` in this process: exit status, stdout, stderr (``capsys``)."""
+    from jobs import cli
+
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@contextlib.contextmanager
+def served(tmp_path: Path) -> Iterator[tuple[FakeKube, str]]:
+    """A started ``FakeKube`` and the path of a kubeconfig naming it; stopped afterwards."""
+    fake = FakeKube().start()
+    try:
+        yield fake, str(fake.kubeconfig(tmp_path / "kubeconfig"))
+    finally:
+        fake.stop()

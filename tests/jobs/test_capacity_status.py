@@ -19,7 +19,7 @@ import pytest
 
 from jobs import cli
 from jobs.output import capacity_text
-from tests.jobs.fake_kube import FakeKube
+from tests.jobs.fake_kube import FakeKube, served
 from workloads.specs import capacity
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
@@ -28,11 +28,8 @@ IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp-p5-16-training:sh
 
 @pytest.fixture
 def kube(tmp_path: Path) -> Iterator[tuple[FakeKube, str]]:
-    fake = FakeKube().start()
-    try:
-        yield fake, str(fake.kubeconfig(tmp_path / "kubeconfig"))
-    finally:
-        fake.stop()
+    with served(tmp_path) as served_kube:
+        yield served_kube
 
 
 def _iso(t: float) -> str:

@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 import yaml
 
-from jobs import cli, cluster, cluster_logs, operator
+from jobs import cluster, cluster_logs, operator
 from jobs.manifest import record_name
-from tests.jobs.fake_kube import FakeKube
+from tests.jobs.fake_kube import FakeKube, run_cli
 from workloads.specs import pytorchjob as pj
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
@@ -53,9 +53,7 @@ def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Fake
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def _submit(

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 import yaml
 
-from jobs import cli, queue
 from jobs import file as jobfile
+from jobs import queue
 from jobs.manifest import record_name
-from tests.jobs.fake_kube import FakeKube
+from tests.jobs.fake_kube import FakeKube, run_cli, served
 from workloads.specs import pytorchjob as pj
 from workloads.specs.stack import job_workloads
 
@@ -41,11 +41,8 @@ IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp-p4de-odcr-trainin
 
 @pytest.fixture
 def kube(tmp_path: Path) -> Iterator[tuple[FakeKube, str]]:
-    fake = FakeKube().start()
-    try:
-        yield fake, str(fake.kubeconfig(tmp_path / "kubeconfig"))
-    finally:
-        fake.stop()
+    with served(tmp_path) as served_kube:
+        yield served_kube
 
 
 def _obj(fake: FakeKube, plural: str, name: str) -> dict[str, Any]:
@@ -56,9 +53,7 @@ def _obj(fake: FakeKube, plural: str, name: str) -> dict[str, Any]:
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def _submit(

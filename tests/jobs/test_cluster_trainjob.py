@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 import yaml
 
-from jobs import cli, queue
 from jobs import file as jobfile
+from jobs import queue
 from jobs import trainjob as tjobs
 from jobs.manifest import record_name
-from tests.jobs.fake_kube import FakeKube
+from tests.jobs.fake_kube import FakeKube, run_cli, served
 from workloads.specs import trainjob as tj
 from workloads.specs.stack import job_workloads
 
@@ -43,17 +43,12 @@ IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp-p4de-odcr-trainin
 
 @pytest.fixture
 def kube(tmp_path: Path) -> Iterator[tuple[FakeKube, str]]:
-    fake = FakeKube().start()
-    try:
-        yield fake, str(fake.kubeconfig(tmp_path / "kubeconfig"))
-    finally:
-        fake.stop()
+    with served(tmp_path) as served_kube:
+        yield served_kube
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def _submit(

@@ -25,8 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from jobs import cli
-from tests.jobs.fake_kube import FakeKube
+from tests.jobs.fake_kube import FakeKube, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = "p4de-odcr"
@@ -58,9 +57,7 @@ def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Fake
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def _owner_uid(obj: dict[str, Any]) -> list[str]:

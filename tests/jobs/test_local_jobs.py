@@ -28,6 +28,7 @@ import pytest
 from jobs import cli
 from jobs.local import STATE_ENV, LocalBackend
 from localrun.result import complete_checkpoint_steps, read_metrics
+from tests.jobs.fake_kube import run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -47,9 +48,7 @@ TIMEOUT_S = 240.0
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def _status(name: str) -> dict[str, Any]:

@@ -31,9 +31,9 @@ import pytest
 import yaml
 
 from infra.config import sources
-from jobs import cli, queue
+from jobs import queue
 from jobs.manifest import record_name
-from tests.jobs.fake_kube import FakeKube
+from tests.jobs.fake_kube import FakeKube, run_cli
 from workloads.specs import kueue
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,9 +80,7 @@ def kube(tmp_path: Path, root: Path) -> Iterator[tuple[FakeKube, str]]:
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def _submit(capsys: pytest.CaptureFixture[str], kubeconfig: str, *extra: str) -> Any:

@@ -36,11 +36,10 @@ from urllib.parse import unquote
 import pytest
 import yaml
 
-from jobs import cli
 from jobs import file as jobfile
 from jobs.manifest import record_name
 from jobs.revisions import SAMSUM_HUB_ID, hub_inputs, pin
-from tests.jobs.fake_kube import FakeKube
+from tests.jobs.fake_kube import FakeKube, run_cli, served
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 P4DE = str(EXAMPLES / "p4de-odcr.yaml")
@@ -134,17 +133,12 @@ def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
 
 @pytest.fixture
 def kube(tmp_path: Path) -> Iterator[tuple[FakeKube, str]]:
-    fake = FakeKube().start()
-    try:
-        yield fake, str(fake.kubeconfig(tmp_path / "kubeconfig"))
-    finally:
-        fake.stop()
+    with served(tmp_path) as served_kube:
+        yield served_kube
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def _flags(fake: FakeKube) -> list[str]:

@@ -29,12 +29,12 @@ from typing import Any
 
 import pytest
 
-from jobs import cli, cluster_logs
+from jobs import cluster_logs
 from jobs.local import STATE_ENV, LocalBackend
 from jobs.manifest import record_name
 from jobs.resume_from import REQUIRED_FLAG
 from localrun.result import complete_checkpoint_steps, read_metrics
-from tests.jobs.fake_kube import FakeKube
+from tests.jobs.fake_kube import FakeKube, run_cli
 from tests.training.conftest import S3Server
 from tests.training.helpers import TINY as TRAIN_TINY
 from tests.training.helpers import finetune_cmd, run
@@ -60,9 +60,7 @@ TIMEOUT_S = 300.0
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def _wait(what: str, check: Any, timeout_s: float = TIMEOUT_S) -> Any:
