@@ -174,6 +174,26 @@ def test_list_and_status_across_invocations(
     assert code == 0 and "phase:" in out and "progress:  step " in out and "next: " in out
 
 
+def test_cancel_keeps_the_checkpoint_and_stops_everything(
+    home: Path, running: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before any test that waits for job A to end: job B must still be running here, and on
+    # a loaded machine it can finish its steps while A's end is awaited.
+    ckpt = home / "job-b" / "shared" / "job-b"
+    _wait("job-b's first checkpoint", lambda: complete_checkpoint_steps(ckpt))
+    code, _, err = _cli(capsys, "submit", "--local", DEV, "--name", "job-b", "--replace")
+    assert code == 2 and "--replace: job 'job-b' is Running; only a finished job" in err
+    code, out, _ = _cli(capsys, "cancel", "--local", "job-b")
+    assert code == 0 and "checkpoints kept" in out, out
+    status = _status("job-b")
+    assert status["phase"] == "Cancelled"
+    steps = complete_checkpoint_steps(ckpt)
+    assert steps and steps[-1] < B_STEPS
+    assert _processes_mentioning(str(home / "job-b")) == []
+    code, _, err = _cli(capsys, "cancel", "--local", "job-b")
+    assert code == 1 and "not running (Cancelled)" in err
+
+
 def test_logs_of_rank_1_are_the_second_pods(
     home: Path, running: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -189,24 +209,6 @@ def test_logs_of_rank_1_are_the_second_pods(
     assert code == 0 and len(out0.splitlines()) <= 3
     code, _, err = _cli(capsys, "logs", "--local", "job-a", "--rank", "2")
     assert code == 2 and err.count("\n") == 1 and "--rank 0..1" in err
-
-
-def test_cancel_keeps_the_checkpoint_and_stops_everything(
-    home: Path, running: dict[str, Any], capsys: pytest.CaptureFixture[str]
-) -> None:
-    ckpt = home / "job-b" / "shared" / "job-b"
-    _wait("job-b's first checkpoint", lambda: complete_checkpoint_steps(ckpt))
-    code, _, err = _cli(capsys, "submit", "--local", DEV, "--name", "job-b", "--replace")
-    assert code == 2 and "--replace: job 'job-b' is Running; only a finished job" in err
-    code, out, _ = _cli(capsys, "cancel", "--local", "job-b")
-    assert code == 0 and "checkpoints kept" in out, out
-    status = _status("job-b")
-    assert status["phase"] == "Cancelled"
-    steps = complete_checkpoint_steps(ckpt)
-    assert steps and steps[-1] < B_STEPS
-    assert _processes_mentioning(str(home / "job-b")) == []
-    code, _, err = _cli(capsys, "cancel", "--local", "job-b")
-    assert code == 1 and "not running (Cancelled)" in err
 
 
 def test_first_job_finishes_while_the_other_was_cancelled(running: dict[str, Any]) -> None:
