@@ -135,17 +135,19 @@ def _listing(path: Path) -> dict[str, int]:
     }
 
 
-def _intact(path: Path) -> bool:
+def _intact(path: Path) -> bool | None:
     """Every file of the folder's manifest (meta.json `files`) there at its size
     (`training.s3.checkpoints.intact`: a checkpoint root that FSx for Lustre exports to S3
-    reaches S3, and so a new cluster, file by file in no order). No manifest: intact."""
+    reaches S3, and so a new cluster, file by file in no order). None when meta.json cannot be
+    read now (an I/O error of a lazily restored FSx file, say): not a resume candidate, but
+    not known to be torn either, so `prune` keeps it."""
     from training.s3.checkpoints import intact
 
     meta_path = path / "meta.json"
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
     except (OSError, ValueError):
-        return False
+        return None
     return intact(_listing(path), meta)
 
 
@@ -287,7 +289,10 @@ class Checkpointer:
         if self.main:
             _publish(self.root, tmp, final, {**meta, "write_s": round(self.write_s, 3)})
             if self.after_publish is not None:
-                self.after_publish()
+                try:  # the outputs' copy must not end a run whose checkpoint is safe
+                    self.after_publish()
+                except Exception as err:
+                    print(f"warning: outputs not pushed after {final}: {err}", flush=True)
         self.written.append(final)
 
     def _mark_done(self, _fut: Future[Any]) -> None:
@@ -343,7 +348,7 @@ def prune(root: Location, keep: int = KEEP_LAST, in_flight: Any = None) -> list[
     removed = []
     complete = _complete(root)
     for _, _, path in complete:  # a marker but files missing or cut short: not complete
-        if not _intact(path):
+        if _intact(path) is False:
             removed.append(path)
     complete = [t for t in complete if t[2] not in removed]
     finals = sorted((step, p) for step, old, p in complete if not old)

@@ -93,7 +93,7 @@ def _shard(files: dict[str, int]) -> str:
     return next(n for n in sorted(files) if n.endswith(".distcp"))
 
 
-@pytest.mark.parametrize("damage", ["missing", "truncated"])
+@pytest.mark.parametrize("damage", ["missing", "truncated", "no-meta"])
 def test_local_torn_checkpoint_resumes_from_the_one_before(tmp_path: Path, damage: str) -> None:
     reference = _train(tmp_path / "ref", STEPS, save=False)
     root = tmp_path / "ckpt" / "job"
@@ -108,6 +108,8 @@ def test_local_torn_checkpoint_resumes_from_the_one_before(tmp_path: Path, damag
     shard = torn / _shard(files)
     if damage == "missing":
         shard.unlink()
+    elif damage == "no-meta":  # the marker and every shard, but meta.json never arrived
+        (torn / "meta.json").unlink()
     else:
         shard.write_bytes(shard.read_bytes()[: files[shard.name] // 2])
     assert (torn / checkpoint.MARKER).is_file()
@@ -119,7 +121,7 @@ def test_local_torn_checkpoint_resumes_from_the_one_before(tmp_path: Path, damag
     assert torn in checkpoint.prune(root)  # the torn one is not kept either
 
 
-@pytest.mark.parametrize("damage", ["missing", "truncated"])
+@pytest.mark.parametrize("damage", ["missing", "truncated", "no-meta"])
 def test_s3_torn_checkpoint_resumes_from_the_one_before(
     s3_env: S3Server, tmp_path: Path, damage: str
 ) -> None:
@@ -137,6 +139,8 @@ def test_s3_torn_checkpoint_resumes_from_the_one_before(
     key = torn.prefix + _shard(files)
     if damage == "missing":
         s3.delete_object(Bucket=bucket, Key=key)
+    elif damage == "no-meta":  # the marker and every shard, but meta.json expired or unsent
+        s3.delete_object(Bucket=bucket, Key=torn.prefix + "meta.json")
     else:
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         s3.put_object(Bucket=bucket, Key=key, Body=body[: len(body) // 2])
@@ -157,3 +161,16 @@ def test_a_checkpoint_without_a_manifest_is_taken_as_before(tmp_path: Path) -> N
     (newest / "meta.json").write_text(json.dumps(meta))
     assert checkpoint.latest_complete(root) == newest
     assert checkpoint.prune(root) == []
+    # ... but only with DCP's last file, `.metadata`, which torch writes after every shard
+    (newest / ".metadata").unlink()
+    assert checkpoint.latest_complete(root) == checkpoint.step_dir(root, 1)
+
+
+def test_a_marker_alone_is_not_a_checkpoint(tmp_path: Path) -> None:
+    """`COMPLETE` with nothing else (the first file of an unordered export to arrive)."""
+    root = tmp_path / "job"
+    _train(root, 1, save=True)
+    lone = checkpoint.step_dir(root, 5)
+    lone.mkdir()
+    (lone / checkpoint.MARKER).write_text("")
+    assert checkpoint.latest_complete(root) == checkpoint.step_dir(root, 1)

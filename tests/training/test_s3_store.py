@@ -9,6 +9,7 @@ no complete newest checkpoint, pruning leaves old or torn checkpoints in the buc
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -139,7 +140,10 @@ def test_next_target_and_generations(s3_env: S3Server) -> None:
     root = S3Uri(bucket, "r")
     s3 = s3_env.client()
     assert s3_checkpoints.next_target(root, 7) == root / "step-000007"
-    for name in ("step-000007", "step-000007.1"):
+    for name in ("step-000007", "step-000007.1"):  # complete: a manifest its files match
+        manifest = {s3_checkpoints.MANIFEST: {".metadata": 1}}
+        s3.put_object(Bucket=bucket, Key=f"r/{name}/.metadata", Body=b"x")
+        s3.put_object(Bucket=bucket, Key=f"r/{name}/meta.json", Body=json.dumps(manifest))
         s3.put_object(Bucket=bucket, Key=f"r/{name}/{s3_checkpoints.MARKER}", Body=b"x")
     s3.put_object(Bucket=bucket, Key="r/step-000007.2/.metadata", Body=b"x")  # torn
     assert s3_checkpoints.next_target(root, 7) == root / "step-000007.2"

@@ -36,16 +36,20 @@ _NAME = re.compile(r"^step-(\d{6,})(?:\.(\d+))?$")
 def intact(listing: dict[str, int], meta: dict[str, Any]) -> bool:
     """Whether a checkpoint folder holding `listing` ({name: size}) has every file of its
     manifest at its recorded size. A checkpoint saved before manifests existed (no `files` key
-    in meta.json) counts as intact, as it always did.
+    in meta.json) counts as intact when DCP's last file, `.metadata`, is there (torch's
+    `FileSystemWriter.finish` writes it after every shard). A marker without meta.json is never
+    intact: every publisher writes meta.json before the marker, so the pair was torn apart.
 
     Needed because a marker is not enough where files reach storage in no particular order:
     an FSx for Lustre data repository association exports changed files to S3 asynchronously
     and unordered (FSx for Lustre User Guide, "Exporting changes to the data repository"), so
     a new cluster may import `COMPLETE` before a shard; and a lifecycle rule expires objects one
     by one (S3 User Guide, "Managing the lifecycle of objects")."""
+    if not meta:  # the marker arrived without meta.json (unordered export, lifecycle expiry)
+        return False
     files = meta.get(MANIFEST)
     if not isinstance(files, dict):
-        return True
+        return ".metadata" in listing
     return all(listing.get(name) == size for name, size in files.items())
 
 
