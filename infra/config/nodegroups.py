@@ -31,6 +31,8 @@ PROVISIONER_MANAGED = "managedNodeGroup"
 PROVISIONER_KARPENTER = "karpenter"
 PROVISIONERS = (PROVISIONER_MANAGED, PROVISIONER_KARPENTER)
 KARPENTER_CAPACITY_TYPES = ("reserved", "on-demand", "spot")
+"""Values of Karpenter's ``karpenter.sh/capacity-type`` (website/content/en/docs/tasks/odcrs.md:
+"any combination of the available capacity-types (on-demand, spot, and reserved)")."""
 KARPENTER_NODE_ROLE_PREFIX = "KarpenterNodeRole-"
 """The Karpenter nodes' role is ``KarpenterNodeRole-<clusterName>``, upstream's name
 (aws/karpenter-provider-aws ``website/content/en/docs/getting-started/getting-started-with-
@@ -39,8 +41,6 @@ MAX_IAM_ROLE_NAME = 64
 """IAM role names are at most 64 characters (IAM API reference, ``CreateRole``, ``RoleName``)."""
 MAX_KARPENTER_CLUSTER_NAME = MAX_IAM_ROLE_NAME - len(KARPENTER_NODE_ROLE_PREFIX)
 """46: the longest ``clusterName`` whose Karpenter node role IAM accepts."""
-"""Values of Karpenter's ``karpenter.sh/capacity-type`` (website/content/en/docs/tasks/odcrs.md:
-"any combination of the available capacity-types (on-demand, spot, and reserved)")."""
 PLACEMENT_CREATE = "create"
 PLACEMENT_NONE = "none"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
