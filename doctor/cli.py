@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         type=Path,
         default=None,
-        help="a job file whose model to check (repeatable; default: jobs/examples/ naming the stack)",
+        help="a job file whose model to check (repeatable; default: the files of jobs/ and jobs/examples/ naming the stack)",
     )
     p.add_argument("--offline", action="store_true", help="skip the Hugging Face Hub lookup")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -48,11 +48,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _stack_jobs(stack: str, root: Path) -> list[Path]:
-    """The example job files whose ``stack`` is ``stack``."""
+    """The job files whose ``stack`` is ``stack``: those ``new-stack`` writes (``jobs/*.yaml``)
+    and the shipped examples (``jobs/examples/*.yaml``)."""
     import yaml
 
     out = []
-    for path in sorted((root / "jobs" / "examples").glob("*.yaml")):
+    folders = (root / "jobs", root / "jobs" / "examples")
+    for path in (p for folder in folders for p in sorted(folder.glob("*.yaml"))):
         try:
             data = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError):

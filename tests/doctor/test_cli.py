@@ -294,3 +294,20 @@ def test_a_secret_alert_receiver_needs_alerts_secret(stack_root) -> None:
         ok.status == "ok"
         and ok.detail == "set (secure), observability.alerts.receiver is pagerduty"
     )
+
+
+def test_doctor_reads_the_job_file_new_stack_writes(tmp_path: Path) -> None:
+    """``new-stack NAME`` writes ``jobs/NAME.yaml``; ``doctor --stack NAME`` (as the README and
+    docs/deploy.md run it, without ``--job``) must check that job's model, or a gated model
+    whose licence nobody accepted passes doctor and fails on the paid GPUs."""
+    from doctor.cli import _stack_jobs
+
+    (tmp_path / "jobs" / "examples").mkdir(parents=True)
+    mine = tmp_path / "jobs" / "my-p5.yaml"
+    mine.write_text("name: a\nstack: my-p5\n")
+    (tmp_path / "jobs" / "other.yaml").write_text("name: b\nstack: p5-16\n")
+    (tmp_path / "jobs" / "broken.yaml").write_text("name: [\n")
+    example = tmp_path / "jobs" / "examples" / "p5-16.yaml"
+    example.write_text("name: c\nstack: p5-16\n")
+    assert _stack_jobs("my-p5", tmp_path) == [mine]
+    assert _stack_jobs("p5-16", tmp_path) == [tmp_path / "jobs" / "other.yaml", example]
