@@ -367,13 +367,19 @@ def main(argv: list[str]) -> int:
         stack = _with_kept(stack_text(gen, name=args.name, args=args), kept)
         stack_path.parent.mkdir(parents=True, exist_ok=True)
         job_path.parent.mkdir(parents=True, exist_ok=True)
+        # --force over a stack file: its secrets' ciphertexts and salt exist nowhere else, so a
+        # file that fails the check gives back the bytes that were there.
+        before = {p: p.read_bytes() if p.is_file() else None for p in (stack_path, job_path)}
         stack_path.write_text(stack)
         job_path.write_text(job)
         try:
             _verify(args.name, stack_path.parent, job_path)
         except UsageError:
-            stack_path.unlink()
-            job_path.unlink()
+            for path, old in before.items():
+                if old is None:
+                    path.unlink()
+                else:
+                    path.write_bytes(old)
             raise
     except UsageError as e:
         return fail(COMMAND, e)  # the project's one error format

@@ -62,3 +62,24 @@ def test_force_over_a_file_that_is_no_stack_file_stops(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--force: not a Pulumi stack file" in err, err
     assert path.read_text() == "- not\n- a stack\n"
+
+
+def test_a_regenerated_file_that_fails_its_check_gives_back_the_old_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The kept secrets exist nowhere else: when the regenerated stack does not load (here a
+    secure value kept for a key the program reads as a list), the file is what it was."""
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    assert _new_stack(tmp_path) == 0
+    path = tmp_path / "Pulumi.p5-try.yaml"
+    data = {"encryptionsalt": SALT, **yaml.safe_load(path.read_text())}
+    data["config"]["eks-fsdp:hfToken"] = {"secure": TOKEN}
+    data["config"]["eks-fsdp:availabilityZones"] = {"secure": TOKEN}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    before, job_before = path.read_bytes(), (tmp_path / "jobs" / "p5-try.yaml").read_bytes()
+    capsys.readouterr()
+    assert _new_stack(tmp_path, "--force", "--nodes", "8") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "availabilityZones" in err, err
+    assert path.read_bytes() == before
+    assert (tmp_path / "jobs" / "p5-try.yaml").read_bytes() == job_before
