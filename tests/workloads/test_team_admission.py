@@ -1,23 +1,31 @@
 """A team's admission policies: what they match, what they select, and that the program makes them.
 
 The policies themselves (their CEL, evaluated by a real API server: a job without a queue
-label refused, our own job pods accepted, a privileged pod refused) run in
+label refused, our own job pods accepted, a privileged pod or one mounting its token refused,
+a member's change of a Workload's priority refused) run in
 ``tests/controlplane/test_team_namespace.py``; no CEL evaluator is available offline. Here:
 the objects are valid ``admissionregistration.k8s.io/v1`` for the stack's Kubernetes version
 (kubernetes-validate, strict), they match exactly the job kinds the team Role lets members
 create and select exactly the team's Namespace by a label it carries, and the Pulumi program
 (under mocks: no engine, no cluster, ``tests/pulumi_mocks.py``) creates them as typed
 resources of each team. If this fails, a member could create a job Kueue never sees (outside
-every quota), a policy would cover another team's namespace or none, or ``pulumi up`` would
+every quota), a member could raise their Workload's priority and preempt other teams (or the
+workload policy would miss a priority field of Kueue v0.17.0's Workload, or catch Kueue's
+own updates), a policy would cover another team's namespace or none, or ``pulumi up`` would
 not create the policies at all.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from infra import versions
 from infra.config import parse, project_defaults, stack_file_values
 from jobs import queue
 from tests.pulumi_mocks import USER_SET, ProgramRun, run_program
@@ -50,7 +58,7 @@ def test_the_policies_are_valid_for_the_stacks_kubernetes() -> None:
         assert [o["kind"] for o in objs] == [
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
-        ] * 2
+        ] * 3
         for obj in objs:
             validate(obj, cfg.kubernetes_version)
         # part of the team's objects, right after its Namespace (nothing a member uses first)
@@ -122,6 +130,127 @@ def test_the_pod_policy_allows_what_efa_pods_add_and_the_jobs_service_account() 
     ]
 
 
+def test_the_pod_policy_refuses_mounting_the_token_our_pods_do_not_mount() -> None:
+    """``automountServiceAccountToken: true`` in a pod overrides its ServiceAccount's ``false``
+    (Kubernetes docs, "Configure Service Accounts for Pods"); the rule refuses only ``true``,
+    and the ServiceAccount and our worker pods (v1 and the Trainer v2 runtime) set ``false``."""
+    from workloads.specs import trainjob as tj
+
+    policy = team_admission.pod_policy("nlp")
+    (rule,) = [
+        v
+        for v in policy["spec"]["validations"]
+        if "automountServiceAccountToken" in v["expression"]
+    ]
+    assert rule["expression"] == (
+        "!has(object.spec.automountServiceAccountToken) || "
+        "!object.spec.automountServiceAccountToken"
+    )
+    team = stack("p5-16").teams[0]
+    assert teams.service_account(team)["automountServiceAccountToken"] is False
+    pods = [
+        p
+        for p in _pod_specs(tj.cluster_training_runtime())
+        if "containers" in p  # pod specs, not other objects that carry "spec"
+    ]
+    assert pods
+    for pod in pods:
+        assert pod.get("automountServiceAccountToken") is False, pod
+
+
+def _pod_specs(value: Any) -> list[dict[str, Any]]:
+    """Every pod spec (a ``template.spec``) nested in ``value``."""
+    found: list[dict[str, Any]] = []
+    if isinstance(value, dict):
+        template = value.get("template")
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+            found.append(template["spec"])
+        for v in value.values():
+            found += _pod_specs(v)
+    elif isinstance(value, list):
+        for v in value:
+            found += _pod_specs(v)
+    return found
+
+
+def test_the_workload_policy_covers_members_updates_of_priority_and_queue() -> None:
+    """The Role lets members patch Workloads; the policy matches exactly that (UPDATE of
+    ``kueue.x-k8s.io`` workloads, the team's group only, so Kueue's controller is not matched)
+    and compares each field with CEL's optional selection (unset on both sides: equal)."""
+    team = stack("p5-16").teams[0]
+    role = teams.role(team)
+    patchable = {
+        (group, resource)
+        for rule in role["rules"]
+        if "patch" in rule["verbs"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        if group == "kueue.x-k8s.io"
+    }
+    assert patchable == {team_admission.WORKLOAD_RESOURCE}
+    policy = team_admission.workload_policy(team.name)
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "apiVersions": ["*"],
+            "operations": ["UPDATE"],
+            "resources": ["workloads"],
+            "scope": "Namespaced",
+        }
+    ]
+    (cond,) = policy["spec"]["matchConditions"]
+    assert cond["expression"] == (
+        f"request.userInfo.groups.exists(g, g == '{teams.group_name(team.name)}')"
+    )
+    # the group the RoleBinding grants the Role to is the one the condition names
+    (subject,) = teams.role_binding(team)["subjects"]
+    assert subject["kind"] == "Group" and f"'{subject['name']}'" in cond["expression"]
+    checks = policy["spec"]["validations"]
+    assert [c["expression"] for c in checks] == [
+        f"object.spec.?{f} == oldObject.spec.?{f}" for f in team_admission.WORKLOAD_FIELDS
+    ]
+    assert all(c["reason"] == "Forbidden" for c in checks)
+    assert len({c["message"] for c in checks}) == len(checks)
+    assert "active" not in team_admission.WORKLOAD_FIELDS
+
+
+def _kueue_module() -> Path | None:
+    """The Kueue module at the pin in Go's module cache (None without Go or the module)."""
+    try:
+        out = subprocess.run(
+            ["go", "env", "GOMODCACHE"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        out = None
+    root = out.stdout.strip() if out and out.returncode == 0 else ""
+    root = root or os.path.expanduser("~/go/pkg/mod")
+    path = Path(root) / "sigs.k8s.io" / f"kueue@{versions.KUEUE_VERSION}"
+    return path if path.is_dir() else None
+
+
+def test_the_workload_policy_names_every_priority_and_queue_field_of_kueues_workload() -> None:
+    """Against the Workload CRD of Kueue at the pin (``config/components/crd/bases/
+    kueue.x-k8s.io_workloads.yaml``, read from Go's module cache; skipped without it): every
+    ``spec`` field of a served version that sets the priority or the queue (v1beta2
+    ``priority``, ``priorityClassRef``; v1beta1 ``priorityClassName``,
+    ``priorityClassSource``; ``queueName``) is one the policy keeps, and each field it keeps
+    exists in some served version."""
+    module = _kueue_module()
+    if module is None:
+        pytest.skip(f"sigs.k8s.io/kueue@{versions.KUEUE_VERSION} is not in Go's module cache")
+    crd_path = module / "config" / "components" / "crd" / "bases" / "kueue.x-k8s.io_workloads.yaml"
+    crd = yaml.safe_load(crd_path.read_text())
+    fields: set[str] = set()
+    served = [v for v in crd["spec"]["versions"] if v.get("served")]
+    assert {v["name"] for v in served} >= {"v1beta1", "v1beta2"}
+    for version in served:
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        fields |= set(spec)
+    wanted = {f for f in fields if "priority" in f.lower() or f == "queueName"}
+    assert wanted == set(team_admission.WORKLOAD_FIELDS)
+
+
 @pytest.fixture(scope="module")
 def run() -> ProgramRun:
     return run_program("p5-16", overrides={"teams": TEAMS}, secrets=SECRETS)
@@ -178,6 +307,8 @@ def test_a_team_trainjobs_pod_carries_what_the_admitted_v1_pod_carries(
     v1_job = pytorchjob.pytorchjob(job_workloads(v1, image="registry/training:1").job, "etcd")
     v1_pod = v1_job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     assert patch["spec"]["serviceAccountName"] == pytorchjob.SERVICE_ACCOUNT
+    assert v1_pod["automountServiceAccountToken"] is False  # the pod policy refuses true
+    assert patch["spec"].get("automountServiceAccountToken") is not True
     (container,) = patch["spec"]["containers"]
     assert container["securityContext"] == v1_pod["containers"][0]["securityContext"]
     assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]

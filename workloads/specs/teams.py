@@ -41,8 +41,9 @@ For each ``teams[]`` entry (``infra.config.teams``):
   the file system's and the token's Outputs); ``python -m jobs submit --team`` checks the
   ones a job needs before it creates anything (``jobs.team_check``);
 - a **LocalQueue** per GPU pool (``workloads.specs.kueue.team_local_queues``);
-- two **ValidatingAdmissionPolicies** and their bindings (``workloads.specs.team_admission``):
-  every job in the namespace names a queue, and its pods stay unprivileged.
+- three **ValidatingAdmissionPolicies** and their bindings (``workloads.specs.team_admission``):
+  every job in the namespace names a queue, its pods stay unprivileged, and a member's
+  Workloads keep their priority and queue.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ JOB_VERBS = ("get", "list", "watch", "create", "delete", "patch")
 
 def group_name(team: str) -> str:
     """The Kubernetes group a team member's access entry carries (``kind: Group`` subject)."""
-    return f"eks-fsdp-team-{team}"
+    return team_admission.member_group(team)
 
 
 def _meta(name: str, team: TeamConfig, namespace: str | None = None) -> dict[str, Any]:
@@ -246,7 +247,8 @@ def role(team: TeamConfig) -> K8sObject:
                 "verbs": read,
             },
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": read},
-            # patch: suspend/unsuspend of a queued job sets its Workload's spec.active
+            # patch: suspend/unsuspend of a queued job sets its Workload's spec.active (the
+            # workload policy refuses a member's change of its priority or queue)
             {
                 "apiGroups": ["kueue.x-k8s.io"],
                 "resources": ["workloads"],
