@@ -26,9 +26,12 @@ kwok's fake p4de nodes, the training operator, Kueue), the p4de-odcr stack (FSx 
   submitted job; the labelled job is accepted and Kueue still admits and unsuspends it (its
   own writes pass). The pod the training operator made for the job passes the pod policy
   (``IPC_LOCK`` on p4de's EFA included), and the same pod with host networking, a host PID
-  namespace, a ``hostPath`` volume, a privileged container, an added ``SYS_ADMIN`` or another
-  ServiceAccount is refused, each with its message (server-side dry runs: admission runs,
-  nothing is stored);
+  namespace, a ``hostPath`` volume, a privileged container, an added ``SYS_ADMIN``, another
+  ServiceAccount or ``automountServiceAccountToken: true`` is refused, each with its message
+  (server-side dry runs: admission runs, nothing is stored). The member may patch the job's
+  Workload's ``spec.active`` but not its ``spec.priority`` (refused with the workload
+  policy's message) or ``spec.queueName``, which an admin, outside the team's group as Kueue's
+  controller is, may (dry runs too);
 - ``tn-vision``'s namespace holds its team objects but not the claim and token Secret (a stack
   applied before teams got them): ``submit --team tn-vision`` refuses in one line naming both
   and creates nothing; on a stack without shared storage, a job file naming a claim the
@@ -37,8 +40,9 @@ kwok's fake p4de nodes, the training operator, Kueue), the p4de-odcr stack (FSx 
 If this fails, a team's job would hang Pending on a claim its namespace lacks (holding quota
 Kueue gave it), the Role would not let members run the jobs CLI in their namespace, or it
 would let them into another team's namespace or the cluster's own objects; a member could
-run a job outside every quota or a pod with the node's privileges; or the policies would
-refuse our own jobs and pods.
+run a job outside every quota or a pod with the node's privileges or its ServiceAccount's
+token, or raise its job's priority to preempt other teams; or the policies would refuse our
+own jobs and pods.
 """
 
 from __future__ import annotations
@@ -315,6 +319,9 @@ def test_a_members_job_runs_in_the_team_namespace_and_nowhere_else(
                 add=["IPC_LOCK", "SYS_ADMIN"]
             ),
             "run as the ServiceAccount jobs": lambda p, _: p.update(serviceAccountName="default"),
+            "may not mount the token of the ServiceAccount jobs": lambda p, _: p.update(
+                automountServiceAccountToken=True
+            ),
         }
         for message, change in variants.items():
             got = _refusal(lambda c=change: _dry_run(admin, variant(c)))
@@ -326,6 +333,35 @@ def test_a_members_job_runs_in_the_team_namespace_and_nowhere_else(
         assert json.loads(out)["admission"] == "admitted"
         workloads = member.items(kueue.API_VERSION, "Workload", NLP)
         assert len(workloads) == 1
+        # the Workload: spec.active (suspend) is the member's; priority and queue are not
+        wl_path = member.path(workloads[0])
+
+        def wl_patch(client: Client, body: dict[str, Any]) -> Any:
+            return client.request(
+                "PATCH",
+                wl_path,
+                body,
+                query={"dryRun": "All"},
+                content_type="application/merge-patch+json",
+            )
+
+        assert wl_patch(member, {"spec": {"active": False}})["spec"]["active"] is False
+        raised = {"spec": {"priority": 2147483647}}
+        wait_for(
+            "the workload policy in force",
+            lambda: (
+                team_admission.workload_message("priority")
+                in _refusal(lambda: wl_patch(member, raised))
+            ),
+            timeout=TIMEOUT_S,
+        )
+        # queueName: on an admitted Workload the CRD's own rule refuses first (schema
+        # validation runs before admission policies); the policy covers a pending one
+        got = _refusal(lambda: wl_patch(member, {"spec": {"queueName": "elsewhere"}}))
+        assert "queueName" in got and ("is immutable" in got or "may not change" in got), got
+        # outside the team's group (as Kueue's controller is) the policy does not apply
+        assert wl_patch(admin, raised)["spec"]["priority"] == 2147483647
+        assert admin.read(workloads[0])["spec"].get("priority") != 2147483647
         assert member.items("v1", "Event", NLP)
         watch = member.collection_path(*PJ, NLP)
         member.request("GET", watch, query={"watch": "true", "timeoutSeconds": "1"})

@@ -40,7 +40,8 @@ team Role grants nothing on Namespaces):
   (``spec.priorityClassRef`` in v1beta2; ``spec.priorityClassName`` and
   ``spec.priorityClassSource`` in v1beta1, both served: the v0.17.0 CRD
   ``config/components/crd/bases/kueue.x-k8s.io_workloads.yaml``) or ``spec.queueName``.
-  Kueue's own updates (its controller's ServiceAccount is not in the group) are not matched.
+  (The CRD's own rule makes ``queueName`` immutable only while quota is reserved.) Kueue's
+  own updates (its controller's ServiceAccount is not in the group) are not matched.
   The fields are compared with CEL's optional field selection (``object.spec.?priority``:
   Kubernetes docs, "Common Expression Language in Kubernetes", optional types, Kubernetes
   1.29+), which is equal when both are unset.
@@ -113,7 +114,7 @@ POD_RULES: tuple[tuple[str, str], ...] = (
     (
         "!has(object.spec.automountServiceAccountToken) || "
         "!object.spec.automountServiceAccountToken",
-        f"pods in a team namespace may not mount the ServiceAccount {SERVICE_ACCOUNT}'s token "
+        f"pods in a team namespace may not mount the token of the ServiceAccount {SERVICE_ACCOUNT} "
         "(automountServiceAccountToken: true)",
     ),
 )
