@@ -96,5 +96,6 @@ def test_kueue_waits_longer_for_pods_on_a_stack_with_a_karpenter_pool() -> None:
     assert settings.pods_ready_timeout_s > kueue.KueueSettings().pods_ready_timeout_s
     wait = kueue.configuration(settings)["waitForPodsReady"]
     assert wait["timeout"] == "1200s"
-    assert wait["recoveryTimeout"] == "0s"  # the rest as before
+    default = kueue.KueueSettings().recovery_timeout_s
+    assert wait["recoveryTimeout"] == f"{default}s"  # the rest as before
     assert kueue.configuration(kueue.stack_settings(managed)) == kueue.configuration()
