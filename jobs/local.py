@@ -38,6 +38,8 @@ from workloads.specs.settings import JobSettings
 from workloads.specs.stack import job_workloads
 
 STATE_ENV = "EKS_FSDP_JOBS_DIR"
+_STARTING_S = 10.0
+"""A runner's pid file younger than this counts as its runner starting (``alive``)."""
 DEFAULT_ROOT = Path("runs/jobs")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RUNNER_MODULE = "jobs.local_run"
@@ -154,8 +156,12 @@ class LocalBackend:
             try:
                 words = cmdline.read_bytes().split(b"\0")
             except OSError:
-                return False
-            return RUNNER_MODULE.encode() in words and str(folder).encode() in words
+                words = []
+            if RUNNER_MODULE.encode() in words and str(folder).encode() in words:
+                return True
+            # A runner started moments ago may not show its command line yet (a loaded machine,
+            # or its interpreter still starting); no pid is reused within seconds.
+            return time.time() - (folder / PID).stat().st_mtime < _STARTING_S
         return True
 
     def _phase(self, name: str, result: dict[str, Any] | None, pods: list[dict[str, Any]]) -> str:
