@@ -57,10 +57,13 @@ def _operator_env(pod: dict[str, Any]) -> dict[str, str]:
     # an optional ConfigMap reference (a capacity block's end, workloads.specs.capacity) is
     # resolved by the kubelet on a cluster with a block; a local run has no such ConfigMap, so
     # the variable is absent there, as on a cluster without one
+    # NODE_NAME (the preflight gate's node) comes from the downward API, filled by the kubelet;
+    # a local run names the machine's hostname instead (training.preflight)
     return {
         e["name"]: e.get("value", SECRET)
         for e in c.get("env", [])
         if not (e.get("valueFrom", {}).get("configMapKeyRef") or {}).get("optional")
+        and "fieldRef" not in e.get("valueFrom", {})
     }
 
 

@@ -11,6 +11,7 @@ If this fails, the job we render would not run (or not finish) as we expect on E
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,17 @@ def _worker_pods(client: Client, job: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(pods, key=lambda p: int(p["metadata"]["labels"][INDEX_LABEL]))
 
 
-def _env(container: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    """Each variable's value, or its source as text (the API server defaults a downward-API
+    ``fieldRef``'s ``apiVersion``, so that source is its field path)."""
+    out = {}
+    for e in container.get("env", []):
+        source = e.get("valueFrom") or {}
+        if "fieldRef" in source:
+            out[e["name"]] = f"fieldRef:{source['fieldRef']['fieldPath']}"
+        else:
+            out[e["name"]] = e.get("value", json.dumps(source, sort_keys=True))
+    return out
 
 
 @pytest.mark.parametrize("stack", all_stacks())
