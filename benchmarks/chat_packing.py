@@ -4,7 +4,7 @@ For the bundled chat sample (`--dataset chat_sample`, the tiny presets' tokenize
 context lengths: `padding` (one conversation per row, right-padded in each micro-batch),
 `packing` with `--packing_strategy wrapped` (rows of exactly the context, conversations cut,
 the tail dropped) and with `--packing_strategy bfd` (whole conversations, best fit
-decreasing: training.packing). Rows are taken in the trainer's shuffled order
+decreasing: training.data.packing). Rows are taken in the trainer's shuffled order
 (`DistributedBatches`: torch.randperm seeded with --seed) in micro-batches of --batch rows,
 each padded to its longest row as `collate` pads. Printed per context, exactly: rows, optimizer
 steps per epoch, tokens lost, and the padded tokens an epoch computes (the work: a step's cost

@@ -424,7 +424,7 @@ def parse(
             + (f" of stack {stack_name}" if key == "nodeGroup" else "")
         ) from None
     _check_inputs(config, values, source, lines)
-    from doctor.fit import fit_problem
+    from planner.fit import fit_problem
 
     problem = fit_problem(config, platform.node_group(config.node_group))
     if problem is not None:

@@ -39,10 +39,10 @@ from jobs.types import JobsError
 SHA = re.compile(r"^[0-9a-f]{40}$")
 """A full commit id: what the Hub's ``sha`` field holds and what ``revision=`` takes as is."""
 SAMSUM_HUB_ID = "knkarthick/samsum"
-"""The repository ``--dataset samsum_dataset`` loads first (``training/hf_data.py``,
+"""The repository ``--dataset samsum_dataset`` loads first (``training/data/hf_data.py``,
 ``hub_samsum``: ``knkarthick/samsum``, then ``samsum``). The pinned commit is this one's."""
 DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
-"""Local data files ``--hf_dataset`` reads with a packaged builder (``training/hf_data.py``
+"""Local data files ``--hf_dataset`` reads with a packaged builder (``training/data/hf_data.py``
 ``_BUILDERS``): no repository, no revision."""
 TIMEOUT_S = 10.0
 """One request's limit: a hub that does not answer in this time counts as unreachable."""

@@ -236,7 +236,7 @@ HF_DATASETS: dict[tuple[str, str], str] = {
 }
 """A job's ``--hf_dataset`` and ``--hf_split`` -> its row of ``DATASETS`` (no download)."""
 # samsum_sample (training/assets/samsum_sample.jsonl, 2,400 rows): its training split (the first
-# 90% of rows, training.rows.VALIDATION_FRACTION) tokenized as the training package does it for a
+# 90% of rows, training.data.rows.VALIDATION_FRACTION) tokenized as the training package does it for a
 # tiny preset (training.data: the bundled byte-level BPE, bos + samsum prompt + summary + eos per
 # row). Wrapped packing (the default) concatenates those tokens and cuts whole context_length
 # chunks, so the packed sample count is this // context_length at any context length, which is

@@ -3,7 +3,7 @@ line per warning (layout off the recommendation, a checkpoint that never fires).
 
 ``workloads.render`` and ``python -m jobs submit`` print ``lines(job_file)`` (on stderr, so
 their output stays what it was); ``python -m planner --job FILE`` prints it under its table.
-A job that does not fit never gets here: ``jobs.file`` refuses it (``doctor.fit``).
+A job that does not fit never gets here: ``jobs.file`` refuses it (``planner.fit``).
 """
 
 from __future__ import annotations

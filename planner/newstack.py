@@ -40,7 +40,7 @@ CHECKPOINT_WRITE_S = 300.0
 of that order, docs/deploy.md "Costs")."""
 DEFAULT_MODEL = "meta-llama/Llama-2-7b-chat-hf"
 DEFAULT_DATASET = ("HuggingFaceH4/ultrachat_200k", "train_sft", "test_sft")
-"""A chat model (its tokenizer carries the chat template chat rows need, ``training.chat``) and
+"""A chat model (its tokenizer carries the chat template chat rows need, ``training.data.chat``) and
 a dataset whose size the planner knows without a download (``planner.assumptions``)."""
 _RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")

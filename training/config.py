@@ -450,7 +450,7 @@ def _check_file(flag: str, path: str, fail: typing.Callable[[str, str], typing.N
 
 def _validate_hf(c: TrainConfig, fail: typing.Callable[[str, str], typing.NoReturn]) -> None:
     """--hf_* only with --dataset hf_dataset, which needs --hf_dataset; column renames parse."""
-    from training.hf_data import HFDataError, parse_columns  # stdlib-only at import
+    from training.data.hf_data import HFDataError, parse_columns  # stdlib-only at import
 
     defaults = {f.name: f.default for f in dataclasses.fields(c)}
     if c.dataset != "hf_dataset":

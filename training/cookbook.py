@@ -472,7 +472,7 @@ def notes(cfg: Any) -> list[str]:
             "(<output_dir>/adapter with --save_model), as llama-cookbook saves the PEFT modules"
         )
     out += step_unit_notes(cfg)
-    # --num_workers_dataloader carries its meaning (DataLoader workers: training.batches), so it
+    # --num_workers_dataloader carries its meaning (DataLoader workers: training.data.batches), so it
     # needs no line here.
     return out
 

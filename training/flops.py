@@ -85,7 +85,7 @@ class FlopReport:
     """flops_per_token (6 N + 12 L h_q S; 4 N + 6 N_adapters + ... with LoRA) x the step's input
     tokens: what MFU assumes."""
     tokens: int
-    """Input tokens of the global batch (training.batches' step_token_counts)."""
+    """Input tokens of the global batch (training.data.batches' step_token_counts)."""
     seconds: float
     """Wall time of the counted step on the slowest rank (the counter's overhead included)."""
 

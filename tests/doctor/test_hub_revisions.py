@@ -46,8 +46,8 @@ def test_every_hub_load_passes_a_revision() -> None:
     for expected in (
         ("training/model.py", "AutoConfig.from_pretrained"),
         ("training/model.py", "AutoModelForCausalLM.from_pretrained"),
-        ("training/data.py", "AutoTokenizer.from_pretrained"),
-        ("training/hf_data.py", "datasets.load_dataset"),
+        ("training/data/__init__.py", "AutoTokenizer.from_pretrained"),
+        ("training/data/hf_data.py", "datasets.load_dataset"),
     ):
         assert expected in names, expected
     missing = {(f, c) for f, _, c, has in loads if not has}
@@ -68,7 +68,7 @@ def test_a_revision_on_local_data_and_a_local_model(
     import datasets
     from transformers import LlamaConfig
 
-    from training.hf_data import load_rows
+    from training.data.hf_data import load_rows
     from training.model import model_spec
 
     rows = [{"prompt": f"p{i}", "answer": f"a{i}"} for i in range(5)]

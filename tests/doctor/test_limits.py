@@ -97,12 +97,12 @@ def test_shipped_stacks_pass_the_limits() -> None:
 
 
 def test_fit_uses_the_jobs_precision_and_the_planners_figure() -> None:
-    """``doctor.fit`` reads the job's precision flags with training's parser (mixed by default,
+    """``planner.fit`` reads the job's precision flags with training's parser (mixed by default,
     fp32 with --mixed_precision=False, bf16 state with --pure_bf16) and refuses with the
     planner's own peak: the GiB it prints is ``planner.predict``'s for that layout."""
     import dataclasses
 
-    from doctor.fit import _precision, fit_problem
+    from planner.fit import _precision, fit_problem
     from jobs.file import load
     from planner.memory import PRECISIONS
     from planner.predict import PlanInput, predict
@@ -134,9 +134,9 @@ def test_fit_uses_the_jobs_precision_and_the_planners_figure() -> None:
 
 
 def test_hub_ids_match_the_planners_table() -> None:
-    """``doctor.fit`` maps hub ids to the planner's shapes with the planner's own table (a copy:
+    """``planner.fit`` maps hub ids to the planner's shapes with the planner's own table (a copy:
     importing ``planner.args`` from ``jobs.file``'s check would be an import cycle)."""
-    from doctor.fit import HUB_IDS, planner_model
+    from planner.fit import HUB_IDS, planner_model
     from planner.args import _HF_IDS, builtin_for_hub_id
 
     assert HUB_IDS == _HF_IDS

@@ -224,7 +224,7 @@ def test_the_jobs_package_imports_no_pulumi_and_no_torch() -> None:
 
 
 def test_a_job_that_cannot_fit_or_names_no_repo_is_refused() -> None:
-    """The planner's peak memory per GPU (``doctor.fit``) refuses a micro-batch of 1,000,000
+    """The planner's peak memory per GPU (``planner.fit``) refuses a micro-batch of 1,000,000
     x 4,096 tokens on p5-16's 80 GiB H100s in one line naming batchSize, while the shipped
     layout (the planner's recommendation, micro-batch 2 x 4,096) loads; a model that cannot be a Hugging Face repo id
     ('üñí', huggingface_hub's validate_repo_id rules) is refused naming model."""

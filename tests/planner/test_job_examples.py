@@ -36,7 +36,7 @@ def _training_split(context_length: int) -> tuple[int, int]:
     ``training.data`` makes them for the tiny preset."""
     from training.config import parse_args
     from training.data import _tokenize_rows, build_dataset, load_tokenizer
-    from training.rows import read_rows
+    from training.data.rows import read_rows
 
     cfg = parse_args(
         ["--model_name=tiny-llama", "--dataset=samsum_sample", f"--context_length={context_length}"]
@@ -60,8 +60,8 @@ def test_bundled_sample_tokens_are_what_training_tokenizes() -> None:
 def test_dev_job_counts_the_steps_and_checkpoints_training_runs() -> None:
     """training.finetune: min(steps per epoch x epochs, max_train_step) steps
     (``_planned_steps``), a checkpoint at each step with ``step % checkpoint_every == 0``
-    (``_checkpoint_due``); steps per epoch from ``training.batches.steps_per_epoch``."""
-    from training.batches import steps_per_epoch
+    (``_checkpoint_due``); steps per epoch from ``training.data.batches.steps_per_epoch``."""
+    from training.data.batches import steps_per_epoch
 
     job_file = load(DEV)
     job = job_file.config

@@ -1,5 +1,5 @@
 """Chat data (`messages` rows, `--dataset chat_sample`): rendered with the tokenizer's chat
-template, loss on the assistant turns only (training/chat.py, training/data.py).
+template, loss on the assistant turns only (training/data/chat.py, training/data/__init__.py).
 
 If these fail, a chat model learns its users' and system prompts' text (labels not masked to the
 assistant turns), stops learning where a turn ends (the end-of-turn token not labelled), packing
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from transformers import PreTrainedTokenizerBase
 
-from training.chat import ChatError, parse_messages, render, speakers
-from training.chat_templates import TEMPLATES, has_generation_markers, training_template
+from training.data.chat import ChatError, parse_messages, render, speakers
+from training.data.chat_templates import TEMPLATES, has_generation_markers, training_template
 from training.config import ConfigError, TrainConfig, parse_args
 from training.data import (
     IGNORE_INDEX,
@@ -31,7 +31,7 @@ from training.data import (
     pack,
     use_chat_template,
 )
-from training.packing import fill_ratio, pack_bfd
+from training.data.packing import fill_ratio, pack_bfd
 
 CHAT = [
     {"role": "system", "content": "Be brief."},

@@ -1,4 +1,4 @@
-"""`--num_workers_dataloader`: batches collated by DataLoader worker processes (training.batches).
+"""`--num_workers_dataloader`: batches collated by DataLoader worker processes (training.data.batches).
 
 If these fail, worker processes change what the model trains on: the batches (token ids,
 labels, masks) come in another order or differ from those collated in the training process,

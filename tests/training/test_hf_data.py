@@ -1,4 +1,4 @@
-"""A Hugging Face dataset as training data (`--dataset hf_dataset`, training/hf_data.py).
+"""A Hugging Face dataset as training data (`--dataset hf_dataset`, training/data/hf_data.py).
 
 If these fail, a dataset saved with `save_to_disk` or a local data file read through `datasets`
 no longer reaches the trainer with its columns renamed to the row fields (`--hf_columns`), its

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from training.hf_data import SAMSUM_REPOS, HFDataError, hub_samsum
+from training.data.hf_data import SAMSUM_REPOS, HFDataError, hub_samsum
 
 SHA = "0" * 39 + "1"
 

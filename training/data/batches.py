@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from training.examples import IGNORE_INDEX, DataError, Example
+from training.data.examples import IGNORE_INDEX, DataError, Example
 
 __all__ = [
     "FILLER",

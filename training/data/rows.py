@@ -1,7 +1,7 @@
 """Dataset files into rows: prompt/answer pairs (llama-recipes' prompts) and chats.
 
 Each `--dataset` (see `training.data` for the list) is read here into `Row`s, one per file row,
-before any tokenization: `Pair` (prompt, answer) or `training.chat.Conversation`. Malformed rows
+before any tokenization: `Pair` (prompt, answer) or `training.data.chat.Conversation`. Malformed rows
 raise DataError "FILE:LINE: what is wrong"; the validation split is cut here (`read_rows`).
 """
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training.chat import ChatError, Conversation, parse_messages, samsum_conversation
-from training.examples import DataError
-from training.hf_data import HFDataError, hub_samsum, load_rows, parse_columns
+from training.data.chat import ChatError, Conversation, parse_messages, samsum_conversation
+from training.data.examples import DataError
+from training.data.hf_data import HFDataError, hub_samsum, load_rows, parse_columns
 
 if TYPE_CHECKING:
     from training.config import TrainConfig
@@ -33,7 +33,7 @@ __all__ = [
     "samsum_prompt",
 ]
 
-ASSETS = Path(__file__).resolve().parent / "assets"
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
 SAMSUM_SAMPLE = ASSETS / "samsum_sample.jsonl"
 VALIDATION_FRACTION = 0.1  # samsum_sample and custom: the last 10% of rows
 ALPACA_EVAL_FRACTION = 0.05  # alpaca: the first 5% of entries, as llama-recipes

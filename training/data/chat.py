@@ -12,7 +12,7 @@ tokens that start inside a span. A template that does not render a conversation 
 (one that rewrites earlier turns, say) is refused for that row with a one-line error.
 
 A template with `{% generation %}` markers (TRL's training variants, e.g. Qwen3's, which
-`training.chat_templates` swaps in for the model's own, or a `--chat_template` file) marks the
+`training.data.chat_templates` swaps in for the model's own, or a `--chat_template` file) marks the
 assistant's tokens itself: they are taken from `apply_chat_template(...,
 return_assistant_tokens_mask=True)`, as TRL's SFTTrainer takes them, and no prefix rendering is
 needed.
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from training.chat_templates import has_generation_markers, training_template
+from training.data.chat_templates import has_generation_markers, training_template
 
 ROLES = ("system", "user", "assistant")
 SYSTEM_PROMPT = "You are a helpful assistant who summarizes dialogs."
@@ -90,7 +90,7 @@ def tokenize_chats(
     tokenizer: Any, chats: Sequence[Conversation], model_name: str, ignore_index: int
 ) -> list[dict[str, list[int]]]:
     """Render each chat with the tokenizer's template (or its training variant,
-    `training.chat_templates`) and tokenize it once; labels are the ids of the assistant turns'
+    `training.data.chat_templates`) and tokenize it once; labels are the ids of the assistant turns'
     tokens and `ignore_index` elsewhere (input_ids, labels, attention_mask)."""
     if not has_chat_template(tokenizer):
         raise ChatError(

@@ -16,7 +16,7 @@ SDPA's causal kernel without a mask or per-example positions. TRL avoids that on
 padding-free batches on flash-attention kernels (position ids restarting per example), which
 this trainer does not run.
 
-A leaf (no torch): examples are `training.examples.Example` dicts.
+A leaf (no torch): examples are `training.data.examples.Example` dicts.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from training.examples import Example
+from training.data.examples import Example
 
 __all__ = ["fill_ratio", "pack_bfd"]
 

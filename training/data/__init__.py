@@ -15,12 +15,12 @@ prompt tokens get label IGNORE_INDEX so only the answer is learned):
   {"dialogue": str, "summary": str} (samsum prompt), {"prompt": str, "completion": str} (the
   prompt is masked), {"text": str} (every token is learned), or {"messages": [{"role",
   "content"}, ...]} (a chat: system/user/assistant turns rendered with the tokenizer's chat
-  template, only the assistant turns learned; training.chat). Blank lines are skipped; the last
+  template, only the assistant turns learned; training.data.chat). Blank lines are skipped; the last
   10% of rows (at least one) are the validation split.
-- `chat_sample`: the bundled samsum sample as two-exchange chats (training.chat
+- `chat_sample`: the bundled samsum sample as two-exchange chats (training.data.chat
   `samsum_conversation`), rendered like `messages` rows; the last 10% are the validation split.
 - `hf_dataset`: a Hugging Face dataset (--hf_dataset: hub name, save_to_disk folder or data
-  file; training.hf_data) whose rows, columns renamed by --hf_columns, take the `custom`
+  file; training.data.hf_data) whose rows, columns renamed by --hf_columns, take the `custom`
   shapes; --hf_eval_split, or else the last 10% of --hf_split, is the validation split.
 
 Malformed rows raise DataError "FILE:LINE: what is wrong", a single line. A chat longer than
@@ -33,14 +33,14 @@ Batching (`--batching_strategy`): `packing` concatenates all examples of a split
 chunks of exactly context_length tokens, dropping the incomplete tail (llama-recipes'
 ConcatDataset; `--packing_strategy wrapped`), or with `--packing_strategy bfd` places whole
 examples in rows of at most context_length tokens, best fit decreasing (TRL's default;
-training.packing); `padding` keeps one example per row, truncated to context_length, and
+training.data.packing); `padding` keeps one example per row, truncated to context_length, and
 `collate` right-pads.
 
 Where each part lives (all of it re-exported here, the package's one data API):
-`training.rows` reads the files into rows (prompts, validation splits, "FILE:LINE" errors),
-this module tokenizes and packs them, `training.batches` cuts examples into batches
+`training.data.rows` reads the files into rows (prompts, validation splits, "FILE:LINE" errors),
+this module tokenizes and packs them, `training.data.batches` cuts examples into batches
 (`collate`, `DistributedBatches`: a global order fixed by (seed, epoch) alone, the same global
-batch per step at any world size, every sample once per epoch), and `training.examples` holds
+batch per step at any world size, every sample once per epoch), and `training.data.examples` holds
 what they share (`Example`, `IGNORE_INDEX`, `DataError`).
 """
 
@@ -50,7 +50,7 @@ import importlib.util
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from training.batches import (
+from training.data.batches import (
     FILLER,
     DistributedBatches,
     EvalBatches,
@@ -59,11 +59,11 @@ from training.batches import (
     steps_per_epoch,
     to_device,
 )
-from training.chat import ChatError, Conversation, stop_token_warning, tokenize_chats
-from training.chat_templates import ChatTemplateError, read_template
-from training.examples import IGNORE_INDEX, DataError, Example
-from training.packing import fill_ratio, pack_bfd
-from training.rows import (
+from training.data.chat import ChatError, Conversation, stop_token_warning, tokenize_chats
+from training.data.chat_templates import ChatTemplateError, read_template
+from training.data.examples import IGNORE_INDEX, DataError, Example
+from training.data.packing import fill_ratio, pack_bfd
+from training.data.rows import (
     ALPACA_PROMPT_INPUT,
     ALPACA_PROMPT_NO_INPUT,
     ASSETS,

@@ -1,7 +1,7 @@
 """What every data module shares: a tokenized `Example`, `IGNORE_INDEX` and `DataError`.
 
-A leaf (no torch, no transformers): `training.rows` reads dataset files into rows,
-`training.data` tokenizes them, `training.batches` cuts them into batches; all three raise
+A leaf (no torch, no transformers): `training.data.rows` reads dataset files into rows,
+`training.data` tokenizes them, `training.data.batches` cuts them into batches; all three raise
 `DataError` and mark unscored tokens with `IGNORE_INDEX`.
 """
 

@@ -5,7 +5,7 @@ marks the assistant's tokens itself: transformers' `apply_chat_template(...,
 return_assistant_tokens_mask=True)` returns them as `assistant_masks` (`apply_chat_template`
 in transformers 5.23's tokenization_utils_base.py), which is how TRL's SFTTrainer learns only the assistant turns
 (`assistant_only_loss=True`, trl/trainer/sft_trainer.py at v1.16.0). Most models' own templates
-carry no such markers; for those `training.chat` finds each turn by prefix rendering, which needs
+carry no such markers; for those `training.data.chat` finds each turn by prefix rendering, which needs
 a template that renders a conversation turn by turn. Qwen3's does not (it drops the `<think>`
 block of assistant turns before the last user message, so adding a turn rewrites the earlier
 ones); TRL then swaps in its training variant of the template (`get_training_chat_template` in
@@ -31,7 +31,7 @@ __all__ = [
     "training_template",
 ]
 
-TEMPLATES = Path(__file__).resolve().parent / "assets" / "chat_templates"
+TEMPLATES = Path(__file__).resolve().parents[1] / "assets" / "chat_templates"
 """The bundled templates: (model's original, TRL's training variant) pairs."""
 _PAIRS = (("qwen3.jinja", "qwen3_training.jinja"),)
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")  # TRL's has_generation_markers
