@@ -69,7 +69,7 @@ def job_checks(
 ) -> tuple[list[Result], list[str], list[str]]:
     """Each job file loads (fit included) and its hub model is reachable; the gated models and
     the hub models not looked up."""
-    from jobs.file import JobFileError, load
+    from jobs.schema import JobFileError, load
 
     results: list[Result] = []
     gated: list[str] = []
@@ -92,10 +92,10 @@ def job_checks(
             Result(
                 check=f"job {path.name}",
                 status="ok",
-                detail=f"{job.config.model} fits on {job.config.node_group}",
+                detail=f"{job.model} fits on {job.node_group}",
             )
         )
-        model = job.config.model
+        model = job.model
         revision = None  # the default branch, as training loads it (a job file pins none yet)
         if not is_hub_id(model) or (model, revision) in seen:
             continue

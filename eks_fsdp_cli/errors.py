@@ -11,6 +11,7 @@ for unrecognized flags too, which 3.14 does not cover.
 from __future__ import annotations
 
 import argparse
+import codecs
 import difflib
 import functools
 import re
@@ -21,7 +22,17 @@ from typing import Any, NoReturn
 
 from training.errors import PROG, USAGE_EXIT, line
 
-__all__ = ["PROG", "USAGE_EXIT", "Parser", "fail", "hint", "line", "stacks", "suggest"]
+__all__ = [
+    "PROG",
+    "USAGE_EXIT",
+    "Parser",
+    "fail",
+    "hint",
+    "line",
+    "read_text",
+    "stacks",
+    "suggest",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,6 +41,23 @@ def fail(command: str | None, message: object, status: int = USAGE_EXIT) -> int:
     """Print the error line on stderr (a stack-name hint added) and return ``status``."""
     print(line(command, stack_hint(str(message))), file=sys.stderr, flush=True)
     return status
+
+
+def read_text(path: Path) -> str:
+    """The text of a file every command reads (a job file, a stack file, a CSV), as UTF-8 (a
+    byte-order mark is dropped). ``OSError`` as ``open`` raises it; ``ValueError`` with one line
+    for text in another encoding: YAML 1.2 streams may be UTF-16, but PyYAML and Pulumi read
+    UTF-8, and a UTF-16 file from a Windows editor otherwise ends in a traceback."""
+    data = path.read_bytes()
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in data[:64]:
+        raise ValueError("is UTF-16 text, not UTF-8: save it as UTF-8 (or convert it with iconv)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}): save it "
+            "as UTF-8"
+        ) from None
 
 
 def suggest(word: str, choices: Iterable[str]) -> str:

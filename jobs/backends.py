@@ -1,5 +1,5 @@
-"""The one place a backend is chosen: ``--local`` runs jobs on this machine (``jobs.local``),
-anything else talks to a cluster's API (``jobs.cluster``) through ``--kubeconfig``,
+"""The one place a backend is chosen: ``--local`` runs jobs on this machine (``jobs.local.backend``),
+anything else talks to a cluster's API (``jobs.cluster.backend``) through ``--kubeconfig``,
 ``--stack`` (its kubeconfig output) or the default kubeconfig, in ``-n NAMESPACE``, else the
 stack's ``jobsNamespace`` output (with ``--stack``), else ``default``."""
 
@@ -21,11 +21,11 @@ def choose(
     if local:
         if kubeconfig:
             raise JobsError("--local runs jobs on this machine: drop --kubeconfig", status=2)
-        from jobs.local import LocalBackend
+        from jobs.local.backend import LocalBackend
 
         return LocalBackend()
-    from jobs.cluster import ClusterBackend
-    from jobs.kube import api_client, jobs_namespace
+    from jobs.cluster.backend import ClusterBackend
+    from jobs.cluster.kube import api_client, jobs_namespace
 
     api = api_client(kubeconfig, stack)
     if not namespace:  # -n, else the stack's jobsNamespace output, else "default"

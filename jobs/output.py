@@ -27,7 +27,7 @@ def duration(seconds: float | None) -> str:
 
 def capacity_text(iso: str, now: float | None = None) -> str:
     """``ends in 2d3h (2026-12-17T10:30:00Z) ...`` or ``ended 5m ago (...)`` for a capacity end
-    (``jobs.capacity``); the text as is when it is not a time."""
+    (``jobs.cluster.capacity``); the text as is when it is not a time."""
     try:
         end = dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
     except ValueError:

@@ -53,7 +53,11 @@ _NEEDED = re.compile(
 
 
 class QueueError(ValueError):
-    """A bad ``team`` or ``priority``: one line naming the key."""
+    """A bad ``team``, ``namespace`` or ``priority``: the key and what is wrong with it."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key, self.problem = key, problem
 
 
 @dataclass(frozen=True)
@@ -87,24 +91,25 @@ def resolve(values: Mapping[str, Any], platform: Any, *, gpu_job: bool) -> Queue
         if not isinstance(team_name, str) or team_name not in teams:
             known = ", ".join(teams) or "none: the stack declares no teams"
             raise QueueError(
-                f"team: {team_name!r} is not a team of stack {platform.stack} (teams: {known})"
+                "team", f"{team_name!r} is not a team of stack {platform.stack} (teams: {known})"
             )
         team = teams[team_name]
         namespace = values.get("namespace")
         if namespace not in (None, team.namespace):
             raise QueueError(
-                f"namespace: {namespace!r}: a job of team {team.name} runs in its namespace "
-                f"{team.namespace} (drop namespace)"
+                "namespace",
+                f"{namespace!r}: a job of team {team.name} runs in its namespace "
+                f"{team.namespace} (drop namespace)",
             )
     if priority is not None and priority not in PRIORITIES:
         raise QueueError(
-            f"priority: {priority!r} is not a priority class ({', '.join(PRIORITIES)})"
+            "priority", f"{priority!r} is not a priority class ({', '.join(PRIORITIES)})"
         )
     in_jobs_namespace = values.get("namespace") in (None, JOBS_NAMESPACE)
     if team is None and not (gpu_job and in_jobs_namespace):
         if priority is not None:
             where = "on nodes without GPUs" if not gpu_job else "outside the jobs namespace"
-            raise QueueError(f"priority: a job {where} goes through a queue only with a team")
+            raise QueueError("priority", f"a job {where} goes through a queue only with a team")
         return None
     from workloads.specs.kueue import pod_annotations
 
@@ -270,7 +275,7 @@ def set_active(
     moments after the webhook suspended the job). Then nothing is patched and the call fails
     in one line: the job's own suspend flag is not Kueue's to read (Kueue would unsuspend the
     job once admitted, and an unsuspend written there would start it past the queue)."""
-    from jobs.kube import api_errors, raw
+    from jobs.cluster.kube import api_errors, raw
     from jobs.types import JobsError
 
     if workload is None:

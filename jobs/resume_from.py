@@ -183,7 +183,7 @@ def resubmit(
     """``resume NAME --from ROOT`` without a record here: submit the job again from
     ``ROOT/<folder>/job.json`` (``image``, when given, replaces the recorded one); ``err``
     (the usual hint, naming the missing file) when there is none."""
-    from jobs.file import JobFileError, loads
+    from jobs.schema import JobFileError, loads
 
     where, record = read_record(root, folder)
     if record is None:

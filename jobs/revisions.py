@@ -6,9 +6,9 @@ A job file may name a revision (``modelRevision``, ``datasetRevision``: a branch
 commit; none means the repository's default branch). At submit each one of a Hub repository is
 resolved once to its commit SHA (``HfApi().model_info`` / ``dataset_info``, which answer
 ``sha``: the commit the revision points to) and written back into the job's keys, which the
-job's record keeps (``JobFile.dump``: the ConfigMap ``<name>-job`` on a cluster, the local
+job's record keeps (``JobSpec.dump``: the ConfigMap ``<name>-job`` on a cluster, the local
 run's folder) and the manifest hands to training as ``--model_revision`` /
-``--dataset_revision`` (``jobs.file``). A restart reads the same flags; a resume reads the
+``--dataset_revision`` (``jobs.schema``). A restart reads the same flags; a resume reads the
 record: both load that commit even when the branch has moved since. A revision given as 40
 hex digits is a commit already and is used as is, without a request.
 
@@ -96,7 +96,7 @@ class Pinned:
 def hub_repo(name: str, presets: Sequence[str] = ()) -> str | None:
     """``name`` if it is a Hub repository id (``namespace/name``), else None: a preset, a path,
     a URI or a data file."""
-    from infra.config.job import repo_problem
+    from jobs.schema import repo_problem
 
     if not name or name in presets or "://" in name or name.startswith(("/", ".", "~")):
         return None
@@ -297,10 +297,10 @@ def pin_job(
     from_uri: str | None = None,
     local: bool = False,
 ) -> Pinned:
-    """``pin`` on a loaded job file (``jobs.file.JobFile``: ``jobs submit``'s hook; typed
-    ``Any`` because ``jobs.file`` imports this module to check the revision keys); with
-    ``from_uri`` (``submit --from``) the commits its newest checkpoint records win."""
-    c = job.config
+    """``pin`` on a loaded job (``jobs.schema.JobSpec``: ``jobs submit``'s hook; typed ``Any``
+    because ``jobs.schema`` imports this module to check the revision keys); with ``from_uri``
+    (``submit --from``) the commits its newest checkpoint records win."""
+    c = job
     folder = c.name if local or c.namespace == JOBS_NAMESPACE else f"{c.namespace}/{c.name}"
     found, warning = recorded(from_uri, folder)
     out = pin(

@@ -1,6 +1,6 @@
 """What the job CLI shows and what each backend answers: plain dataclasses, one error type.
 
-Both backends (``jobs.cluster``: a PyTorchJob through the Kubernetes API; ``jobs.local``: the
+Both backends (``jobs.cluster.backend``: a PyTorchJob through the Kubernetes API; ``jobs.local.backend``: the
 same job run by ``localrun`` on this machine) implement ``Backend`` and fill the same
 ``JobInfo``, so the tables, ``--json`` and the exit statuses do not depend on where a job runs.
 """
@@ -100,7 +100,7 @@ class JobInfo:
     admission_reason: str = ""
     """Why (Kueue's message: ``waiting for 16 GPUs in p5-block, 8 free``)."""
     capacity_ends_at: str = ""
-    """When the job's capacity block scales to zero (ISO 8601 UTC; ``jobs.capacity``); "" when
+    """When the job's capacity block scales to zero (ISO 8601 UTC; ``jobs.cluster.capacity``); "" when
     the job's node group has no announced end."""
 
     def as_dict(self) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""``python -m localrun``: a stack's PyTorchJob run on this machine, for real.
+"""``eks-fsdp local [FILE]``: a job file's PyTorchJob run on this machine in the foreground, for
+real, with a fault to rehearse (FILE defaults to the ``--stack``'s example job,
+``jobs/examples/<stack>.yaml``; ``eks-fsdp jobs submit --local FILE --fault ...`` runs the same
+detached, as a job the other ``jobs`` verbs see).
 
 The runner builds the PyTorchJob exactly as the stack applies it (``workloads.specs``), starts a
 real etcd 3.5 on loopback, and runs each worker "pod" as a ``torchrun`` agent with the container's
@@ -39,6 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eks_fsdp_cli.errors import Parser, fail
+from jobs.schema import JobFileError
 from localrun.etcd_server import EtcdError
 from localrun.options import (
     ETCD_DOWN_S,
@@ -53,12 +57,20 @@ from localrun.runner import Runner
 from localrun.summary import summary
 
 
-def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
-    """Command-line flags to ``LocalOptions`` (``LocalRunError`` on bad input)."""
+def parse_options(argv: Sequence[str] | None = None) -> tuple[LocalOptions, Path | None]:
+    """Command-line flags to ``LocalOptions`` and the job file (``LocalRunError`` on bad
+    input)."""
     parser = Parser(
         command="local",
-        prog="python -m localrun",
-        description="Run a stack's PyTorchJob locally: real etcd, one torchrun agent per pod.",
+        prog="eks-fsdp local",
+        description="Run a job file's PyTorchJob locally: real etcd, one torchrun agent per pod.",
+    )
+    parser.add_argument(
+        "file",
+        metavar="FILE",
+        nargs="?",
+        type=Path,
+        help="job file (default: the stack's example, jobs/examples/<stack>.yaml)",
     )
     parser.add_argument("--stack", default="dev", help="stack name (default dev)")
     parser.add_argument("--workers", type=int, help="worker pods (default: the stack's)")
@@ -127,23 +139,28 @@ def parse_options(argv: Sequence[str] | None = None) -> LocalOptions:
         fault_pod=args.fault_pod,
         replacement_delay_s=args.replacement_delay,
         etcd_down_s=args.etcd_down,
-    )
+    ), args.file
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run, print the summary; 0 succeeded, 1 failed, 2 bad input, 130 interrupted."""
+    from jobs.build import load_example
+
     try:
-        opts = parse_options(argv)
+        opts, file = parse_options(argv)
+        _, w = load_example(opts.stack, job=file, generation=opts.generation or 1)
         runner = Runner(opts)
         # Ctrl-C and SIGTERM both stop the pods and etcd (also when started with SIGINT ignored).
         previous = {
             sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)
         }
         try:
-            result = runner.run()
+            result = runner.run(w.job, w.device)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+    except JobFileError as err:
+        return fail("local", err)
     except (LocalRunError, EtcdError, ValueError, KeyError, FileNotFoundError) as err:
         return fail("local", err.args[0] if err.args else str(err))
     print(summary(result), flush=True)

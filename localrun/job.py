@@ -1,9 +1,9 @@
-"""The job a local run starts: the stack's ``JobSettings`` with the runner's overrides, made local.
+"""The job a local run starts: a job file's ``JobSettings`` with the runner's overrides, made local.
 
-``local_job_settings`` reads ``Pulumi.<stack>.yaml`` and applies the options that choose the job
-(workers, backend, generation, ``--set`` training flags); ``localize`` swaps only what cannot
-exist on one machine (the shared volume becomes a folder, one process per pod on ``device:
-cpu``) and fixes the rendezvous id first, so it stays the cluster job's.
+``local_job_settings`` takes the settings ``jobs.build`` made from the job file and applies the
+options that choose the job (workers, backend, ``--set`` training flags); ``localize`` swaps only
+what cannot exist on one machine (the shared volume becomes a folder, one process per pod on
+``device: cpu``) and fixes the rendezvous id first, so it stays the cluster job's.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pathlib import Path
 from localrun.options import LocalOptions, LocalRunError
 from workloads.specs import pytorchjob as pj
 from workloads.specs.settings import RDZV_BACKENDS, JobSettings
-from workloads.specs.stack import check_train_flags, load
 
 
 def _override_flags(args: tuple[str, ...], overrides: Sequence[str]) -> tuple[str, ...]:
@@ -51,12 +50,15 @@ def localize(job: JobSettings, device: str, shared: Path) -> JobSettings:
     )
 
 
-def local_job_settings(opts: LocalOptions, shared: Path) -> tuple[JobSettings, str]:
-    """The stack's job settings with the runner's overrides, made local; and the device."""
+def local_job_settings(
+    opts: LocalOptions, shared: Path, job: JobSettings, device: str
+) -> JobSettings:
+    """``job`` (a job file's settings on ``device``, ``jobs.build``) with the runner's
+    overrides, made local; its training flags checked again with ``training.config``."""
+    from training.config import ConfigError, parse_args
+
     if opts.backend is not None and opts.backend not in RDZV_BACKENDS:
         raise LocalRunError(f"--backend: {opts.backend!r} is not one of {', '.join(RDZV_BACKENDS)}")
-    w = load(opts.stack, generation=opts.generation)
-    job = w.job
     workers = opts.workers or job.workers
     min_workers = opts.min_workers or min(job.min_workers, workers)
     if opts.fault.kind == "kill-node" and min_workers >= workers:
@@ -68,10 +70,13 @@ def local_job_settings(opts: LocalOptions, shared: Path) -> tuple[JobSettings, s
             workers=workers,
             min_workers=min_workers,
             rdzv_backend=opts.backend or job.rdzv_backend,
-            train_args=_override_flags(job.train_args, _cpu_log_every(w.device, opts)),
+            train_args=_override_flags(job.train_args, _cpu_log_every(device, opts)),
         )
-        job = localize(job, w.device, shared)
+        job = localize(job, device, shared)
     except ValueError as err:
         raise LocalRunError(str(err)) from None
-    check_train_flags(type(w)(**{**w.__dict__, "job": job}))
-    return job, w.device
+    try:
+        parse_args(pj.finetune_flags(pj.train_command(job)), local_paths=True)
+    except ConfigError as err:
+        raise LocalRunError(f"--set: {err}") from None
+    return job

@@ -78,10 +78,10 @@ class Runner:
         return "127.0.0.1", free_port()
 
     # -- run --------------------------------------------------------------------------------
-    def run(self) -> RunResult:
-        """Run the job of ``opts.stack`` with the options' overrides."""
+    def run(self, job: JobSettings, device: str) -> RunResult:
+        """Run ``job`` (a job file's settings, ``jobs.build``) with the options' overrides."""
         t0 = time.monotonic()
-        job, device = local_job_settings(self.opts, self.shared)
+        job = local_job_settings(self.opts, self.shared, job, device)
         return self._run(job, device, t0)
 
     def run_job(self, job: JobSettings, device: str) -> RunResult:

@@ -203,37 +203,12 @@ def _nodes(text: str) -> list[int]:
     return counts
 
 
-def _from_stack(stack: str | None, job_file: Path | None = None) -> dict[str, Any]:
-    """The plan's inputs from a job file on its stack: ``job_file`` (its ``stack`` unless
-    ``--stack`` names one), else the stack's example job ``jobs/examples/<stack>.yaml``."""
-    from infra.config import ConfigError, load_stack_file
-    from jobs.file import load
-
-    path = job_file or Path(__file__).resolve().parents[1] / "jobs" / "examples" / f"{stack}.yaml"
-    flag = f"--job {job_file}" if job_file else f"--stack {stack}"
-    if stack is not None:
-        try:
-            load_stack_file(stack)  # a missing or invalid stack file is named first
-        except (ConfigError, ValueError, OSError) as e:
-            raise UsageError(f"--stack {stack}: {e}") from None
-    if job_file is None and not path.is_file():
-        raise UsageError(
-            f"--stack {stack}: no example job {path.name} in jobs/examples (--job FILE)"
-        )
-    try:
-        job_file = load(path, stack=stack)
-    except (ConfigError, KeyError, ValueError, OSError) as e:
-        raise UsageError(f"{flag}: {e}") from None
-    return job_values(job_file, flag)
-
-
-def job_values(job_file: Any, flag: str) -> dict[str, Any]:
-    """The plan's inputs from a loaded ``jobs.file.JobFile`` (``flag`` names it in errors)."""
-    cfg = job_file.platform
-    if cfg.job is None or cfg.job_node_group is None:
-        raise UsageError(f"{flag}: no job (nodeGroup) to plan")
+def job_values(job: Any, flag: str) -> dict[str, Any]:
+    """The plan's inputs from a loaded job (``jobs.schema.JobSpec``, read duck-typed: the job
+    schema sits above the planner; ``flag`` names it in errors)."""
+    cfg = job.platform
     stack = cfg.stack
-    group, job = cfg.job_node_group, cfg.job
+    group = job.group
     return {
         "model": builtin_for_hub_id(job.model),
         "instance": group.instance_type,
@@ -401,11 +376,10 @@ def _named_tokens(dataset: str, model: str, *, explicit: bool) -> int:
 def resolve_args(args: argparse.Namespace, preset: dict[str, Any] | None = None) -> _Resolved:
     """Flags (and the stack, or ``preset``: ``job_values`` of a loaded job file) -> a
     PlanInput; UsageError naming the flag on bad input."""
-    job = getattr(args, "job", None)
     if preset is not None:
         values: dict[str, Any] = dict(preset)
     else:
-        values = _from_stack(args.stack, job) if args.stack or job else {}
+        values = {}  # --stack / --job: the command loads the job (planner.cli.job_preset)
     for key in ("model", "instance", "nodes", "batch", "seq", "sharding", "epochs", "price"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)

@@ -55,7 +55,7 @@ def capacity_warning(eta_s: float | None, group: Any, now: dt.datetime | None = 
 def job_capacity_lines(
     job_file: Any, eta_s: float | None, now: dt.datetime | None = None
 ) -> list[str]:
-    """``capacity_warning`` for a loaded ``jobs.file.JobFile`` (its node group on its stack)."""
-    group = job_file.platform.node_group(job_file.config.node_group)
+    """``capacity_warning`` for a loaded ``jobs.schema.JobSpec`` (its node group on its stack)."""
+    group = job_file.platform.node_group(job_file.node_group)
     line = capacity_warning(eta_s, group, now)
     return [line] if line else []

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
 from eks_fsdp_cli.errors import fail
 from planner.args import UsageError, calibrate_parser, parser, read_reports, resolve_args
@@ -45,7 +47,7 @@ def calibrate_main(argv: list[str]) -> int:
             args.nodes = str(max(1, world // gpus))
         if args.dataset is None and args.dataset_tokens is None:
             args.dataset = "none"
-        resolved = resolve_args(args)
+        resolved = resolve_args(args, preset=_preset(args))
         cal = calibrate(resolved.inp, reports, args.run, args.step_stat)
     except (UsageError, CalibrationError, KeyError) as e:
         message = e.args[0] if isinstance(e, KeyError) else str(e)
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return new_stack(argv[1:])
     try:
         args = parser().parse_args(argv)
-        resolved = resolve_args(args)
+        resolved = resolve_args(args, preset=_preset(args))
         if args.calibration is not None:
             try:
                 cal = load(args.calibration)
@@ -110,3 +112,34 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _preset(args: Any) -> dict[str, Any] | None:
+    """The plan's inputs from ``--job`` / ``--stack`` (None: the flags alone)."""
+    job = getattr(args, "job", None)
+    return job_preset(args.stack, job) if args.stack or job else None
+
+
+def job_preset(stack: str | None, job_file: Path | None = None) -> dict[str, Any]:
+    """The plan's inputs from a job file on its stack: ``job_file`` (its ``stack`` unless
+    ``--stack`` names one), else the stack's example job ``jobs/examples/<stack>.yaml``."""
+    from infra.config import ConfigError, load_stack_file
+    from jobs.schema import load
+    from planner.args import job_values
+
+    path = job_file or Path(__file__).resolve().parents[1] / "jobs" / "examples" / f"{stack}.yaml"
+    flag = f"--job {job_file}" if job_file else f"--stack {stack}"
+    if stack is not None:
+        try:
+            load_stack_file(stack)  # a missing or invalid stack file is named first
+        except (ConfigError, ValueError, OSError) as e:
+            raise UsageError(f"--stack {stack}: {e}") from None
+    if job_file is None and not path.is_file():
+        raise UsageError(
+            f"--stack {stack}: no example job {path.name} in jobs/examples (--job FILE)"
+        )
+    try:
+        job_file = load(path, stack=stack)
+    except (ConfigError, KeyError, ValueError, OSError) as e:
+        raise UsageError(f"{flag}: {e}") from None
+    return job_values(job_file, flag)

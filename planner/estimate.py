@@ -3,7 +3,7 @@ line per warning (layout off the recommendation, a checkpoint that never fires).
 
 ``workloads.render`` and ``python -m jobs submit`` print ``lines(job_file)`` (on stderr, so
 their output stays what it was); ``python -m planner --job FILE`` prints it under its table.
-A job that does not fit never gets here: ``jobs.file`` refuses it (``planner.fit``).
+A job that does not fit never gets here: ``jobs.schema`` refuses it (``planner.fit``).
 """
 
 from __future__ import annotations
@@ -120,9 +120,9 @@ def estimate_input(
 
 
 def estimate(job_file: Any) -> JobEstimate:
-    """The estimate of a loaded ``jobs.file.JobFile`` as written."""
+    """The estimate of a loaded ``jobs.schema.JobSpec`` as written."""
     inp, nodes = plan_input(job_file)
-    job = job_file.config
+    job = job_file
     return estimate_input(
         inp,
         nodes,
@@ -229,7 +229,7 @@ def lines(job_file: Any) -> list[str]:
     """``describe(estimate(job_file))`` and the capacity-block warning (``planner.capacity``);
     empty for a job the planner does not model (a CPU job, a model it has no shape for): the
     figures would be guesses."""
-    if job_file.config.device != "cuda":
+    if job_file.device != "cuda":
         return []
     try:
         est = estimate(job_file)

@@ -1,20 +1,21 @@
 """ "Fits in GPU memory", by the planner: a job whose peak memory per GPU exceeds the GPU's is
-refused before anything is submitted (``jobs.file`` calls ``fit_problem`` on every job file).
+refused before anything is submitted (``jobs.schema`` calls ``fit_problem`` on every job file).
 
 The peak is ``planner.predict``'s (parameters, gradients and optimizer state sharded as the
 job's strategy shards them, activations of one micro-batch with the job's activation
 checkpointing, the loss chunk, the allocator's reserve: ``planner.memory``), compared with
 ``infra.instances``' ``gpu_memory_bytes``, the memory CUDA can use. The job's precision, AC
 and LoRA flags are read with ``training.config``'s own parser and defaults (pure Python, no
-torch). ``planner.args`` is not imported: it reads job files itself (``jobs.file``), which
-call this module.
+torch). The job comes as a ``FitInput`` (the job schema, ``jobs.schema``, sits above the
+planner and calls this module while it checks a job file).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from infra.config import GpuNodeGroupConfig, JobConfig
+from infra.config import GpuNodeGroupConfig
 
 HUB_IDS = (
     (r"llama-2-7b", "llama2-7b"),
@@ -40,6 +41,19 @@ _FLAGS = (
 """The training flags that change the memory a step needs."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class FitInput:
+    """What of a job decides its memory per GPU (the job schema's fields of the same names)."""
+
+    model: str
+    device: str
+    workers: int
+    batch_size: int
+    context_length: int
+    sharding_strategy: str
+    extra_args: tuple[str, ...]
+
+
 def planner_model(name: str) -> str:
     """``meta-llama/Llama-2-7b-hf`` -> ``llama2-7b`` (the planner's name); others unchanged."""
     lowered = name.lower()
@@ -51,7 +65,7 @@ def planner_model(name: str) -> str:
 
 def _train_flags(extra_args: tuple[str, ...]) -> object | None:
     """``training.config.TrainConfig`` of the job's memory-relevant flags; None on a bad flag
-    (``training.config`` names it when the job starts, and ``jobs.file`` checks it before)."""
+    (``training.config`` names it when the job starts, and ``jobs.schema`` checks it before)."""
     from training.config import ConfigError, parse_args
 
     ours = [a for a in extra_args if a[2:].partition("=")[0].replace("-", "_") in _FLAGS]
@@ -71,7 +85,7 @@ def _precision(extra_args: tuple[str, ...]) -> str | None:
     return "mixed" if cfg.mixed_precision else "fp32"
 
 
-def fit_problem(job: JobConfig, group: GpuNodeGroupConfig) -> str | None:
+def fit_problem(job: FitInput, group: GpuNodeGroupConfig) -> str | None:
     """One line when the job cannot fit on ``group``'s GPUs; None when it fits or when the
     planner does not know the model (a local folder, an architecture it does not model) or the
     job runs on CPUs."""

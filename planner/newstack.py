@@ -9,7 +9,7 @@ writes ``Pulumi.NAME.yaml`` (one GPU nodegroup on the reservation, FSx for Lustr
 observability on) and ``jobs/NAME.yaml`` (the planner's recommended layout, a checkpoint
 interval that fires ``CHECKPOINTS_PER_JOB`` times, comments with the cost per hour and per
 epoch). Both are checked the way ``pulumi up`` and ``jobs submit`` check them
-(``infra.config.load_stack_file``, ``jobs.file.load``) before the command returns; a failing
+(``infra.config.load_stack_file``, ``jobs.schema.load``) before the command returns; a failing
 check removes what was written. Existing files are kept unless ``--force``.
 
 The shipped job examples ``jobs/examples/p4de-odcr.yaml`` and ``p5-16.yaml`` are this
@@ -397,7 +397,7 @@ def _verify(name: str, root: Path, job_path: Path) -> None:
 
     from infra.config import ConfigError, load_stack_file
     from infra.config.sources import REPO_ROOT
-    from jobs.file import JobFileError, load
+    from jobs.schema import JobFileError, load
 
     with tempfile.TemporaryDirectory() as tmp:
         if not (root / "Pulumi.yaml").is_file():  # outside a checkout: this project's

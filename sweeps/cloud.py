@@ -80,8 +80,8 @@ class ClusterJobs:
     def _backend(self) -> Any:
         import json
 
-        from jobs.cluster import ClusterBackend
-        from jobs.kube import api_client
+        from jobs.cluster.backend import ClusterBackend
+        from jobs.cluster.kube import api_client
 
         kubeconfig = self.outputs["kubeconfig"]
         if isinstance(kubeconfig, str):
@@ -89,7 +89,7 @@ class ClusterJobs:
         return ClusterBackend(api_client(config_dict=kubeconfig), namespace=self.plan.namespace)
 
     def submit(self, name: str, workers: int, steps: int) -> None:
-        from jobs.file import load
+        from jobs.schema import load
 
         sets = [f"workers={workers}", f"minWorkers={workers}", f"maxTrainStep={steps}"]
         job = load(

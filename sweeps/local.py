@@ -81,6 +81,7 @@ def measure_local(
     runs about 10x slower than fp32. Each result is written to ``results`` (JSON) as soon as it
     is measured.
     """
+    from jobs.build import load_example
     from localrun.options import LocalOptions
     from localrun.runner import Runner
 
@@ -105,7 +106,8 @@ def measure_local(
         )
         lines: list[str] = []
         log(f"{n} worker(s): running {steps} steps locally")
-        result = Runner(opts, echo=lines.append).run()
+        _, w = load_example(stack)
+        result = Runner(opts, echo=lines.append).run(w.job, w.device)
         if not result.succeeded:
             raise SweepError(f"local run with {n} workers failed:\n" + "\n".join(lines[-20:]))
         job = result.job["metadata"]["name"]

@@ -49,7 +49,7 @@ def stack_plan(stack: Any, stack_name: str, work_dir: Path, job: str | Path | No
     outputs (deployed or not); a config that cannot be swept raises
     :class:`PrerequisiteError`, other gaps are collected."""
     from infra.config import ConfigError, load_stack_file
-    from jobs.file import load
+    from jobs.schema import load
     from workloads.specs.image import repository_name
 
     path = work_dir / f"Pulumi.{stack_name}.yaml"
@@ -66,24 +66,23 @@ def stack_plan(stack: Any, stack_name: str, work_dir: Path, job: str | Path | No
             f"stack {stack_name}: no job to measure: {job_file} does not exist (job=FILE)"
         )
     try:
-        cfg = load(job_file, stack=stack_name, root=work_dir).platform
+        spec = load(job_file, stack=stack_name, root=work_dir)
     except (ConfigError, ValueError) as err:
         raise PrerequisiteError(str(err)) from None
+    cfg = spec.platform
     if not cfg.observability.enabled:
         problems.append(
             f"stack {stack_name} has observability off (the sweep reads throughput from the "
             "cluster's Prometheus): set eks-fsdp:observability.enabled: true"
         )
-    assert cfg.job is not None
-    group = cfg.job_node_group or cfg.gpu_node_groups[0]
+    group = spec.group
     index = [g.name for g in cfg.gpu_node_groups].index(group.name)
     if group.instance.efa_supported:
+        from jobs.build import job_settings, training_image
         from workloads.specs import pytorchjob
-        from workloads.specs.settings import from_stack
-        from workloads.specs.stack import training_image
 
-        w = from_stack(cfg, image=training_image(cfg), stack=stack_name)
-        env = {e.name: e.value for e in pytorchjob.container_env(w.job)}
+        settings = job_settings(spec, image=training_image(spec))
+        env = {e.name: e.value for e in pytorchjob.container_env(settings)}
         if env.get("NCCL_NET") != pytorchjob.NCCL_NET_EFA:
             problems.append(
                 f"{group.instance_type} has EFA but the job does not set NCCL_NET="

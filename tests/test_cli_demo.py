@@ -102,9 +102,9 @@ def test_demo_install_covers_what_the_demo_imports() -> None:
     code = (
         "import sys\n"
         "before = set(sys.modules)\n"
-        "import eks_fsdp_cli.main, jobs.cli, jobs.local, jobs.local_run, localrun.runner\n"
+        "import eks_fsdp_cli.main, jobs.cli, jobs.local.backend, jobs.local.worker, localrun.runner\n"
         "import localrun.etcd_server\n"
-        "from jobs.file import load\n"
+        "from jobs.schema import load\n"
         "from workloads.specs.stack import job_workloads\n"
         "job_workloads(load('jobs/examples/dev.yaml'))\n"
         "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - before})))\n"

@@ -397,7 +397,7 @@ REVISIONS = "revisions"
 ``--model_revision`` / ``--dataset_revision``, a commit once ``jobs submit`` pinned it). Kept out
 of ``SETTINGS``: checkpoints made before it was recorded lack it and still load."""
 REVISION_KEYS = {"model": "modelRevision", "dataset": "datasetRevision"}
-"""The job-file key that sets each revision (``jobs.file``), named in the refusal's fix."""
+"""The job-file key that sets each revision (``jobs.schema``), named in the refusal's fix."""
 
 
 def revisions_of(cfg: Any) -> dict[str, str]:

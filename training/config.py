@@ -82,7 +82,17 @@ _FALSE = ("false", "0", "no", "off")
 
 
 class ConfigError(ValueError):
-    """Bad input. str(err) is ONE line naming the culprit, e.g. "--batch_size_training: must be >= 1, got 0"."""
+    """Bad input. str(err) is ONE line naming the culprit, e.g. "--batch_size_training: must be >= 1, got 0".
+
+    ``flag`` is the flag it is about (None when it is about no single flag) and ``problem`` the
+    message without the ``--flag: `` prefix, for callers that place the error elsewhere (a job
+    file's key) without re-parsing its text."""
+
+    def __init__(self, message: str, *, flag: str | None = None) -> None:
+        super().__init__(message)
+        self.flag = flag
+        prefix = f"--{flag}: "
+        self.problem = message[len(prefix) :] if flag and message.startswith(prefix) else message
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,12 +319,14 @@ def _check_types(cfg: TrainConfig) -> None:
         else:
             ok = isinstance(value, str)
         if not ok:
-            raise ConfigError(f"--{f.name}: expects {_KIND_NAMES[kind]}, got {value!r}")
+            raise ConfigError(
+                f"--{f.name}: expects {_KIND_NAMES[kind]}, got {value!r}", flag=f.name
+            )
 
 
 def _validate(c: TrainConfig) -> None:
     def fail(flag: str, msg: str) -> typing.NoReturn:
-        raise ConfigError(f"--{flag}: {msg}")
+        raise ConfigError(f"--{flag}: {msg}", flag=flag)
 
     def at_least(flag: str, lo: int) -> None:
         value = getattr(c, flag)
@@ -344,7 +356,7 @@ def _validate(c: TrainConfig) -> None:
 
     for flag in ("model_name", "output_dir", "dist_checkpoint_root_folder"):
         if problem := check_flag(flag, getattr(c, flag)):
-            raise ConfigError(problem)
+            raise ConfigError(problem, flag=flag)
 
     if c.resume_required and not c.resume:
         fail("resume_required", "needs --resume")
@@ -465,7 +477,7 @@ def _validate_hf(c: TrainConfig, fail: typing.Callable[[str, str], typing.NoRetu
     try:
         parse_columns(c.hf_columns)
     except HFDataError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(str(e), flag="hf_columns") from None
 
 
 TRACKERS = ("none", "wandb", "mlflow", "tensorboard")
@@ -519,7 +531,7 @@ def _validate_cookbook(c: TrainConfig) -> None:
     try:
         cookbook.check(c)
     except cookbook.CookbookError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(str(e), flag=e.flag) from None
 
 
 _PEFT_ONLY = ("peft_method", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
@@ -602,19 +614,19 @@ def _coerce(name: str, raw: str) -> Any:
             return True
         if low in _FALSE:
             return False
-        raise ConfigError(f"--{name}: expects true/false (or 1/0, yes/no), got {raw!r}")
+        raise ConfigError(f"--{name}: expects true/false (or 1/0, yes/no), got {raw!r}", flag=name)
     if kind is int:
         try:
             return int(raw.strip())
         except ValueError:
-            raise ConfigError(f"--{name}: expects an integer, got {raw!r}") from None
+            raise ConfigError(f"--{name}: expects an integer, got {raw!r}", flag=name) from None
     if kind is float:
         try:
             value = float(raw.strip())
         except ValueError:
-            raise ConfigError(f"--{name}: expects a number, got {raw!r}") from None
+            raise ConfigError(f"--{name}: expects a number, got {raw!r}", flag=name) from None
         if not math.isfinite(value):
-            raise ConfigError(f"--{name}: expects a finite number, got {raw!r}")
+            raise ConfigError(f"--{name}: expects a finite number, got {raw!r}", flag=name)
         return value
     if kind is _OptStr:
         return None if raw.strip() in ("", "None", "none") else raw
@@ -649,7 +661,7 @@ def _cookbook_flag(name: str) -> cookbook.Resolved | None:
     try:
         return cookbook.resolve(name, _KINDS.__contains__)
     except cookbook.CookbookError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(str(e), flag=e.flag) from None
 
 
 def parse_args(argv: Sequence[str] | None = None, *, local_paths: bool = True) -> TrainConfig:
@@ -703,7 +715,7 @@ def _parse_args(argv: Sequence[str] | None) -> TrainConfig:
             else:
                 raise _unknown(name)
         if name in values:
-            raise ConfigError(f"--{name}: given more than once")
+            raise ConfigError(f"--{name}: given more than once", flag=name)
         if not eq:
             if _kind(name) is bool:
                 if i < len(args) and _is_bool_literal(args[i]):
@@ -715,7 +727,9 @@ def _parse_args(argv: Sequence[str] | None) -> TrainConfig:
                 raw = args[i]
                 i += 1
             else:
-                raise ConfigError(f"--{name}: expects a value ({_KIND_NAMES[_kind(name)]})")
+                raise ConfigError(
+                    f"--{name}: expects a value ({_KIND_NAMES[_kind(name)]})", flag=name
+                )
         values[name] = _coerce(name, cookbook.value_form(name, raw))
     # --hsdp picks HYBRID_SHARD unless a strategy is given explicitly (see the module docstring).
     if values.get("hsdp") and "sharding_strategy" not in values:

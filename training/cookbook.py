@@ -64,7 +64,11 @@ OPTIMIZERS = ("AdamW", "anyprecision")
 
 
 class CookbookError(ValueError):
-    """A llama-cookbook flag refused here; str(err) is one line naming the flag."""
+    """A llama-cookbook flag refused here; str(err) is one line naming the flag, ``flag``."""
+
+    def __init__(self, message: str, *, flag: str | None = None) -> None:
+        super().__init__(message)
+        self.flag = flag
 
 
 @dataclass(frozen=True)
@@ -255,7 +259,7 @@ def resolve(name: str, is_ours: Callable[[str], bool]) -> Resolved | None:
     """
     config, dot, field = name.partition(".")
     if config in DATASET_CONFIGS or (not dot and name in ("train_split", "test_split", "file")):
-        raise CookbookError(f"--{name}: {_DATASET_REFUSED}")
+        raise CookbookError(f"--{name}: {_DATASET_REFUSED}", flag=name)
     if dot:
         if config not in TABLE:
             return None
@@ -271,9 +275,9 @@ def resolve(name: str, is_ours: Callable[[str], bool]) -> Resolved | None:
             return None
         flag = hit[1]
     if flag.refused and not flag.fixed:
-        raise CookbookError(f"--{name}: {flag.refused}")
+        raise CookbookError(f"--{name}: {flag.refused}", flag=name)
     if flag.ours is not None and not is_ours(flag.ours):  # the table names a missing field
-        raise CookbookError(f"--{name}: not available in this build (no --{flag.ours})")
+        raise CookbookError(f"--{name}: not available in this build (no --{flag.ours})", flag=name)
     return Resolved(flag.ours, flag, name)
 
 
@@ -329,7 +333,7 @@ def check(cfg: Any) -> None:
     fields = cfg.__dataclass_fields__
 
     def fail(flag: str, msg: str) -> None:
-        raise CookbookError(f"--{flag}: {msg}")
+        raise CookbookError(f"--{flag}: {msg}", flag=flag)
 
     def changed(name: str) -> bool:
         return bool(getattr(cfg, name) != fields[name].default)

@@ -17,7 +17,7 @@ validated before anything is written (strict schemas for the stack's Kubernetes 
 PyTorchJob against the operator's SDK types). Secrets are referenced, never rendered: the
 PyTorchJob reads the Hugging Face token through a ``secretKeyRef``, Grafana its admin password
 from a Secret the user creates.
-The job is ``--job FILE`` (a job file, ``jobs.file``), by default the stack's example
+The job is ``--job FILE`` (a job file, ``jobs.schema``), by default the stack's example
 ``jobs/examples/<stack>.yaml`` (``python -m jobs submit`` creates the same PyTorchJob and
 NetworkPolicy on a cluster). The image comes from ``--image``, else the job file's ``image``,
 else the stack output ``trainingImage``;
@@ -26,7 +26,7 @@ the CPU dev job may use the local build's name.
 A bad stack name, an invalid config or an ``--out`` that cannot be written (a file, a
 read-only place) prints one line and exits with status 2. ``pip install -r requirements.txt``
 is all it needs (kubernetes-validate included).
-The job's objects are what ``python -m jobs submit`` creates (``jobs.trainjob.as_submitted``):
+The job's objects are what ``python -m jobs submit`` creates (``jobs.cluster.trainjob.as_submitted``):
 the PyTorchJob with the job's Kueue labels (``jobs.queue``), or for ``api: v2`` a Trainer v2
 TrainJob in ``trainjob.yaml`` (validated against Trainer's CRD at the pin); a stack with
 ``trainerV2: true`` also gets ``trainer-v2/`` (Trainer v2's install and the torch runtime);
@@ -53,7 +53,7 @@ from workloads.specs.common import dump_all_yaml
 from workloads.specs.image import REPO_ROOT, has_registry, local_reference
 from workloads.specs.operator import KUSTOMIZATION_FILE
 from workloads.specs.pytorchjob import model_name, needs_token
-from workloads.specs.stack import load, objects_by_component, operator_kustomization
+from workloads.specs.stack import objects_by_component, operator_kustomization
 from workloads.specs.validate import ValidationError, validate
 
 OUTPUT_TRAINING_IMAGE = "trainingImage"
@@ -67,15 +67,15 @@ OBSERVABILITY_DIR = "observability"
 KUEUE_DIR = "kueue"
 
 
-def job_platform(stack: str, job: Path | str | None = None) -> Any:
-    """The stack's config with the job of ``job`` (default: ``jobs/examples/<stack>.yaml``)
-    bound to it, as ``resolve_image`` reads it."""
+def load_job(stack: str, job: Path | str | None = None) -> Any:
+    """The job ``job`` (default: ``jobs/examples/<stack>.yaml``) on ``stack``, read once
+    (``jobs.schema.JobSpec``); a missing or invalid stack file is named first."""
     from infra.config import load_stack_file
-    from jobs.file import load as load_job
-    from workloads.specs.stack import example_job
+    from jobs.build import example_job
+    from jobs.schema import load
 
-    load_stack_file(stack)  # a missing or invalid stack file is named first
-    return load_job(job if job is not None else example_job(stack), stack=stack).platform
+    load_stack_file(stack)
+    return load(job if job is not None else example_job(stack), stack=stack)
 
 
 def render(
@@ -89,15 +89,19 @@ def render(
     fsx_mount_name: str | None = None,
     debug_tools: bool = False,
     kueue: bool = False,
+    spec: Any = None,
 ) -> list[Path]:
     """Write the objects of the stack running ``job`` (default: the stack's example job)
     under ``out``; return the files written. ``debug_tools`` renders the opt-in debug
     DaemonSets even when the stack leaves ``debugTools`` off; ``kueue`` the queues and teams
-    the cluster stack installs (``kueue/``)."""
-    stack_cfg = job_platform(stack, job)
+    the cluster stack installs (``kueue/``). ``spec``: the job, already loaded."""
+    from jobs.build import build
+
+    spec = spec if spec is not None else load_job(stack, job)
+    stack_cfg = spec.platform
     kubernetes_version = stack_cfg.kubernetes_version
-    image = resolve_image(stack, stack_cfg, image)
-    w = load(stack, job=job, image=image, generation=generation)
+    image = resolve_image(stack, spec, image)
+    w = build(spec, image=image, generation=generation or 1)
     if debug_tools:
         w = dataclasses.replace(w, debug_tools=True)
     file_system = storage.file_system_ref(
@@ -105,12 +109,9 @@ def render(
         fsx_mount_name or storage.PLACEHOLDER_MOUNT_NAME,
         stack_cfg.region,
     )
-    from jobs import trainjob  # the job's objects as `python -m jobs submit` creates them
-    from jobs.file import load as load_job
-    from workloads.specs.stack import example_job
+    from jobs.cluster import trainjob  # the job's objects as `eks-fsdp jobs submit` creates them
 
-    job_file = load_job(job if job is not None else example_job(stack), stack=stack)
-    components = trainjob.as_submitted(objects_by_component(w, file_system), job_file, w.job)
+    components = trainjob.as_submitted(objects_by_component(w, file_system), spec, w.job)
     for objs in components.values():
         for obj in objs:
             trainjob.validate_object(obj, kubernetes_version)
@@ -170,7 +171,7 @@ def _render_kueue(stack_cfg: Any, out: Path, k8s_version: str) -> list[Path]:
     return written
 
 
-def resolve_image(stack: str, stack_cfg: Any, image: str | None) -> str:
+def resolve_image(stack: str, job: Any, image: str | None) -> str:
     """The image the rendered objects run: ``--image``, else ``job.image``, else the stack output
     ``trainingImage`` (with a Pulumi CLI and the stack's backend at hand).
 
@@ -178,11 +179,10 @@ def resolve_image(stack: str, stack_cfg: Any, image: str | None) -> str:
     registry (which Docker resolves to Docker Hub) is refused with one line. A CPU job (the dev
     stack's demo) may use the local build's name.
     """
-    job = stack_cfg.job
-    chosen = image or (job.image if job is not None else None) or _stack_output_image(stack)
+    chosen = image or job.image or _stack_output_image(stack)
     if chosen and has_registry(chosen):
         return chosen
-    if job is None or getattr(job, "device", "cuda") == "cpu":
+    if job.device == "cpu":
         return chosen or local_reference()
     if chosen:
         raise ValueError(
@@ -298,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        spec = load_job(args.stack, args.job)
         files = render(
             args.stack,
             args.out,
@@ -308,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             fsx_mount_name=args.fsx_mount_name,
             debug_tools=args.debug_tools,
             kueue=args.kueue,
+            spec=spec,
         )
     except OSError as err:
         where = err.filename if err.filename is not None else args.out
@@ -318,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         print(path)
     print(f"apply: kubectl apply --server-side -k {args.out / OPERATOR_DIR}")
     print(f"       kubectl apply -f {args.out}  (after the operator's CRDs are established)")
-    stack_cfg = job_platform(args.stack, args.job)
+    stack_cfg = spec.platform
     if stack_cfg.trainer_v2:
         print(f"trainer-v2: kubectl apply --server-side -k {args.out / 'trainer-v2'}")
     if args.kueue and stack_cfg.gpu_node_groups:
@@ -332,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     if stack_cfg.observability.enabled:
         for cmd in helm_commands(obs.settings_from_stack(stack_cfg), args.out):
             print(f"observability: {cmd}")
-    w = load(args.stack, job=args.job, image=args.image, generation=args.generation)
+    from jobs.build import build
+
+    w = build(spec, image=args.image, generation=args.generation or 1)
     job = w.job
     if job.hf_token_secret and needs_token(model_name(job)):  # a hub model: gated for Llama
         print(
@@ -355,18 +359,16 @@ def main(argv: list[str] | None = None) -> int:
             f"note: no shared checkpoint claim: each of the {job.workers} pods keeps its own "
             "shards in an emptyDir, so --resume is left out (restarts start over)"
         )
-    _print_estimate(args.stack, args.job)
+    _print_estimate(spec)
     return 0
 
 
-def _print_estimate(stack: str, job: Path | None) -> None:
+def _print_estimate(spec: Any) -> None:
     """The planner's estimate of the job (``planner.estimate``), on stderr: stdout stays the
     list of files and commands."""
-    from jobs.file import load as load_job
     from planner.estimate import lines
-    from workloads.specs.stack import example_job
 
-    for line in lines(load_job(job or example_job(stack), stack=stack)):
+    for line in lines(spec):
         print(line, file=sys.stderr)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from eks_fsdp_cli.errors import Parser, fail
 from workloads.specs import kueue, observability, storage, teams
 from workloads.specs.common import K8sObject, dump_all_yaml
-from workloads.specs.stack import load, objects_by_component
+from workloads.specs.stack import objects_by_component
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHECKOV = REPO_ROOT / ".venv-tools" / "bin" / "checkov"
@@ -75,10 +75,10 @@ def pods_from_pytorchjob(job: K8sObject) -> list[K8sObject]:
 
 def stack_objects(stack: str) -> dict[str, list[K8sObject]]:
     """Every object a stack can deploy, by file name (see the module docstring)."""
-    from infra.config import load_stack_file
+    from jobs.build import load_example
 
-    w = load(stack)
-    cfg = load_stack_file(stack)
+    spec, w = load_example(stack)
+    cfg = spec.platform
     fs = storage.placeholder_file_system(cfg.region)
     files = objects_by_component(dataclasses.replace(w, debug_tools=True), fs)
     if "pytorchjob" in files:

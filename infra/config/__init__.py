@@ -18,7 +18,6 @@ way, ``fields`` <- sections <- ``stack`` <- ``sources``:
 - ``network``: availability zones, VPC and service CIDRs, NAT gateways,
 - ``cluster``: cluster name, Kubernetes version, API endpoint CIDRs, access entries,
 - ``nodegroups``: the system nodegroup and the GPU nodegroups (capacity, EFA, taints),
-- ``job``: the fine-tuning job,
 - ``storage``: shared checkpoint storage (FSx for Lustre) and the data bucket (S3),
 - ``observability``: the observability switches,
 - ``teams``: the teams sharing the cluster (namespaces, principals, GPU quotas, priorities),
@@ -27,7 +26,6 @@ way, ``fields`` <- sections <- ``stack`` <- ``sources``:
 """
 
 from infra.config.fields import NAMESPACE, ConfigError
-from infra.config.job import DEVICES, RDZV_BACKENDS, SHARDING_STRATEGIES, JobConfig
 from infra.config.network import DEFAULT_SERVICE_CIDR, NAT_MODES
 from infra.config.nodegroups import (
     CAPACITY_TYPES,
@@ -77,7 +75,6 @@ __all__ = [
     "DEFAULT_PRIORITY",
     "DEFAULT_ROOT_VOLUME_GIB",
     "DEFAULT_SERVICE_CIDR",
-    "DEVICES",
     "FSX_CAPACITY_STEP_GIB",
     "FSX_DEPLOYMENT_TYPES",
     "FSX_MIN_CAPACITY_GIB",
@@ -87,10 +84,8 @@ __all__ = [
     "PLACEMENT_CREATE",
     "PLACEMENT_NONE",
     "PRIORITIES",
-    "RDZV_BACKENDS",
     "REPO_ROOT",
     "SECRET_KEYS",
-    "SHARDING_STRATEGIES",
     "SHARED_STORAGE_TYPES",
     "STRUCTURED_KEYS",
     "TAINT_EFFECTS",
@@ -98,7 +93,6 @@ __all__ = [
     "ConfigError",
     "DataBucketConfig",
     "GpuNodeGroupConfig",
-    "JobConfig",
     "ObservabilityConfig",
     "Secrets",
     "SharedStorageConfig",

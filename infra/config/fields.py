@@ -18,7 +18,14 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class ConfigError(ValueError):
-    """A stack config value is invalid; the message is one line naming the key."""
+    """A stack config value is invalid; the message is one line naming the key. ``path`` and
+    ``problem`` keep its parts (the key's path, what is wrong) for callers that place the
+    error elsewhere (a job file's line), so nobody re-parses the text."""
+
+    def __init__(self, message: str, *, path: str = "", problem: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.problem = problem or message
 
 
 def _k(path: str) -> str:
@@ -26,7 +33,7 @@ def _k(path: str) -> str:
 
 
 def _fail(path: str, message: str) -> ConfigError:
-    return ConfigError(f"{_k(path)}: {message}")
+    return ConfigError(f"{_k(path)}: {message}", path=path, problem=message)
 
 
 def _check_keys(obj: Mapping[str, Any], known: tuple[str, ...], path: str) -> None:

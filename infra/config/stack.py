@@ -15,7 +15,6 @@ from infra.config.cluster import (
     _parse_kubernetes_version,
 )
 from infra.config.fields import _bool, _fail, _opt_str
-from infra.config.job import JobConfig
 from infra.config.network import DEFAULT_SERVICE_CIDR, _parse_network
 from infra.config.nodegroups import (
     GpuNodeGroupConfig,
@@ -117,9 +116,6 @@ class StackConfig:
     """IAM principal ARNs given cluster-admin through EKS access entries."""
     gpu_node_groups: tuple[GpuNodeGroupConfig, ...] = ()
     """The GPU nodegroups."""
-    job: JobConfig | None = None
-    """The job a job file binds to this platform (``jobs.file``); a stack file never carries
-    one (``parse`` refuses a ``job`` block)."""
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
     """Observability switches."""
     shared_storage: SharedStorageConfig = field(default_factory=SharedStorageConfig)
@@ -151,15 +147,10 @@ class StackConfig:
                 return group
         raise KeyError(f"no GPU nodegroup named {name!r}")
 
-    @property
-    def job_node_group(self) -> GpuNodeGroupConfig | None:
-        """The nodegroup the job runs on (None without a job)."""
-        return self.node_group(self.job.node_group) if self.job else None
-
 
 JOB_MOVED = (
     "jobs are not part of the cluster stack any more: move this block to a job file (keys as "
-    "in jobs/examples/), submit it with `python -m jobs submit FILE --stack {stack}` and remove "
+    "in jobs/examples/), submit it with `eks-fsdp jobs submit FILE --stack {stack}` and remove "
     "it from the stack; docs/jobs.md says how to keep a running job"
 )
 """Why a ``job`` block is refused: ignored, a user would believe the next ``pulumi up`` submits
@@ -239,7 +230,6 @@ def parse(
         ),
         access_entries=access,
         gpu_node_groups=groups,
-        job=None,
         observability=_parse_observability(raw.get("observability"), region),
         shared_storage=shared_storage,
         data_bucket=data_bucket,

@@ -25,7 +25,7 @@ import pytest
 from controlplane.client import ApiError, wait_for
 from controlplane.cluster import ControlPlane
 from infra.efa import DEVICE_CLASS, DRA_DRIVER
-from jobs.efa_claim import template
+from jobs.cluster.efa_claim import template
 from tests.controlplane.helpers import member_access
 from workloads.specs import pytorchjob as pj
 from workloads.specs.settings import JobSettings

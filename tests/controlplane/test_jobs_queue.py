@@ -61,7 +61,7 @@ def _prefixed(obj: dict[str, Any]) -> dict[str, Any]:
 def _team_storage(cfg: Any) -> list[dict[str, Any]]:
     """What each team's namespace gets from the stack (``workloads.team``): its checkpoint
     volume of the file system bound to the claim the job mounts, and the ``hf-token`` Secret
-    (``submit --team`` refuses a namespace without them, ``jobs.team_check``)."""
+    (``submit --team`` refuses a namespace without them, ``jobs.cluster.team_check``)."""
     return [
         o
         for t in cfg.teams
@@ -96,7 +96,7 @@ def test_a_second_job_waits_in_the_teams_queue_with_kueues_reason(
     # The stack exports metrics: ``status`` would ask the cluster's Prometheus (none here), then
     # a worker's exporter through the API server's pod proxy, which dials the pod's IP; kwok's
     # pods have fake IPs that nothing serves (and dialling them leaves loopback), so progress
-    # is left out here (jobs.cluster_metrics has its own tests against the fake API).
+    # is left out here (jobs.cluster.metrics has its own tests against the fake API).
     from jobs import cluster_metrics
 
     monkeypatch.setattr(cluster_metrics, "prometheus_values", lambda *a, **kw: None)

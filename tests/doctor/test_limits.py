@@ -102,8 +102,8 @@ def test_fit_uses_the_jobs_precision_and_the_planners_figure() -> None:
     planner's own peak: the GiB it prints is ``planner.predict``'s for that layout."""
     import dataclasses
 
+    from jobs.schema import load
     from planner.fit import _precision, fit_problem
-    from jobs.file import load
     from planner.memory import PRECISIONS
     from planner.predict import PlanInput, predict
     from planner.shapes import resolve
@@ -114,7 +114,7 @@ def test_fit_uses_the_jobs_precision_and_the_planners_figure() -> None:
     from infra.config.sources import REPO_ROOT
 
     job = load(REPO_ROOT / "jobs" / "examples" / "p5-16.yaml")
-    group = job.platform.node_group(job.config.node_group)
+    group = job.platform.node_group(job.node_group)
     assert fit_problem(job.config, group) is None
     big = dataclasses.replace(job.config, batch_size=64)
     for flags, name in (((), "mixed"), (("--mixed_precision=False",), "fp32")):
@@ -135,9 +135,9 @@ def test_fit_uses_the_jobs_precision_and_the_planners_figure() -> None:
 
 def test_hub_ids_match_the_planners_table() -> None:
     """``planner.fit`` maps hub ids to the planner's shapes with the planner's own table (a copy:
-    importing ``planner.args`` from ``jobs.file``'s check would be an import cycle)."""
-    from planner.fit import HUB_IDS, planner_model
+    importing ``planner.args`` from ``jobs.schema``'s check would be an import cycle)."""
     from planner.args import _HF_IDS, builtin_for_hub_id
+    from planner.fit import HUB_IDS, planner_model
 
     assert HUB_IDS == _HF_IDS
     for name in ("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-3.1-70B", "tiny-llama", "x/y"):

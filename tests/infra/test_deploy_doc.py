@@ -233,7 +233,7 @@ def _run_doctor_lines(checkout: Path, env: dict[str, str]) -> None:
 
 
 def test_the_training_costs_are_the_planners() -> None:
-    from jobs.file import load
+    from jobs.schema import load
     from planner.estimate import estimate
 
     for stack in ("p4de-odcr", "p5-16"):
@@ -249,12 +249,12 @@ def test_the_training_costs_are_the_planners() -> None:
 
 def test_the_data_how_to_job_keys_load() -> None:
     """The "Data onto the cluster" section's job-file keys, merged into the p5-16 example job,
-    load with ``jobs.file`` as written: the dataset is ``custom`` and training gets the path
+    load with ``jobs.schema`` as written: the dataset is ``custom`` and training gets the path
     the pods see (not checked on this machine's disk). Fails if the snippet puts ``dataset``
     under ``args`` (refused: ``args.dataset: set by the key dataset``) or stops loading."""
     import yaml
 
-    from jobs.file import parse
+    from jobs.schema import parse
 
     section = DOC.split("## Data onto the cluster", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
@@ -262,5 +262,5 @@ def test_the_data_how_to_job_keys_load() -> None:
     example = ROOT / "jobs" / "examples" / "p5-16.yaml"
     values = {**yaml.safe_load(example.read_text()), **keys}
     job = parse(values, source=str(example))
-    assert job.config.dataset == "custom"
-    assert "--data_path=/checkpoints/data/train.jsonl" in job.config.extra_args
+    assert job.dataset == "custom"
+    assert "--data_path=/checkpoints/data/train.jsonl" in job.extra_args

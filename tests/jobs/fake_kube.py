@@ -1,6 +1,6 @@
 """A stand-in Kubernetes API server on loopback for the job CLI's client layer.
 
-Not a cluster: it stores objects and answers the few REST calls ``jobs.cluster`` makes with the
+Not a cluster: it stores objects and answers the few REST calls ``jobs.cluster.backend`` makes with the
 response shapes of the real API (upstream OpenAPI and API conventions): objects get ``uid``,
 ``resourceVersion`` and ``creationTimestamp``; errors are ``Status`` objects (``NotFound`` with
 ``details.kind``, ``AlreadyExists``, ``Forbidden``); a group it does not serve answers the
@@ -21,7 +21,7 @@ manager's garbage collector removes the dependents asynchronously later
 
 The service proxy (``services/<svc>:<port>/proxy/api/v1/query``) plays the cluster's
 Prometheus when ``prometheus`` holds series (labels with ``__name__``, value): it answers the
-one query shape ``jobs.cluster_metrics.promql`` sends, ``max by (__name__) ({matchers})`` with
+one query shape ``jobs.cluster.metrics.promql`` sends, ``max by (__name__) ({matchers})`` with
 ``=`` and ``=~`` matchers, in the HTTP API's instant-vector format (``{"status": "success",
 "data": {"resultType": "vector", "result": [{"metric": ..., "value": [t, "v"]}]}}``,
 prometheus.io/docs/prometheus/latest/querying/api/); with ``prometheus`` None the Service does

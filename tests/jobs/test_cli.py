@@ -55,8 +55,8 @@ def test_a_local_job_is_the_job_python_m_localrun_runs(tmp_path: pytest.TempPath
     flags and losses (only the rendezvous id is fresh per submission)."""
     from pathlib import Path
 
-    from jobs.file import load
-    from jobs.local import local_settings
+    from jobs.local.backend import local_settings
+    from jobs.schema import load
     from localrun.job import local_job_settings, localize
     from localrun.options import LocalOptions
 

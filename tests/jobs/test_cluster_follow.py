@@ -310,7 +310,7 @@ def test_stack_jobs_go_to_its_jobs_namespace(
 
 
 def test_the_output_names_are_the_programs() -> None:
-    from jobs.kube import JOBS_NAMESPACE_OUTPUT
+    from jobs.cluster.kube import JOBS_NAMESPACE_OUTPUT
     from workloads.program import OUTPUT_JOBS_NAMESPACE
 
     assert JOBS_NAMESPACE_OUTPUT == OUTPUT_JOBS_NAMESPACE

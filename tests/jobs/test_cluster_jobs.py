@@ -177,7 +177,7 @@ def test_submit_creates_the_builders_job_its_policy_and_its_record(
     want["metadata"].pop("namespace")
     assert job.queue is not None and job.queue.team is None  # a GPU job: its pool's queue
     want["metadata"]["labels"].update(
-        {queue.QUEUE_LABEL: job.config.node_group, queue.PRIORITY_LABEL: "experiment"}
+        {queue.QUEUE_LABEL: job.node_group, queue.PRIORITY_LABEL: "experiment"}
     )
     assert job.queue.pod_annotations  # p4de is an EFA pool: Kueue keeps it in one block
     for template in queue.pytorchjob_templates(want):
@@ -338,7 +338,7 @@ def test_client_errors_are_one_line(
 
 def test_the_stack_output_key_is_the_programs() -> None:
     from infra import outputs
-    from jobs.kube import KUBECONFIG_OUTPUT
+    from jobs.cluster.kube import KUBECONFIG_OUTPUT
 
     assert KUBECONFIG_OUTPUT == outputs.KUBECONFIG
 

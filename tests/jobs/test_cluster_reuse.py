@@ -424,7 +424,7 @@ def test_a_webhook_message_over_several_lines_is_one_line() -> None:
     newlines in it. The client's own ``ApiException`` carries it, as the API server sends it."""
     from kubernetes.client.exceptions import ApiException
 
-    from jobs.kube import api_errors
+    from jobs.cluster.kube import api_errors
     from jobs.types import JobsError
 
     err = ApiException(status=422, reason="Unprocessable Entity")
@@ -459,7 +459,7 @@ def test_the_record_comes_first_and_goes_when_the_job_is_not_made(
     """A job without a record could be neither resumed nor listed once deleted: the record is
     created first, and removed again when the job is not created (an API error, or Ctrl-C
     arriving while it is)."""
-    from jobs.cluster import ClusterBackend
+    from jobs.cluster.backend import ClusterBackend
 
     fake, kubeconfig = kube
     assert _submit(capsys, kubeconfig)[0] == 0

@@ -128,7 +128,7 @@ def test_submit_creates_the_builders_trainjob_its_policy_and_its_record(
         created["metadata"].pop(key)
     assert created == want  # the pure builder's TrainJob, with what the queue adds only
     tj.validate(created)
-    assert created["metadata"]["labels"][queue.QUEUE_LABEL] == job.config.node_group
+    assert created["metadata"]["labels"][queue.QUEUE_LABEL] == job.node_group
     (policy,) = fake.of("networkpolicies")
     assert policy["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
     record = fake.get("configmaps", record_name(NAME))

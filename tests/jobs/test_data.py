@@ -20,7 +20,7 @@ import pytest
 
 from infra.versions import KUBERNETES_VERSION
 from jobs.cli import main
-from jobs.data import DATA_DIR, MOUNT, cluster_path, copy, pod
+from jobs.cluster.data import DATA_DIR, MOUNT, cluster_path, copy, pod
 from jobs.types import JobsError
 from workloads.specs.validate import validate
 

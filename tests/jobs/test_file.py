@@ -1,4 +1,4 @@
-"""Job files (``jobs.file``): strict, one line per mistake, the manifest from the pure builders.
+"""Job files (``jobs.schema``): strict, one line per mistake, the manifest from the pure builders.
 
 Nothing is mocked and nothing runs: a job file is read, checked against its stack's nodegroups
 and turned into the settings ``workloads.specs`` renders. If these fail, a typo in a job file
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import file as jobfile
+from jobs import schema as jobfile
 from workloads.specs import pytorchjob as pj
 from workloads.specs.stack import job_workloads
 
@@ -89,8 +89,8 @@ def test_set_and_name_override_the_file(tmp_path: Path) -> None:
         sets=["workers=1", "maxTrainStep=7", "args.lr=3.0e-4", "args.log-every=2"],
         name="other",
     )
-    assert (job.name, job.config.workers, job.config.max_train_step) == ("other", 1, 7)
-    assert job.config.extra_args == (
+    assert (job.name, job.workers, job.max_train_step) == ("other", 1, 7)
+    assert job.extra_args == (
         "--fsdp_activation_checkpointing=False",
         "--lr=0.0003",
         "--log_every=2",
@@ -186,12 +186,12 @@ def test_llama_cookbook_spellings_pass_through_to_training(tmp_path: Path) -> No
 
     text = DEV + "  fsdp_config.pure_bf16: false\n  lora_config.r: 4\n  use_peft: true\n"
     job = jobfile.load(_write(tmp_path, text))
-    assert job.config.extra_args[1:] == (
+    assert job.extra_args[1:] == (
         "--fsdp_config.pure_bf16=False",
         "--lora_config.r=4",
         "--use_peft=True",
     )
-    cfg = parse_args(list(job.config.extra_args))
+    cfg = parse_args(list(job.extra_args))
     assert (cfg.pure_bf16, cfg.lora_r, cfg.use_peft) == (False, 4, True)
 
 
@@ -208,7 +208,7 @@ def test_the_jobs_package_imports_no_pulumi_and_no_torch() -> None:
 
     code = (
         "import sys\n"
-        "import jobs.cli, jobs.local, jobs.local_run, jobs.cluster, jobs.kube, jobs.backends\n"
+        "import jobs.cli, jobs.local.backend, jobs.local.worker, jobs.cluster.backend, jobs.cluster.kube, jobs.backends\n"
         "jobs.cli._parser()\n"
         "bad = sorted({m.split('.')[0] for m in sys.modules} & {'pulumi', 'torch'})\n"
         "print(','.join(bad))\n"
@@ -229,7 +229,7 @@ def test_a_job_that_cannot_fit_or_names_no_repo_is_refused() -> None:
     layout (the planner's recommendation, micro-batch 2 x 4,096) loads; a model that cannot be a Hugging Face repo id
     ('üñí', huggingface_hub's validate_repo_id rules) is refused naming model."""
     example = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml"
-    assert jobfile.load(example).config.batch_size == 2
+    assert jobfile.load(example).batch_size == 2
     with pytest.raises(jobfile.JobFileError) as err:
         jobfile.load(example, sets=["batchSize=1000000"])
     line = str(err.value)

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from jobs.local import PID, LocalBackend
+from jobs.local.backend import PID, LocalBackend
 
 
 def test_a_fresh_pid_counts_as_starting_and_an_old_foreign_one_does_not(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """``python -m jobs --local``: two real jobs at once on this machine, watched, cancelled and
 resumed across separate invocations of the CLI.
 
-Nothing is mocked: each ``submit --local`` starts a detached runner (``jobs.local_run``) with its
+Nothing is mocked: each ``submit --local`` starts a detached runner (``jobs.local.worker``) with its
 own etcd 3.5 and two torchrun agents training the tiny preset with gloo. One scenario is shared
 by the tests (two jobs cost about a minute of both cores): job A runs to completion next to
 job B; B is cancelled once its first checkpoint is complete, then resumed to the end; a third,
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from jobs import cli
-from jobs.local import STATE_ENV, LocalBackend
+from jobs.local.backend import STATE_ENV, LocalBackend
 from localrun.result import complete_checkpoint_steps, read_metrics
 from tests.jobs.fake_kube import run_cli
 
@@ -278,7 +278,7 @@ def test_a_missing_model_is_one_line(
 
 
 def cli_keys() -> dict[str, str]:
-    from jobs.file import KEYS
+    from jobs.schema import KEYS
 
     return KEYS
 

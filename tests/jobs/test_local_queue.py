@@ -1,7 +1,7 @@
 """Local jobs through a queue, suspended and unsuspended, for real.
 
 Nothing is mocked: ``submit --local`` with ``EKS_FSDP_LOCAL_QUEUE_WORKERS=1`` (the local
-stand-in for Kueue, ``jobs.local_queue``: a queue per node group with a quota of one worker)
+stand-in for Kueue, ``jobs.local.queue``: a queue per node group with a quota of one worker)
 starts two detached runners, each with its own etcd and one torchrun agent training the tiny
 preset. The second waits while the first runs, then runs; it is suspended once a checkpoint
 is complete (every pod gets SIGTERM; the training program's StopSignal writes an emergency
@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from jobs import cli
-from jobs.local import STATE_ENV, LocalBackend
-from jobs.local_queue import QUOTA_ENV
+from jobs.local.backend import STATE_ENV, LocalBackend
+from jobs.local.queue import QUOTA_ENV
 from localrun.result import complete_checkpoint_steps, read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

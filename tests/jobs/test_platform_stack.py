@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import jobs.file
+import jobs.schema
 import tests.pulumi_mocks as pm
 import workloads.training_image as training_image
 from infra.config import ConfigError
@@ -78,7 +78,7 @@ def test_the_program_never_reads_a_job_file(monkeypatch: pytest.MonkeyPatch) -> 
         raise AssertionError("the Pulumi program read a job file")
 
     for name in ("load", "loads", "parse"):
-        monkeypatch.setattr(jobs.file, name, refuse)
+        monkeypatch.setattr(jobs.schema, name, refuse)
     again = run_program("dev", secrets=SECRETS)
     assert _declared(again) == _declared(plain)
 

@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from jobs import cli
-from jobs.efa_claim import template
+from jobs.cluster.efa_claim import template
 from jobs.gate_status import from_output, from_pods
-from jobs.local import STATE_ENV, LocalBackend
+from jobs.local.backend import STATE_ENV, LocalBackend
 from workloads.specs.settings import JobSettings
 from workloads.specs.validate import validate_builtin
 

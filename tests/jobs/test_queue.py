@@ -176,7 +176,7 @@ def test_a_bad_team_or_priority_is_one_line_and_creates_nothing(
 
 
 def test_outside_the_jobs_namespace_a_job_names_a_queue_only_with_a_team(root: Path) -> None:
-    from jobs.file import JobFileError, load
+    from jobs.schema import JobFileError, load
 
     assert load(DEV, sets=["namespace=lab"]).queue is None  # no LocalQueue there
     assert load(DEV).queue == queue.Queue(name="gpu-g5", priority="experiment")
@@ -186,7 +186,7 @@ def test_outside_the_jobs_namespace_a_job_names_a_queue_only_with_a_team(root: P
     )
     team = load(DEV, sets=["team=vision"])
     assert team.queue == queue.Queue(name="gpu-g5", priority="experiment", team="vision")
-    assert team.config.namespace == "vision"
+    assert team.namespace == "vision"
     with pytest.raises(JobFileError, match="priority: a job outside the jobs namespace goes"):
         load(DEV, sets=["priority=production", "namespace=lab"])
 
@@ -297,7 +297,7 @@ def test_a_job_on_an_efa_pool_prefers_one_network_block(root: Path) -> None:
     pool's ResourceFlavor has the Topology (EFA pools), for both job kinds; the TrainJob keeps
     it in its runtime patch's pod metadata, which both Trainer CRDs allow."""
     from jobs import trainjob as tjobs
-    from jobs.file import load
+    from jobs.schema import load
     from workloads.specs import trainjob as tj
     from workloads.specs.stack import job_workloads
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from jobs import cluster_logs
-from jobs.local import STATE_ENV, LocalBackend
+from jobs.local.backend import STATE_ENV, LocalBackend
 from jobs.manifest import record_name
 from jobs.resume_from import REQUIRED_FLAG
 from localrun.result import complete_checkpoint_steps, read_metrics

@@ -283,7 +283,7 @@ def test_inputs_off_the_hub_are_not_looked_up() -> None:
     (found,) = hub_inputs("tiny-llama", "samsum_dataset", (), {"datasetRevision": "v2"})
     assert (found.kind, found.repo, found.revision) == ("dataset", SAMSUM_HUB_ID, "v2")
     dev = jobfile.load(EXAMPLES / "dev.yaml")
-    assert hub_inputs(dev.config.model, dev.config.dataset, dev.config.extra_args, dev.values) == []
+    assert hub_inputs(dev.model, dev.dataset, dev.extra_args, dev.values) == []
 
 
 def test_revision_keys_are_checked_in_the_job_file(tmp_path: Path) -> None:
@@ -316,7 +316,7 @@ def test_revision_keys_are_checked_in_the_job_file(tmp_path: Path) -> None:
             jobfile.load(path)
     sets = ["dataset=samsum_dataset", f'datasetRevision="{sha("x")}"']
     job = jobfile.load(EXAMPLES / "dev.yaml", sets=sets)
-    assert f"--dataset_revision={sha('x')}" in job.config.extra_args
+    assert f"--dataset_revision={sha('x')}" in job.extra_args
 
 
 def test_every_planner_model_name_is_refused_with_a_hub_id(tmp_path: Path) -> None:
@@ -350,7 +350,7 @@ def test_a_local_job_records_the_commit_its_pods_get(
     """The same hook for ``--local``: the job folder's ``job.yaml`` (what ``resume --local``
     reloads) and the runner's training flags carry samsum's commit. The runner starts for real
     and is stopped at once (``cancel --purge``): nothing waits for it to train."""
-    from jobs.local import JOB_FILE, RECORD
+    from jobs.local.backend import JOB_FILE, RECORD
 
     monkeypatch.setenv("EKS_FSDP_JOBS_DIR", str(tmp_path / "jobs"))
     hub.refs[("dataset", SAMSUM_HUB_ID)] = {"main": sha("samsum-1")}

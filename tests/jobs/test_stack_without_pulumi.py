@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jobs import cli
-from jobs.kube import INSTEAD, JOBS_NAMESPACE_OUTPUT, KUBECONFIG_OUTPUT
+from jobs.cluster.kube import INSTEAD, JOBS_NAMESPACE_OUTPUT, KUBECONFIG_OUTPUT
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 

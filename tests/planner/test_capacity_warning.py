@@ -71,7 +71,7 @@ def test_a_past_block_and_unknowns(tmp_path: Path) -> None:
 
 def test_job_file_lines(tmp_path: Path) -> None:
     """The p5-16 example job file, read with its stack (with the block) as ``jobs`` reads it."""
-    from jobs.file import load
+    from jobs.schema import load
 
     _group(tmp_path)
     job = load(REPO / "jobs" / "examples" / "p5-16.yaml", root=tmp_path)
@@ -84,7 +84,7 @@ def test_job_file_lines(tmp_path: Path) -> None:
 def test_the_job_estimate_prints_the_warning(tmp_path: Path) -> None:
     """``planner.estimate.lines`` (what ``python -m jobs submit`` and ``planner --job`` print)
     ends with the warning when the block scales down a minute from now."""
-    from jobs.file import load
+    from jobs.schema import load
     from planner.estimate import lines
 
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)

@@ -125,7 +125,7 @@ def test_human_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_stack_file_supplies_instance_nodes_model_and_batch(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from jobs.file import load
+    from jobs.schema import load
 
     cfg = load(Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml").platform
     assert cfg.job is not None and cfg.job_node_group is not None

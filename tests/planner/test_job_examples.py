@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.file import load
+from jobs.schema import load
 from planner.args import UsageError, parser, resolve_args
 from planner.assumptions import DATASETS, SAMSUM_SAMPLE_TRAIN_TOKENS
 from planner.cli import main

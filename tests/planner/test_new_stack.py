@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.file import load
+from jobs.schema import load
 from planner.cli import main
 from planner.estimate import CPU_LINE, LAYOUT_MARGIN, describe, estimate, plan_input
 from planner.newstack import CHECKPOINTS_PER_JOB, EXAMPLES, example_text

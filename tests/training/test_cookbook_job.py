@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from jobs import cli
-from jobs.local import STATE_ENV
+from jobs.local.backend import STATE_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

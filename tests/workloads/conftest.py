@@ -16,7 +16,7 @@ STACKS = ("dev", "p4de-odcr", "p5-16")
 def job_stack(stack: str) -> StackConfig:
     """``Pulumi.<stack>.yaml`` with its example job (``jobs/examples/<stack>.yaml``) bound:
     the stack files carry no job (``python -m jobs`` submits the example)."""
-    from jobs.file import load
+    from jobs.schema import load
 
     return load(example_job(stack), stack=stack).platform
 

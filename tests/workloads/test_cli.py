@@ -34,7 +34,7 @@ def test_render_writes_one_file_per_component(
         "workers-network-policy.yaml",
     ]
     from jobs import trainjob
-    from jobs.file import load as load_job
+    from jobs.schema import load as load_job
     from workloads.specs.stack import example_job
 
     w = stack_workloads("dev")

@@ -111,13 +111,13 @@ def test_a_group_without_efa_asks_for_no_efa_device() -> None:
         assert container["resources"][side]["nvidia.com/gpu"] == "8"
     example = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml"
     job = jobfile.load(example)
-    (group,) = [g for g in job.platform.gpu_node_groups if g.name == job.config.node_group]
+    (group,) = [g for g in job.platform.gpu_node_groups if g.name == job.node_group]
     assert job_workloads(job, image="example.com/train:1").job.efa is group.efa is True
 
 
 def test_rendered_files_of_a_dra_job_carry_its_claim_template() -> None:
     """``workloads.render`` writes the job's objects as ``submit`` creates them
-    (``jobs.trainjob.as_submitted``): on an ``efa: dra`` group that includes the
+    (``jobs.cluster.trainjob.as_submitted``): on an ``efa: dra`` group that includes the
     ResourceClaimTemplate the workers name, else ``kubectl apply`` of the files leaves every
     pod Pending (Kubernetes docs, "Dynamic Resource Allocation": a pod's claim is made from a
     template that must exist in its namespace)."""
@@ -125,7 +125,7 @@ def test_rendered_files_of_a_dra_job_carry_its_claim_template() -> None:
     from pathlib import Path
 
     from jobs import file as jobfile
-    from jobs.trainjob import as_submitted, validate_object
+    from jobs.cluster.trainjob import as_submitted, validate_object
     from workloads.specs.stack import job_workloads, objects_by_component
 
     example = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml"
@@ -198,7 +198,7 @@ def test_a_dra_pool_has_no_quota_on_the_device_plugin_resource() -> None:
 
 def test_a_team_member_may_manage_the_claim_templates_of_its_jobs() -> None:
     """``jobs submit``/``resume`` as a team member create the job's ``<job>-efa`` template
-    and read and delete an earlier generation's (``jobs.efa_claim``); the team's Role must
+    and read and delete an earlier generation's (``jobs.cluster.efa_claim``); the team's Role must
     allow that in its namespace (403 otherwise), and nothing on the claims the scheduler's
     controller makes from it."""
     from infra.config import parse, project_defaults, stack_file_values

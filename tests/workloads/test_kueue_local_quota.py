@@ -1,7 +1,7 @@
 """The local stand-in for Kueue refuses, at submit, a job larger than its whole quota.
 
 With ``EKS_FSDP_LOCAL_QUEUE_WORKERS=N`` a local job waits until its workers fit the quota
-(``jobs.local_queue``); a job of more than N workers never fits. If this fails, ``submit
+(``jobs.local.queue``); a job of more than N workers never fits. If this fails, ``submit
 --local`` of such a job would create it and leave it queued for ever instead of stopping
 before any work with one line naming the culprit. Runs the real CLI on this machine (nothing
 starts: the refusal comes first).
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from jobs import cli
-from jobs.local import STATE_ENV
-from jobs.local_queue import QUOTA_ENV
+from jobs.local.backend import STATE_ENV
+from jobs.local.queue import QUOTA_ENV
 
 DEV = str(Path(__file__).resolve().parents[2] / "jobs" / "examples" / "dev.yaml")
 

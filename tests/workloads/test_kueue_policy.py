@@ -106,7 +106,7 @@ def test_unqueued_gpu_jobs_are_flagged_and_what_the_cli_sends_is_not(tmp_path: P
     p5_built, p5_sent = _job("p5-16")
     p4_built, p4_sent = _job("p4de-odcr", "name=p4de-job")
     dev_built, dev_sent = _job("dev", "namespace=lab")
-    p5_pool = jobfile.load(REPO / "jobs" / "examples" / "p5-16.yaml").config.node_group
+    p5_pool = jobfile.load(REPO / "jobs" / "examples" / "p5-16.yaml").node_group
     assert p5_sent["metadata"]["labels"][queue.QUEUE_LABEL] == p5_pool
     assert dev_sent == dev_built  # no team, a namespace without queues: no queue
     objs = [

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from jobs.file import JobFileError, load
+from jobs.schema import JobFileError, load
 from tests.workloads.conftest import STACKS
 from training.preflight.transport import detect_transport
 from training.preflight.verdict import failures, parse_expect

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from infra.instances import lookup
-from jobs.file import JobFileError
+from jobs.schema import JobFileError
 from planner.expect import expectations
 from tests.workloads.conftest import job_stack, stack_workloads
 from training.config import parse_args
@@ -23,7 +23,7 @@ def _flags(stack: str, **job: object) -> list[str]:
     """The example job's command, with ``job`` keys set as ``--set`` would."""
     if not job:
         return pytorchjob.train_command(stack_workloads(stack).job)
-    from jobs.file import load
+    from jobs.schema import load
     from workloads.specs.stack import example_job, job_workloads
 
     sets = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in job.items()]

@@ -287,7 +287,7 @@ def test_a_team_trainjobs_pod_carries_what_the_admitted_v1_pod_carries(
 
     from infra.config import sources
     from jobs import trainjob as tjobs
-    from jobs.file import load
+    from jobs.schema import load
     from workloads.specs import trainjob as tj
     from workloads.specs.stack import job_workloads
 

@@ -25,8 +25,8 @@ import yaml
 
 from infra.config import sources
 from jobs import resume_from
-from jobs.file import load
-from jobs.local import local_settings
+from jobs.local.backend import local_settings
+from jobs.schema import load
 from training.checkpoint import root_of
 from training.config import parse_args
 from workloads.specs import kueue, pytorchjob, stack

@@ -43,7 +43,7 @@ def _objects(path: Path) -> list[dict[str, Any]]:
 def _prefer_one_block(job: Any, template: dict[str, Any]) -> None:
     """What submit adds to the pod template of a job on an EFA pool (p4de-odcr is one): Kueue's
     preferred topology, the bottom EKS network layer."""
-    group = job.platform.node_group(job.config.node_group)
+    group = job.platform.node_group(job.node_group)
     assert group.efa and kueue.topology_aware(group)
     template["metadata"]["annotations"][kueue.PREFERRED_TOPOLOGY_ANNOTATION] = (
         "topology.k8s.aws/network-node-layer-3"
@@ -60,7 +60,7 @@ def test_a_v1_job_renders_with_the_queue_labels_submit_puts(tmp_path: Path) -> N
     w = job_workloads(job, image=IMAGE)
     want = pj.pytorchjob(w.job, w.etcd.host)
     want["metadata"]["labels"].update(
-        {queue.QUEUE_LABEL: job.config.node_group, queue.PRIORITY_LABEL: "experiment"}
+        {queue.QUEUE_LABEL: job.node_group, queue.PRIORITY_LABEL: "experiment"}
     )
     _prefer_one_block(job, want["spec"]["pytorchReplicaSpecs"]["Worker"]["template"])
     assert rendered == want
@@ -76,7 +76,7 @@ def test_a_v2_job_renders_the_trainjob_submit_creates(tmp_path: Path) -> None:
     (rendered,) = _objects(out / "trainjob.yaml")
     want = tj.trainjob(job_workloads(job, image=IMAGE).job)
     want["metadata"]["labels"].update(
-        {queue.QUEUE_LABEL: job.config.node_group, queue.PRIORITY_LABEL: "experiment"}
+        {queue.QUEUE_LABEL: job.node_group, queue.PRIORITY_LABEL: "experiment"}
     )
     _prefer_one_block(job, tj.pod_spec_patch(want))
     assert rendered == want

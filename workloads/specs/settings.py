@@ -1,9 +1,9 @@
-"""Typed settings of the workloads, and how a stack's config becomes them.
+"""Typed settings of the workloads: what every spec builder takes.
 
 Each dataclass is frozen and keyword-only and checks itself in ``__post_init__``: a bad value
-raises ``ValueError`` naming the field before any object is built. ``from_stack`` maps the stack
-config (``infra.config.StackConfig``, read duck-typed so this module stays import-light) plus the
-instance catalog onto these settings; every spec builder takes only these.
+raises ``ValueError`` naming the field before any object is built. A job's settings are computed
+from its typed job spec by ``jobs.build.job_settings`` (specs never import ``jobs``); the
+platform's by ``workloads.specs.stack.platform``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Any
 from infra import versions
 from infra.instances import lookup
 from workloads.specs.common import check_dns_label
-from workloads.specs.preemption import LOCAL_DISK_MB_PER_S, storage_mb_per_s
-from workloads.specs.prometheus_files import TRAINING_METRICS_PORT
+from workloads.specs.preemption import LOCAL_DISK_MB_PER_S
 from workloads.specs.storage import CheckpointVolumeSettings
 
 RDZV_BACKENDS = ("etcd", "etcd-v2", "c10d")
@@ -305,51 +304,10 @@ class Workloads:
     """The debug DaemonSets."""
     debug_tools: bool = False
     """Whether the stack deploys the debug DaemonSets (stack key ``debugTools``, opt-in)."""
-    job_enabled: bool = True
-    """Whether the stack submits the job (the operator, etcd and tools are installed anyway)."""
     device: str = "cuda"
     """cuda on the cluster; cpu makes the local runner use one process per worker."""
     checkpoint_volume: CheckpointVolumeSettings | None = None
     """The FSx PersistentVolume/Claim the stack creates (``sharedStorage.type: fsx``), else None."""
-
-
-def train_flags(job_cfg: Any) -> tuple[str, ...]:
-    """``training.finetune`` flags for a stack's ``job`` config (checkpoint flags excluded)."""
-    flags = [
-        "--enable_fsdp",
-        f"--model_name={job_cfg.model}",
-        f"--dataset={job_cfg.dataset}",
-        f"--num_epochs={job_cfg.num_epochs}",
-        f"--batch_size_training={job_cfg.batch_size}",
-        f"--context_length={job_cfg.context_length}",
-        f"--sharding_strategy={job_cfg.sharding_strategy}",
-    ]
-    max_train_step = getattr(job_cfg, "max_train_step", None)
-    if max_train_step:
-        flags.append(f"--max_train_step={max_train_step}")
-    checkpoint_every = getattr(job_cfg, "checkpoint_every", None)
-    if checkpoint_every:
-        flags.append(f"--checkpoint_every={checkpoint_every}")
-    flags.extend(getattr(job_cfg, "extra_args", None) or ())
-    return tuple(flags)
-
-
-def _node_group(stack_cfg: Any, name: str | None) -> Any:
-    groups = list(getattr(stack_cfg, "gpu_node_groups", None) or ())
-    if not groups:
-        raise ValueError("gpuNodeGroups: the stack declares no GPU node group for the job")
-    if name is None:
-        return groups[0]
-    for group in groups:
-        if group.name == name:
-            return group
-    names = ", ".join(g.name for g in groups)
-    raise ValueError(f"job.nodeGroup: {name!r} is not a gpuNodeGroups entry (have: {names})")
-
-
-def _observability_on(stack_cfg: Any) -> bool:
-    obs = getattr(stack_cfg, "observability", None)
-    return bool(obs is not None and obs.enabled)
 
 
 def node_selector_for(group: Any) -> dict[str, str]:
@@ -358,86 +316,3 @@ def node_selector_for(group: Any) -> dict[str, str]:
         NODEGROUP_LABEL: group.name,
         "node.kubernetes.io/instance-type": group.instance_type,
     }
-
-
-def _preflight_expect(job_cfg: Any, group: Any, workers: int) -> str | None:
-    """Thresholds from the catalog for GPU jobs with ``job.preflight``; CPU jobs measure only."""
-    if not getattr(job_cfg, "preflight", False):
-        return None
-    extra = getattr(job_cfg, "preflight_expect", "") or ""  # the job file's, over the catalog's
-    if (getattr(job_cfg, "device", None) or "cuda") != "cuda":
-        return extra
-    from infra.instances import lookup
-    from planner.expect import expect_arg
-    from training.preflight.verdict import merge_expect
-    from workloads.specs.efa import efa_expect
-
-    it, efa = lookup(group.instance_type), bool(getattr(group, "efa", True))
-    return merge_expect(expect_arg(it, workers, efa=efa), efa_expect(it, efa), extra)
-
-
-def from_stack(
-    stack_cfg: Any,
-    *,
-    image: str,
-    stack: str = "",
-    generation: int | None = None,
-) -> Workloads:
-    """Settings of every workload of a stack; ``image`` is the training image reference."""
-    job_cfg = stack_cfg.job
-    group = _node_group(stack_cfg, getattr(job_cfg, "node_group", None))
-    workers = job_cfg.workers or getattr(group, "desired_size", None) or 1
-    min_workers = getattr(job_cfg, "min_workers", None) or workers
-    namespace = job_cfg.namespace
-    taints = tuple(t for g in stack_cfg.gpu_node_groups if (t := getattr(g, "taint", None)))
-    gen = generation if generation is not None else job_cfg.generation
-    backend = getattr(job_cfg, "rdzv_backend", None) or "etcd"
-    job = JobSettings(
-        name=job_cfg.name,
-        namespace=namespace,
-        image=image,
-        instance_type=group.instance_type,
-        workers=int(workers),
-        min_workers=int(min_workers),
-        max_restarts=3 if job_cfg.max_restarts is None else int(job_cfg.max_restarts),
-        rdzv_backend=backend,
-        generation=int(gen),
-        train_args=train_flags(job_cfg),
-        node_selector=node_selector_for(group),
-        extra_taints=taints,
-        hf_token_secret=getattr(job_cfg, "hf_token_secret_name", None),
-        checkpoint_claim=job_cfg.checkpoint_claim,
-        checkpoint_mb_per_s=storage_mb_per_s(getattr(stack_cfg, "shared_storage", None)),
-        metrics_port=TRAINING_METRICS_PORT if _observability_on(stack_cfg) else 0,
-        preflight_expect=_preflight_expect(job_cfg, group, int(workers)),
-        nccl_debug=getattr(job_cfg, "nccl_debug", None) or "WARN",
-        capacity_block_group=(
-            group.name if getattr(group, "capacity_type", "") == "capacity-block" else None
-        ),
-        efa=bool(getattr(group, "efa", True)),
-        efa_dra=bool(getattr(group, "efa", False)) and getattr(group, "efa_driver", "") == "dra",
-    )
-    etcd = EtcdSettings(namespace=namespace, client_job_names=(job.name,))
-    storage = getattr(stack_cfg, "shared_storage", None)
-    checkpoint_volume = None
-    if storage is not None and storage.is_fsx and job.checkpoint_claim:
-        checkpoint_volume = CheckpointVolumeSettings(
-            claim_name=job.checkpoint_claim,
-            namespace=namespace,
-            capacity_gib=storage.storage_capacity_gib,
-        )
-    instance_types = tuple(sorted({g.instance_type for g in stack_cfg.gpu_node_groups}))
-    debug = DebugSettings(
-        image=image, namespace=namespace, instance_types=instance_types, extra_taints=taints
-    )
-    return Workloads(
-        stack=stack,
-        job=job,
-        etcd=etcd,
-        operator=OperatorSettings(),
-        debug=debug,
-        debug_tools=bool(getattr(stack_cfg, "debug_tools", False)),
-        job_enabled=bool(getattr(job_cfg, "enabled", True)),
-        device=getattr(job_cfg, "device", None) or "cuda",
-        checkpoint_volume=checkpoint_volume,
-    )

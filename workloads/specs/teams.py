@@ -39,7 +39,7 @@ For each ``teams[]`` entry (``infra.config.teams``):
   volume of another namespace); on stacks with ``hfToken`` the **Secret** ``hf-token``
   (``hf_token_secret``), the same token. ``workloads.team`` creates the last two (they need
   the file system's and the token's Outputs); ``python -m jobs submit --team`` checks the
-  ones a job needs before it creates anything (``jobs.team_check``);
+  ones a job needs before it creates anything (``jobs.cluster.team_check``);
 - a **LocalQueue** per GPU pool (``workloads.specs.kueue.team_local_queues``);
 - three **ValidatingAdmissionPolicies** and their bindings (``workloads.specs.team_admission``):
   every job in the namespace names a queue, its pods stay unprivileged, and a member's
@@ -65,7 +65,7 @@ METRICS_ROLE = "job-metrics"
 """Prefix of the Role (``<prefix>-<team>``) in the metrics namespace that lets members query
 Prometheus for their jobs' progress."""
 PROMETHEUS_PORT = 9090
-"""Prometheus' Service port (``jobs.cluster_metrics.PROMETHEUS_PORT``; a test checks)."""
+"""Prometheus' Service port (``jobs.cluster.metrics.PROMETHEUS_PORT``; a test checks)."""
 NETWORK_POLICY = "deny-other-namespaces"
 VIEW_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
 """The EKS access policy a member's access entry gets, scoped to the team's namespace."""
@@ -225,7 +225,7 @@ def role(team: TeamConfig) -> K8sObject:
                 "resources": ["networkpolicies"],
                 "verbs": ["get", "list", "create", "delete"],
             },
-            # a job on an efa: dra pool: its workers' EFA claim template (jobs.efa_claim
+            # a job on an efa: dra pool: its workers' EFA claim template (jobs.cluster.efa_claim
             # creates it, and reads and deletes an earlier generation's leftover)
             {
                 "apiGroups": ["resource.k8s.io"],
@@ -238,7 +238,7 @@ def role(team: TeamConfig) -> K8sObject:
                 "verbs": list(JOB_VERBS),
             },
             {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": read},
-            # what `jobs submit --team` checks before it creates a job (jobs.team_check): the
+            # what `jobs submit --team` checks before it creates a job (jobs.cluster.team_check): the
             # claim and the ServiceAccount its pods use (AmazonEKSViewPolicy grants the same
             # on EKS; no Secret: a member never reads the token through the API)
             {
@@ -261,7 +261,7 @@ def role(team: TeamConfig) -> K8sObject:
 def metrics_role(team: TeamConfig) -> K8sObject:
     """Read access to the cluster's Prometheus API through the API server's service proxy, in
     the metrics namespace: ``python -m jobs status``/``list`` read a job's progress there
-    (``jobs.cluster_metrics``), since the workers' NetworkPolicy keeps the pod proxy out. RBAC
+    (``jobs.cluster.metrics``), since the workers' NetworkPolicy keeps the pod proxy out. RBAC
     names the subresource ``services/proxy``; ``resourceNames`` holds the Service both as
     named and as ``<service>:<port>``, the two forms a proxy request's name takes."""
     from workloads.specs.observability import ObservabilitySettings

@@ -41,7 +41,7 @@ grace period is an upper bound: the pod is gone as soon as torchrun has stopped 
 it out. A job asking for more than the runtime gives is refused in one line.
 
 Trainer v2 has no elastic policy (v2.2 removed ``ElasticPolicy``): a job whose ``minWorkers`` is
-below ``workers`` stays on v1 (``jobs.file`` refuses it with ``api: v2``). ``validate`` checks an
+below ``workers`` stays on v1 (``jobs.schema`` refuses it with ``api: v2``). ``validate`` checks an
 object against the vendored CRD's ``v1alpha1`` schema, strictly (unknown fields fail); the CEL
 rules are the API server's. ``kustomization`` is the cluster install (``workloads.trainer``,
 opt-in): the upstream manager overlay at the tag and the runtime. The Trainer v2 controller (and

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jobs.kube import TIMEOUT, api_errors
-from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of, worker_spec
+from jobs.cluster.kube import TIMEOUT, api_errors
+from jobs.cluster.operator import INDEX_LABEL, JOB_LABEL, phase_of, worker_spec
 from jobs.types import FINISHED, JobsError
 from workloads.specs import pytorchjob as pj
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from infra.instances import lookup
 from jobs import manifest
-from jobs.kube import api_errors, object_not_found, raw
+from jobs.cluster.kube import api_errors, object_not_found, raw
 from jobs.types import JobsError
 from workloads.specs import efa
 from workloads.specs.common import labels

@@ -20,7 +20,7 @@ from typing import Any
 
 from jobs.types import JobsError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = (5.0, 60.0)
 """(connect, read) seconds of one API request (``_request_timeout``)."""
 KUBECONFIG_OUTPUT = "kubeconfig"

@@ -8,7 +8,7 @@ Phases are the training operator's conditions (the last true one: Created, Runni
 Restarting, Succeeded, Failed, Suspended); a job deleted by ``cancel`` is ``Cancelled`` from its
 record. Progress comes from the job's ``eksfsdp_*`` gauges in the cluster's Prometheus (through
 the API server's service proxy), else from a worker's exporter through the pod proxy
-(``jobs.cluster_metrics``), on jobs that export metrics (stacks with observability).
+(``jobs.cluster.metrics``), on jobs that export metrics (stacks with observability).
 """
 
 from __future__ import annotations
@@ -20,27 +20,34 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from jobs import capacity, cluster_logs, cluster_metrics, manifest, queue, resume_from, trainjob
-from jobs.efa_claim import create as create_efa_claim
-from jobs.file import JobFile, loads
-from jobs.gate_status import from_pods as gate_line_of
-from jobs.kube import (
+from jobs import manifest, queue, resume_from
+from jobs.build import build
+from jobs.cluster import capacity, trainjob
+from jobs.cluster import logs as cluster_logs
+from jobs.cluster import metrics as cluster_metrics
+from jobs.cluster.efa_claim import create as create_efa_claim
+from jobs.cluster.kube import (
     STILL_DELETING,
     api_errors,
     delete_object,
     object_not_found,
     stack_output,
 )
-from jobs.kube import raw as _raw
-from jobs.operator import INDEX_LABEL, JOB_LABEL, phase_of, worker_container, worker_spec
+from jobs.cluster.kube import raw as _raw
+from jobs.cluster.operator import INDEX_LABEL, JOB_LABEL, phase_of, worker_container, worker_spec
+from jobs.gate_status import from_pods as gate_line_of
 from jobs.progress import from_gauges, planned_steps
+from jobs.schema import JobSpec, loads
 from jobs.types import FINISHED, Condition, JobInfo, JobsError, Progress, Replica, Submitted
 from workloads.specs import pytorchjob as pj
-from workloads.specs.stack import job_workloads
+from workloads.specs.settings import Workloads
 
 GROUP = "kubeflow.org"
 VERSION = "v1"
 PLURAL = "pytorchjobs"
+FINISH_WAIT_S = 30.0
+"""``follow``: seconds to wait, once pod 0's log has ended, for the operator to mark the job
+finished (it does so after the pod's exit, on its next reconcile)."""
 DELETE_WAIT_S = 60.0
 """Seconds ``resume`` and ``submit --replace`` wait for a deleted job to be gone."""
 ROOT_KEY = "checkpointRoot"
@@ -184,7 +191,7 @@ class ClusterBackend:
         self, job: dict[str, Any], pods: list[dict[str, Any]], total: int | None
     ) -> Progress:
         """The job's gauges from the cluster's Prometheus, else from a running worker's
-        exporter (``jobs.cluster_metrics``); none on a job without a metrics port."""
+        exporter (``jobs.cluster.metrics``); none on a job without a metrics port."""
         from workloads.specs.observability import ObservabilitySettings
 
         port = next(
@@ -330,12 +337,12 @@ class ClusterBackend:
         )
 
     # -- verbs ----------------------------------------------------------------------------------
-    def image_for(self, job: JobFile, image: str | None) -> str:
+    def image_for(self, job: JobSpec, image: str | None) -> str:
         """``--image``, else the job file's, else the stack's ``trainingImage`` output; a GPU
         job refuses an image without a registry (the nodes would pull it from Docker Hub)."""
         from workloads.specs.image import has_registry, local_reference
 
-        chosen = image or job.config.image
+        chosen = image or job.image
         if not chosen and self.stack:
             chosen = str(stack_output(self.stack, "trainingImage"))
         if chosen and (has_registry(chosen) or job.device == "cpu"):
@@ -355,16 +362,11 @@ class ClusterBackend:
         )
 
     def _create(
-        self,
-        job_file: JobFile,
-        image: str,
-        generation: int,
-        root: str | None = None,
-        rdzv: str | None = None,
+        self, job: JobSpec, w: Workloads, root: str | None = None, rdzv: str | None = None
     ) -> tuple[Any, str]:
-        if job_file.api == "v2":  # a Trainer v2 TrainJob (jobs.trainjob)
-            return trainjob.create(self, job_file, image, generation, root)
-        w = job_workloads(job_file, image=image, generation=generation)
+        """Create the job's objects from its built settings ``w`` (``jobs.build.build``)."""
+        if job.api == "v2":  # a Trainer v2 TrainJob (jobs.cluster.trainjob)
+            return trainjob.create(self, job, w, root)
         settings = resume_from.with_root(w.job, root)
         rdzv = rdzv or manifest.fresh_rdzv_id(settings)
         settings = settings.replace(rdzv_id=rdzv)
@@ -372,7 +374,7 @@ class ClusterBackend:
 
         body = queue.queued(
             manifest.pytorchjob(settings, w.etcd.host),
-            job_file.queue,
+            job.queue,
             pod_template_paths=queue.pytorchjob_templates,
         )
         ns = settings.namespace
@@ -426,23 +428,28 @@ class ClusterBackend:
 
     def submit(
         self,
-        job: JobFile,
+        job: JobSpec,
         *,
         image: str | None = None,
         replace: bool = False,
         from_uri: str | None = None,
+        fault: str | None = None,
     ) -> Submitted:
-        from jobs.team_check import check as check_team  # the team's pods' claim, SA, token
+        from jobs.cluster.team_check import check as check_team  # the team's pods' claim, SA, token
 
-        check_team(self, job)
-        if job.api == "v2" and from_uri is None:  # a Trainer v2 TrainJob (jobs.trainjob)
-            return trainjob.submit(self, job, image=image, replace=replace)
-        if job.api == "v2":
+        if fault is not None:
+            raise JobsError(
+                f"--fault {fault}: faults are injected by the local runner (--local)", status=2
+            )
+        if job.api == "v2" and from_uri is not None:
             raise JobsError("--from: api v2 (TrainJob) jobs: not yet; submit api v1", status=2)
-        image = self.image_for(job, image)
-        checked = job_workloads(job, image=image).job  # every check before the first request
-        root = resume_from.for_job(from_uri, checked) if from_uri is not None else None
-        ns = job.config.namespace
+        w = build(job, image=self.image_for(job, image))  # every check before the first request
+        check_team(self, job, w.job)
+        if job.api == "v2":  # a Trainer v2 TrainJob (jobs.cluster.trainjob)
+            return trainjob.submit(self, job, w, replace=replace)
+        image = w.job.image
+        root = resume_from.for_job(from_uri, w.job) if from_uri is not None else None
+        ns = job.namespace
         self.namespace = ns
         existing = self._get_job(job.name, ns)
         record = self._get_record(job.name, ns)
@@ -474,15 +481,14 @@ class ClusterBackend:
             )
         # The record first: a job without one could not be resumed (or listed once deleted),
         # so an interruption between the two requests must leave neither.
-        first = job_workloads(job, image=image, generation=1).job
-        rdzv = manifest.fresh_rdzv_id(first)
-        body = manifest.record(first, job.dump(), generation=1, rdzv_id=rdzv, image=image)
+        rdzv = manifest.fresh_rdzv_id(w.job)
+        body = manifest.record(w.job, job.dump(), generation=1, rdzv_id=rdzv, image=image)
         if root:  # submit --from: kept for later resumes, as resume --from keeps it
             body["data"][ROOT_KEY] = root
         with api_errors(self.api, f"create configmap {body['metadata']['name']}"):
             _raw(self.core.create_namespaced_config_map, ns, body)
         try:
-            self._create(job, image, 1, root, rdzv=rdzv)
+            self._create(job, w, root, rdzv=rdzv)
         except BaseException:  # a JobsError, or Ctrl-C while the job is created
             made = body["metadata"]["name"]
             with contextlib.suppress(JobsError), api_errors(self.api, f"delete configmap {made}"):
@@ -623,6 +629,36 @@ class ClusterBackend:
             "--follow waits for it"
         )
 
+    def follow(
+        self,
+        name: str,
+        write: Callable[[str], None],
+        *,
+        wait_timeout_s: float = cluster_logs.WAIT_TIMEOUT_S,
+    ) -> int:
+        """Stream worker pod 0's log until it ends, then wait (``FINISH_WAIT_S``) for the
+        operator to mark the job finished: 0 when it succeeded, 1 otherwise; Ctrl-C stops
+        following (130) and the job keeps running."""
+        try:
+            self.logs(
+                name, rank=0, follow=True, tail=None, write=write, wait_timeout_s=wait_timeout_s
+            )
+            phase = self.status(name).phase
+            deadline = time.monotonic() + FINISH_WAIT_S
+            while phase not in FINISHED and time.monotonic() < deadline:
+                time.sleep(1.0)  # pod 0's log ended; the operator's condition follows
+                phase = self.status(name).phase
+        except KeyboardInterrupt:
+            print(f"\nstopped following; {name} keeps running", file=sys.stderr)
+            return 130
+        if phase not in FINISHED:
+            print(
+                f"jobs: the log of {name}'s worker pod 0 ended, the job is {phase}: "
+                f"`{self._cmd('logs', name, '--follow')}` goes on",
+                file=sys.stderr,
+            )
+        return 0 if phase == "Succeeded" else 1
+
     def _delete_job(self, name: str, ns: str) -> bool:
         return delete_object(self.api, self.custom, (GROUP, VERSION, PLURAL), ns, name)
 
@@ -724,7 +760,7 @@ class ClusterBackend:
             image = self.image_for(job_file, image)  # a registry image (or any, on CPU)
         else:
             image = data.get(manifest.IMAGE_KEY) or self.image_for(job_file, None)
-        w = job_workloads(job_file, image=image, generation=generation)
+        w = build(job_file, image=image, generation=generation)
         root = data.get(ROOT_KEY) or None
         if from_uri is not None:
             mount = w.job.checkpoint_mount if w.job.checkpoint_claim else None
@@ -756,7 +792,7 @@ class ClusterBackend:
             deadline = time.monotonic() + DELETE_WAIT_S
             while self._get_job(name) is not None and time.monotonic() < deadline:
                 time.sleep(0.5)
-        _, rdzv = self._create(job_file, image, generation, root)
+        _, rdzv = self._create(job_file, w, root)
         patch = {
             "data": {
                 manifest.GENERATION_KEY: str(generation),

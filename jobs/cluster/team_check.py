@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.file import JobFile
-from jobs.kube import api_errors, object_not_found
-from jobs.kube import raw as _raw
+from jobs.cluster.kube import api_errors, object_not_found
+from jobs.cluster.kube import raw as _raw
+from jobs.schema import JobSpec
 from jobs.types import JobsError
 from workloads.specs import pytorchjob as pj
-from workloads.specs.stack import job_workloads
+from workloads.specs.settings import JobSettings
 from workloads.specs.teams import HF_TOKEN_SECRET, SERVICE_ACCOUNT
 
 
@@ -57,11 +57,11 @@ def _exists(api: Any, read: Any, what: str, name: str, namespace: str) -> bool |
     return True
 
 
-def missing(backend: Any, job: JobFile) -> list[Missing]:
-    """What the team's namespace lacks for ``job`` (empty for a job without a team)."""
+def missing(backend: Any, job: JobSpec, s: JobSettings) -> list[Missing]:
+    """What the team's namespace lacks for ``job`` built as ``s`` (the settings its objects are
+    made from; empty for a job without a team)."""
     if job.queue is None or job.queue.team is None:
         return []
-    s = job_workloads(job).job  # the job file's own checks before any request
     ns, stack = s.namespace, job.stack
     up = f"`pulumi up` of stack {stack} creates it in every team's namespace"
     api, core = backend.api, backend.core
@@ -92,17 +92,16 @@ def missing(backend: Any, job: JobFile) -> list[Missing]:
     return out
 
 
-def check(backend: Any, job: JobFile) -> None:
+def check(backend: Any, job: JobSpec, settings: JobSettings) -> None:
     """Refuse ``job`` (``JobsError``, one line) when its team's namespace lacks what its pods
     need (``missing``)."""
-    found = missing(backend, job)
+    found = missing(backend, job, settings)
     if not found:
         return
     team = job.queue.team if job.queue is not None else None
     what = ", ".join(m.what for m in found)
     fixes = "; ".join(dict.fromkeys(f"{m.what.split(' (')[0]}: {m.fix}" for m in found))
     raise JobsError(
-        f"team {team}: namespace {job.config.namespace} has no {what}, which the job's pods "
-        f"need: {fixes}",
+        f"team {team}: namespace {job.namespace} has no {what}, which the job's pods need: {fixes}",
         status=2,
     )

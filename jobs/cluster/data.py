@@ -1,7 +1,7 @@
-"""``python -m jobs data put|get``: a dataset onto the cluster's shared claim, results off it.
+"""``eks-fsdp jobs data put|get``: a dataset onto the cluster's shared claim, results off it.
 
-    python -m jobs data put train.jsonl --kubeconfig ./kubeconfig   # -> /checkpoints/data/train.jsonl
-    python -m jobs data get /checkpoints/NAME/export ./export --kubeconfig ./kubeconfig
+    eks-fsdp jobs data put train.jsonl --kubeconfig ./kubeconfig   # -> /checkpoints/data/train.jsonl
+    eks-fsdp jobs data get /checkpoints/NAME/export ./export --kubeconfig ./kubeconfig
 
 The pods see the stack's FSx for Lustre claim (``fsx-checkpoints``) at ``/checkpoints``; so does
 a short-lived pod this module starts in the jobs' namespace (busybox, nobody, no service-account
@@ -150,12 +150,12 @@ _SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 def main(args: Any) -> int:
-    """``python -m jobs data put|get`` (registered by ``jobs.cli``)."""
+    """``eks-fsdp jobs data put|get`` (registered by ``jobs.cli``)."""
     from infra.config import DEFAULT_CHECKPOINT_CLAIM
 
     namespace = args.namespace or "default"
     if args.stack and not args.namespace:
-        from jobs.kube import jobs_namespace
+        from jobs.cluster.kube import jobs_namespace
 
         namespace = jobs_namespace(args.stack)
     kubeconfig = args.kubeconfig
@@ -163,7 +163,7 @@ def main(args: Any) -> int:
         import json
         import tempfile
 
-        from jobs.kube import KUBECONFIG_OUTPUT, stack_output
+        from jobs.cluster.kube import KUBECONFIG_OUTPUT, stack_output
 
         cfg = stack_output(args.stack, KUBECONFIG_OUTPUT, secret=True)
         with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig", delete=False) as handle:
@@ -195,13 +195,8 @@ def main(args: Any) -> int:
     return 0
 
 
-def add_parser(verbs: Any) -> None:
-    """The ``data`` verb of ``python -m jobs``."""
-    data = verbs.add_parser(
-        "data",
-        help="copy a dataset onto the cluster's shared claim, or results off it",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+def add_flags(data: Any) -> None:
+    """The ``put`` and ``get`` of ``eks-fsdp jobs data`` (``jobs.cli.VERBS``)."""
     sub = data.add_subparsers(dest="data_verb", required=True)
     put = sub.add_parser("put", help="a local file or folder -> /checkpoints/data/NAME")
     put.add_argument("source", metavar="FILE")

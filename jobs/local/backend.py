@@ -4,7 +4,7 @@ any later invocation.
 
 Each job owns its folder (``EKS_FSDP_JOBS_DIR`` moves the root): ``job.yaml`` (the resolved job
 file), ``record.json`` (generation, rendezvous id, times), ``runner.pid`` and ``runner.log`` (the
-detached runner, ``python -m jobs.local_run``: the demo's progress lines and summary),
+detached runner, ``python -m jobs.local.worker``: the demo's progress lines and summary),
 ``pods.json`` (the pods as the runner sees them, every second), ``result.json`` (how it
 ended), and what ``localrun`` writes: ``logs/<pod>.log``, ``shared/<name>/`` (checkpoints and
 ``output/metrics.jsonl``) and its own etcd's data. Two jobs never share anything: each run
@@ -26,23 +26,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from jobs import gate_status, local_queue, resume_from
-from jobs.file import JobFile, loads
+from jobs import gate_status, resume_from
+from jobs.build import build
+from jobs.local import queue as local_queue
 from jobs.manifest import fresh_rdzv_id
 from jobs.progress import from_rows, planned_steps, read_rows
 from jobs.queue import Queue
+from jobs.schema import JobSpec, loads
 from jobs.types import FINISHED, Condition, JobInfo, JobsError, Replica, Submitted
 from localrun.result import complete_checkpoint_steps
 from workloads.specs.pytorchjob import JOBS_NAMESPACE
 from workloads.specs.settings import JobSettings
-from workloads.specs.stack import job_workloads
 
 STATE_ENV = "EKS_FSDP_JOBS_DIR"
 _STARTING_S = 10.0
 """A runner's pid file younger than this counts as its runner starting (``alive``)."""
 DEFAULT_ROOT = Path("runs/jobs")
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RUNNER_MODULE = "jobs.local_run"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RUNNER_MODULE = "jobs.local.worker"
 CANCEL_WAIT_S = 60.0
 """``cancel``: seconds to wait for the runner to stop its pods and etcd (it takes ~5 s)."""
 FOLLOW_POLL_S = 0.2
@@ -64,14 +65,14 @@ def state_root() -> Path:
 
 
 def local_settings(
-    job_file: JobFile, *, generation: int, rdzv_id: str, checkpoint_root: str | None = None
+    job_file: JobSpec, *, generation: int, rdzv_id: str, checkpoint_root: str | None = None
 ) -> tuple[JobSettings, str]:
     """The job as the local runner runs it, and its device: the cluster job's settings with
     ``--log_every=1`` on CPU unless the file sets it (the runner's progress lines read every
     row, as ``python -m localrun`` does), no exporter port (two jobs at once would share
     it), the submission's rendezvous id, and ``checkpoint_root`` (``resume --from``) as its
     checkpoint root. ``localrun`` localizes the rest."""
-    w = job_workloads(job_file, generation=generation, local_paths=True)
+    w = build(job_file, generation=generation, local_paths=True)
     job: JobSettings = w.job
     args = job.train_args
     if w.device == "cpu" and not any(a.split("=", 1)[0] == "--log_every" for a in args):
@@ -176,12 +177,24 @@ class LocalBackend:
     # -- verbs ----------------------------------------------------------------------------------
     def submit(
         self,
-        job: JobFile,
+        job: JobSpec,
         *,
         image: str | None = None,
         replace: bool = False,
         from_uri: str | None = None,
+        fault: str | None = None,
     ) -> Submitted:
+        """Start ``job`` detached (``jobs.local.worker``); ``fault`` (``kill-worker@K``, ...,
+        ``localrun.options.Fault``) is injected by its runner."""
+        if image is not None:
+            raise JobsError("--image: a local job runs this checkout's training/", status=2)
+        if fault is not None:
+            from localrun.options import Fault, LocalRunError
+
+            try:
+                Fault.parse(fault)
+            except (LocalRunError, ValueError) as err:
+                raise JobsError(f"--fault {fault}: {err}", status=2) from None
         settings, _ = local_settings(job, generation=1, rdzv_id="")  # checks before creating
         local_queue.check_fits(settings.workers)
         root, steps = resume_from.local_root(from_uri, job.name) if from_uri else (None, [])
@@ -223,11 +236,13 @@ class LocalBackend:
             "submitted_at": time.time(),
             "suspend": False,
         }
+        if fault is not None:
+            record["fault"] = fault
         if root:  # submit --from: kept for later resumes, as resume --from keeps it
             record.update(checkpoint_root=root, resumed_from_step=steps[-1] if steps else None)
         quota = local_queue.quota_from_env()
         if quota is not None:
-            queued = job.queue or Queue(name=job.config.node_group, priority="")
+            queued = job.queue or Queue(name=job.node_group, priority="")
             record["queue"] = {"name": queued.name, "priority": queued.priority, "quota": quota}
         write_json(folder / RECORD, record)
         self._start(job.name)
@@ -369,7 +384,10 @@ class LocalBackend:
         tail: int | None = None,
         write: Callable[[str], None],
         runner: bool = False,
+        wait_timeout_s: float | None = None,
     ) -> None:
+        """Pod ``rank``'s log (or the runner's); ``wait_timeout_s`` is the cluster's (a local
+        pod's log exists from its start)."""
         folder = self._existing(name)
         record = read_json(folder / RECORD) or {}
         workers = int(record.get("workers", 1))
@@ -410,13 +428,22 @@ class LocalBackend:
                 return
             time.sleep(FOLLOW_POLL_S)
 
-    def follow(self, name: str, write: Callable[[str], None]) -> str:
-        """Stream the runner's log (the demo's output) until the job ends; its final phase."""
-        self._stream(name, self.folder(name) / RUNNER_LOG, follow=True, tail=None, write=write)
-        proc = self._procs.get(name)
-        if proc is not None:
-            proc.wait()
-        return self.status(name).phase
+    def follow(
+        self, name: str, write: Callable[[str], None], *, wait_timeout_s: float | None = None
+    ) -> int:
+        """Stream the runner's log (the demo's output) until the job ends: 0 when it
+        succeeded, 1 otherwise; Ctrl-C cancels the job (130)."""
+        try:
+            self._stream(name, self.folder(name) / RUNNER_LOG, follow=True, tail=None, write=write)
+            proc = self._procs.get(name)
+            if proc is not None:
+                proc.wait()
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            print(f"\ninterrupted: cancelling {name}", file=sys.stderr, flush=True)
+            print(self.cancel(name), file=sys.stderr, flush=True)
+            return 130
+        return 0 if self.status(name).phase == "Succeeded" else 1
 
     def cancel(self, name: str, *, purge: bool = False) -> str:
         folder = self._existing(name)
@@ -503,10 +530,15 @@ class LocalBackend:
         since = f"step {steps[-1]}" if steps else "the start (no complete checkpoint)"
         return f"unsuspended {name}: its pods start again from {since}"
 
-    def resume(self, name: str, *, from_uri: str | None = None) -> Submitted:
+    def resume(
+        self, name: str, *, from_uri: str | None = None, image: str | None = None
+    ) -> Submitted:
         """The next generation of job ``name`` from its newest complete checkpoint: in its own
         folder, or under ``from_uri`` (``resume --from``: a folder here or
-        ``s3://BUCKET/PREFIX``), which the record keeps for the next resume."""
+        ``s3://BUCKET/PREFIX``), which the record keeps for the next resume. A local job runs
+        this checkout's training/ (no ``image``)."""
+        if image is not None:
+            raise JobsError("--image: a local job runs this checkout's training/", status=2)
         root = resume_from.parse(from_uri, local=True) if from_uri is not None else None
         if not (self.folder(name) / RECORD).is_file():
             raise resume_from.no_record(name, "on this machine", " --local")

@@ -1,7 +1,7 @@
 """``api: v2`` jobs on a cluster: a Kubeflow Trainer v2 ``TrainJob`` (``trainer.kubeflow.org/
 v1alpha1``, plural ``trainjobs``: the vendored CRD ``workloads/manifests/trainer/crds``)
 created through the Kubernetes API, next to the same NetworkPolicy (owned by the TrainJob) and
-the same record ConfigMap as a v1 PyTorchJob (``jobs.cluster``, which calls in here for a job
+the same record ConfigMap as a v1 PyTorchJob (``jobs.cluster.backend``, which calls in here for a job
 file with ``api: v2`` or when the name it looks up is a TrainJob, not a PyTorchJob).
 
 Phases come from the TrainJob's conditions (``Complete``, ``Failed``, ``Suspended``:
@@ -29,15 +29,17 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from jobs import cluster_metrics, efa_claim, manifest, queue, resume_from
-from jobs.file import JobFile
-from jobs.kube import STILL_DELETING, api_errors, delete_object
-from jobs.kube import raw as _raw
+from jobs import manifest, queue, resume_from
+from jobs.cluster import efa_claim
+from jobs.cluster import metrics as cluster_metrics
+from jobs.cluster.kube import STILL_DELETING, api_errors, delete_object
+from jobs.cluster.kube import raw as _raw
 from jobs.progress import from_gauges, planned_steps
+from jobs.schema import JobSpec
 from jobs.types import FINISHED, Condition, JobInfo, JobsError, Progress, Replica, Submitted
 from workloads.specs import pytorchjob as pj
 from workloads.specs import trainjob as tj
-from workloads.specs.stack import job_workloads
+from workloads.specs.settings import Workloads
 
 GROUP = tj.GROUP
 VERSION = "v1alpha1"
@@ -270,7 +272,7 @@ def templates(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [tj.pod_spec_patch(body)]
 
 
-def body(job_file: JobFile, settings: Any) -> dict[str, Any]:
+def body(job_file: JobSpec, settings: Any) -> dict[str, Any]:
     """The TrainJob a submission creates: the builder's, naming the job's queue."""
     return queue.queued(tj.trainjob(settings), job_file.queue, pod_template_paths=templates)
 
@@ -285,15 +287,14 @@ def _wait_gone(b: Any, name: str, ns: str) -> None:
         time.sleep(0.5)
 
 
-def create(
-    b: Any, job_file: JobFile, image: str, generation: int, root: str | None = None
-) -> tuple[Any, str]:
-    """Create the TrainJob and its NetworkPolicy (``resume``: after deleting the finished or
-    cancelled one of the name); returns (settings, ``STATIC_RDZV``)."""
+def create(b: Any, job_file: JobSpec, w: Workloads, root: str | None = None) -> tuple[Any, str]:
+    """Create the TrainJob and its NetworkPolicy from the job's built settings ``w``
+    (``resume``: after deleting the finished or cancelled one of the name); returns (settings,
+    ``STATIC_RDZV``)."""
     from workloads.specs.observability import ObservabilitySettings
 
-    w = job_workloads(job_file, image=image, generation=generation)
     settings = resume_from.with_root(w.job, root)
+    generation = settings.generation
     ns, name = settings.namespace, settings.name
     old = get(b, name, ns)
     if old is not None and generation > 1:  # resume: the old generation goes first
@@ -336,12 +337,11 @@ def create(
     return settings, STATIC_RDZV
 
 
-def submit(b: Any, job: JobFile, *, image: str | None, replace: bool) -> Submitted:
-    """``submit`` of an ``api: v2`` job file (the v1 rules: a name in use is refused unless
-    ``replace`` and finished)."""
-    image = b.image_for(job, image)
-    job_workloads(job, image=image)  # every check before the first request
-    ns = job.config.namespace
+def submit(b: Any, job: JobSpec, w: Workloads, *, replace: bool) -> Submitted:
+    """``submit`` of an ``api: v2`` job file, built (``w``; the v1 rules: a name in use is
+    refused unless ``replace`` and finished)."""
+    image = w.job.image
+    ns = job.namespace
     b.namespace = ns
     existing = get(b, job.name, ns)
     record = b._get_record(job.name, ns)
@@ -370,7 +370,7 @@ def submit(b: Any, job: JobFile, *, image: str | None, replace: bool) -> Submitt
             f"jobs resume {job.name}`, or --replace (a finished job)",
             status=2,
         )
-    settings, rdzv = create(b, job, image, 1)
+    settings, rdzv = create(b, job, w)
     rec = manifest.record(settings, job.dump(), generation=1, rdzv_id=rdzv, image=image)
     try:
         with api_errors(b.api, f"create configmap {rec['metadata']['name']}"):
@@ -458,7 +458,7 @@ def logs(
 ) -> None:
     """Node ``rank``'s log (the pod of completion index ``rank``); with ``follow`` it waits for
     the pod to start and streams until it ends."""
-    from jobs.cluster_logs import started, stream, waiting_state
+    from jobs.cluster.logs import started, stream, waiting_state
 
     name = job["metadata"]["name"]
     wanted = int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes", 0))
@@ -497,12 +497,12 @@ def logs(
 
 
 def as_submitted(
-    components: dict[str, list[dict[str, Any]]], job_file: JobFile, settings: Any
+    components: dict[str, list[dict[str, Any]]], job_file: JobSpec, settings: Any
 ) -> dict[str, list[dict[str, Any]]]:
     """``workloads.render``'s job objects as ``submit`` creates them: the PyTorchJob naming the
     job's queue (``jobs.queue``), or for ``api: v2`` the TrainJob in its place
     (``trainjob.yaml``); on an ``efa: dra`` group the ResourceClaimTemplate its workers
-    reference (``efa-claim-template.yaml``, ``jobs.efa_claim``: without it ``kubectl apply`` of
+    reference (``efa-claim-template.yaml``, ``jobs.cluster.efa_claim``: without it ``kubectl apply`` of
     the files leaves the pods waiting); the other components unchanged, in their order."""
     out: dict[str, list[dict[str, Any]]] = {}
     for component, objs in components.items():

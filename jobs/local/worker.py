@@ -1,5 +1,5 @@
-"""``python -m jobs.local_run FOLDER``: one local job's runner, started detached by ``submit
---local`` and ``resume --local`` (``jobs.local``); not a command for users.
+"""``python -m jobs.local.worker FOLDER``: one local job's runner, started detached by ``submit
+--local`` and ``resume --local`` (``jobs.local.backend``); not a command for users.
 
 It rebuilds the job from ``FOLDER/job.yaml`` and ``record.json`` (generation, rendezvous id),
 runs it with ``localrun`` (real etcd on free loopback ports, one torchrun agent per pod, the
@@ -7,7 +7,7 @@ operator's environment; ``keep_checkpoints`` from the second generation on, so t
 resume), writes the pods' states to ``pods.json`` every second, prints what ``python -m
 localrun`` prints (progress lines and the summary), and ends with ``result.json``. SIGTERM
 (``cancel``, ``suspend``) and Ctrl-C stop every pod and etcd before it exits. A job whose
-record names a local queue (``jobs.local_queue``) first waits there for its quota.
+record names a local queue (``jobs.local.queue``) first waits there for its quota.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobs import local_queue
-from jobs.file import JobFileError, loads
-from jobs.local import (
+from jobs.local import queue as local_queue
+from jobs.local.backend import (
     CANCEL_MARK,
     JOB_FILE,
     PODS,
@@ -34,8 +33,9 @@ from jobs.local import (
     read_json,
     write_json,
 )
+from jobs.schema import JobFileError, loads
 from localrun.etcd_server import EtcdError
-from localrun.options import LocalOptions, LocalRunError
+from localrun.options import Fault, LocalOptions, LocalRunError
 from localrun.result import RunResult
 from localrun.runner import Runner
 from localrun.summary import summary
@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             out=folder,
             keep_checkpoints=generation > 1,
             timeout_s=math.inf,
+            fault=Fault.parse(record.get("fault") or "none") if generation == 1 else Fault(),
         )
         local_queue.admit(  # the local stand-in for Kueue, when the record names a queue
             folder,

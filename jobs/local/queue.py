@@ -6,7 +6,7 @@ admitted in submission order, except that a job that fits passes an earlier one 
 (as Kueue's ``BestEffortFIFO`` queueing strategy does). It is off unless ``submit --local`` runs with
 ``EKS_FSDP_LOCAL_QUEUE_WORKERS=N``: the job's record then names the queue (its node group,
 the name of the LocalQueue it would name on a cluster; ``jobs.queue``) and the quota, and its
-runner (``jobs.local_run``) waits, before it starts any pod, until the workers of the jobs of
+runner (``jobs.local.worker``) waits, before it starts any pod, until the workers of the jobs of
 the same queue that are running (their runner alive and admitted) plus its own fit the quota.
 A suspended or finished job's runner has exited, so its workers count no more. The state a
 person reads (``list``, ``status``) is in ``admission.json``: ``queued`` with ``waiting for W
