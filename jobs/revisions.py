@@ -93,11 +93,36 @@ class Pinned:
     notes: list[str] = field(default_factory=list)
 
 
+_REPO_ID = re.compile(r"(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b", re.ASCII)
+"""huggingface_hub's ``REPO_ID_REGEX`` (``utils/_validators.py``, v1.x/2.x): an optional
+``namespace/``, then a name of ASCII letters, digits, ``-``, ``_``, ``.``; with
+``validate_repo_id``'s other rules (``repo_problem``), what the Hub accepts before any request."""
+
+
+def repo_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a Hugging Face repo id (huggingface_hub ``validate_repo_id``:
+    1-96 characters a-z A-Z 0-9 ``-_.`` per part, at most one ``/``, no ``--`` or ``..``, no
+    ``.git`` ending, no leading or trailing ``-``/``.``); None when it can, or when ``name`` is a
+    local or remote folder (starts with ``/``, ``.``, ``~`` or holds ``://``)."""
+    if "://" in name or name.startswith(("/", ".", "~")):
+        return None
+    if name.count("/") > 1:
+        return "is not a Hugging Face repo id (namespace/name) nor an absolute path"
+    if not _REPO_ID.fullmatch(name) or any(
+        p[:1] in "-." or p[-1:] in "-." for p in name.split("/")
+    ):
+        return (
+            "is not a Hugging Face repo id: letters, digits, '-', '_' and '.' only, at most 96 "
+            "per part, not starting or ending with '-' or '.'"
+        )
+    if "--" in name or ".." in name or name.endswith(".git"):
+        return "is not a Hugging Face repo id: no '--' or '..', no '.git' ending"
+    return None
+
+
 def hub_repo(name: str, presets: Sequence[str] = ()) -> str | None:
     """``name`` if it is a Hub repository id (``namespace/name``), else None: a preset, a path,
     a URI or a data file."""
-    from jobs.schema import repo_problem
-
     if not name or name in presets or "://" in name or name.startswith(("/", ".", "~")):
         return None
     if name.count("/") != 1 or name.lower().endswith(DATA_FILE_SUFFIXES):

@@ -30,6 +30,7 @@ from infra.config import DEFAULT_CHECKPOINT_CLAIM, ConfigError, GpuNodeGroupConf
 from infra.config.fields import _DNS_LABEL, _bool, _choice, _int, _opt_int, _opt_str, _str
 from jobs.queue import Queue, QueueError
 from jobs.queue import resolve as resolve_queue
+from jobs.revisions import repo_problem
 
 MAX_JOB_NAME = 50
 """A job name's longest: its pods and their Services are ``<name>-worker-<index>``, DNS
@@ -134,33 +135,8 @@ shape is read from (that table's comment): training loads a preset or a Hub id, 
 ``AutoConfig.from_pretrained("llama2-7b")`` fails in the pods, so a job file naming one is
 refused with the id to write instead."""
 
-_REPO_ID = re.compile(r"(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b", re.ASCII)
-"""huggingface_hub's ``REPO_ID_REGEX`` (``utils/_validators.py``, v1.x/2.x): an optional
-``namespace/``, then a name of ASCII letters, digits, ``-``, ``_``, ``.``; with
-``validate_repo_id``'s other rules (``repo_problem``), what the Hub accepts before any request."""
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 """A branch, tag or commit name as a Hub revision (a git ref name's common characters)."""
-
-
-def repo_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a Hugging Face repo id (huggingface_hub ``validate_repo_id``:
-    1-96 characters a-z A-Z 0-9 ``-_.`` per part, at most one ``/``, no ``--`` or ``..``, no
-    ``.git`` ending, no leading or trailing ``-``/``.``); None when it can, or when ``name`` is a
-    local or remote folder (starts with ``/``, ``.``, ``~`` or holds ``://``)."""
-    if "://" in name or name.startswith(("/", ".", "~")):
-        return None
-    if name.count("/") > 1:
-        return "is not a Hugging Face repo id (namespace/name) nor an absolute path"
-    if not _REPO_ID.fullmatch(name) or any(
-        p[:1] in "-." or p[-1:] in "-." for p in name.split("/")
-    ):
-        return (
-            "is not a Hugging Face repo id: letters, digits, '-', '_' and '.' only, at most 96 "
-            "per part, not starting or ending with '-' or '.'"
-        )
-    if "--" in name or ".." in name or name.endswith(".git"):
-        return "is not a Hugging Face repo id: no '--' or '..', no '.git' ending"
-    return None
 
 
 class JobFileError(ValueError):

@@ -45,9 +45,6 @@ from workloads.specs.settings import Workloads
 GROUP = "kubeflow.org"
 VERSION = "v1"
 PLURAL = "pytorchjobs"
-FINISH_WAIT_S = 30.0
-"""``follow``: seconds to wait, once pod 0's log has ended, for the operator to mark the job
-finished (it does so after the pod's exit, on its next reconcile)."""
 DELETE_WAIT_S = 60.0
 """Seconds ``resume`` and ``submit --replace`` wait for a deleted job to be gone."""
 ROOT_KEY = "checkpointRoot"
@@ -636,28 +633,8 @@ class ClusterBackend:
         *,
         wait_timeout_s: float = cluster_logs.WAIT_TIMEOUT_S,
     ) -> int:
-        """Stream worker pod 0's log until it ends, then wait (``FINISH_WAIT_S``) for the
-        operator to mark the job finished: 0 when it succeeded, 1 otherwise; Ctrl-C stops
-        following (130) and the job keeps running."""
-        try:
-            self.logs(
-                name, rank=0, follow=True, tail=None, write=write, wait_timeout_s=wait_timeout_s
-            )
-            phase = self.status(name).phase
-            deadline = time.monotonic() + FINISH_WAIT_S
-            while phase not in FINISHED and time.monotonic() < deadline:
-                time.sleep(1.0)  # pod 0's log ended; the operator's condition follows
-                phase = self.status(name).phase
-        except KeyboardInterrupt:
-            print(f"\nstopped following; {name} keeps running", file=sys.stderr)
-            return 130
-        if phase not in FINISHED:
-            print(
-                f"jobs: the log of {name}'s worker pod 0 ended, the job is {phase}: "
-                f"`{self._cmd('logs', name, '--follow')}` goes on",
-                file=sys.stderr,
-            )
-        return 0 if phase == "Succeeded" else 1
+        """``jobs.cluster.logs.follow``: pod 0's log to the job's end (0 succeeded, 1 not)."""
+        return cluster_logs.follow(self, name, write, wait_timeout_s=wait_timeout_s)
 
     def _delete_job(self, name: str, ns: str) -> bool:
         return delete_object(self.api, self.custom, (GROUP, VERSION, PLURAL), ns, name)

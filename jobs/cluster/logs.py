@@ -17,6 +17,7 @@ is reported as such (urllib3's ``ProtocolError``), not as an unreachable API ser
 from __future__ import annotations
 
 import codecs
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -158,3 +159,31 @@ def stream(
             write(rest)
     finally:
         resp.release_conn()
+
+
+FINISH_WAIT_S = 30.0
+"""``follow``: seconds to wait, once pod 0's log has ended, for the operator to mark the job
+finished (it does so after the pod's exit, on its next reconcile)."""
+
+
+def follow(b: Any, name: str, write: Callable[[str], None], *, wait_timeout_s: float) -> int:
+    """Stream worker pod 0's log of job ``name`` (backend ``b``) until it ends, then wait
+    ``FINISH_WAIT_S`` for the operator to mark the job finished: 0 when it succeeded, 1
+    otherwise; Ctrl-C stops following (130) and the job keeps running."""
+    try:
+        b.logs(name, rank=0, follow=True, tail=None, write=write, wait_timeout_s=wait_timeout_s)
+        phase = b.status(name).phase
+        deadline = time.monotonic() + FINISH_WAIT_S
+        while phase not in FINISHED and time.monotonic() < deadline:
+            time.sleep(1.0)  # pod 0's log ended; the operator's condition follows
+            phase = b.status(name).phase
+    except KeyboardInterrupt:
+        print(f"\nstopped following; {name} keeps running", file=sys.stderr)
+        return 130
+    if phase not in FINISHED:
+        print(
+            f"jobs: the log of {name}'s worker pod 0 ended, the job is {phase}: "
+            f"`{b._cmd('logs', name, '--follow')}` goes on",
+            file=sys.stderr,
+        )
+    return 0 if phase == "Succeeded" else 1

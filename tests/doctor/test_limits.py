@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from infra.config import ConfigError, load_stack_file, parse, project_defaults, stack_file_values
-from infra.config.job import repo_problem
 from infra.config.nodegroups import MAX_NODES_PER_GROUP, MAX_ROOT_VOLUME_GIB
+from jobs.schema import repo_problem
 
 
 def _p5_with(**group: object) -> dict:
@@ -115,8 +115,8 @@ def test_fit_uses_the_jobs_precision_and_the_planners_figure() -> None:
 
     job = load(REPO_ROOT / "jobs" / "examples" / "p5-16.yaml")
     group = job.platform.node_group(job.node_group)
-    assert fit_problem(job.config, group) is None
-    big = dataclasses.replace(job.config, batch_size=64)
+    assert fit_problem(job, group) is None
+    big = dataclasses.replace(job, batch_size=64)
     for flags, name in (((), "mixed"), (("--mixed_precision=False",), "fp32")):
         cfg = dataclasses.replace(big, extra_args=flags)
         inp = PlanInput(

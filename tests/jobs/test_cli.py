@@ -27,12 +27,12 @@ def test_help_of_each_verb_shows_examples_that_parse(
     examples = [
         line.strip().split("   (")[0]
         for line in out.splitlines()
-        if line.strip().startswith(f"python -m jobs {verb}")
+        if line.strip().startswith(f"eks-fsdp jobs {verb}")
     ]
     assert examples, out
     parser = cli._parser()
     for example in examples:
-        argv = shlex.split(example.replace("<", "").replace(">", ""))[3:]
+        argv = shlex.split(example.replace("<", "").replace(">", ""))[2:]
         args = parser.parse_args(argv)
         assert args.verb == verb
 
@@ -55,6 +55,7 @@ def test_a_local_job_is_the_job_python_m_localrun_runs(tmp_path: pytest.TempPath
     flags and losses (only the rendezvous id is fresh per submission)."""
     from pathlib import Path
 
+    from jobs.build import load_example
     from jobs.local.backend import local_settings
     from jobs.schema import load
     from localrun.job import local_job_settings, localize
@@ -63,7 +64,9 @@ def test_a_local_job_is_the_job_python_m_localrun_runs(tmp_path: pytest.TempPath
     dev = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "dev.yaml"
     shared = Path(str(tmp_path))
     job, device = local_settings(load(dev), generation=1, rdzv_id="fresh")
-    theirs, their_device = local_job_settings(LocalOptions(stack="dev"), shared)
+    _, w = load_example("dev")  # what `eks-fsdp local` runs: the stack's example job
+    their_device = w.device
+    theirs = local_job_settings(LocalOptions(stack="dev"), shared, w.job, w.device)
     assert device == their_device == "cpu"
     mine = localize(job, device, shared)
     assert mine.rdzv_id == "fresh"

@@ -30,7 +30,9 @@ from typing import Any
 import pytest
 import yaml
 
-from jobs import cluster, cluster_logs, operator
+from jobs.cluster import backend as cluster
+from jobs.cluster import logs as cluster_logs
+from jobs.cluster import operator
 from jobs.manifest import record_name
 from tests.jobs.fake_kube import FakeKube, run_cli
 from workloads.specs import pytorchjob as pj

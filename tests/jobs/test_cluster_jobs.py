@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 import yaml
 
-from jobs import file as jobfile
 from jobs import queue
+from jobs import schema as jobfile
+from jobs.build import build as job_workloads
 from jobs.manifest import record_name
 from tests.jobs.fake_kube import FakeKube, run_cli, served
 from workloads.specs import pytorchjob as pj
-from workloads.specs.stack import job_workloads
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 P4DE = str(EXAMPLES / "p4de-odcr.yaml")

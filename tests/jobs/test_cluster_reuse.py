@@ -355,7 +355,7 @@ def test_a_team_may_query_prometheus_for_progress_and_nothing_else(
     ``services/proxy`` subresource of the named Service), and only on stacks with
     observability."""
     from infra.config import parse, project_defaults, stack_file_values
-    from jobs import cluster_metrics
+    from jobs.cluster import metrics as cluster_metrics
     from workloads.specs import teams
     from workloads.specs.validate import validate
 

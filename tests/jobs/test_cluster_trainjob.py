@@ -26,13 +26,13 @@ from typing import Any
 import pytest
 import yaml
 
-from jobs import file as jobfile
 from jobs import queue
-from jobs import trainjob as tjobs
+from jobs import schema as jobfile
+from jobs.build import build as job_workloads
+from jobs.cluster import trainjob as tjobs
 from jobs.manifest import record_name
 from tests.jobs.fake_kube import FakeKube, run_cli, served
 from workloads.specs import trainjob as tj
-from workloads.specs.stack import job_workloads
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 P4DE = str(EXAMPLES / "p4de-odcr.yaml")

@@ -296,10 +296,10 @@ def test_a_job_on_an_efa_pool_prefers_one_network_block(root: Path) -> None:
     """The pod templates of a queued job name the preferred topology level exactly when its
     pool's ResourceFlavor has the Topology (EFA pools), for both job kinds; the TrainJob keeps
     it in its runtime patch's pod metadata, which both Trainer CRDs allow."""
-    from jobs import trainjob as tjobs
+    from jobs.build import build as job_workloads
+    from jobs.cluster import trainjob as tjobs
     from jobs.schema import load
     from workloads.specs import trainjob as tj
-    from workloads.specs.stack import job_workloads
 
     for path, stack in ((P4DE, POOL), (DEV, "dev")):
         plain = load(path)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import cluster_logs
+from jobs.cluster import logs as cluster_logs
 from jobs.local.backend import STATE_ENV, LocalBackend
 from jobs.manifest import record_name
 from jobs.resume_from import REQUIRED_FLAG

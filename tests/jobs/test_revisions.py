@@ -36,7 +36,7 @@ from urllib.parse import unquote
 import pytest
 import yaml
 
-from jobs import file as jobfile
+from jobs import schema as jobfile
 from jobs.manifest import record_name
 from jobs.revisions import SAMSUM_HUB_ID, hub_inputs, pin
 from tests.jobs.fake_kube import FakeKube, run_cli, served
@@ -323,7 +323,7 @@ def test_every_planner_model_name_is_refused_with_a_hub_id(tmp_path: Path) -> No
     """Each of the planner's model names (``planner.shapes.BUILTIN``) is refused in a job file
     with a Hub id (``namespace/name``) to write instead; where the planner maps that id back
     (``planner.args.builtin_for_hub_id``), it maps it to a model of the same dimensions."""
-    from infra.config.job import repo_problem
+    from jobs.schema import repo_problem
     from planner.args import builtin_for_hub_id
     from planner.shapes import BUILTIN
 

@@ -127,18 +127,17 @@ def test_stack_file_supplies_instance_nodes_model_and_batch(
 ) -> None:
     from jobs.schema import load
 
-    cfg = load(Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml").platform
-    assert cfg.job is not None and cfg.job_node_group is not None
+    job = load(Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml")
     rows = _json(capsys, "--stack", "p5-16")
     assert len(rows) == 1
     r = rows[0]
-    assert r["nodes"] == cfg.job.workers
-    assert r["gpus"] == cfg.job.workers * 8
-    assert r["instance"] == cfg.job_node_group.instance_type
-    assert r["model"] == builtin_for_hub_id(cfg.job.model)
-    assert (r["micro_batch"], r["seq"]) == (cfg.job.batch_size, cfg.job.context_length)
-    assert r["sharding"] == cfg.job.sharding_strategy
-    assert r["usd_per_hour"] == cfg.job_node_group.usd_per_hour
+    assert r["nodes"] == job.workers
+    assert r["gpus"] == job.workers * 8
+    assert r["instance"] == job.group.instance_type
+    assert r["model"] == builtin_for_hub_id(job.model)
+    assert (r["micro_batch"], r["seq"]) == (job.batch_size, job.context_length)
+    assert r["sharding"] == job.sharding_strategy
+    assert r["usd_per_hour"] == job.group.usd_per_hour
     override = _json(capsys, "--stack", "p5-16", "--nodes", "1,16", "--batch", "1")
     assert [x["nodes"] for x in override] == [1, 16]
     assert override[0]["micro_batch"] == 1

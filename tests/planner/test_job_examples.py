@@ -64,7 +64,7 @@ def test_dev_job_counts_the_steps_and_checkpoints_training_runs() -> None:
     from training.data.batches import steps_per_epoch
 
     job_file = load(DEV)
-    job = job_file.config
+    job = job_file
     _, samples = _training_split(job.context_length)
     per_epoch = steps_per_epoch(samples, job.batch_size * job.workers)
     steps = min(per_epoch * job.num_epochs, job.max_train_step)
