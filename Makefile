@@ -38,7 +38,7 @@ $(TOOLS_STAMP): requirements-tools.txt
 	$(TOOLS)/bin/python -m pip install --quiet -r requirements-tools.txt
 	@touch $(TOOLS_STAMP)
 
-# What a deploy machine installs for `python -m workloads.render` / `pulumi up`: requirements.txt
+# What a deploy machine installs for `eks-fsdp render` / `pulumi up`: requirements.txt
 # alone (no torch); a test renders from it and compares with the full environment's output.
 $(DEPLOY_STAMP): requirements.txt
 	@rm -rf $(DEPLOY) && $(PYTHON) -m venv $(DEPLOY)

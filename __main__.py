@@ -3,7 +3,7 @@
 Network -> Cluster -> GPU nodegroups -> device plugins -> data bucket and the jobs' Pod
 Identity -> shared storage (FSx, when configured; linked to the bucket when asked) ->
 observability -> workloads (the platform jobs run on: image, operator, etcd, claim). No job:
-jobs are submitted apart from the stack (``python -m jobs``).
+jobs are submitted apart from the stack (``eks-fsdp jobs``).
 """
 
 import pulumi
@@ -306,7 +306,7 @@ if cfg.observability.enabled:
     pulumi.export(OUTPUT_KEY, observability.port_forward)
 
 # --- workloads: training image, training operator, etcd, debug tools, checkpoint claim --------
-# The platform jobs run on; jobs themselves are submitted apart (python -m jobs, docs/jobs.md).
+# The platform jobs run on; jobs themselves are submitted apart (eks-fsdp jobs, docs/jobs.md).
 if device_plugins is not None:
     deploy_workloads(
         cfg,

@@ -1,8 +1,8 @@
-"""``python -m controlplane {build,up}``: build the binaries; run the control plane.
+"""``eks-fsdp controlplane {build,up}``: build the binaries; run the control plane.
 
-python -m controlplane build                 # what is missing, into the cache
-python -m controlplane up                    # every stack's node groups as fake nodes
-python -m controlplane up --stack dev --no-kueue
+eks-fsdp controlplane build                 # what is missing, into the cache
+eks-fsdp controlplane up                    # every stack's node groups as fake nodes
+eks-fsdp controlplane up --stack dev --no-kueue
 """
 
 from __future__ import annotations
@@ -71,14 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["build"]:
         return build_mod.main(argv[1:])
     parser = Parser(
-        prog="python -m controlplane", description=__doc__.split("\n")[0], command=COMMAND
+        prog="eks-fsdp controlplane", description=__doc__.split("\n")[0], command=COMMAND
     )
     sub = parser.add_subparsers(dest="verb", required=True)
-    sub.add_parser("build", help="build the binaries (see: python -m controlplane build --help)")
+    sub.add_parser("build", help="build the binaries (see: eks-fsdp controlplane build --help)")
     up = sub.add_parser(
         "up",
         help="start the control plane until Ctrl-C",
-        description="example: python -m controlplane up --stack dev",
+        description="example: eks-fsdp controlplane up --stack dev",
     )
     up.add_argument(
         "--stack",

@@ -1,7 +1,7 @@
 """Build the local control plane's binaries from the Go modules under ``controlplane/go/``.
 
-    python -m controlplane build            # what is missing, into the cache
-    python -m controlplane build --print    # the cache folder, building nothing
+    eks-fsdp controlplane build            # what is missing, into the cache
+    eks-fsdp controlplane build --print    # the cache folder, building nothing
 
 One wrapper module per upstream that needs its own ``k8s.io`` library versions (a Go build
 list holds one version per module): ``kubernetes`` (kube-apiserver, kube-controller-manager,
@@ -391,7 +391,7 @@ def ensure(*, only: tuple[str, ...] = (), quiet: bool = False, build: bool = Tru
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m controlplane build", description=__doc__.split("\n")[0]
+        prog="eks-fsdp controlplane build", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--only",

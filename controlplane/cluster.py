@@ -26,7 +26,7 @@ asks); kwok then plays each node's kubelet. Every component authenticates with t
 client certificate (``system:masters``): RBAC is enforced for nothing here but what the tests
 impersonate.
 
-``ControlPlane`` is what ``python -m controlplane up`` and the tests' session fixture use.
+``ControlPlane`` is what ``eks-fsdp controlplane up`` and the tests' session fixture use.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``python -m doctor``: see ``doctor.cli``."""
+"""``eks-fsdp doctor``: see ``doctor.cli``."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""``python -m doctor --stack STACK``: the account and this machine checked before ``pulumi up``.
+"""``eks-fsdp doctor --stack STACK``: the account and this machine checked before ``pulumi up``.
 
 ``main(argv) -> int`` is the whole command (a console script can route ``eks-fsdp doctor`` to
 it): 0 when nothing failed, 1 when a check failed, 2 on a usage error (argparse's code).
@@ -17,7 +17,7 @@ from eks_fsdp_cli.errors import Parser, fail, suggest
 from infra.config import ConfigError, StackConfig, load_stack_file
 from infra.config.sources import REPO_ROOT
 
-PROG = "python -m doctor"
+PROG = "eks-fsdp doctor"
 EXAMPLE = f"""example:
   {PROG} --stack p5-16            # the account, the secrets, Docker, the model
   {PROG} --stack p5-16 --offline  # no Hub lookup
@@ -84,7 +84,7 @@ def job_checks(
                     check=f"job {path.name}",
                     status=FAIL,
                     detail=str(err),
-                    fix="fix the job file (python -m jobs submit --help)",
+                    fix="fix the job file (eks-fsdp jobs submit --help)",
                 )
             )
             continue

@@ -37,6 +37,6 @@ def check_on_preview(cfg: StackConfig, clients: Clients | None = None, log: Any 
     if failures:
         raise ReservationError(
             "; ".join(f"{r.check}: {r.detail} (fix: {r.fix})" for r in failures)
-            + f" -- python -m doctor --stack {cfg.stack} checks the whole account"
+            + f" -- eks-fsdp doctor --stack {cfg.stack} checks the whole account"
         )
     return "checked"

@@ -16,7 +16,7 @@ an action whose time has passed when the program runs is left out: a stack broug
 the block's window gets only the scale-down (the node group's own desired size is the
 scale-up); after the scale-down time, nothing is scheduled and the program warns.
 
-The end time reaches jobs twice: the stack output ``capacityBlocks`` (``python -m jobs`` reads
+The end time reaches jobs twice: the stack output ``capacityBlocks`` (``eks-fsdp jobs`` reads
 stack outputs without a cluster call) and a ConfigMap per group in the jobs' namespace
 (``workloads.specs.capacity``), which a pod reads through ``configMapKeyRef`` without any
 access to the stack or the AWS API.

@@ -458,7 +458,7 @@ DOCTOR_READS = (
     "ec2:DescribeVpcs",
     "servicequotas:GetServiceQuota",
 )
-"""``python -m doctor``'s calls (doctor/aws.py)."""
+"""``eks-fsdp doctor``'s calls (doctor/aws.py)."""
 
 ROLE_NAME_PREFIXES = (
     "cluster-node-role-",  # infra/cluster.py: the nodes' role

@@ -1,4 +1,4 @@
-"""Fine-tuning jobs apart from the cluster: job files and ``python -m jobs``.
+"""Fine-tuning jobs apart from the cluster: job files and ``eks-fsdp jobs``.
 
 A job file (``jobs.schema``) names the stack it runs on and what to train; the CLI submits it to
 the cluster the stack built (``kubernetes`` client) or runs it on this machine (``localrun``),

@@ -1,4 +1,4 @@
-"""The preflight gate's line for ``python -m jobs status``.
+"""The preflight gate's line for ``eks-fsdp jobs status``.
 
 A worker whose preflight gate fails exits with one line, ``preflight failed on node
 ip-10-1-2-3: EFA devices 0/32`` (``training.preflight.gate``), written as its container's

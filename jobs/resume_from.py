@@ -201,7 +201,7 @@ def no_record(name: str, where: str, flags: str = "", folder: str | None = None)
     the job: a new cluster's records start empty; the checkpoints outlive them. ``folder``:
     the job's folder under the root (``pytorchjob.job_folder``; its name by default)."""
     return NoRecord(
-        f"no record of job {name} {where} (a new cluster?): use `python -m jobs submit FILE "
+        f"no record of job {name} {where} (a new cluster?): use `eks-fsdp jobs submit FILE "
         f"--from ROOT{flags}` (ROOT holds {folder or name}/step-N/)"
     )
 

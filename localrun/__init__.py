@@ -1,4 +1,4 @@
-"""The local runner: a PyTorchJob run on this machine, for real (``python -m localrun``).
+"""The local runner: a PyTorchJob run on this machine, for real (``eks-fsdp local``).
 
 The job is the one the cluster gets (``workloads.specs``); only what cannot exist here is
 swapped. A real etcd 3.5 on loopback, one ``torchrun`` agent per worker "pod" with the

@@ -1,4 +1,4 @@
-"""``python -m localrun`` is :func:`localrun.cli.main`."""
+"""``eks-fsdp local`` is :func:`localrun.cli.main`."""
 
 import sys
 

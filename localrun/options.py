@@ -56,7 +56,7 @@ class Fault:
 
 @dataclass(frozen=True, kw_only=True)
 class LocalOptions:
-    """What ``python -m localrun`` was asked to do.
+    """What ``eks-fsdp local`` was asked to do.
 
     ``stack``, ``workers``, ``min_workers``, ``backend``, ``train_overrides`` and
     ``generation`` choose the job (``localrun.job.local_job_settings``); the other fields say

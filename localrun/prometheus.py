@@ -6,7 +6,7 @@ kube-prometheus-stack gets) under ``out_dir/prometheus``, starts ``prometheus`` 
 2.42) on ``127.0.0.1`` at a free port with a fresh data directory, and waits until it is ready.
 The handle queries the HTTP API and stops the server (also at interpreter exit).
 
-Used by the local runner (``python -m localrun --prometheus``), the end-to-end test and
+Used by the local runner (``eks-fsdp local --prometheus``), the end-to-end test and
 the scaling notebook's local mode.
 """
 

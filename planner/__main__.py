@@ -1,4 +1,4 @@
-"""``python -m planner`` is :func:`planner.cli.main`."""
+"""``eks-fsdp plan`` is :func:`planner.cli.main`."""
 
 import sys
 

@@ -1,6 +1,6 @@
 """The planner's command-line arguments: the parsers and flags (or ``--stack``) -> a PlanInput.
 
-Shared by ``planner.cli`` (``python -m planner`` and its ``calibrate`` command) and
+Shared by ``planner.cli`` (``eks-fsdp plan`` and its ``calibrate`` command) and
 ``planner.calibrate.prediction_before_after`` (planner flags from the scaling study), so
 neither of those imports the other. Bad input raises ``UsageError`` naming the flag (or the
 stack key).
@@ -25,9 +25,7 @@ from planner.shapes import BUILTIN, ModelShape, ShapeError, resolve, training_pr
 from planner.storage import Storage, from_stack_config
 from planner.storage import parse as parse_storage
 
-DESCRIPTION = (
-    "``python -m planner``: will it fit, how fast, how well it scales, what an epoch costs."
-)
+DESCRIPTION = "``eks-fsdp plan``: will it fit, how fast, how well it scales, what an epoch costs."
 """The help's description: the first line of ``planner.cli``'s docstring."""
 
 
@@ -59,7 +57,7 @@ def builtin_for_hub_id(name: str) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m planner", description=DESCRIPTION)
+    p = _Parser(prog="eks-fsdp plan", description=DESCRIPTION)
     p.add_argument(
         "--model",
         help="llama2-7b|llama2-13b|llama2-70b|llama3-8b|llama3-70b, a "
@@ -149,7 +147,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--calibration",
         type=Path,
-        help="efficiencies fitted by `python -m planner calibrate` for this instance type",
+        help="efficiencies fitted by `eks-fsdp plan calibrate` for this instance type",
     )
     p.add_argument(
         "--preflight",
@@ -163,9 +161,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def calibrate_parser() -> argparse.ArgumentParser:
-    """``python -m planner calibrate``: the plan flags of the run, plus its measurements."""
+    """``eks-fsdp plan calibrate``: the plan flags of the run, plus its measurements."""
     p = parser()
-    p.prog = "python -m planner calibrate"
+    p.prog = "eks-fsdp plan calibrate"
     p.description = "Fit compute and network efficiencies from a preflight and a real run."
     p.add_argument("--run", type=Path, required=True, help="the run's output_dir (metrics.jsonl)")
     p.add_argument("--out", type=Path, help="write the calibration JSON here")

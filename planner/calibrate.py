@@ -1,8 +1,8 @@
 """Let measurements correct the planner: fit its efficiencies from a preflight and a real run.
 
-    python -m planner calibrate --preflight preflight.json --run RUN_DIR \
+    eks-fsdp plan calibrate --preflight preflight.json --run RUN_DIR \
         --model tiny-llama --instance local-cpu --batch 4 --seq 128 --precision fp32 --out cal.json
-    python -m planner --model ... --instance local-cpu --nodes 1,2,4 --calibration cal.json
+    eks-fsdp plan --model ... --instance local-cpu --nodes 1,2,4 --calibration cal.json
 
 Two steps, both against the catalog's data-sheet figures of the instance type:
 
@@ -70,7 +70,7 @@ class Calibration:
 
 
 def load(path: Path) -> Calibration:
-    """A calibration file written by ``python -m planner calibrate --out``."""
+    """A calibration file written by ``eks-fsdp plan calibrate --out``."""
     try:
         return Calibration.from_json(json.loads(Path(path).read_text()))
     except (OSError, ValueError, TypeError, KeyError) as e:
@@ -337,7 +337,7 @@ def with_preflight(cal: Calibration, inp: PlanInput, reports: list[dict[str, Any
     if missing:
         raise CalibrationError(
             f"--calibration: no {' or '.join(missing)} of its own preflight to compare the "
-            "new one with: calibrate again (python -m planner calibrate)"
+            "new one with: calibrate again (eks-fsdp plan calibrate)"
         )
     _gpu, fresh = _hardware(replace(inp, gpu=None), pf)
     overrides = {**cal.overrides, **{k: v for k, v in fresh.items() if k != "hbm_efficiency"}}

@@ -48,7 +48,7 @@ def capacity_warning(eta_s: float | None, group: Any, now: dt.datetime | None = 
     return (
         f"warning: ETA {_duration(eta_s)} passes the {where}, {_duration(left)} of block "
         f"left{wait}: the job stops there with a checkpoint (about {left / eta_s:.0%} done) "
-        "and finishes on the next block with python -m jobs resume"
+        "and finishes on the next block with eks-fsdp jobs resume"
     )
 
 

@@ -1,11 +1,11 @@
-"""``python -m planner``: will it fit, how fast, how well it scales, what an epoch costs.
+"""``eks-fsdp plan``: will it fit, how fast, how well it scales, what an epoch costs.
 
-    python -m planner --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
-    python -m planner --stack p5-16 --json
-    python -m planner --job jobs/examples/p5-16.yaml      # a job file on its stack
-    python -m planner new-stack NAME --instance p5.48xlarge --nodes 16 --reservation cr-... \
+    eks-fsdp plan --model llama2-70b --instance p4de.24xlarge --nodes 1,2,4,8,16
+    eks-fsdp plan --stack p5-16 --json
+    eks-fsdp plan --job jobs/examples/p5-16.yaml      # a job file on its stack
+    eks-fsdp new-stack NAME --instance p5.48xlarge --nodes 16 --reservation cr-... \
         --region us-east-2                                # Pulumi.NAME.yaml + jobs/NAME.yaml
-    python -m planner --model path/to/config.json --instance p5.48xlarge --nodes 2 \
+    eks-fsdp plan --model path/to/config.json --instance p5.48xlarge --nodes 2 \
         --sharding HYBRID_SHARD --hsdp-group 8 --no-ac --batch 2 --plot plan.png
 
 Imports no torch and no Pulumi. Flags: ``planner.args``; formulas and assumptions:
@@ -35,7 +35,7 @@ from planner.report import table
 
 
 def calibrate_main(argv: list[str]) -> int:
-    """``python -m planner calibrate ...``: print (and write) the fitted calibration."""
+    """``eks-fsdp plan calibrate ...``: print (and write) the fitted calibration."""
     try:
         args = calibrate_parser().parse_args(argv)
         if not args.preflight:

@@ -1,8 +1,8 @@
 """A job's estimate before anyone pays: step time, ETA, $ per epoch, memory per GPU, and one
 line per warning (layout off the recommendation, a checkpoint that never fires).
 
-``workloads.render`` and ``python -m jobs submit`` print ``lines(job_file)`` (on stderr, so
-their output stays what it was); ``python -m planner --job FILE`` prints it under its table.
+``workloads.render`` and ``eks-fsdp jobs submit`` print ``lines(job_file)`` (on stderr, so
+their output stays what it was); ``eks-fsdp plan --job FILE`` prints it under its table.
 A job that does not fit never gets here: ``jobs.schema`` refuses it (``planner.fit``).
 """
 
@@ -201,7 +201,7 @@ def describe(est: JobEstimate, source: str = "FILE") -> list[str]:
     else:
         out.append(
             "plan: dataset size unknown to the planner: no step count, ETA or cost "
-            "(python -m planner --job FILE --dataset-tokens N)"
+            "(eks-fsdp plan --job FILE --dataset-tokens N)"
         )
     rec = est.recommendation
     if rec is not None and est.layout_gap > LAYOUT_MARGIN:
@@ -211,7 +211,7 @@ def describe(est: JobEstimate, source: str = "FILE") -> list[str]:
             f"{est.layout_gap:.0%} below the planner's {rec['sharding']}{group}, AC "
             f"{'on' if rec['activation_checkpointing'] else 'off'}, micro-batch "
             f"{rec['micro_batch']} ({rec['tokens_per_s_per_gpu']:,.0f}): "
-            f"python -m planner --job {source}"
+            f"eks-fsdp plan --job {source}"
         )
     return out + _checkpoint_warning(est)
 

@@ -143,6 +143,6 @@ def fit_problem(job: FitInput, group: GpuNodeGroupConfig) -> str | None:
     return (
         f"batchSize {job.batch_size} x contextLength {job.context_length} does not fit: the "
         f"planner puts {pr.memory.total / gib:.1f} GiB on each GPU, a {group.instance.gpu_model} "
-        f"has {group.instance.gpu_memory_bytes / gib:.1f} GiB (python -m planner --job FILE "
+        f"has {group.instance.gpu_memory_bytes / gib:.1f} GiB (eks-fsdp plan --job FILE "
         "shows the layouts that fit)"
     )

@@ -1,4 +1,4 @@
-"""``eks-fsdp new-stack NAME`` (also ``python -m planner new-stack NAME``): a cluster stack and
+"""``eks-fsdp new-stack NAME`` (also ``eks-fsdp new-stack NAME``): a cluster stack and
 its job from one sentence.
 
     eks-fsdp new-stack p5-demo --instance p5.48xlarge --nodes 16 \\
@@ -59,7 +59,7 @@ class _Parser(Parser):
 def new_stack_parser() -> argparse.ArgumentParser:
     p = _Parser(
         command=COMMAND,
-        prog="eks-fsdp new-stack",  # also python -m planner new-stack
+        prog="eks-fsdp new-stack",  # also eks-fsdp new-stack
         description="Write Pulumi.NAME.yaml and jobs/NAME.yaml at the planner's recommended "
         "layout, with their cost per hour and per epoch.",
     )
@@ -420,10 +420,10 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "extra": {"minWorkers": 14},
         "header": (
             "Llama 2 7B chat on ultrachat_200k over the p5-16 stack's sixteen p5.48xlarge (128",
-            "H100): the scaling run, written by `python -m planner.newstack --examples` (the job",
-            "file of `python -m planner new-stack`). Elastic from 14 to 16 workers; checkpoints",
+            "H100): the scaling run, written by `eks-fsdp new-stack --examples` (the job",
+            "file of `eks-fsdp new-stack`). Elastic from 14 to 16 workers; checkpoints",
             "on the stack's FSx claim. (The name is kept from its samsum days: commands name it.)",
-            "  python -m jobs submit jobs/examples/p5-16.yaml --stack p5-16",
+            "  eks-fsdp jobs submit jobs/examples/p5-16.yaml --stack p5-16",
         ),
     },
     "p4de-odcr": {
@@ -434,11 +434,11 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "extra": {},
         "header": (
             "Llama 2 13B chat on ultrachat_200k over the p4de-odcr stack's two p4de.24xlarge",
-            "(16 A100 80GB), written by `python -m planner.newstack --examples` (the job file of",
-            "`python -m planner new-stack`); 70B does not fit two p4de nodes. Checkpoints on the",
+            "(16 A100 80GB), written by `eks-fsdp new-stack --examples` (the job file of",
+            "`eks-fsdp new-stack`); 70B does not fit two p4de nodes. Checkpoints on the",
             "stack's FSx claim, so the job resumes after a restart. (The name is kept from its",
             "samsum days: commands name it.)",
-            "  python -m jobs submit jobs/examples/p4de-odcr.yaml --stack p4de-odcr",
+            "  eks-fsdp jobs submit jobs/examples/p4de-odcr.yaml --stack p4de-odcr",
         ),
     },
 }
@@ -474,7 +474,7 @@ if __name__ == "__main__":
     from infra.config.sources import REPO_ROOT
 
     if sys.argv[1:] != ["--examples"]:
-        sys.exit("usage: python -m planner.newstack --examples   (rewrites jobs/examples/)")
+        sys.exit("usage: eks-fsdp new-stack --examples   (rewrites jobs/examples/)")
     for name in EXAMPLES:
         path = REPO_ROOT / "jobs" / "examples" / f"{name}.yaml"
         path.write_text(example_text(name))

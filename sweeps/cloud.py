@@ -4,7 +4,7 @@ Before the first ``up`` it checks the prerequisites (:mod:`sweeps.prerequisites`
 cost estimate. For each node count it sets the nodegroup's config (size, maxSize), runs ``up``
 (its output streamed), sets the nodegroup's size through the EKS API (the nodegroup leaves
 ``desiredSize`` to the operator after creation), submits the stack's job file sized to the
-count under a name derived from the original (``python -m jobs``' cluster backend: the stack
+count under a name derived from the original (``eks-fsdp jobs``' cluster backend: the stack
 declares no job), watches the PyTorchJob and its pods (a Failed job, an image pull error or a
 crash loop stops the sweep at once) and the port-forward to the cluster's Prometheus (a dead
 one stops it too), measures, saves the result at once and deletes the job. Whatever happens (success, an error, an interrupt),
@@ -70,7 +70,7 @@ class JobSubmitter(Protocol):
 
 @dataclass
 class ClusterJobs:
-    """The job file of the plan, sized per count, through ``python -m jobs``' cluster backend
+    """The job file of the plan, sized per count, through ``eks-fsdp jobs``' cluster backend
     (the stack's kubeconfig output; its ``trainingImage`` unless the job file pins one)."""
 
     outputs: dict[str, Any]
@@ -285,7 +285,7 @@ def measure_cloud(
     finally:
         recovery = recovery_destroy if destroy else recovery_up
         for name in current:  # the job of the count that failed or was interrupted
-            recovery.insert(1, f"python -m jobs cancel {name} --stack {stack_name} --purge")
+            recovery.insert(1, f"eks-fsdp jobs cancel {name} --stack {stack_name} --purge")
         log(f"clean-up of {stack_name}; if it fails or is interrupted, run:")
         for cmd in recovery:
             log(f"    {cmd}")

@@ -1,6 +1,6 @@
 """Local mode: the stack's PyTorchJob on this machine at each worker count.
 
-``python -m localrun --prometheus`` runs it (real etcd, one torchrun agent per "pod", a real
+``eks-fsdp local --prometheus`` runs it (real etcd, one torchrun agent per "pod", a real
 Prometheus scraping every pod); after each run its Prometheus data directory is opened again by
 a fresh Prometheus and queried, exactly as the cloud mode queries the cluster's.
 """

@@ -1,4 +1,4 @@
-"""The capacity planner's side of the comparison: ``python -m planner`` for the sweep's node
+"""The capacity planner's side of the comparison: ``eks-fsdp plan`` for the sweep's node
 counts (its tokens/s, its step times, and its curve before and after calibration)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sweeps.common import REPO_ROOT
 def planner_prediction(
     nodes: Sequence[int], *, stack: str | None = None, args: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
-    """The capacity planner's prediction (``python -m planner ... --json``)."""
+    """The capacity planner's prediction (``eks-fsdp plan ... --json``)."""
     cmd = [sys.executable, "-m", "planner", "--nodes", ",".join(map(str, nodes)), "--json"]
     if stack:
         cmd += ["--stack", stack]
@@ -36,7 +36,7 @@ def planner_before_after(
     args: Sequence[str] = (),
     preflight: Sequence[str | Path] = (),
 ) -> list[dict[str, Any]]:
-    """The planner's tokens/s per node count before and after ``python -m planner calibrate``.
+    """The planner's tokens/s per node count before and after ``eks-fsdp plan calibrate``.
 
     ``[{"nodes", "gpus", "before", "after"}]`` (``planner.calibrate.prediction_before_after``);
     ``preflight``: the measured nodes' preflight JSON, whose links replace the calibration's.

@@ -38,7 +38,7 @@ class Plan:
     region: str | None = None
     """``aws:region`` of the stack."""
     job_file: Path | None = None
-    """The job file each count submits (``python -m jobs``), with its size and steps set."""
+    """The job file each count submits (``eks-fsdp jobs``), with its size and steps set."""
     image: str | None = None
     """The image the job file pins (None: the stack's ``trainingImage`` output)."""
 

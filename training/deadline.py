@@ -14,7 +14,7 @@ block, with no date. An exit 0 on every rank (they all stop after the same step:
 below) ends the elastic PyTorchJob as Succeeded (training-operator v1.9,
 ``pytorchjob_controller.go``: an elastic job succeeds when a worker succeeds) and frees the
 quota; its checkpoint is complete, and the next block's run continues it with ``--resume``
-(``python -m jobs resume``). ``summary.json`` says ``"capacity_end": true`` and the model is
+(``eks-fsdp jobs resume``). ``summary.json`` says ``"capacity_end": true`` and the model is
 not exported, so a finished-looking job is told apart from a complete one. A SIGTERM on any
 rank still wins (the node is going away now: exit 143).
 

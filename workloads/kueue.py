@@ -27,7 +27,7 @@ TYPE_TOKEN = "eks-fsdp:workloads:Kueue"
 OUTPUT_CLUSTER_QUEUES = "clusterQueues"
 """Stack output: the ClusterQueues' names."""
 OUTPUT_TEAM_NAMESPACES = "teamNamespaces"
-"""Stack output: team name -> its namespace (where ``python -m jobs submit --team`` puts a job)."""
+"""Stack output: team name -> its namespace (where ``eks-fsdp jobs submit --team`` puts a job)."""
 
 _TYPED: dict[tuple[str, str], Any] = {
     ("v1", "Namespace"): k8s.core.v1.Namespace,

@@ -10,7 +10,7 @@ secret config ``hfToken``), ``DebugTools`` (only with ``debugTools: true``) and,
 ``sharedStorage.type: fsx`` stacks, the ``CheckpointVolume`` (the FSx PersistentVolume and the
 claim jobs mount; ``shared_storage`` is the ``infra.shared_storage.SharedStorage``
 component) and, with ``trainerV2: true``, ``TrainerV2`` (Kubeflow Trainer v2 and the torch
-runtime ``api: v2`` job files name). Jobs are submitted apart from the stack (``python -m jobs``, docs/jobs.md), so a
+runtime ``api: v2`` job files name). Jobs are submitted apart from the stack (``eks-fsdp jobs``, docs/jobs.md), so a
 ``pulumi up`` never replaces, deletes or re-creates one; the stack exports what a job needs.
 """
 

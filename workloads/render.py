@@ -1,7 +1,7 @@
 """Render every Kubernetes object of a stack running a job as YAML, for kubectl/GitOps users
 and validation.
 
-    python -m workloads.render --stack dev --out out/dev [--job jobs/examples/dev.yaml]
+    eks-fsdp render --stack dev --out out/dev [--job jobs/examples/dev.yaml]
 
 writes one file per component (``etcd.yaml``, ``pytorchjob.yaml``, ``workers-network-policy.yaml``
 (ingress to the workers only from their own job and the metrics scraper), ``debug-tools.yaml``
@@ -18,7 +18,7 @@ PyTorchJob against the operator's SDK types). Secrets are referenced, never rend
 PyTorchJob reads the Hugging Face token through a ``secretKeyRef``, Grafana its admin password
 from a Secret the user creates.
 The job is ``--job FILE`` (a job file, ``jobs.schema``), by default the stack's example
-``jobs/examples/<stack>.yaml`` (``python -m jobs submit`` creates the same PyTorchJob and
+``jobs/examples/<stack>.yaml`` (``eks-fsdp jobs submit`` creates the same PyTorchJob and
 NetworkPolicy on a cluster). The image comes from ``--image``, else the job file's ``image``,
 else the stack output ``trainingImage``;
 a job on GPU nodes refuses an image without a registry (it would be pulled from Docker Hub),
@@ -26,7 +26,7 @@ the CPU dev job may use the local build's name.
 A bad stack name, an invalid config or an ``--out`` that cannot be written (a file, a
 read-only place) prints one line and exits with status 2. ``pip install -r requirements.txt``
 is all it needs (kubernetes-validate included).
-The job's objects are what ``python -m jobs submit`` creates (``jobs.cluster.trainjob.as_submitted``):
+The job's objects are what ``eks-fsdp jobs submit`` creates (``jobs.cluster.trainjob.as_submitted``):
 the PyTorchJob with the job's Kueue labels (``jobs.queue``), or for ``api: v2`` a Trainer v2
 TrainJob in ``trainjob.yaml`` (validated against Trainer's CRD at the pin); a stack with
 ``trainerV2: true`` also gets ``trainer-v2/`` (Trainer v2's install and the torch runtime);
@@ -258,14 +258,12 @@ def helm_commands(s: obs.ObservabilitySettings, out: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(
-        prog="python -m workloads.render", description=__doc__.split("\n")[0], command=COMMAND
-    )
+    parser = Parser(prog="eks-fsdp render", description=__doc__.split("\n")[0], command=COMMAND)
     parser.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml)")
     parser.add_argument(
         "--job",
         type=Path,
-        help="job file (default: jobs/examples/<stack>.yaml; python -m jobs submits one)",
+        help="job file (default: jobs/examples/<stack>.yaml; eks-fsdp jobs submits one)",
     )
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument(

@@ -1,7 +1,7 @@
 """checkov over every Kubernetes object a stack deploys, the gate ``make test`` runs.
 
-    python -m workloads.scan                 # every stack
-    python -m workloads.scan --stack p5-16   # one
+    eks-fsdp scan                 # every stack
+    eks-fsdp scan --stack p5-16   # one
 
 For each stack it writes, into a scratch folder, the objects ``workloads.render`` writes (the
 checkpoint volume, etcd, the PyTorchJob, the observability namespace and dashboard), the debug
@@ -159,7 +159,7 @@ def scan(stack: str, folder: Path) -> ScanResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m workloads.scan", description=__doc__, command="scan")
+    parser = Parser(prog="eks-fsdp scan", description=__doc__, command="scan")
     parser.add_argument("--stack", action="append", help="stack to scan (default: every stack)")
     args = parser.parse_args(argv)
     failed = False

@@ -221,8 +221,8 @@ class ClusterBackend:
         return self._cmd("resume", name) if phase == "Failed" else self._cmd("logs", name)
 
     def _cmd(self, verb: str, name: str, *flags: str) -> str:
-        """A ``python -m jobs`` command for job ``name`` on this cluster and namespace."""
-        words = ["python -m jobs", verb, name, *flags]
+        """A ``eks-fsdp jobs`` command for job ``name`` on this cluster and namespace."""
+        words = ["eks-fsdp jobs", verb, name, *flags]
         if self.connection:
             words.append(self.connection)
         return " ".join([*words, "-n", self.namespace])
@@ -455,7 +455,7 @@ class ClusterBackend:
             if phase not in FINISHED:
                 raise JobsError(
                     f"--replace: job {job.name!r} is {phase}; only a finished job is replaced "
-                    f"(`python -m jobs cancel {job.name}` first)",
+                    f"(`eks-fsdp jobs cancel {job.name}` first)",
                     status=2,
                 )
             self.cancel(job.name, purge=True)
@@ -564,7 +564,7 @@ class ClusterBackend:
         record = self._get_record(name)
         if job is None and record is None:
             raise JobsError(
-                f"no job {name!r} in namespace {self.namespace}: `python -m jobs list` shows them"
+                f"no job {name!r} in namespace {self.namespace}: `eks-fsdp jobs list` shows them"
             )
         pods = self._pods(f"{JOB_LABEL}={name}") if job is not None else []
         workload = None
@@ -612,7 +612,7 @@ class ClusterBackend:
         job = self._get_job(name)
         if job is None:
             raise JobsError(
-                f"no job {name!r} in namespace {self.namespace}: `python -m jobs list` shows them"
+                f"no job {name!r} in namespace {self.namespace}: `eks-fsdp jobs list` shows them"
             )
         wanted = int(worker_spec(job).get("replicas", 0))
         if not 0 <= rank < wanted:
@@ -646,11 +646,11 @@ class ClusterBackend:
             return trainjob.cancel(self, v2, purge=purge)
         record = self._get_record(name)
         if job is None and record is None:
-            raise JobsError(f"no job {name!r} in namespace {ns}: `python -m jobs list` shows them")
+            raise JobsError(f"no job {name!r} in namespace {ns}: `eks-fsdp jobs list` shows them")
         if job is None and not purge:
             raise JobsError(
                 f"job {name} is not running (its record is kept for resume): nothing to cancel; "
-                f"`python -m jobs cancel {name} --purge` removes the record"
+                f"`eks-fsdp jobs cancel {name} --purge` removes the record"
             )
         if job is not None:
             self._delete_job(name, ns)
@@ -684,7 +684,7 @@ class ClusterBackend:
             return trainjob.suspend(self, v2, on=on)
         if job is None:
             raise JobsError(
-                f"no job {name!r} in namespace {self.namespace}: `python -m jobs list` shows them"
+                f"no job {name!r} in namespace {self.namespace}: `eks-fsdp jobs list` shows them"
             )
         phase = phase_of(job)
         if phase in FINISHED:
@@ -758,7 +758,7 @@ class ClusterBackend:
             phase = phase_of(job)
             if phase not in FINISHED:
                 raise JobsError(
-                    f"job {name} is {phase}: nothing to resume (`python -m jobs cancel {name}` first)"
+                    f"job {name} is {phase}: nothing to resume (`eks-fsdp jobs cancel {name}` first)"
                 )
             if phase == "Succeeded":
                 raise JobsError(

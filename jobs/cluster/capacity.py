@@ -2,7 +2,7 @@
 
 A job on a capacity-block node group gets ``EKS_FSDP_CAPACITY_ENDS_AT`` from the ConfigMap
 ``capacity-block-<group>`` (key ``scaleDownAt``; ``workloads.specs.pytorchjob.container_env``),
-which the stack writes and updates for each block (``workloads.specs.capacity``). ``python -m
+which the stack writes and updates for each block (``workloads.specs.capacity``). ``eks-fsdp
 jobs status`` reads the same ConfigMap, named by the job's own container env, so what it shows
 is what the workers see (``jobs.output.capacity_text``: "ends in 2d3h (...)").
 """

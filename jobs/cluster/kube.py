@@ -200,7 +200,7 @@ def object_not_found(err: Exception) -> bool:
 
 STILL_DELETING = (
     "a job of this name is still being deleted (a cancel in progress): wait a few seconds "
-    "until `python -m jobs list` no longer shows it running, then try again"
+    "until `eks-fsdp jobs list` no longer shows it running, then try again"
 )
 """What a create that meets a job still being deleted says (PyTorchJobs and TrainJobs)."""
 

@@ -89,7 +89,7 @@ def wait_started(
         if job is None:
             raise JobsError(
                 f"job {name}: gone before worker pod {rank} started (cancelled?): "
-                f"`python -m jobs list` shows it"
+                f"`eks-fsdp jobs list` shows it"
             )
         wanted = int(worker_spec(job).get("replicas", 0))
         if not 0 <= rank < wanted:
@@ -101,7 +101,7 @@ def wait_started(
         if phase in FINISHED and not pods:
             raise JobsError(
                 f"job {name} is {phase} and worker pod {rank} never started: "
-                f"`python -m jobs status {name}` says why"
+                f"`eks-fsdp jobs status {name}` says why"
             )
         state = waiting_state(pods[0]) if pods else f"not created yet (job {phase})"
         if state != last:
@@ -110,7 +110,7 @@ def wait_started(
         if time.monotonic() >= deadline:
             raise JobsError(
                 f"job {name}: worker pod {rank} has not started after {timeout_s:g} s "
-                f"({state}): `python -m jobs status {name}` says why; --wait-timeout waits longer"
+                f"({state}): `eks-fsdp jobs status {name}` says why; --wait-timeout waits longer"
             )
         time.sleep(POLL_S)
 
@@ -151,7 +151,7 @@ def stream(
                 cause = err.args[0] if err.args else err
                 raise JobsError(
                     f"logs of pod {pod}: the connection dropped while streaming ({cause}); the "
-                    f"job is not affected: `python -m jobs logs {name} --follow --tail 20` "
+                    f"job is not affected: `eks-fsdp jobs logs {name} --follow --tail 20` "
                     "picks it up again"
                 ) from None
         rest = decoder.decode(b"", final=True)

@@ -5,7 +5,7 @@ starts, and Kueue would have admitted the job and held its quota meanwhile. The 
 them in every team's namespace (``workloads.team``): the ServiceAccount ``jobs``, on fsx
 stacks the checkpoint claim, on stacks with ``hfToken`` the Secret ``hf-token``. A claim a job
 file names itself (``checkpointClaim`` on a stack without shared storage) is the team's to
-create. So ``python -m jobs submit --team T`` reads them first and refuses in one line naming
+create. So ``eks-fsdp jobs submit --team T`` reads them first and refuses in one line naming
 each missing object and its fix, before it creates anything.
 
 Only what the pods cannot start without is checked: the claim (mounted), the ServiceAccount

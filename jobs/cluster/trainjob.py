@@ -302,7 +302,7 @@ def create(b: Any, job_file: JobSpec, w: Workloads, root: str | None = None) -> 
             phase = phase_of(old)
             if phase not in FINISHED:
                 raise JobsError(
-                    f"job {name} is {phase}: nothing to resume (`python -m jobs cancel {name}` "
+                    f"job {name} is {phase}: nothing to resume (`eks-fsdp jobs cancel {name}` "
                     "first)"
                 )
             if phase == "Succeeded":
@@ -351,7 +351,7 @@ def submit(b: Any, job: JobSpec, w: Workloads, *, replace: bool) -> Submitted:
         if v1 is not None or phase not in FINISHED:
             raise JobsError(
                 f"--replace: job {job.name!r} is {phase}; only a finished job is replaced "
-                f"(`python -m jobs cancel {job.name}` first)",
+                f"(`eks-fsdp jobs cancel {job.name}` first)",
                 status=2,
             )
         if existing is not None:
@@ -484,7 +484,7 @@ def logs(
         if time.monotonic() >= deadline:
             raise JobsError(
                 f"job {name}: node pod {rank} has not started after {wait_timeout_s:g} s "
-                f"({state}): `python -m jobs status {name}` says why; --wait-timeout waits longer"
+                f"({state}): `eks-fsdp jobs status {name}` says why; --wait-timeout waits longer"
             )
         time.sleep(POLL_S)
         job = get(b, name) or {}

@@ -4,7 +4,7 @@ any later invocation.
 
 Each job owns its folder (``EKS_FSDP_JOBS_DIR`` moves the root): ``job.yaml`` (the resolved job
 file), ``record.json`` (generation, rendezvous id, times), ``runner.pid`` and ``runner.log`` (the
-detached runner, ``python -m jobs.local.worker``: the demo's progress lines and summary),
+detached runner, ``eks-fsdp jobs.local.worker``: the demo's progress lines and summary),
 ``pods.json`` (the pods as the runner sees them, every second), ``result.json`` (how it
 ended), and what ``localrun`` writes: ``logs/<pod>.log``, ``shared/<name>/`` (checkpoints and
 ``output/metrics.jsonl``) and its own etcd's data. Two jobs never share anything: each run
@@ -69,7 +69,7 @@ def local_settings(
 ) -> tuple[JobSettings, str]:
     """The job as the local runner runs it, and its device: the cluster job's settings with
     ``--log_every=1`` on CPU unless the file sets it (the runner's progress lines read every
-    row, as ``python -m localrun`` does), no exporter port (two jobs at once would share
+    row, as ``eks-fsdp local`` does), no exporter port (two jobs at once would share
     it), the submission's rendezvous id, and ``checkpoint_root`` (``resume --from``) as its
     checkpoint root. ``localrun`` localizes the rest."""
     w = build(job_file, generation=generation, local_paths=True)
@@ -117,7 +117,7 @@ class LocalBackend:
     def _existing(self, name: str) -> Path:
         folder = self.folder(name)
         if not (folder / RECORD).is_file():
-            raise JobsError(f"no local job {name!r}: `python -m jobs list --local` shows them")
+            raise JobsError(f"no local job {name!r}: `eks-fsdp jobs list --local` shows them")
         return folder
 
     def checkpoints(self, name: str) -> Path:
@@ -205,7 +205,7 @@ class LocalBackend:
             if phase not in FINISHED:
                 raise JobsError(
                     f"--replace: job {job.name!r} is {phase}; only a finished job is replaced "
-                    f"(`python -m jobs cancel --local {job.name}` first)",
+                    f"(`eks-fsdp jobs cancel --local {job.name}` first)",
                     status=2,
                 )
             shutil.rmtree(folder)
@@ -214,7 +214,7 @@ class LocalBackend:
         except FileExistsError:
             phase = self.status(job.name).phase if (folder / RECORD).is_file() else "unknown"
             resume = (
-                f"`python -m jobs resume --local {job.name}`, or "
+                f"`eks-fsdp jobs resume --local {job.name}`, or "
                 if phase in ("Failed", "Cancelled")
                 else ""
             )
@@ -255,7 +255,7 @@ class LocalBackend:
             backend=self.name,
             rdzv_id=record["rdzv_id"],
             generation=record["generation"],
-            follow=f"python -m jobs logs --local {name} --follow",
+            follow=f"eks-fsdp jobs logs --local {name} --follow",
         )
 
     def _start(self, name: str) -> None:
@@ -366,14 +366,14 @@ class LocalBackend:
     @staticmethod
     def _next(name: str, phase: str, steps: Sequence[int]) -> str:
         if phase in ("Pending", "Running", "Restarting"):
-            return f"python -m jobs logs --local {name} --follow"
+            return f"eks-fsdp jobs logs --local {name} --follow"
         if phase == "Suspended":
-            return f"python -m jobs unsuspend --local {name}"
+            return f"eks-fsdp jobs unsuspend --local {name}"
         if phase == "Succeeded":
-            return f"python -m jobs logs --local {name} --runner  (the run's summary)"
+            return f"eks-fsdp jobs logs --local {name} --runner  (the run's summary)"
         if steps:
-            return f"python -m jobs resume --local {name}"
-        return f"python -m jobs logs --local {name}  (no checkpoint to resume from)"
+            return f"eks-fsdp jobs resume --local {name}"
+        return f"eks-fsdp jobs logs --local {name}  (no checkpoint to resume from)"
 
     def logs(
         self,
@@ -464,7 +464,7 @@ class LocalBackend:
             phase = self.status(name).phase
             raise JobsError(
                 f"job {name} is not running ({phase}): nothing to cancel; "
-                f"`python -m jobs cancel --local {name} --purge` removes it with its checkpoints"
+                f"`eks-fsdp jobs cancel --local {name} --purge` removes it with its checkpoints"
             )
         if purge:
             shutil.rmtree(folder)
@@ -474,7 +474,7 @@ class LocalBackend:
             steps_note = f"newest complete step {steps[-1]}; "
         return (
             f"cancelled {name}: checkpoints kept in {self.checkpoints(name)} ({steps_note or 'none complete; '}"
-            f"resume: python -m jobs resume --local {name})"
+            f"resume: eks-fsdp jobs resume --local {name})"
         )
 
     def _stop(self, name: str, mark: str, phase: str, reason: str) -> None:
@@ -519,7 +519,7 @@ class LocalBackend:
             newest = f"step {steps[-1]}" if steps else "none complete"
             return (
                 f"suspended {name}: its pods were stopped with SIGTERM, the job is kept "
-                f"(newest checkpoint: {newest}); `python -m jobs unsuspend --local {name}` "
+                f"(newest checkpoint: {newest}); `eks-fsdp jobs unsuspend --local {name}` "
                 "resumes it"
             )
         if phase != "Suspended":
@@ -546,7 +546,7 @@ class LocalBackend:
         info = self.status(name)
         if info.phase not in FINISHED:
             raise JobsError(
-                f"job {name} is {info.phase}: nothing to resume (`python -m jobs cancel --local "
+                f"job {name} is {info.phase}: nothing to resume (`eks-fsdp jobs cancel --local "
                 f"{name}` first)"
             )
         if info.phase == "Succeeded":

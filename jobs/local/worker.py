@@ -1,11 +1,11 @@
-"""``python -m jobs.local.worker FOLDER``: one local job's runner, started detached by ``submit
+"""``eks-fsdp jobs.local.worker FOLDER``: one local job's runner, started detached by ``submit
 --local`` and ``resume --local`` (``jobs.local.backend``); not a command for users.
 
 It rebuilds the job from ``FOLDER/job.yaml`` and ``record.json`` (generation, rendezvous id),
 runs it with ``localrun`` (real etcd on free loopback ports, one torchrun agent per pod, the
 operator's environment; ``keep_checkpoints`` from the second generation on, so the pods
-resume), writes the pods' states to ``pods.json`` every second, prints what ``python -m
-localrun`` prints (progress lines and the summary), and ends with ``result.json``. SIGTERM
+resume), writes the pods' states to ``pods.json`` every second, prints what ``eks-fsdp
+local`` prints (progress lines and the summary), and ends with ``result.json``. SIGTERM
 (``cancel``, ``suspend``) and Ctrl-C stop every pod and etcd before it exits. A job whose
 record names a local queue (``jobs.local.queue``) first waits there for its quota.
 """

@@ -1,4 +1,4 @@
-"""The account checks of ``python -m doctor`` (``doctor.aws``).
+"""The account checks of ``eks-fsdp doctor`` (``doctor.aws``).
 
 If this fails, ``doctor`` would pass an account that ``pulumi up`` then fails on after 20+
 billed minutes (a reservation that does not exist, is expired, holds another instance type,

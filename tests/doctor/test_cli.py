@@ -1,4 +1,4 @@
-"""``python -m doctor --stack STACK`` end to end, and its checks on this machine.
+"""``eks-fsdp doctor --stack STACK`` end to end, and its checks on this machine.
 
 If this fails, ``doctor`` no longer stops a user before ``pulumi up`` on the shipped
 placeholder reservation (or stops one whose account is right), the table loses the fix beside

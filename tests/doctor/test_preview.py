@@ -89,7 +89,7 @@ def test_preview_stops_on_the_placeholder_and_passes_a_matching_block(engine) ->
     line = str(err.value)
     assert "\n" not in line
     assert line.startswith(f"reservation p5-block: {PLACEHOLDER} does not exist in this account")
-    assert line.endswith("python -m doctor --stack p5-16 checks the whole account")
+    assert line.endswith("eks-fsdp doctor --stack p5-16 checks the whole account")
     assert check_on_preview(cfg, _reservations(reservation(PLACEHOLDER))) == "checked"
     with pytest.raises(ReservationError, match=r"instance type p4de\.24xlarge"):
         check_on_preview(

@@ -437,7 +437,7 @@ class FakeKube:
 
 
 def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    """``python -m jobs ARGV`` in this process: exit status, stdout, stderr (``capsys``)."""
+    """``eks-fsdp jobs ARGV`` in this process: exit status, stdout, stderr (``capsys``)."""
     from jobs import cli
 
     code = cli.main(list(argv))

@@ -1,4 +1,4 @@
-"""``python -m jobs status`` shows when a capacity-block job's capacity ends.
+"""``eks-fsdp jobs status`` shows when a capacity-block job's capacity ends.
 
 If these fail, a user watching a job on a capacity block no longer sees from ``status`` when
 its nodes are scaled to zero (and so when the job will checkpoint and exit 0), or sees a time

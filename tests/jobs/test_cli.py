@@ -1,5 +1,5 @@
 """The job CLI's surface: every verb's ``--help`` shows an example that parses, and the local
-runner's settings are the ones ``python -m localrun`` runs for the same job.
+runner's settings are the ones ``eks-fsdp local`` runs for the same job.
 
 If these fail, a user reading ``--help`` would copy an example the CLI refuses, or ``make demo``
 through the job CLI would train a different job than the local runner did.
@@ -51,7 +51,7 @@ def test_no_verb_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_local_job_is_the_job_python_m_localrun_runs(tmp_path: pytest.TempPathFactory) -> None:
-    """``make demo`` moved from ``python -m localrun`` to ``submit --local``: the same pods,
+    """``make demo`` moved from ``eks-fsdp local`` to ``submit --local``: the same pods,
     flags and losses (only the rendezvous id is fresh per submission)."""
     from pathlib import Path
 

@@ -183,7 +183,7 @@ def test_follow_gives_up_after_the_wait_timeout_in_one_line(
     assert note == f"waiting for pod {POD0} to start: Pending: Unschedulable"
     assert error == (
         f"eks-fsdp jobs: error: job {NAME}: worker pod 0 has not started after 0.2 s (Pending: Unschedulable): "
-        f"`python -m jobs status {NAME}` says why; --wait-timeout waits longer"
+        f"`eks-fsdp jobs status {NAME}` says why; --wait-timeout waits longer"
     )
     assert not any(path.endswith("/log") for _, path in fake.requests)
     # without --follow: one line at once, and a bad rank or timeout is bad input

@@ -1,4 +1,4 @@
-"""``python -m jobs`` against a Kubernetes API: the client layer, over real HTTP.
+"""``eks-fsdp jobs`` against a Kubernetes API: the client layer, over real HTTP.
 
 No API server can run in this suite's default lane, so the requests go to ``FakeKube``
 (``tests/jobs/fake_kube.py``): a loopback HTTP server that answers with the response shapes of

@@ -224,14 +224,12 @@ def test_printed_commands_carry_the_kubeconfig(
     fake, kubeconfig = kube
     code, out, _ = _submit(capsys, kubeconfig)
     where = f"--kubeconfig {kubeconfig} -n default"
-    assert code == 0 and f"python -m jobs logs {NAME} --follow {where}" in out
+    assert code == 0 and f"eks-fsdp jobs logs {NAME} --follow {where}" in out
     _operate(fake, NAME)
-    assert (
-        _status(capsys, kubeconfig)["next_step"] == f"python -m jobs logs {NAME} --follow {where}"
-    )
+    assert _status(capsys, kubeconfig)["next_step"] == f"eks-fsdp jobs logs {NAME} --follow {where}"
     code, out, _ = _cli(capsys, "cancel", NAME, "--kubeconfig", kubeconfig)
-    assert f"python -m jobs resume {NAME} {where}" in out
-    assert _status(capsys, kubeconfig)["next_step"] == f"python -m jobs resume {NAME} {where}"
+    assert f"eks-fsdp jobs resume {NAME} {where}" in out
+    assert _status(capsys, kubeconfig)["next_step"] == f"eks-fsdp jobs resume {NAME} {where}"
 
 
 def test_printed_commands_carry_the_stack(
@@ -250,7 +248,7 @@ def test_printed_commands_carry_the_stack(
     monkeypatch.setenv("PATH", _fake_pulumi(tmp_path, outputs) + os.pathsep + os.environ["PATH"])
     code, out, err = _cli(capsys, "submit", P4DE, "--stack", "p4de-odcr")
     assert code == 0, err
-    assert f"python -m jobs logs {NAME} --follow --stack p4de-odcr -n team-a" in out
+    assert f"eks-fsdp jobs logs {NAME} --follow --stack p4de-odcr -n team-a" in out
 
 
 def _foreign_job(fake: FakeKube, replicas: dict[str, Any]) -> None:

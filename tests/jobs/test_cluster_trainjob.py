@@ -1,4 +1,4 @@
-"""``python -m jobs`` with an ``api: v2`` job file: a Trainer v2 TrainJob, over real HTTP.
+"""``eks-fsdp jobs`` with an ``api: v2`` job file: a Trainer v2 TrainJob, over real HTTP.
 
 The requests go to ``FakeKube`` (``tests/jobs/fake_kube.py``): the Trainer v2 controller (and
 JobSet) does not run on the local control plane or here, so the test plays them, writing what
@@ -11,7 +11,7 @@ Trainer's torch plugin hands torchrun). Pods here name the TrainJob as their own
 (the real chain is TrainJob -> JobSet -> Job -> Pod), so deleting it collects them.
 
 If these fail, ``submit`` of an ``api: v2`` job would create something other than what
-``python -m workloads.render`` shows (the builders' TrainJob with the job's Kueue labels), lose
+``eks-fsdp render`` shows (the builders' TrainJob with the job's Kueue labels), lose
 its record, or ``list``/``status``/``logs``/``suspend``/``cancel``/``resume`` would not find it,
 read another node's log, or suspend it in a way Kueue undoes.
 """

@@ -1,4 +1,4 @@
-"""``python -m jobs data put|get``: a dataset onto the cluster's claim and results off it.
+"""``eks-fsdp jobs data put|get``: a dataset onto the cluster's claim and results off it.
 
 If this fails: the copy pod is no longer a valid Kubernetes 1.35 Pod (strict schema,
 kubernetes-validate), stops mounting the claim where the jobs mount it, runs with a

@@ -1,4 +1,4 @@
-"""``python -m jobs --local``: two real jobs at once on this machine, watched, cancelled and
+"""``eks-fsdp jobs --local``: two real jobs at once on this machine, watched, cancelled and
 resumed across separate invocations of the CLI.
 
 Nothing is mocked: each ``submit --local`` starts a detached runner (``jobs.local.worker``) with its

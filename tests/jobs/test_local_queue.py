@@ -122,7 +122,7 @@ def test_two_jobs_over_one_quota_run_in_turn_and_a_suspend_loses_at_most_an_inte
     assert code == 0 and "suspended q-second" in out, out
     suspended = _status("q-second")
     assert suspended["phase"] == "Suspended" and suspended["admission"] == "suspended"
-    assert suspended["next_step"] == "python -m jobs unsuspend --local q-second"
+    assert suspended["next_step"] == "eks-fsdp jobs unsuspend --local q-second"
     logged = max(r["step"] for r in read_metrics(metrics))
     kept = complete_checkpoint_steps(ckpt)[-1]
     assert logged < SECOND_STEPS  # suspended mid-run

@@ -1,4 +1,4 @@
-"""``python -m jobs status`` shows the preflight gate's line: the node and the failed check.
+"""``eks-fsdp jobs status`` shows the preflight gate's line: the node and the failed check.
 
 If these fail, a job stopped by its gate would show only "exit 3" (cluster: the pod's exit code;
 local: the runner's reason), and nobody would know which node to take out. A cluster pod's

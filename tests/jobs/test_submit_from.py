@@ -223,7 +223,7 @@ def test_cluster_submit_from_renders_the_root_and_records_it(
     code, _, err = _cli(capsys, "resume", P4DE_NAME, *where)
     assert code == 1 and err.count("\n") == 1
     assert f"no record of job {P4DE_NAME} on this cluster (namespace default" in err
-    assert "use `python -m jobs submit FILE --from ROOT`" in err
+    assert "use `eks-fsdp jobs submit FILE --from ROOT`" in err
     assert fake.get("pytorchjobs", P4DE_NAME) is None
 
     # bad roots stop before any request (the claim of p4de-odcr's job is mounted at /checkpoints)

@@ -2,7 +2,7 @@
 
 If this fails, ``planner.memory.activation_model`` no longer describes the tensors
 HF's LlamaDecoderLayer (SDPA attention, RMSNorm, SwiGLU, GQA) keeps for backward, and every
-activation figure of ``python -m planner`` (with and without AC) is off. The test runs
+activation figure of ``eks-fsdp plan`` (with and without AC) is off. The test runs
 one forward of the tiny preset on CPU (bf16 and fp32), records every tensor autograd saves
 (``saved_tensors_hooks``, parameters excluded, storages counted once) and compares the bytes
 with the formula. Under the training package's own activation checkpointing (full and

@@ -1,6 +1,6 @@
 """The planner mirrors rules of the training package that it cannot import (no torch).
 
-If this fails, ``python -m planner`` counts a different number of steps per epoch than the
+If this fails, ``eks-fsdp plan`` counts a different number of steps per epoch than the
 training package runs (its epoch time and cost would be off by the last, filler-completed
 batch), or sizes the chunked loss's temporaries with chunk rules the loss no longer uses.
 Both sides are the real code: ``training.data.steps_per_epoch`` and ``training.loss``.

@@ -1,7 +1,7 @@
-"""``python -m planner`` plans the p6-b200 instance type.
+"""``eks-fsdp plan`` plans the p6-b200 instance type.
 
 If this fails, the catalog's p6-b200.48xlarge (B200 GPUs) has no planner generation row again
-and ``python -m planner --instance p6-b200.48xlarge`` stops with "no planner assumptions for
+and ``eks-fsdp plan --instance p6-b200.48xlarge`` stops with "no planner assumptions for
 GPU model 'B200-180GB'", or a B200 step is predicted no faster than an H100's on the same
 job although its HBM and dense bf16 peak are more than twice the H100's.
 """

@@ -1,6 +1,6 @@
 """The planner warns when a job's ETA passes the end of its capacity block.
 
-If these fail, ``python -m planner --job`` / ``python -m jobs submit`` would let a job start on
+If these fail, ``eks-fsdp plan --job`` / ``eks-fsdp jobs submit`` would let a job start on
 a capacity block it cannot finish in without saying so (it then stops at the block's
 scale-down with a checkpoint and needs the next block), warn about a job that fits, count the
 time before a future block's start as usable, or stay silent on a block already past. The
@@ -45,7 +45,7 @@ def test_eta_inside_the_block_is_quiet_past_it_warns(tmp_path: Path) -> None:
     assert line == (
         "warning: ETA 20.0 h passes the capacity block of p5-block scales to zero at "
         "2026-12-17T10:30:00Z, 14.0 h of block left: the job stops there with a checkpoint "
-        "(about 70% done) and finishes on the next block with python -m jobs resume"
+        "(about 70% done) and finishes on the next block with eks-fsdp jobs resume"
     ).replace("p5-block", group.name)
 
 
@@ -82,7 +82,7 @@ def test_job_file_lines(tmp_path: Path) -> None:
 
 
 def test_the_job_estimate_prints_the_warning(tmp_path: Path) -> None:
-    """``planner.estimate.lines`` (what ``python -m jobs submit`` and ``planner --job`` print)
+    """``planner.estimate.lines`` (what ``eks-fsdp jobs submit`` and ``planner --job`` print)
     ends with the warning when the block scales down a minute from now."""
     from jobs.schema import load
     from planner.estimate import lines

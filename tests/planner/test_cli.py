@@ -1,4 +1,4 @@
-"""``python -m planner``: JSON schema, human table, --stack, --plot and bad inputs.
+"""``eks-fsdp plan``: JSON schema, human table, --stack, --plot and bad inputs.
 
 If this fails, users (and the scaling notebook) lose a documented output key, a stack file
 is no longer read the way `pulumi up` would deploy it, the plot is not written, or a bad flag

@@ -1,6 +1,6 @@
 """The planner's LoRA peak memory (``planner.lora.lora_memory``) against a real 2-process run.
 
-If this fails, the bytes ``python -m planner --lora`` says a LoRA step needs per GPU are no
+If this fails, the bytes ``eks-fsdp plan --lora`` says a LoRA step needs per GPU are no
 longer the bytes the training package's own step holds at its peak: the fits / smallest-fleet
 verdicts for a LoRA (docs/recipes.md's table) would be wrong.
 

@@ -2,7 +2,7 @@
 
 If this fails, ``planner.memory`` no longer predicts the bytes FSDP2 actually keeps
 per rank (sharded parameters, gradients, AdamW state) after one optimizer step: the fits /
-does-not-fit verdicts of ``python -m planner`` would be wrong. Each rank measures its own
+does-not-fit verdicts of ``eks-fsdp plan`` would be wrong. Each rank measures its own
 ``DTensor.to_local()`` bytes for three precisions (fp32; mixed = fp32 master with bf16 compute;
 pure bf16) and the test compares them with the prediction, rank by rank. Nothing is mocked.
 """

@@ -1,8 +1,8 @@
-"""``python -m planner new-stack`` and the job estimate that render and submit print.
+"""``eks-fsdp new-stack`` and the job estimate that render and submit print.
 
 If this fails: a shipped job example (every file in jobs/examples/) no longer trains for at
 least 50 optimizer steps, no longer checkpoints at least twice, or is no longer at the planner's
-recommended layout (regenerate the new-stack ones with ``python -m planner.newstack
+recommended layout (regenerate the new-stack ones with ``eks-fsdp new-stack
 --examples``; a ``device: cpu`` job is exempt from the GPU layout only); new-stack writes
 files that ``pulumi up`` or ``jobs submit`` would refuse, overwrites files without ``--force``,
 or accepts a malformed reservation; or the estimate stops warning about a layout off the

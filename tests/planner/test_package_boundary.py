@@ -1,7 +1,7 @@
 """The planner's package boundary: ``planner/`` imports no torch, no transformers, no Pulumi.
 
 If this fails, the planner would stop running on a laptop or a CI machine without torch or a
-Pulumi engine, and ``python -m planner`` would take seconds to start instead of being instant. The scan parses every module's source (absolute and relative
+Pulumi engine, and ``eks-fsdp plan`` would take seconds to start instead of being instant. The scan parses every module's source (absolute and relative
 imports), so an import hidden inside a function counts too. The other packages' boundaries
 (``training/`` imports no other project package, ``workloads/specs/`` no Pulumi) and the import
 graph as a whole are tests/test_architecture.py's.

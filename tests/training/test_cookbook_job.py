@@ -1,5 +1,5 @@
 """The seed's llama-cookbook command, as docs/examples/llama-cookbook.yaml holds it, run as a
-local job (``python -m jobs submit --local``: the c10d rendezvous, two torchrun
+local job (``eks-fsdp jobs submit --local``: the c10d rendezvous, two torchrun
 agents, gloo) on the tiny preset for 3 steps.
 
 Only what a CPU laptop needs is overridden with ``--set`` (stack, device, workers, model, data

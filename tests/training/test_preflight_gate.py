@@ -4,7 +4,7 @@ changes nothing in training.
 
 If these fail, a job on a node without its EFA devices would train (slowly, over TCP, or crash
 mid-run) or die in its first NCCL communicator with a traceback, instead of stopping at start
-with the node named; or ``python -m jobs status`` would have no line to show (or an earlier
+with the node named; or ``eks-fsdp jobs status`` would have no line to show (or an earlier
 attempt's stale one); or a hung link would hold every attempt for the default group's 30
 minutes; or the gate would perturb the training it guards. Real runs of
 ``python -m training.finetune`` on CPU (gloo), in a world of one in this process or as two

@@ -1,4 +1,4 @@
-"""``python -m training.preflight`` (and ``torchrun ... -m training.preflight``)."""
+"""``eks-fsdp preflight`` (and ``torchrun ... -m training.preflight``)."""
 
 from __future__ import annotations
 

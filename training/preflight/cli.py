@@ -1,5 +1,5 @@
 """Run a preflight and act on it: ``check`` (measure, judge, publish), ``gate`` for
-``finetune --preflight``, and ``python -m training.preflight``."""
+``finetune --preflight``, and ``eks-fsdp preflight``."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def gate(expect_text: str, out_dir: str | Path, device: torch.device) -> int:
     to open) with a traceback instead of a line. Only then are the links and devices measured.
     On a failure rank 0 prints one line naming the node and the check (``preflight failed on
     node ip-10-1-2-3: EFA devices 0/32``) and each node's first rank writes it as its
-    container's termination message, which ``python -m jobs status`` shows; training never
+    container's termination message, which ``eks-fsdp jobs status`` shows; training never
     starts. A passing gate empties that file, so a line from an earlier attempt in the same
     container does not outlive it.
     """
@@ -176,7 +176,7 @@ def _parse(argv: Sequence[str] | None) -> Any:
             print(_error_line(message + hint), file=sys.stderr, flush=True)
             sys.exit(2)
 
-    p = Parser(prog="python -m training.preflight", description=DESCRIPTION)
+    p = Parser(prog="eks-fsdp preflight", description=DESCRIPTION)
     p.add_argument(
         "--expect",
         default="",

@@ -76,7 +76,7 @@ QUEUE_EXPRESSION = _HAS_QUEUE.format(o="object", label=QUEUE_LABEL)
 """CEL: the job carries a non-empty queue label."""
 QUEUE_MESSAGE = (
     f"a job in a team namespace must carry the label {QUEUE_LABEL} (its LocalQueue, the job's "
-    "node group): Kueue admits only labelled jobs; submit with `python -m jobs submit --team`"
+    "node group): Kueue admits only labelled jobs; submit with `eks-fsdp jobs submit --team`"
 )
 
 _CONTAINERS = (

@@ -13,7 +13,7 @@ For each ``teams[]`` entry (``infra.config.teams``):
   stack's ``etcd-jobs`` admits only pods of its own namespace);
 - a **Role** ``job-submitter`` and its **RoleBinding** to the Kubernetes group the team's EKS
   access entries carry (``group_name``): create, watch, patch (suspend) and delete PyTorchJobs
-  and TrainJobs, the NetworkPolicy and record ConfigMap ``python -m jobs submit`` makes with
+  and TrainJobs, the NetworkPolicy and record ConfigMap ``eks-fsdp jobs submit`` makes with
   each job, read pods, logs, events, claims, ServiceAccounts and the queue's state (Kueue
   Workloads, LocalQueues), in this namespace only; no Secret. The access entries
   (``workloads.team``) also associate ``AmazonEKSViewPolicy`` scoped to the namespace. EKS
@@ -30,7 +30,7 @@ For each ``teams[]`` entry (``infra.config.teams``):
   get ``view`` (read) from EKS and the job verbs from this Role
   (``tests/controlplane/test_team_namespace.py`` acts as a member on a real API server);
 - on stacks with observability, a **Role** ``job-metrics-<team>`` and its RoleBinding in the
-  metrics namespace (``metrics_objects``, applied after the observability stack): ``get`` on Prometheus' ``services/proxy`` only, which ``python -m jobs
+  metrics namespace (``metrics_objects``, applied after the observability stack): ``get`` on Prometheus' ``services/proxy`` only, which ``eks-fsdp jobs
   status`` and ``list`` use to read the team's jobs' progress;
 - what a job's pods read in the namespace they run in, as the jobs namespace has it: on stacks
   with capacity blocks the **ConfigMaps** of the blocks' end (``workloads.specs.capacity``);
@@ -38,7 +38,7 @@ For each ``teams[]`` entry (``infra.config.teams``):
   the same file system (``checkpoint_volume``, ``storage_objects``: a claim cannot name a
   volume of another namespace); on stacks with ``hfToken`` the **Secret** ``hf-token``
   (``hf_token_secret``), the same token. ``workloads.team`` creates the last two (they need
-  the file system's and the token's Outputs); ``python -m jobs submit --team`` checks the
+  the file system's and the token's Outputs); ``eks-fsdp jobs submit --team`` checks the
   ones a job needs before it creates anything (``jobs.cluster.team_check``);
 - a **LocalQueue** per GPU pool (``workloads.specs.kueue.team_local_queues``);
 - three **ValidatingAdmissionPolicies** and their bindings (``workloads.specs.team_admission``):
@@ -82,7 +82,7 @@ HF_TOKEN_SECRET = "hf-token"
 default ``hfTokenSecretName`` of a job file (``infra.config.job``)."""
 
 JOB_VERBS = ("get", "list", "watch", "create", "delete", "patch")
-"""``patch``: ``python -m jobs suspend``/``unsuspend`` (``runPolicy.suspend``)."""
+"""``patch``: ``eks-fsdp jobs suspend``/``unsuspend`` (``runPolicy.suspend``)."""
 
 
 def group_name(team: str) -> str:
@@ -260,7 +260,7 @@ def role(team: TeamConfig) -> K8sObject:
 
 def metrics_role(team: TeamConfig) -> K8sObject:
     """Read access to the cluster's Prometheus API through the API server's service proxy, in
-    the metrics namespace: ``python -m jobs status``/``list`` read a job's progress there
+    the metrics namespace: ``eks-fsdp jobs status``/``list`` read a job's progress there
     (``jobs.cluster.metrics``), since the workers' NetworkPolicy keeps the pod proxy out. RBAC
     names the subresource ``services/proxy``; ``resourceNames`` holds the Service both as
     named and as ``<service>:<port>``, the two forms a proxy request's name takes."""

@@ -296,7 +296,7 @@ def validate(obj: K8sObject) -> None:
 
 
 INSTALL_DIR = "trainer-v2"
-"""``python -m workloads.render``'s folder for the install (stacks with ``trainerV2: true``)."""
+"""``eks-fsdp render``'s folder for the install (stacks with ``trainerV2: true``)."""
 
 
 def write_install(out: Path) -> list[Path]:
