@@ -19,8 +19,8 @@ from controlplane import build as build_mod
 from controlplane import nodes
 from controlplane.cluster import ControlPlane
 from eks_fsdp_cli.errors import Parser, fail
+from eks_fsdp_cli.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 COMMAND = "controlplane"
 """``eks-fsdp controlplane``: the name its errors carry."""
 

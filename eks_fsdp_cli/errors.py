@@ -34,7 +34,7 @@ __all__ = [
     "suggest",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from eks_fsdp_cli.paths import REPO_ROOT
 
 
 def fail(command: str | None, message: object, status: int = USAGE_EXIT) -> int:

@@ -94,11 +94,6 @@ def exporter_values(text: str) -> dict[str, float]:
     return values
 
 
-def from_prometheus(text: str, total: int | None) -> Progress:
-    """Progress from an exporter's text exposition (``exporter_values``)."""
-    return from_gauges(exporter_values(text), total)
-
-
 def from_gauges(values: dict[str, float], total: int | None) -> Progress:
     """Progress from the gauges' values by name (an exporter's, or the cluster Prometheus')."""
     if "eksfsdp_step" not in values:

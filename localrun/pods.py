@@ -16,15 +16,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
+from eks_fsdp_cli.paths import REPO_ROOT
 from localrun.operator_env import container, container_env, operator_env
 from localrun.procs import kill_everything, signal_group
 from localrun.prometheus import LocalPrometheusHook
 from localrun.result import PodResult
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 STOP_WAIT_S = 4.0
 """Cleanup: seconds between SIGTERM to every pod and SIGKILL to whatever is left."""
 _SCRUB_PREFIXES = ("PET_", "TORCHELASTIC_", "MASTER_", "LOCAL_RANK", "RANK", "WORLD_SIZE")

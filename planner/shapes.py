@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from eks_fsdp_cli.paths import REPO_ROOT
 
 
 class ShapeError(ValueError):

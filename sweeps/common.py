@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "eks-fsdp"
 STEPS_BY_MODE = {"local": (30, 5), "cloud": (200, 20)}
 """Default (steps, warm-up steps) per notebook mode: on the cluster 180 measured steps of ~1.5 s

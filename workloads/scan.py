@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from eks_fsdp_cli.errors import Parser, fail
+from eks_fsdp_cli.paths import REPO_ROOT
 from workloads.specs import kueue, observability, storage, teams
 from workloads.specs.common import K8sObject, dump_all_yaml
 from workloads.specs.stack import objects_by_component
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CHECKOV = REPO_ROOT / ".venv-tools" / "bin" / "checkov"
 CONFIG = REPO_ROOT / ".checkov.yaml"
 STACKS = ("dev", "p4de-odcr", "p5-16")

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from eks_fsdp_cli.paths import REPO_ROOT
 from infra.config.fields import NAMESPACE, ConfigError, _fail, _k
 from infra.config.observability import SECRET_RECEIVERS
 from infra.config.stack import (
@@ -20,7 +21,6 @@ from infra.config.stack import (
     parse,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 """Where ``Pulumi.yaml`` and the stack files live."""
 
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from eks_fsdp_cli.paths import REPO_ROOT
 from jobs.types import JobsError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = (5.0, 60.0)
 """(connect, read) seconds of one API request (``_request_timeout``)."""
 KUBECONFIG_OUTPUT = "kubeconfig"

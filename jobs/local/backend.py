@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from eks_fsdp_cli.paths import REPO_ROOT
 from jobs import gate_status, resume_from
 from jobs.build import build
 from jobs.local import queue as local_queue
@@ -42,7 +43,7 @@ STATE_ENV = "EKS_FSDP_JOBS_DIR"
 _STARTING_S = 10.0
 """A runner's pid file younger than this counts as its runner starting (``alive``)."""
 DEFAULT_ROOT = Path("runs/jobs")
-REPO_ROOT = Path(__file__).resolve().parents[2]
+
 RUNNER_MODULE = "jobs.local.worker"
 CANCEL_WAIT_S = 60.0
 """``cancel``: seconds to wait for the runner to stop its pods and etcd (it takes ~5 s)."""

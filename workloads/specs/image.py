@@ -32,9 +32,9 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from eks_fsdp_cli.paths import REPO_ROOT
 from infra import versions
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "training/Dockerfile"
 """Dockerfile path relative to the context (the repository root)."""
 IGNORE_FILE = f"{DOCKERFILE}.dockerignore"

@@ -36,11 +36,6 @@ def kustomization(s: OperatorSettings) -> dict[str, Any]:
     }
 
 
-def crd_names() -> tuple[str, ...]:
-    """CRDs the install provides that the project's objects depend on."""
-    return ("pytorchjobs.kubeflow.org",)
-
-
 # --- offline check of the image pin ---------------------------------------------------------
 # kustomize's ``images:`` transformer rewrites a container image only when the image's name
 # (without tag or digest) equals the entry's ``name``; an entry that matches nothing is silently
