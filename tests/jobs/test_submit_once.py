@@ -65,7 +65,7 @@ def test_submit_reads_the_file_once_and_builds_the_job_once(
     _counting(monkeypatch, calls, pj, "pytorchjob", "pytorchjob body")
     _counting(monkeypatch, calls, tj, "trainjob", "trainjob body")
     with served(tmp_path) as (fake, kubeconfig):
-        code, out, err = run_cli(
+        code, _out, err = run_cli(
             capsys,
             "submit",
             str(job_file),
