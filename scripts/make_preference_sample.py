@@ -53,7 +53,7 @@ def negated(summary: str) -> str | None:
 def wrong_person(summary: str, dialogue: str, names: list[str], r: random.Random) -> str | None:
     """Every speaker named in the summary swapped for a name absent from the dialog; None when
     the summary names no speaker."""
-    speakers = sorted({m.strip() for m in _SPEAKER.findall(dialogue)}, key=len, reverse=True)
+    speakers = sorted({m.strip() for m in _SPEAKER.findall(dialogue)}, key=lambda s: (-len(s), s))
     present = [s for s in speakers if re.search(rf"\b{re.escape(s)}\b", summary)]
     if not present:
         return None

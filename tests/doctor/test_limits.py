@@ -102,8 +102,8 @@ def test_fit_uses_the_jobs_precision_and_the_planners_figure() -> None:
     planner's own peak: the GiB it prints is ``planner.predict``'s for that layout."""
     import dataclasses
 
-    from planner.fit import _precision, fit_problem
     from jobs.file import load
+    from planner.fit import _precision, fit_problem
     from planner.memory import PRECISIONS
     from planner.predict import PlanInput, predict
     from planner.shapes import resolve
@@ -136,8 +136,8 @@ def test_fit_uses_the_jobs_precision_and_the_planners_figure() -> None:
 def test_hub_ids_match_the_planners_table() -> None:
     """``planner.fit`` maps hub ids to the planner's shapes with the planner's own table (a copy:
     importing ``planner.args`` from ``jobs.file``'s check would be an import cycle)."""
-    from planner.fit import HUB_IDS, planner_model
     from planner.args import _HF_IDS, builtin_for_hub_id
+    from planner.fit import HUB_IDS, planner_model
 
     assert HUB_IDS == _HF_IDS
     for name in ("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-3.1-70B", "tiny-llama", "x/y"):

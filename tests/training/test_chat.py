@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 from transformers import PreTrainedTokenizerBase
 
-from training.data.chat import ChatError, parse_messages, render, speakers
-from training.data.chat_templates import TEMPLATES, has_generation_markers, training_template
 from training.config import ConfigError, TrainConfig, parse_args
 from training.data import (
     IGNORE_INDEX,
@@ -31,6 +29,8 @@ from training.data import (
     pack,
     use_chat_template,
 )
+from training.data.chat import ChatError, parse_messages, render, speakers
+from training.data.chat_templates import TEMPLATES, has_generation_markers, training_template
 from training.data.packing import fill_ratio, pack_bfd
 
 CHAT = [
