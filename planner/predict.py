@@ -28,7 +28,7 @@ from planner.memory import (
     memory,
     shard_elements,
 )
-from planner.preference import PreferenceSpec
+from planner.preference import PreferenceSpec, preference_predict
 from planner.shapes import ModelShape
 from planner.storage import NODE_DISK, Storage, checkpoint_bytes, checkpoint_seconds
 from planner.timing import (
@@ -127,9 +127,7 @@ class Prediction:
 def predict(inp: PlanInput, nodes: int) -> Prediction:
     """The prediction for ``nodes`` instances of ``inp.instance``."""
     if inp.preference is not None:  # two sequences a pair and a reference forward
-        from planner.preference import preference_predict
-
-        return preference_predict(inp, nodes)
+        return preference_predict(inp, nodes, predict)
     it, a, p, shape = inp.instance, inp.assumptions, inp.precision, inp.shape
     gen = inp.gpu or generation(it.gpu_model)
     world = nodes * it.gpus

@@ -23,12 +23,12 @@ on top of ``planner.predict`` (kept out of ``planner.memory`` and ``planner.timi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from planner.memory import Layout, MemoryBreakdown
-    from planner.predict import PlanInput, Prediction
 
 REFERENCES = ("copy", "adapters", "precomputed", "none")
 PREFERENCE_SAMPLE_TRAIN_PAIRS = 1080
@@ -58,15 +58,13 @@ def spec_of(method: str, use_peft: bool, precompute: bool, loss_type: str) -> Pr
     return PreferenceSpec("adapters" if use_peft else "copy")
 
 
-def policy_input(inp: PlanInput) -> PlanInput:
+def policy_input(inp: Any) -> Any:
     """The policy's part of a DPO step as an SFT input: 2B rows per micro-batch, 2P samples an
     epoch (``inp.dataset_tokens`` counts P pairs of ``inp.seq`` tokens each)."""
     return replace(inp, preference=None, batch=2 * inp.batch, dataset_tokens=2 * inp.dataset_tokens)
 
 
-def reference_memory(
-    inp: PlanInput, policy: MemoryBreakdown, rows: int, lay: Layout
-) -> MemoryBreakdown:
+def reference_memory(inp: Any, policy: MemoryBreakdown, rows: int, lay: Layout) -> MemoryBreakdown:
     """The policy's bytes (``rows`` = 2B rows a micro-batch, FSDP ``lay``) with the reference's
     added: a frozen copy's shard and the moment of its forward, when the policy holds its saved
     activations and the reference adds its logits and log-sum-exp of the rows (compute dtype and
@@ -88,9 +86,9 @@ def reference_memory(
     )
 
 
-def preference_predict(inp: PlanInput, nodes: int) -> Prediction:
-    """``planner.predict.predict`` of a DPO input (``inp.preference`` set)."""
-    from planner.predict import predict
+def preference_predict(inp: Any, nodes: int, predict: Callable[[Any, int], Any]) -> Any:
+    """``planner.predict.predict`` (passed in: this module is below it) of a DPO ``PlanInput``
+    (``inp.preference`` set): its ``Prediction``."""
     from planner.timing import recompute_share
 
     spec = inp.preference

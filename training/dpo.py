@@ -1,5 +1,8 @@
 """The preference trainer (`--method dpo`): `Trainer`'s loop, checkpoints and export on pairs.
 
+`PreferenceSteps` holds what changes; `training.finetune.trainer_class` mixes it into `Trainer`
+as `PreferenceTrainer` (so this module does not import the trainer that imports it).
+
 What changes against supervised fine-tuning (`training.finetune.Trainer`):
 
 - **data**: preference pairs (`training.data.preference`), one pair per row; a micro-batch of B
@@ -29,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from torch.distributed.checkpoint.stateful import Stateful
 
-from training.finetune import Trainer
 from training.preference import METRICS, Objective, pair_losses, reference_kind, sequence_logps
 
 if TYPE_CHECKING:
@@ -37,6 +39,28 @@ if TYPE_CHECKING:
 
     from training.config import TrainConfig
     from training.dist import DistEnv
+
+Trainer = Any
+"""`training.finetune.Trainer`, which `PreferenceSteps` is mixed into
+(`training.finetune.trainer_class`: finetune imports this module, not the other way)."""
+
+
+def shard_reference(ref: Any, mesh: Any, cfg: TrainConfig, dims: Any) -> None:
+    """Freeze a reference copy and shard it as the policy (`parallelize`) but without
+    activation checkpointing (it never runs backward) and with every unit resharded after its
+    forward: the policy keeps `[norm, lm_head]` and the root gathered for its backward, which
+    the reference never runs, so they would stay gathered for the whole run."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from training.parallelize import parallelize
+
+    ref.requires_grad_(False)
+    plain = dataclasses.replace(
+        cfg, fsdp_activation_checkpointing=False, ac_mode="full", compile=False
+    )
+    parallelize(ref, mesh, plain, dims)
+    if isinstance(ref, FSDPModule) and dims.strategy != "NO_SHARD":
+        ref.set_reshard_after_forward(True)
 
 
 class ReferenceLogps(Stateful):
@@ -62,8 +86,25 @@ class ReferenceLogps(Stateful):
         self.loaded = True
 
 
-class PreferenceTrainer(Trainer):
-    """`Trainer` on preference pairs: setup (here) -> fit -> finish."""
+class PreferenceSteps:
+    """What `Trainer` does differently on preference pairs; `training.finetune.trainer_class`
+    puts it before `Trainer` (`PreferenceTrainer`): setup (here) -> fit -> finish."""
+
+    cfg: Any
+    env: Any
+    spec: Any
+    mesh: Any
+    dims: Any
+    model: Any
+    peft: Any
+    tokenizer: Any
+    batches: Any
+    eval_data: Any
+    optimizer: Any
+    hooks: Any
+    state: Any
+    data_notes: list[str]
+    flops_per_token: float
 
     def __init__(self, cfg: TrainConfig, env: DistEnv) -> None:
         self.objective = Objective.of(cfg)
@@ -71,7 +112,7 @@ class PreferenceTrainer(Trainer):
         self.ref_model: Any = None
         self.ref_state: ReferenceLogps | None = None
         self.eval_figures: dict[str, float] = {}
-        super().__init__(cfg, env)
+        super().__init__(cfg, env)  # type: ignore[call-arg]
         if self.reference == "copy":
             self.ref_model = self._frozen_copy()
         if self.reference in ("copy", "adapters"):  # a reference forward per step: ~2N a token
@@ -123,15 +164,10 @@ class PreferenceTrainer(Trainer):
         import torch
 
         from training.model import build_empty, full_state_dict, materialize
-        from training.parallelize import parallelize
 
         cfg = self.cfg
         ref = build_empty(self.spec)
-        ref.requires_grad_(False)
-        plain = dataclasses.replace(
-            cfg, fsdp_activation_checkpointing=False, ac_mode="full", compile=False
-        )
-        parallelize(ref, self.mesh, plain, self.dims)
+        shard_reference(ref, self.mesh, cfg, self.dims)
         where = torch.device("cpu") if cfg.fsdp_cpu_offload and cfg.enable_fsdp else self.env.device
         weights = full_state_dict(self.spec, cfg.seed) if self.env.is_main else None
         materialize(ref, self.spec, where, weights)

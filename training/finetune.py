@@ -113,11 +113,17 @@ def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -
 
 def trainer_class(cfg: TrainConfig) -> type[Trainer]:
     """The trainer of --method: `Trainer` (sft) or `training.dpo.PreferenceTrainer` (dpo)."""
-    if cfg.method == "dpo":
-        from training.dpo import PreferenceTrainer
+    return _preference_trainer() if cfg.method == "dpo" else Trainer
 
-        return PreferenceTrainer
-    return Trainer
+
+@functools.cache
+def _preference_trainer() -> type[Trainer]:
+    from training.dpo import PreferenceSteps
+
+    class PreferenceTrainer(PreferenceSteps, Trainer):
+        """`Trainer` on preference pairs (training.dpo)."""
+
+    return PreferenceTrainer
 
 
 def _fail(err: Exception | str, rank: int = 0) -> int:

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from training.config import TrainConfig
+TrainConfig = Any
+"""A `training.config.TrainConfig` (not imported: training.config imports this module)."""
 
 METHODS = ("sft", "dpo")
 LOSS_TYPES = ("sigmoid", "robust", "ipo", "simpo")
