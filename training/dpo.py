@@ -310,5 +310,8 @@ class PreferenceSteps:
             )
         return loss
 
+    def _unit(self) -> str:
+        return f"train pairs (chosen and rejected of up to {self.cfg.context_length} tokens)"
+
     def _summary_extra(self) -> dict[str, Any]:
         return {"method": "dpo", "loss_type": self.objective.loss_type, **self.eval_figures}

@@ -352,6 +352,10 @@ class Trainer:
         """What else summary.json says (a method's own figures); nothing for SFT."""
         return {}
 
+    def _unit(self) -> str:
+        """What one training example is, for the start-up line."""
+        return f"train sequences of {self.cfg.context_length} tokens"
+
     # ------------------------------------------------------------------------------------------
     def fit(self) -> bool:
         """Train until num_epochs / max_train_step; returns True when stopped by SIGTERM."""
@@ -755,8 +759,8 @@ class Trainer:
         print(
             f"model {cfg.model_name}: {self.n_params / 1e6:.2f} M parameters | "
             f"{self.dims.describe()} | world size {self.env.world_size} on {self.env.device.type}\n"
-            f"data {cfg.dataset}: {len(self.batches.dataset)} train sequences of "
-            f"{cfg.context_length} tokens, global batch {self.batches.global_batch_size} "
+            f"data {cfg.dataset}: {len(self.batches.dataset)} {self._unit()}, "
+            f"global batch {self.batches.global_batch_size} "
             f"({cfg.batch_size_training} x {self.env.world_size} ranks x "
             f"{cfg.gradient_accumulation_steps} accumulation), {self.total_steps} steps{resumed}",
             flush=True,
