@@ -80,6 +80,7 @@ def fit_problem(job: JobConfig, group: GpuNodeGroupConfig) -> str | None:
     from planner.lora import LINEAR, LoraSpec
     from planner.memory import PRECISIONS
     from planner.predict import PlanInput, predict
+    from planner.preference import job_preference
     from planner.shapes import ShapeError, resolve
 
     try:
@@ -119,6 +120,8 @@ def fit_problem(job: JobConfig, group: GpuNodeGroupConfig) -> str | None:
             batch=job.batch_size,
             seq=job.context_length,
             lora=spec,
+            # DPO: two sequences a pair and the reference (planner.preference)
+            preference=job_preference(job.extra_args, job.dataset, 0).get("preference"),
         )
     except ValueError:
         return None  # a combination the planner does not model (selective AC with LoRA)
