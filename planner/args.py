@@ -21,6 +21,7 @@ from planner.catalog import lookup
 from planner.lora import LINEAR, LoraSpec
 from planner.memory import AC_MODES, PRECISIONS, STRATEGIES
 from planner.predict import PlanInput
+from planner.preference import job_preference
 from planner.shapes import BUILTIN, ModelShape, ShapeError, resolve, training_presets
 from planner.storage import Storage, from_stack_config
 from planner.storage import parse as parse_storage
@@ -221,6 +222,7 @@ def job_values(job: Any, flag: str) -> dict[str, Any]:
         **_stack_ac(stack, job.extra_args),
         **_stack_lora(stack, job.extra_args),
         **_stack_data(stack, job.dataset, job.extra_args),
+        **job_preference(job.extra_args, job.dataset, job.context_length),
         "limits": {"max_steps": job.max_train_step, "checkpoint_every": job.checkpoint_every},
         "device": job.device,
     }
@@ -431,6 +433,8 @@ def resolve_args(args: argparse.Namespace, preset: dict[str, Any] | None = None)
         dataset = None
     if dataset is not None:
         tokens = _named_tokens(dataset, str(values["model"]), explicit=args.dataset is not None)
+    if values.get("preference") is not None and args.dataset is None and not args.dataset_tokens:
+        tokens = values["pairs_tokens"]  # planner.preference: pairs x seq
     storage: Storage = values.get("storage") or Storage()
     if args.storage is not None:
         try:
@@ -466,6 +470,7 @@ def resolve_args(args: argparse.Namespace, preset: dict[str, Any] | None = None)
         storage=storage,
         assumptions=DEFAULT,
         lora=lora,
+        preference=values.get("preference"),
     )
     # a CPU job planned on an --instance named explicitly: its GPU figures are what was asked
     device = "cuda" if args.instance is not None else values.get("device", "cuda")

@@ -46,6 +46,7 @@ class FitInput:
     """What of a job decides its memory per GPU (the job schema's fields of the same names)."""
 
     model: str
+    dataset: str
     device: str
     workers: int
     batch_size: int
@@ -94,6 +95,7 @@ def fit_problem(job: FitInput, group: GpuNodeGroupConfig) -> str | None:
     from planner.lora import LINEAR, LoraSpec
     from planner.memory import PRECISIONS
     from planner.predict import PlanInput, predict
+    from planner.preference import job_preference
     from planner.shapes import ShapeError, resolve
 
     try:
@@ -133,6 +135,8 @@ def fit_problem(job: FitInput, group: GpuNodeGroupConfig) -> str | None:
             batch=job.batch_size,
             seq=job.context_length,
             lora=spec,
+            # DPO: two sequences a pair and the reference (planner.preference)
+            preference=job_preference(job.extra_args, job.dataset, 0).get("preference"),
         )
     except ValueError:
         return None  # a combination the planner does not model (selective AC with LoRA)

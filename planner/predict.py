@@ -28,6 +28,7 @@ from planner.memory import (
     memory,
     shard_elements,
 )
+from planner.preference import PreferenceSpec, preference_predict
 from planner.shapes import ModelShape
 from planner.storage import NODE_DISK, Storage, checkpoint_bytes, checkpoint_seconds
 from planner.timing import (
@@ -79,6 +80,9 @@ class PlanInput:
     """Measured efficiencies of the GPU (``planner.calibrate``); None: ``generation()``'s row."""
     lora: LoraSpec | None = None
     """LoRA on a frozen base (training's ``--use_peft``); None: full fine-tuning."""
+    preference: PreferenceSpec | None = None
+    """A DPO job (training's ``--method dpo``, ``planner.preference``): ``batch`` counts pairs
+    and ``dataset_tokens`` pairs x ``seq``; None: supervised fine-tuning."""
 
     def __post_init__(self) -> None:
         if self.lora is not None and self.ac > 0 and self.ac_mode != "full":
@@ -122,6 +126,8 @@ class Prediction:
 
 def predict(inp: PlanInput, nodes: int) -> Prediction:
     """The prediction for ``nodes`` instances of ``inp.instance``."""
+    if inp.preference is not None:  # two sequences a pair and a reference forward
+        return preference_predict(inp, nodes, predict)
     it, a, p, shape = inp.instance, inp.assumptions, inp.precision, inp.shape
     gen = inp.gpu or generation(it.gpu_model)
     world = nodes * it.gpus

@@ -71,6 +71,7 @@ DATASETS = (
     "custom",
     "chat_sample",
     "hf_dataset",
+    "preference_sample",
 )
 DATASETS_WITH_PATH = ("custom", "alpaca_dataset")
 EXPORT_DTYPES = ("auto", "fp32", "bf16", "fp16")
@@ -141,7 +142,7 @@ class TrainConfig:
     val_batch_size: int = 1
     """Validation micro-batch size per rank."""
     dataset: str = "samsum_dataset"
-    """samsum_dataset (hub), samsum_sample (bundled), alpaca_dataset (JSON), custom (JSONL), chat_sample (bundled chats), hf_dataset."""
+    """samsum_dataset (hub), samsum_sample (bundled), alpaca_dataset (JSON), custom (JSONL), chat_sample (bundled chats), hf_dataset, preference_sample (bundled pairs)."""
     data_path: str | None = None
     """File for --dataset custom (JSONL) or alpaca_dataset (JSON list)."""
     hf_dataset: str = ""
@@ -293,6 +294,20 @@ class TrainConfig:
     save_metrics: bool = False
     """Also write llama-cookbook's metrics_data_<rank>-<time>.json (step and epoch losses) on rank 0."""
 
+    # --- preference tuning: TRL DPOConfig's names (training.preference) -----------------------
+    method: str = "sft"
+    """sft (next-token loss on the answers) or dpo (preference pairs: prompt, chosen, rejected)."""
+    beta: float = 0.1
+    """With --method dpo: how far the policy may move from the reference (TRL's beta; IPO's tau)."""
+    loss_type: str = "sigmoid"
+    """With --method dpo: sigmoid (DPO), robust, ipo, or simpo (reference-free, length-normalised)."""
+    label_smoothing: float = 0.0
+    """With --method dpo: the chance a label is flipped: conservative DPO (sigmoid), robust DPO, SimPO."""
+    simpo_gamma: float = 0.5
+    """With --loss_type simpo: the target reward margin gamma (TRL CPOConfig's simpo_gamma)."""
+    precompute_ref_log_probs: bool = False
+    """With --method dpo: compute the reference log-probs once before step 1, kept with the data."""
+
     def __post_init__(self) -> None:
         _check_types(self)
         _validate(self)
@@ -435,6 +450,7 @@ def _validate(c: TrainConfig) -> None:
     _validate_hf(c, fail)
     _validate_tracking(c, fail)
     _validate_cookbook(c)
+    _validate_preference(c)
     if c.pure_bf16 and c.use_fp16:
         fail("pure_bf16", "cannot be combined with --use_fp16")
     if c.use_fp16 and c.mixed_precision:
@@ -532,6 +548,16 @@ def _validate_cookbook(c: TrainConfig) -> None:
         cookbook.check(c)
     except cookbook.CookbookError as e:
         raise ConfigError(str(e), flag=e.flag) from None
+
+
+def _validate_preference(c: TrainConfig) -> None:
+    """--method and TRL's preference flags (training.preference.check)."""
+    from training.preference import PreferenceError, check  # no torch at import
+
+    try:
+        check(c)
+    except PreferenceError as e:
+        raise ConfigError(str(e)) from None
 
 
 _PEFT_ONLY = ("peft_method", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")

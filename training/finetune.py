@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -
                 return status
         error = None
         try:
-            trainer = Trainer(cfg, env)
+            trainer = trainer_class(cfg)(cfg, env)
         except (CheckpointError, ConfigError, DataError, ModelError, ParallelError) as e:
             error = str(e)
         if error is not None:
@@ -109,6 +109,21 @@ def main(argv: Sequence[str] | None = None, *, freeze_libraries: bool = False) -
         del trainer
         gc.collect()
     return status
+
+
+def trainer_class(cfg: TrainConfig) -> type[Trainer]:
+    """The trainer of --method: `Trainer` (sft) or `training.dpo.PreferenceTrainer` (dpo)."""
+    return _preference_trainer() if cfg.method == "dpo" else Trainer
+
+
+@functools.cache
+def _preference_trainer() -> type[Trainer]:
+    from training.dpo import PreferenceSteps
+
+    class PreferenceTrainer(PreferenceSteps, Trainer):
+        """`Trainer` on preference pairs (training.dpo)."""
+
+    return PreferenceTrainer
 
 
 def _fail(err: Exception | str, rank: int = 0) -> int:
@@ -140,13 +155,7 @@ class Trainer:
         import torch
 
         from training import checkpoint, cookbook_run
-        from training.data import (
-            DistributedBatches,
-            build_dataset,
-            eval_batches,
-            load_tokenizer,
-            use_chat_template,
-        )
+        from training.data import load_tokenizer, use_chat_template
         from training.dist import broadcast_object, checkpoint_group, device_type
         from training.lora import checkpoint_settings as lora_settings
         from training.metrics import (
@@ -165,6 +174,7 @@ class Trainer:
             resolve_precision,
             uses_dropout,
         )
+        from training.preference import checkpoint_settings as preference_settings
         from training.s3.transfer import OutputDir, local_model
 
         cfg, self.precision_note = resolve_precision(cfg, env.device)
@@ -184,29 +194,8 @@ class Trainer:
         self.spec = model_spec(source, len(self.tokenizer), cfg.context_length, dtype, revision=rev)
 
         # data
-        pad_id = self.tokenizer.pad_token_id
         self.data_notes: list[str] = []  # what the data left out, said once at the start
-        self.batches = DistributedBatches(
-            build_dataset(cfg, self.tokenizer, "train", self.data_notes),
-            micro_batch_size=cfg.batch_size_training,
-            grad_accum=cfg.gradient_accumulation_steps,
-            rank=env.rank,
-            world_size=env.world_size,
-            seed=cfg.seed,
-            shuffle=True,
-            pad_id=pad_id,
-            num_workers=cfg.num_workers_dataloader,
-        )
-        self.eval_data = None
-        if cfg.run_validation:
-            self.eval_data = eval_batches(
-                build_dataset(cfg, self.tokenizer, "validation", self.data_notes),
-                batch_size=cfg.val_batch_size,
-                rank=env.rank,
-                world_size=env.world_size,
-                pad_id=pad_id,
-                max_steps=cfg.max_eval_step,
-            )
+        self.batches, self.eval_data = self._build_data()
 
         # model: empty everywhere, adapters injected (--use_peft), sharded, filled from rank 0
         self.model = build_empty(self.spec)
@@ -247,9 +236,10 @@ class Trainer:
             "scheduler": self.scheduler,
             "data": self.batches,
             "trainer": self.state,
+            **self._extra_state(),
         }
         # the flags a checkpoint fits only with: recorded in meta.json, compared by --resume
-        self._settings = lora_settings(cfg)
+        self._settings = {**lora_settings(cfg), **preference_settings(cfg)}
         self._revisions = checkpoint.revisions_of(cfg)  # meta.json's, checked on resume
         self.resumed_from: checkpoint.Location | None = None
         self._saved_at: tuple[int, int] | None = None
@@ -326,6 +316,45 @@ class Trainer:
         self._stall_to_log: float | None = None
         self.hooks = RunHooks.build(self)  # --tracker, --use_profiler, --flop_counter, ...
         self._announce()
+
+    def _build_data(self) -> tuple[Any, Any]:
+        """(this rank's training batches, its validation batches or None): token sequences."""
+        from training.data import DistributedBatches, build_dataset, eval_batches
+
+        cfg, env, pad_id = self.cfg, self.env, self.tokenizer.pad_token_id
+        batches = DistributedBatches(
+            build_dataset(cfg, self.tokenizer, "train", self.data_notes),
+            micro_batch_size=cfg.batch_size_training,
+            grad_accum=cfg.gradient_accumulation_steps,
+            rank=env.rank,
+            world_size=env.world_size,
+            seed=cfg.seed,
+            shuffle=True,
+            pad_id=pad_id,
+            num_workers=cfg.num_workers_dataloader,
+        )
+        if not cfg.run_validation:
+            return batches, None
+        return batches, eval_batches(
+            build_dataset(cfg, self.tokenizer, "validation", self.data_notes),
+            batch_size=cfg.val_batch_size,
+            rank=env.rank,
+            world_size=env.world_size,
+            pad_id=pad_id,
+            max_steps=cfg.max_eval_step,
+        )
+
+    def _extra_state(self) -> dict[str, Stateful]:
+        """What else a checkpoint holds (a method's own state); nothing for SFT."""
+        return {}
+
+    def _summary_extra(self) -> dict[str, Any]:
+        """What else summary.json says (a method's own figures); nothing for SFT."""
+        return {}
+
+    def _unit(self) -> str:
+        """What one training example is, for the start-up line."""
+        return f"train sequences of {self.cfg.context_length} tokens"
 
     # ------------------------------------------------------------------------------------------
     def fit(self) -> bool:
@@ -616,6 +645,7 @@ class Trainer:
             "preempted": preempted and not self.deadline.reached,
             "capacity_end": self.deadline.reached,
             **g.as_dict(),
+            **self._summary_extra(),
             **({"data_notes": self.data_notes} if self.data_notes else {}),  # rows cut, left out
         }
         write_summary(self.out_dir / "summary.json", summary)
@@ -650,6 +680,7 @@ class Trainer:
             "restarts": self.goodput.restarts,
             "steps_redone": self.goodput.steps_redone,
         }
+        row.update(out.get("extra", {}))  # a method's own figures (device tensors too)
         if self._stall_to_log is not None:  # the checkpoint taken after the previous step
             row["ckpt_stall_s"] = self._stall_to_log
             self._stall_to_log = None
@@ -666,7 +697,8 @@ class Trainer:
             self._flush_rows()
 
     def _flush_rows(self) -> None:
-        """Fetch the held steps' loss and grad norm in ONE device->host copy, then log them.
+        """Fetch the held steps' loss, grad norm (and any other device figure of the rows) in ONE
+        device->host copy, then log them.
 
         metrics.jsonl still gets every step; a GPU waits for the host only once per --log_every
         steps (and at the end of an epoch, a SIGTERM or the step limit).
@@ -682,16 +714,17 @@ class Trainer:
         if not self._rows:
             return
         t0 = time.perf_counter()
+        keys = [k for k, v in self._rows[0][1].items() if isinstance(v, torch.Tensor)]
         values = torch.stack(
-            [torch.stack([r["loss"], r["grad_norm"].to(r["loss"])]) for _, r in self._rows]
+            [torch.stack([r[k].to(r["loss"]) for k in keys]) for _, r in self._rows]
         ).tolist()
         wait = time.perf_counter() - t0
         self.train_time += wait
         self.goodput.productive_s += wait
         interval_s = sum(r["step_time_s"] for _, r in self._rows) + wait
         tps = sum(r["tokens"] for _, r in self._rows) / interval_s if interval_s > 0 else 0.0
-        for (step, row), (loss, grad_norm) in zip(self._rows, values, strict=True):
-            row["loss"], row["grad_norm"] = loss, grad_norm
+        for (step, row), fetched in zip(self._rows, values, strict=True):
+            row.update(zip(keys, fetched, strict=True))
             row["step_time_s"] = interval_s / len(self._rows)
             row["tokens_per_s"] = tps
             if "mfu" in row and self.peak_flops:
@@ -726,8 +759,8 @@ class Trainer:
         print(
             f"model {cfg.model_name}: {self.n_params / 1e6:.2f} M parameters | "
             f"{self.dims.describe()} | world size {self.env.world_size} on {self.env.device.type}\n"
-            f"data {cfg.dataset}: {len(self.batches.dataset)} train sequences of "
-            f"{cfg.context_length} tokens, global batch {self.batches.global_batch_size} "
+            f"data {cfg.dataset}: {len(self.batches.dataset)} {self._unit()}, "
+            f"global batch {self.batches.global_batch_size} "
             f"({cfg.batch_size_training} x {self.env.world_size} ranks x "
             f"{cfg.gradient_accumulation_steps} accumulation), {self.total_steps} steps{resumed}",
             flush=True,

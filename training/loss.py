@@ -60,12 +60,15 @@ def chunked_cross_entropy(
     chunk_rows: int | None = None,
     ignore_index: int = IGNORE_INDEX,
     overwrite_logits: bool = False,
+    per_token: bool = False,
 ) -> torch.Tensor:
     """Sum over tokens of -log softmax(logits)[target], in fp32, `targets == ignore_index` skipped.
 
     `logits` is (..., vocab), `targets` matches its leading shape (already shifted). With
     `overwrite_logits` the backward pass may write the gradient into the logits' storage (when
     it is safe, see the module docstring): the caller must not read `logits` after backward.
+    `per_token`: each token's loss instead of the sum (flat, 0 where ignored; a preference
+    loss sums them per sequence, training.preference), with the same memory.
     """
     vocab = logits.shape[-1]
     flat = logits.reshape(-1, vocab)
@@ -74,7 +77,7 @@ def chunked_cross_entropy(
         raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} differ")
     rows = chunk_rows or chunk_rows_for(vocab, flat.shape[0])
     inplace = overwrite_logits and _overwritable(logits)
-    return _ChunkedCrossEntropy.apply(flat, flat_targets, rows, ignore_index, inplace)
+    return _ChunkedCrossEntropy.apply(flat, flat_targets, rows, ignore_index, inplace, per_token)
 
 
 def _overwritable(logits: torch.Tensor) -> bool:
@@ -91,21 +94,27 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         rows: int,
         ignore_index: int,
         inplace: bool,
+        per_token: bool = False,
     ) -> torch.Tensor:
         n = logits.shape[0]
         valid = targets != ignore_index
         safe = torch.where(valid, targets, 0)
         lse = torch.empty(n, dtype=torch.float32, device=logits.device)
         total = torch.zeros((), dtype=torch.float32, device=logits.device)
+        tokens = torch.zeros(n if per_token else 0, dtype=torch.float32, device=logits.device)
         for start in range(0, n, rows):
             end = min(start + rows, n)
             x = logits[start:end].float()
             lse[start:end] = torch.logsumexp(x, dim=-1)
             picked = x.gather(1, safe[start:end, None]).squeeze(1)
-            total += torch.where(valid[start:end], lse[start:end] - picked, 0.0).sum()
+            chunk = torch.where(valid[start:end], lse[start:end] - picked, 0.0)
+            if per_token:
+                tokens[start:end] = chunk
+            else:
+                total += chunk.sum()
         ctx.save_for_backward(logits, safe, valid, lse)
         ctx.rows, ctx.inplace = rows, inplace
-        return total
+        return tokens if per_token else total
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -125,10 +134,11 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             p.sub_(lse[start:end, None]).exp_()
             idx = torch.arange(end - start, device=p.device)
             p[idx, safe[start:end]] -= 1.0
-            p.mul_((valid[start:end].to(p.dtype) * grad_out)[:, None])
+            scale = grad_out[start:end] if grad_out.dim() else grad_out  # per token or the sum
+            p.mul_((valid[start:end].to(p.dtype) * scale)[:, None])
             if p is not g:
                 g.copy_(p)
-        return grad, None, None, None, None
+        return grad, None, None, None, None, None
 
 
 def token_loss_sum(

@@ -215,7 +215,8 @@ BAD = [
     (
         ["--dataset", "samsum"],
         "--dataset: must be one of samsum_dataset, samsum_sample, alpaca_dataset, custom, "
-        "chat_sample, hf_dataset, got 'samsum' (did you mean samsum_dataset or samsum_sample?)",
+        "chat_sample, hf_dataset, preference_sample, got 'samsum' (did you mean samsum_dataset or "
+        "samsum_sample?)",
     ),
     (["--dataset", "custom"], "--data_path: required with --dataset custom"),
     (["--dataset", "alpaca_dataset"], "--data_path: required with --dataset alpaca_dataset"),
@@ -394,6 +395,7 @@ def test_choices_constants_match_the_docs() -> None:
         "custom",
         "chat_sample",
         "hf_dataset",
+        "preference_sample",
     }
 
 

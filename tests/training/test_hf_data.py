@@ -128,7 +128,7 @@ def test_bad_inputs_are_one_line(tmp_path: Path, tok: PreTrainedTokenizerBase) -
         (
             ["--dataset=hf_dataset", "--hf_dataset=x", "--hf_columns=answer=a"],
             "--hf_columns: 'answer' is not a row field (messages, prompt, completion, text, "
-            "dialogue, summary)",
+            "dialogue, summary, chosen, rejected)",
         ),
     ],
 )  # fmt: skip

@@ -58,6 +58,11 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.to(device, non_blocking=True)
 
 
+def masked(example: Example) -> Example:
+    """A copy of `example` whose every label is IGNORE_INDEX (a filler row)."""
+    return {**example, "labels": [IGNORE_INDEX] * len(example["labels"])}
+
+
 FILLER = -1
 """Sample id of a filler row (a fully masked copy of sample 0) in `DistributedBatches.rank_ids`."""
 
@@ -149,8 +154,11 @@ class DistributedBatches:
         self.consumed_samples = 0
         self._step_counts = (0, 0)
         self._perm: tuple[int, torch.Tensor] | None = None
-        first = dataset[0]
-        self._filler: Example = {**first, "labels": [IGNORE_INDEX] * len(first["labels"])}
+        self._filler: Example = self._filler_of(dataset[0])
+
+    def _filler_of(self, first: Example) -> Example:
+        """A filler row: a copy of the first sample that carries no label token."""
+        return masked(first)
 
     # -- positions ------------------------------------------------------------------------------
     def steps_per_epoch(self) -> int:
@@ -379,8 +387,11 @@ class EvalBatches:
         # Positions past the end of the split hold a copy of example 0 with every label masked:
         # every rank runs the same number of forward passes (FSDP collectives need it) and the
         # token-weighted eval loss is exactly that of the split.
-        first = dataset[0]
-        self._filler: Example = {**first, "labels": [IGNORE_INDEX] * len(first["labels"])}
+        self._filler: Example = self._filler_of(dataset[0])
+
+    def _filler_of(self, first: Example) -> Example:
+        """A filler position: a copy of the first example that carries no label token."""
+        return masked(first)
 
     def __len__(self) -> int:
         return self.steps

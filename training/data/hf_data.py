@@ -17,8 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-FIELDS = ("messages", "prompt", "completion", "text", "dialogue", "summary")
-"""The row fields `--hf_columns` may map to (the shapes of `--dataset custom`)."""
+FIELDS = ("messages", "prompt", "completion", "text", "dialogue", "summary", "chosen", "rejected")
+"""The row fields `--hf_columns` may map to (the shapes of `--dataset custom`, and preference
+pairs' chosen and rejected with `--method dpo`)."""
 _BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 
 

@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from training.preference import METRICS as PREFERENCE_METRICS
+
 if TYPE_CHECKING:
     from training.config import TrainConfig
 
@@ -54,6 +56,8 @@ TRACKED: dict[str, str] = {
     "eval_perplexity": "eval/perplexity",
     "flops_measured": "flops/measured_per_step",
     "flops_formula": "flops/formula_per_step",
+    **{k: f"train/{k}" for k in PREFERENCE_METRICS},  # --method dpo: TRL's names
+    **{f"eval_{k}": f"eval/{k}" for k in PREFERENCE_METRICS},
 }
 """Row key -> tracker metric name. Keys not listed here are not sent to trackers."""
 
