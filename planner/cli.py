@@ -31,6 +31,7 @@ from planner.calibrate import (
 )
 from planner.catalog import lookup
 from planner.plan import plan
+from planner.predict import PlanInput
 from planner.report import table
 
 
@@ -107,7 +108,29 @@ def main(argv: list[str] | None = None) -> int:
         plot(rows, args.plot)
         if not args.json:
             print(f"plot written to {args.plot}")
-    return 0
+    return _fit_status(resolved.inp, rows)
+
+
+def _fit_status(inp: PlanInput, rows: list[dict[str, Any]]) -> int:
+    """Exit status of a plan: 1, with one error line saying what would fit, when the plan fits
+    at none of its node counts; 0 when it fits at one at least (a scaling table whose smaller
+    counts do not fit is an answer, and the table says which)."""
+    if any(r["fits"] for r in rows):
+        return 0
+    from planner.fit import what_fits
+
+    r = rows[0]
+    gib = 1024**3
+    return fail(
+        "plan",
+        f"does not fit: {r['mem_per_gpu_bytes'] / gib:,.1f} of {r['gpu_memory_bytes'] / gib:.1f} "
+        f"GiB per GPU at {r['nodes']} node(s); {what_fits(inp, r['nodes'])}",
+        status=NO_FIT_EXIT,
+    )
+
+
+NO_FIT_EXIT = 1
+"""Exit status of a plan that does not fit (a failed check; 2 stays bad input)."""
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ def estimate_input(
     max_steps: int | None,
     checkpoint_every: int | None,
     device: str = "cuda",
+    min_nodes: int | None = None,
 ) -> JobEstimate:
     """The estimate of ``inp`` on ``nodes`` nodes (``device`` ``cpu``: the step and checkpoint
     counts alone mean something; no ETA, cost or recommendation)."""
@@ -113,7 +114,7 @@ def estimate_input(
         cost_usd=cost,
         cost_per_epoch_usd=pr.cost_per_epoch_usd if gpu else None,
         usd_per_hour=usd_per_hour * nodes,
-        recommendation=recommend(inp, nodes) if gpu else None,
+        recommendation=recommend(inp, nodes, min_nodes=min_nodes) if gpu else None,
         epoch_steps=epoch.steps if steps is not None and epoch is not None else None,
         device=device,
     )
@@ -129,6 +130,7 @@ def estimate(job_file: Any) -> JobEstimate:
         max_steps=job.max_train_step,
         checkpoint_every=job.checkpoint_every,
         device=job.device,
+        min_nodes=job.min_workers,
     )
 
 

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from infra.config import GpuNodeGroupConfig
+
+if TYPE_CHECKING:
+    from planner.predict import PlanInput
 
 HUB_IDS = (
     (r"llama-2-7b", "llama2-7b"),
@@ -37,6 +41,8 @@ _FLAGS = (
     "lora_r",
     "lora_dropout",
     "lora_target_modules",
+    "hsdp",
+    "sharding_group_size",
 )
 """The training flags that change the memory a step needs."""
 
@@ -130,6 +136,9 @@ def fit_problem(job: FitInput, group: GpuNodeGroupConfig) -> str | None:
             instance=group.instance,
             precision=PRECISIONS[precision],
             strategy=job.sharding_strategy,
+            hsdp_group=cfg.sharding_group_size
+            if cfg.hsdp and cfg.sharding_group_size > 0 and job.sharding_strategy == "HYBRID_SHARD"
+            else None,
             ac=1.0 if ac else 0.0,
             ac_mode=cfg.ac_mode if ac else "full",
             batch=job.batch_size,
@@ -147,6 +156,90 @@ def fit_problem(job: FitInput, group: GpuNodeGroupConfig) -> str | None:
     return (
         f"batchSize {job.batch_size} x contextLength {job.context_length} does not fit: the "
         f"planner puts {pr.memory.total / gib:.1f} GiB on each GPU, a {group.instance.gpu_model} "
-        f"has {group.instance.gpu_memory_bytes / gib:.1f} GiB (eks-fsdp plan --job FILE "
-        "shows the layouts that fit)"
+        f"has {group.instance.gpu_memory_bytes / gib:.1f} GiB; {what_fits(inp, job.workers)}"
     )
+
+
+MAX_NODES = 64
+"""The largest node count ``what_fits`` tries before it gives up."""
+
+
+def _fits(inp: PlanInput, nodes: int) -> bool:
+    from planner.predict import predict
+
+    return predict(inp, nodes).fits
+
+
+def fitting_change(inp: PlanInput, nodes: int) -> tuple[PlanInput, int] | None:
+    """The nearest plan that fits, changing as little as possible: the largest micro-batch
+    below ``inp.batch`` (memory grows with it, so a bisection finds it); else, with activation
+    checkpointing off, every layer checkpointed (full AC) and the largest micro-batch then;
+    else micro-batch 1 with full AC on the fewest nodes up to ``MAX_NODES``. None when even
+    that does not fit."""
+    from dataclasses import replace
+
+    def largest_batch(trial: PlanInput) -> int:
+        lo, hi = 0, trial.batch  # lo fits (0: nothing yet), hi + 1 does not
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if _fits(replace(trial, batch=mid), nodes):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    batch = largest_batch(replace(inp, batch=inp.batch - 1)) if inp.batch > 1 else 0
+    if batch:
+        return replace(inp, batch=batch), nodes
+    if inp.ac < 1.0:
+        full = replace(inp, ac=1.0, ac_mode=inp.ac_mode if inp.ac > 0 else "full")
+        batch = largest_batch(full)
+        if batch:
+            return replace(full, batch=batch), nodes
+    one = replace(inp, batch=1, ac=1.0, ac_mode=inp.ac_mode if inp.ac > 0 else "full")
+    for more in range(nodes + 1, MAX_NODES + 1):
+        if _fits(one, more):
+            return one, more
+    return None
+
+
+def plan_command(inp: PlanInput, nodes: int) -> str:
+    """``inp`` on ``nodes`` nodes as one ``eks-fsdp plan`` command line (ADR 0018)."""
+    parts = [
+        "eks-fsdp plan",
+        f"--model {inp.shape.name}",
+        f"--instance {inp.instance.name}",
+        f"--nodes {nodes}",
+        f"--sharding {inp.strategy}",
+    ]
+    if inp.strategy == "HYBRID_SHARD" and inp.hsdp_group:
+        parts.append(f"--hsdp-group {inp.hsdp_group}")
+    if inp.ac <= 0:
+        parts.append("--no-ac")
+    elif inp.ac_mode != "full":
+        parts.append(f"--ac-mode {inp.ac_mode}")
+    parts += [f"--batch {inp.batch}", f"--seq {inp.seq}"]
+    if inp.precision.name != "mixed":
+        parts.append(f"--precision {inp.precision.name}")
+    if inp.lora is not None:
+        parts += [f"--lora-r {inp.lora.r}", f"--lora-targets {','.join(inp.lora.targets)}"]
+        if not inp.lora.dropout:
+            parts.append("--lora-dropout 0")
+    return " ".join(parts)
+
+
+def what_fits(inp: PlanInput, nodes: int) -> str:
+    """What would fit, in words and as the command that shows its figures."""
+    found = fitting_change(inp, nodes)
+    if found is None:
+        return (
+            f"nothing fits up to {MAX_NODES} nodes at micro-batch 1 with activation "
+            "checkpointing: use a GPU with more memory"
+        )
+    fit, at = found
+    said = [f"micro-batch {fit.batch}"]
+    if fit.ac != inp.ac:
+        said.append("activation checkpointing on")
+    if at != nodes:
+        said.append(f"{at} nodes")
+    return f"fits with {', '.join(said)}: {plan_command(fit, at)}"

@@ -203,15 +203,18 @@ def lora_memory(
     activations = full.activations + lora_minus_full(round(ac * layers))
     unit_adapters = sum(a * b for a, b in adapters) // shape.num_layers
     # the gathered unit now also carries its adapters; only the adapters' gradients exist
-    full_grad_unit = _grad_unit(full, p)
+    full_grad_unit = full.grad_at_peak
     lora_grad_unit = unit_adapters * (ca + (p.reduce if p.reduce != ca else 0))
     gathered_peak = full.gathered_peak - full_grad_unit + lora_grad_unit
     if lay.reshard_after_forward:  # the running and the prefetched layer
         gathered_peak += a.prefetch_units * unit_adapters * ca
     else:  # everything stays gathered after forward
         gathered_peak += adapter_params(shape, spec) * ca
-    dynamic = activations + gathered_peak
-    overhead = a.cuda_context_bytes + a.nccl_buffer_bytes + int(a.fragmentation * dynamic)
+    # fragmentation on the transient memory only, as ``planner.memory.memory`` counts it
+    checkpointed = round(ac * layers)
+    kept = tokens * ((layers - checkpointed) * act.per_layer + checkpointed * act.layer_input)
+    transient = activations - int(kept) + gathered_peak
+    overhead = a.cuda_context_bytes + a.nccl_buffer_bytes + int(a.fragmentation * transient)
     gathered_unit = full.gathered_unit
     if full.gathered_unit_name == "decoder layer":
         gathered_unit += unit_adapters * ca
@@ -227,12 +230,6 @@ def lora_memory(
         gathered_peak=gathered_peak,
         overhead=overhead,
     )
-
-
-def _grad_unit(full: MemoryBreakdown, p: Precision) -> int:
-    """The unsharded gradient of the largest unit in full fine-tuning (what `memory` adds)."""
-    per_elem = p.compute + (p.reduce if p.reduce != p.compute else 0)
-    return full.gathered_unit // p.compute * per_elem
 
 
 def smallest_fleet(

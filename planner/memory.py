@@ -183,6 +183,9 @@ class MemoryBreakdown:
     """Transient unsharded parameters and gradients at the peak."""
     overhead: int
     """CUDA context + NCCL buffers + allocator fragmentation."""
+    grad_at_peak: int = 0
+    """The part of ``gathered_peak`` that is the largest unit's unsharded gradient
+    (``grad_unit_at_peak``)."""
 
     @property
     def sharded_state(self) -> int:
@@ -210,6 +213,22 @@ class MemoryBreakdown:
             "sharded_state": self.sharded_state,
             "total": self.total,
         }
+
+
+def grad_unit_at_peak(unit_params: int, p: Precision, layer_freed: float) -> int:
+    """The largest unit's unsharded gradient (compute dtype) and its reduce-dtype copy, beyond
+    what its layer's backward has freed by then.
+
+    Autograd frees each saved tensor once the op that saved it has run backward, so a layer's
+    saved (or recomputed) activations are gone when its backward ends; only then does FSDP2's
+    post-backward copy the gradients into the reduce-scatter input (``foreach_reduce``: the
+    copy-in follows the layer's backward on the compute stream). The bf16 gradient grows
+    while the activations shrink, so at the peak the pair adds only what exceeds the layer's
+    activations (Llama-2-13B, 2 x 4096 tokens, no AC: 1.9 GB of gradients against 1.9 GB of
+    activations, nothing; counted whole before, 1.8 GiB too much).
+    """
+    grads = unit_params * (p.compute + (p.reduce if p.reduce != p.compute else 0))
+    return int(max(0.0, grads - layer_freed))
 
 
 def memory(
@@ -263,8 +282,25 @@ def memory(
         [("decoder layer", shape.layer_params), *edges.items()], key=lambda u: u[1]
     )
     gathered_unit = unit_params * p.compute
-    # Unsharded gradient of the unit being reduced, plus its reduce-dtype copy when it differs.
-    grad_unit = unit_params * (p.compute + (p.reduce if p.reduce != p.compute else 0))
+    checkpointed = round(ac * shape.num_layers)
+    if ac_mode == "selective":
+        kept = act.selective
+        recomputed = act.per_layer - (kept - act.layer_input) + act.layer_input  # + down's h c
+    else:
+        kept, recomputed = act.layer_input, act.per_layer
+    # What the unit's backward frees before FSDP2 reduces its gradient: a layer's saved (or,
+    # checkpointed, recomputed) activations, the smaller kind when the layers mix; the head's
+    # logits and loss state; the embedding's backward frees nothing.
+    if unit_name == "decoder layer":
+        freed = tokens * min(
+            act.per_layer if checkpointed < shape.num_layers else math.inf,
+            recomputed if checkpointed else math.inf,
+        )
+    elif unit_name == kept_name:
+        freed = tokens * act.head
+    else:
+        freed = 0.0
+    grad_unit = grad_unit_at_peak(unit_params, p, freed)
     if lay.reshard_after_forward:
         # [norm, lm_head] (or the root that holds a tied head) is not resharded after forward
         # (backward needs it first): it is gathered at the peak, between forward and backward;
@@ -284,12 +320,6 @@ def memory(
     # early (torch.utils.checkpoint, set_checkpoint_early_stop), as soon as the last saved
     # tensor is produced, the down projection's input, before the down matmul hands over its
     # kept output, so that h c stays alive through the layer's backward (measured exactly).
-    checkpointed = round(ac * shape.num_layers)
-    if ac_mode == "selective":
-        kept = act.selective
-        recomputed = act.per_layer - (kept - act.layer_input) + act.layer_input  # + down's h c
-    else:
-        kept, recomputed = act.layer_input, act.per_layer
     chosen = (
         int(
             tokens
@@ -302,8 +332,15 @@ def memory(
         )
         + loss_tmp
     )
-    dynamic = chosen + gathered_peak
-    overhead = a.cuda_context_bytes + a.nccl_buffer_bytes + int(a.fragmentation * dynamic)
+    # The allocator's slack falls on what is allocated and freed at varying sizes within a step
+    # (gathered units, the recomputed layer, the loss chunks), not on the saved activations:
+    # those are allocated in forward and freed in backward in the same sizes and order every
+    # step, which the caching allocator serves again from the blocks of the step before
+    # (PyTorch "CUDA semantics", memory management: fragmentation comes from allocation sizes
+    # that change between iterations).
+    saved = int(tokens * ((shape.num_layers - checkpointed) * act.per_layer + checkpointed * kept))
+    transient = chosen - saved + gathered_peak
+    overhead = a.cuda_context_bytes + a.nccl_buffer_bytes + int(a.fragmentation * transient)
     return MemoryBreakdown(
         params=params,
         grads=grads,
@@ -315,4 +352,5 @@ def memory(
         gathered_unit_name=unit_name,
         gathered_peak=gathered_peak,
         overhead=overhead,
+        grad_at_peak=grad_unit,
     )

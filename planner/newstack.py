@@ -111,9 +111,11 @@ def generate(
     epochs: int = 1,
     dataset: str = "ultrachat_200k",
     storage: Storage | None = None,
+    min_nodes: int | None = None,
 ) -> Generated:
     """The recommended layout of ``model`` on ``nodes`` x ``instance`` and its checkpoint
-    interval; ``UsageError`` when nothing fits or the planner does not know the dataset."""
+    interval (``min_nodes``: an elastic job's minimum, which its HSDP group must divide too);
+    ``UsageError`` when nothing fits or the planner does not know the dataset."""
     args = parser().parse_args([])
     preset = {
         "model": builtin_for_hub_id(model),
@@ -126,7 +128,7 @@ def generate(
     inp = resolve_args(args, preset=preset).inp
     if inp.dataset_tokens <= 0:
         raise UsageError(f"dataset {dataset}: its size is unknown to the planner")
-    rec = recommend(inp, nodes)
+    rec = recommend(inp, nodes, min_nodes=min_nodes)
     if rec is None:
         raise UsageError(
             f"--model {model}: does not fit {nodes} x {instance} in any layout "
@@ -338,7 +340,8 @@ def _with_kept(text: str, kept: list[str]) -> str:
 
 def main(argv: list[str]) -> int:
     """Write the two files and print their paths and figures; 2 on bad input."""
-
+    if list(argv) == ["--examples"]:
+        return write_examples()
     try:
         args = new_stack_parser().parse_args(argv)
         _check(args)
@@ -456,7 +459,11 @@ def example_text(stack: str, root: Path | None = None) -> str:
     cfg = load_stack_file(stack, root or REPO_ROOT)
     storage = from_stack_config(cfg.shared_storage)
     gen = generate(
-        instance=spec["instance"], nodes=spec["nodes"], model=spec["model"], storage=storage
+        instance=spec["instance"],
+        nodes=spec["nodes"],
+        model=spec["model"],
+        storage=storage,
+        min_nodes=spec["extra"].get("minWorkers"),
     )
     return job_text(
         gen,
@@ -468,14 +475,19 @@ def example_text(stack: str, root: Path | None = None) -> str:
     )
 
 
-if __name__ == "__main__":
-    import sys
+def write_examples() -> int:
+    """``eks-fsdp new-stack --examples``: rewrite the shipped job examples (for maintainers,
+    after a change of the planner's figures)."""
+    from eks_fsdp_cli.paths import REPO_ROOT
 
-    from infra.config.sources import REPO_ROOT
-
-    if sys.argv[1:] != ["--examples"]:
-        sys.exit("usage: eks-fsdp new-stack --examples   (rewrites jobs/examples/)")
     for name in EXAMPLES:
         path = REPO_ROOT / "jobs" / "examples" / f"{name}.yaml"
         path.write_text(example_text(name))
         print(f"wrote {path.relative_to(REPO_ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

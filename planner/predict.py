@@ -36,6 +36,8 @@ from planner.timing import (
     ComputeTime,
     comm_time,
     compute_time,
+    fsdp_copy_bytes,
+    fsdp_units,
     model_flops_per_token,
     recompute_share,
     ring_link,
@@ -146,6 +148,13 @@ def predict(inp: PlanInput, nodes: int) -> Prediction:
         frozen, adapters = elems, adapter_params(shape, lora)
         per_layer = adapters // shape.num_layers
         skipped = first_layer_skipped_flops(shape, lora)
+    units = fsdp_units(
+        shape,
+        lay.reshard_after_forward,
+        replicated=lay.strategy == "NO_SHARD",
+        lora_per_layer=per_layer,
+    )
+    copies = fsdp_copy_bytes(units, p, sharded=lay.strategy != "NO_SHARD")
     comp = compute_time(
         shape,
         it,
@@ -159,6 +168,7 @@ def predict(inp: PlanInput, nodes: int) -> Prediction:
         frozen_elems=frozen,
         lora_params=adapters,
         lora_skipped=skipped,
+        copy_bytes=copies,
         a=a,
     )
     recompute = recompute_share(shape, inp.ac, inp.ac_mode)

@@ -15,7 +15,7 @@ from planner.assumptions import DATASETS, DEFAULT, SAMSUM_EXAMPLES
 from planner.memory import PRECISIONS, Precision
 from planner.plan import row
 from planner.predict import PlanInput, predict
-from planner.shapes import BUILTIN
+from planner.shapes import BUILTIN, ModelShape
 
 # llama-recipes (FSDP1): MixedPrecision(param bf16, reduce bf16) over fp32 flat parameters,
 # DistributedSampler padding + drop_last batches, per-layer activation checkpointing.
@@ -112,7 +112,63 @@ def _steady(inp: PlanInput, nodes: int, metric: str) -> Callable[[], float]:
 
 
 _A100 = lookup("p4de.24xlarge")
+_P5 = lookup("p5.48xlarge")
 _MIXED = PRECISIONS["mixed"]
+
+TORCHTITAN_LLAMA2 = (
+    "torchtitan docs/performance.md before 'Deprecate Llama2' (pytorch/torchtitan#712): Llama 2 "
+    "with FSDP2 on 64 A100 80GB, seq 4096"
+)
+LLM_FOUNDRY = (
+    "mosaicml/llm-foundry scripts/train/benchmarking/README.md ('H100 80GB BF16' / 'A100 80GB "
+    "with 1600 Gbps node-node interconnect'): MPT with FSDP FULL_SHARD, amp_bf16, flash attention"
+)
+
+
+def mpt(name: str, d_model: int, layers: int) -> ModelShape:
+    """An MPT model (llm-foundry's mpt-7b / mpt-70b yamls: expansion_ratio 4, GELU MLP,
+    multi-head attention, vocabulary 50368) as the Llama-shaped model of the same matmul
+    weights per token: a SwiGLU width of 8h/3 holds the GELU MLP's 8h^2 in three matrices.
+    FLOPs and FSDP traffic match; elementwise traffic and activations differ a little."""
+    return ModelShape(
+        name=name,
+        vocab_size=50368,
+        hidden_size=d_model,
+        intermediate_size=round(8 * d_model / 3),
+        num_layers=layers,
+        num_heads=d_model // 128,
+        num_kv_heads=d_model // 128,
+        head_dim=128,
+        max_position_embeddings=8192,
+    )
+
+
+_MPT7 = mpt("mpt-7b", 4096, 32)
+_MPT70 = mpt("mpt-70b", 8192, 80)
+
+
+def _tps(
+    name: str, source: str, published: float, setup: str, nodes: int, **plan: object
+) -> PublishedPoint:
+    """A tokens/s/GPU point; the band of ``tolerance`` is ``BAND`` of the figure."""
+    inp = PlanInput(precision=_MIXED, **plan)  # type: ignore[arg-type]
+    return PublishedPoint(
+        name=name,
+        source=source,
+        metric="tokens_per_s_per_gpu",
+        published=published,
+        tolerance=BAND * published,
+        predict=_steady(inp, nodes, "tps"),
+        setup=setup,
+    )
+
+
+BAND = 0.12
+"""The error the project holds the planner to on a published tokens/s/GPU figure measured on
+the hardware it predicts (tests/planner/test_published_runs.py; docs/planner.md, Validation):
+what the sources leave unsaid moves a run by about this much — an unstated network (the A100
+clusters' fabric against p4de's 400 Gbit/s), FSDP1 or Composer against FSDP2, MPT's GELU MLP
+against the Llama shape, the clock a power cap holds."""
 
 POINTS: list[PublishedPoint] = [
     PublishedPoint(
@@ -221,6 +277,113 @@ POINTS: list[PublishedPoint] = [
             "tps",
         ),
         setup="llama3-70b, 8 x p4de, FULL_SHARD, batch 1 x 8192, full AC",
+    ),
+    _tps(
+        "torchtitan FSDP2, Llama 2 13B on 64 A100, no AC",
+        f"{TORCHTITAN_LLAMA2}: 2,162 tokens/s/GPU, 61.1% MFU, batch 2, no AC",
+        2162.0,
+        "llama2-13b, 8 x p4de, FULL_SHARD, batch 2 x 4096, AC off",
+        8,
+        shape=BUILTIN["llama2-13b"],
+        instance=_A100,
+        ac=0.0,
+        batch=2,
+        seq=4096,
+    ),
+    _tps(
+        "torchtitan FSDP2, Llama 2 13B on 64 A100, layer AC",
+        f"{TORCHTITAN_LLAMA2}: 1,914 tokens/s/GPU, batch 2, selective layer AC (every 2nd)",
+        1914.0,
+        "llama2-13b, 8 x p4de, FULL_SHARD, batch 2 x 4096, full AC on half the layers",
+        8,
+        shape=BUILTIN["llama2-13b"],
+        instance=_A100,
+        ac=0.5,
+        batch=2,
+        seq=4096,
+    ),
+    _tps(
+        "torchtitan FSDP2, Llama 2 13B on 64 A100, op SAC",
+        f"{TORCHTITAN_LLAMA2}: 1,904 tokens/s/GPU, batch 2, selective op AC",
+        1904.0,
+        "llama2-13b, 8 x p4de, FULL_SHARD, batch 2 x 4096, op-level selective AC",
+        8,
+        shape=BUILTIN["llama2-13b"],
+        instance=_A100,
+        ac=1.0,
+        ac_mode="selective",
+        batch=2,
+        seq=4096,
+    ),
+    _tps(
+        "torchtitan FSDP2, Llama 2 70B on 64 A100, full AC",
+        f"{TORCHTITAN_LLAMA2}: 353 tokens/s/GPU, 50.5% MFU, batch 2, full AC",
+        353.0,
+        "llama2-70b, 8 x p4de, FULL_SHARD, batch 2 x 4096, full AC",
+        8,
+        shape=BUILTIN["llama2-70b"],
+        instance=_A100,
+        ac=1.0,
+        batch=2,
+        seq=4096,
+    ),
+    _tps(
+        "torchtitan FSDP2, Llama 2 70B on 64 A100, op SAC, b1",
+        f"{TORCHTITAN_LLAMA2}: 355 tokens/s/GPU, batch 1, selective op AC",
+        355.0,
+        "llama2-70b, 8 x p4de (400 Gbit/s: the source's fabric is unstated), FULL_SHARD, "
+        "batch 1 x 4096, op-level selective AC",
+        8,
+        shape=BUILTIN["llama2-70b"],
+        instance=_A100,
+        ac=1.0,
+        ac_mode="selective",
+        batch=1,
+        seq=4096,
+    ),
+    *[
+        _tps(
+            f"llm-foundry MPT-70B on {8 * n} H100, micro-batch {mb}",
+            f"{LLM_FOUNDRY}: {tps:,} tokens/s/GPU, seq 2048, micro-batch {mb}, "
+            f"global batch {gb}, full AC",
+            float(tps),
+            f"mpt-70b as its Llama-shaped equal (``mpt``), {n} x p5, FULL_SHARD, "
+            f"{mb} x 2048, grad-accum {gb // (8 * n * mb)}, full AC",
+            n,
+            shape=_MPT70,
+            instance=_P5,
+            ac=1.0,
+            batch=mb,
+            seq=2048,
+            grad_accum=gb // (8 * n * mb),
+        )
+        for n, mb, gb, tps in ((4, 2, 1024, 882), (8, 8, 2048, 1039), (16, 8, 1024, 1058))
+    ],
+    _tps(
+        "llm-foundry MPT-7B on 8 H100, seq 8192",
+        f"{LLM_FOUNDRY}: 6,935 tokens/s/GPU, seq 8192, micro-batch 8, global batch 128, full AC",
+        6935.0,
+        "mpt-7b as its Llama-shaped equal, 1 x p5, FULL_SHARD, 8 x 8192, grad-accum 2, full AC",
+        1,
+        shape=_MPT7,
+        instance=_P5,
+        ac=1.0,
+        batch=8,
+        seq=8192,
+        grad_accum=2,
+    ),
+    _tps(
+        "llm-foundry MPT-7B on 8 A100, seq 8192",
+        f"{LLM_FOUNDRY}: 3,206 tokens/s/GPU, seq 8192, micro-batch 8, global batch 128, full AC",
+        3206.0,
+        "mpt-7b as its Llama-shaped equal, 1 x p4de, FULL_SHARD, 8 x 8192, grad-accum 2, full AC",
+        1,
+        shape=_MPT7,
+        instance=_A100,
+        ac=1.0,
+        batch=8,
+        seq=8192,
+        grad_accum=2,
     ),
 ]
 

@@ -37,6 +37,10 @@ def model_flops_per_token(shape: ModelShape, seq: int, lora_params: int | None =
     return 6.0 * shape.matmul_params + attention
 
 
+ATTENTION_BACKWARD_RATIO = 2.5
+"""FLOPs of flash attention's backward over its forward's (FlashAttention-2: 5 matmuls vs 2)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class FlopsExecuted:
     """FLOPs the hardware runs per token (recomputation and causal masking included)."""
@@ -56,7 +60,9 @@ def executed_flops_per_token(
     """GEMM: 6 N_matmul + 2 (N_layer - h i) L x ac (checkpointed layers run their forward
     again, but for the MLP's down projection: ``full_ac_recomputed_params``).
 
-    Attention: flash attention skips the masked half: 6 L h_q s + 2 L h_q s x ac.
+    Attention: flash attention skips the masked half; its backward runs 2.5 times the forward's
+    FLOPs (it recomputes the scores QK^T: five matmuls against the forward's two; FlashAttention-2,
+    Dao 2023, Algorithm 2), so 7 L h_q s + 2 L h_q s x ac.
     ``ac``: fraction of decoder layers checkpointed (1.0 = every layer, 0.0 = none).
     ``ac_mode`` selective (op-level SAC) recomputes only the k, o and up matmuls
     (``ModelShape.selective_ac_recomputed_params``) and never attention, whose output it saves.
@@ -81,7 +87,14 @@ def executed_flops_per_token(
     else:
         gemm = 6.0 * shape.matmul_params + recomputed_base
     attn_fwd = 2.0 * shape.num_layers * shape.q_size * seq  # 4 L h s forward, halved (causal)
-    attention = 3.0 * attn_fwd + (0.0 if ac_mode == "selective" else attn_fwd * ac)
+    # Forward 1 + backward 2.5: FlashAttention-2's backward recomputes S = QK^T and P from the
+    # saved log-sum-exp, then runs dV, dP, dQ, dK (Dao 2023, "FlashAttention-2", Algorithm 2):
+    # five matmuls against the forward's two. Its published throughput, from which
+    # ``attention_efficiency`` is taken, counts fwd + bwd as 3.5x the forward's FLOPs
+    # (Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py ``flops``), so the
+    # time must count them the same way (the planner counted 3x, 14% short).
+    attention = (1.0 + ATTENTION_BACKWARD_RATIO) * attn_fwd
+    attention += 0.0 if ac_mode == "selective" else attn_fwd * ac
     return FlopsExecuted(gemm=gemm, attention=attention)
 
 
@@ -138,10 +151,19 @@ class ComputeTime:
     attention_s: float
     elementwise_s: float
     optimizer_s: float
+    fsdp_copy_s: float = 0.0
+    """FSDP2's copies on the compute stream: all-gather copy-out and reduce-scatter copy-in
+    (``fsdp_copy_bytes``), per micro-batch."""
 
     @property
     def total_s(self) -> float:
-        return self.gemm_s + self.attention_s + self.elementwise_s + self.optimizer_s
+        return (
+            self.gemm_s
+            + self.attention_s
+            + self.elementwise_s
+            + self.optimizer_s
+            + self.fsdp_copy_s
+        )
 
 
 def compute_time(
@@ -159,8 +181,12 @@ def compute_time(
     frozen_elems: int = 0,
     lora_params: int | None = None,
     lora_skipped: int = 0,
+    copy_bytes: float = 0.0,
 ) -> ComputeTime:
     """Compute seconds of one step for ``tokens`` tokens on one GPU.
+
+    ``copy_bytes``: HBM bytes FSDP2 copies on the compute stream per micro-batch
+    (``fsdp_copy_bytes``), at the memory-bound ops' bandwidth.
 
     ``shard_elems``: the trainable shard (AdamW runs over it); ``frozen_elems``: a frozen
     shard (LoRA's base: cast for its all-gathers, never stepped); ``lora_params``: see
@@ -178,7 +204,29 @@ def compute_time(
         attention_s=tokens * fl.attention / (peak * gen.attention_efficiency),
         elementwise_s=tokens * elementwise_bytes_per_token(shape, p, ac, a) / hbm,
         optimizer_s=optim_bytes / hbm,
+        fsdp_copy_s=copy_bytes / hbm,
     )
+
+
+def fsdp_copy_bytes(units: list[Unit], p: Precision, *, sharded: bool) -> float:
+    """HBM bytes FSDP2 moves on the compute stream per micro-batch, outside any collective.
+
+    All-gather copy-out: each all-gather lands in one flat buffer, which
+    ``FSDPParamGroup.wait_for_unshard`` copies into the unsharded parameters
+    (``foreach_all_gather_copy_out``: ``split_with_sizes_copy``, on the current stream; world
+    size 1 copies the shard instead): read + write the unit in the compute dtype, per gather.
+    Reduce-scatter copy-in: ``foreach_reduce`` copies the unsharded gradients (compute dtype)
+    into the reduce-scatter input in the reduce dtype (``foreach_reduce_scatter_copy_in``,
+    ``torch._chunk_cat``) before it makes the reduce-scatter stream wait on the current one
+    (torch 2.13, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py and
+    _fsdp_param_group.py). These do not shrink with the micro-batch: at 2 x 2048 tokens of a
+    70B model they are ~7% of the step. ``sharded`` False (NO_SHARD's ``replicate``): none.
+    """
+    if not sharded:
+        return 0.0
+    gathered = sum(u.gathers * u.params for u in units)
+    reduced = sum(u.grad_params for u in units)
+    return gathered * 2 * p.compute + reduced * (p.compute + p.reduce)
 
 
 OPS = ("all_gather", "reduce_scatter", "all_reduce")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from eks_fsdp_cli.paths import REPO_ROOT
 from sweeps.aws import (
     NODES_TIMEOUT_S,
     Nodegroup,
@@ -47,7 +48,7 @@ from sweeps.cluster import (
     kubectl_watch,
     wait_for_job,
 )
-from sweeps.common import PROJECT, REPO_ROOT, Measurement, save_results
+from sweeps.common import PROJECT, Measurement, save_results
 from sweeps.prediction import planner_step_times
 from sweeps.prerequisites import (
     check_prerequisites,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sweeps.common import REPO_ROOT
+from eks_fsdp_cli.paths import REPO_ROOT
 
 
 def planner_prediction(

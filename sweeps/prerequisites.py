@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eks_fsdp_cli.paths import REPO_ROOT
 from sweeps.aws import image_in_ecr
-from sweeps.common import PROJECT, REPO_ROOT, PrerequisiteError
+from sweeps.common import PROJECT, PrerequisiteError
 
 TOOLS = ("pulumi", "kubectl", "aws")
 """Command-line tools the cloud mode runs (the Automation API shells out to ``pulumi``)."""

@@ -41,6 +41,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from training import cookbook
+from training.errors import ConfigError
 
 __all__ = [
     "AC_MODES",
@@ -80,20 +81,6 @@ PEFT_METHODS = ("lora",)
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
-
-
-class ConfigError(ValueError):
-    """Bad input. str(err) is ONE line naming the culprit, e.g. "--batch_size_training: must be >= 1, got 0".
-
-    ``flag`` is the flag it is about (None when it is about no single flag) and ``problem`` the
-    message without the ``--flag: `` prefix, for callers that place the error elsewhere (a job
-    file's key) without re-parsing its text."""
-
-    def __init__(self, message: str, *, flag: str | None = None) -> None:
-        super().__init__(message)
-        self.flag = flag
-        prefix = f"--{flag}: "
-        self.problem = message[len(prefix) :] if flag and message.startswith(prefix) else message
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,11 +46,12 @@ from typing import Any
 import yaml
 
 from eks_fsdp_cli.errors import Parser, fail
+from eks_fsdp_cli.paths import REPO_ROOT
 from infra import versions
 from workloads.specs import observability as obs
 from workloads.specs import storage
 from workloads.specs.common import dump_all_yaml
-from workloads.specs.image import REPO_ROOT, has_registry, local_reference
+from workloads.specs.image import has_registry, local_reference
 from workloads.specs.operator import KUSTOMIZATION_FILE
 from workloads.specs.pytorchjob import model_name, needs_token
 from workloads.specs.stack import objects_by_component, operator_kustomization

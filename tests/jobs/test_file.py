@@ -231,14 +231,14 @@ def test_the_jobs_package_imports_no_pulumi_and_no_torch() -> None:
 def test_a_job_that_cannot_fit_or_names_no_repo_is_refused() -> None:
     """The planner's peak memory per GPU (``planner.fit``) refuses a micro-batch of 1,000,000
     x 4,096 tokens on p5-16's 80 GiB H100s in one line naming batchSize, while the shipped
-    layout (the planner's recommendation, micro-batch 2 x 4,096) loads; a model that cannot be a Hugging Face repo id
+    layout (the planner's recommendation, micro-batch 3 x 4,096) loads; a model that cannot be a Hugging Face repo id
     ('üñí', huggingface_hub's validate_repo_id rules) is refused naming model."""
     example = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml"
-    assert jobfile.load(example).batch_size == 2
+    assert jobfile.load(example).batch_size == 3
     with pytest.raises(jobfile.JobFileError) as err:
         jobfile.load(example, sets=["batchSize=1000000"])
     line = str(err.value)
-    at = 1 + example.read_text().splitlines().index("batchSize: 2")
+    at = 1 + example.read_text().splitlines().index("batchSize: 3")
     assert line.startswith(f"{example}:{at}: batchSize: batchSize 1000000 x contextLength 4096")
     assert "does not fit" in line and "a H100-SXM-80GB has 80.0 GiB" in line
     with pytest.raises(jobfile.JobFileError) as err:

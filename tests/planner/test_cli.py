@@ -58,8 +58,12 @@ MEMORY = {
 
 
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, Any]]:
-    assert main([*argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    """The JSON rows; a plan that fits at none of its node counts still prints them and exits
+    1 (tests/planner/test_fit_advice.py), which some figures here are read from."""
+    code = main([*argv, "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert code == (0 if any(r["fits"] for r in rows) else 1)
+    return rows
 
 
 def test_json_has_one_object_per_node_count_with_the_schema(

@@ -17,6 +17,7 @@ from infra.instances import lookup
 from planner.assumptions import DEFAULT
 from planner.memory import (
     PRECISIONS,
+    activation_model,
     layout,
     memory,
     rank_shard_elements,
@@ -162,18 +163,25 @@ def test_seventy_b_on_two_p4de_full_shard_does_not_fit() -> None:
 
 
 def test_overhead_counts_context_nccl_and_fragmentation() -> None:
+    """Fragmentation falls on the transient memory (gathered units, the recomputed layer, the
+    head and loss), not on the layers' saved inputs, which repeat their sizes every step."""
     m = _mem("FULL_SHARD", 16)
-    dynamic = m.activations + m.gathered_peak
+    s = S70
+    kept = 3 * 4096 * s.num_layers * s.hidden_size * 2  # full AC: each layer's bf16 input
+    transient = m.activations - kept + m.gathered_peak
     assert m.overhead == DEFAULT.cuda_context_bytes + DEFAULT.nccl_buffer_bytes + int(
-        DEFAULT.fragmentation * dynamic
+        DEFAULT.fragmentation * transient
     )
 
 
 def test_only_the_head_unit_stays_gathered_between_forward_and_backward() -> None:
     """training.parallelize reshards the embedding after forward like every layer and keeps
     [norm, lm_head] (reshard_after_forward=False): the peak holds the head, two layers and the
-    largest unit's gradient (bf16 + its fp32 reduce copy), not the embedding."""
+    largest unit's gradient (bf16 + its fp32 reduce copy) beyond what the head's backward has
+    freed (its logits and loss state), not the embedding."""
     s = BUILTIN["llama3-8b"]
     m = memory(s, layout("FULL_SHARD", 8, 8), MIXED, batch=1, seq=8192, ac=1.0, a=DEFAULT)
     head = 128256 * 4096 + 4096
-    assert m.gathered_peak == head * 2 + 2 * s.layer_params * 2 + head * (2 + 4)
+    freed = 8192 * activation_model(s, MIXED).head
+    assert m.grad_at_peak == int(head * (2 + 4) - freed) > 0
+    assert m.gathered_peak == head * 2 + 2 * s.layer_params * 2 + m.grad_at_peak

@@ -211,7 +211,7 @@ def test_accumulation_all_reduces_across_replicas_on_the_last_micro_batch_only()
     step, so the step is one synced micro-batch plus three without the replica all-reduce."""
     from planner.assumptions import generation
     from planner.memory import layout, shard_elements
-    from planner.timing import comm_time, compute_time
+    from planner.timing import comm_time, compute_time, fsdp_copy_bytes, fsdp_units
 
     inp = _inp(shape=BUILTIN["llama2-7b"], strategy="HYBRID_SHARD", batch=1, grad_accum=4)
     one = predict(replace(inp, grad_accum=1), 4)
@@ -227,6 +227,7 @@ def test_accumulation_all_reduces_across_replicas_on_the_last_micro_batch_only()
         seq=inp.seq,
         ac=1.0,
         shard_elems=shard_elements(inp.shape.param_shapes(), lay.shard),
+        copy_bytes=fsdp_copy_bytes(fsdp_units(inp.shape, True), inp.precision, sharded=True),
         a=DEFAULT,
     )
     quiet = comm_time(
