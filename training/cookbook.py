@@ -343,8 +343,6 @@ def check(cfg: Any) -> None:
             fail("freeze_layers", "not used with --use_peft (the base model is frozen already)")
         if cfg.num_freeze_layers < 1:
             fail("num_freeze_layers", f"must be >= 1, got {cfg.num_freeze_layers}")
-    elif changed("num_freeze_layers"):
-        fail("num_freeze_layers", "only used with --freeze_layers")
     if cfg.freeze_LLM_only:
         fail(
             "freeze_LLM_only",
@@ -365,7 +363,7 @@ def check(cfg: Any) -> None:
             "anyprecision keeps bf16 optimizer state for --pure_bf16 (llama-cookbook silently "
             "uses AdamW without it); add --pure_bf16 or use --optimizer AdamW",
         )
-    if cfg.from_peft_checkpoint:
+    if cfg.from_peft_checkpoint and cfg.use_peft:  # without --use_peft: ignored (notes)
         _check_adapter_folder(cfg, fail)
 
 
@@ -374,8 +372,6 @@ def _check_adapter_folder(cfg: Any, fail: Callable[[str, str], None]) -> None:
     from pathlib import Path
 
     flag = "from_peft_checkpoint"
-    if not cfg.use_peft:
-        fail(flag, "only used with --use_peft")
     folder = Path(cfg.from_peft_checkpoint)
     config_file = folder / "adapter_config.json"
     if not config_file.is_file():
@@ -471,7 +467,7 @@ def notes(cfg: Any) -> list[str]:
             "--checkpoint_type FULL_STATE_DICT with --use_peft: the adapters are what is saved "
             "(<output_dir>/adapter with --save_model), as llama-cookbook saves the PEFT modules"
         )
-    out += step_unit_notes(cfg)
+    out += step_unit_notes(cfg) + inert_notes(cfg)
     # --num_workers_dataloader carries its meaning (DataLoader workers: training.data.batches), so it
     # needs no line here.
     return out
@@ -497,5 +493,46 @@ def step_unit_notes(cfg: Any) -> list[str]:
         out.append(
             f"--flop_counter_start {cfg.flop_counter_start}: counts optimizer steps here "
             f"({accum} micro-batches each); llama-cookbook counts micro-batches"
+        )
+    return out
+
+
+INERT: dict[str, tuple[str, ...]] = {
+    "use_peft": (
+        "peft_method",
+        "lora_r",
+        "lora_alpha",
+        "lora_dropout",
+        "lora_target_modules",
+        "from_peft_checkpoint",
+    ),
+    "use_wandb": tuple(f"wandb_{name}" for name in TABLE["wandb_config"]),
+    "use_profiler": ("profiler_dir",),
+    "flop_counter": ("flop_counter_start",),
+    "freeze_layers": ("num_freeze_layers",),
+}
+"""{switch: the fields read only when it is on}, as llama-cookbook 0.0.5.post1 reads them:
+finetuning.py builds the wandb_config in `setup_wandb`, called only `if train_config.use_wandb`;
+the lora_config (`generate_peft_config`) and from_peft_checkpoint only `if
+train_config.use_peft`; the layer count only `if not train_config.use_peft and
+train_config.freeze_layers`; utils/train_utils.py `profile` reads profiler_dir only `if
+use_profiler` and flop_counter_start only `elif use_flop_counter`. Given with the switch off,
+they are ignored there, so here too (`inert_notes`), not refused: a script that always passes
+them and turns the switch on or off runs on both."""
+
+
+def inert_notes(cfg: Any) -> list[str]:
+    """One line per switch that is off while fields only it reads were given."""
+    fields = cfg.__dataclass_fields__
+    out = []
+    for switch, names in INERT.items():
+        on = getattr(cfg, switch) or (switch == "use_wandb" and cfg.tracker == "wandb")
+        given = [n for n in names if getattr(cfg, n) != fields[n].default]
+        if on or not given:
+            continue
+        named = "--use_wandb (or --tracker wandb)" if switch == "use_wandb" else f"--{switch}"
+        out.append(
+            f"{', '.join('--' + n for n in given)}: only read with {named}, which is off: "
+            "ignored, as llama-cookbook ignores it"
         )
     return out

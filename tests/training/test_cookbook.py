@@ -84,10 +84,8 @@ def test_cookbook_spelling_means_ours(cookbook_argv: list[str], our_argv: list[s
         (["--optimizer", "sgd"], "--optimizer: ", "AdamW, anyprecision"),
         (["--checkpoint_type", "LOCAL_STATE_DICT"], "--checkpoint_type: ", "FULL_STATE_DICT"),
         (["--use_peft", "--freeze_layers"], "--freeze_layers: ", "frozen already"),
-        (["--num_freeze_layers", "2"], "--num_freeze_layers: ", "only used with --freeze_layers"),
         (["--freeze_layers", "--num_freeze_layers=0"], "--num_freeze_layers: ", ">= 1"),
         (["--num_workers_dataloader=-1"], "--num_workers_dataloader: ", ">= 0"),
-        (["--from_peft_checkpoint", "x"], "--from_peft_checkpoint: ", "only used with --use_peft"),
         (["--fsdp_config.pure_bf1"], "--fsdp_config.pure_bf1: ", "did you mean pure_bf16?"),
         (
             ["--samsum_dataset.trust_remote_code=True"],
