@@ -55,6 +55,7 @@ CONFIGS = (
     "llama_adapter_config",
     "prefix_config",
     "wandb_config",
+    "quantization_config",
 )
 """llama-cookbook's config classes whose fields are flags (llama_cookbook/configs/)."""
 CHECKPOINT_TYPES = ("SHARDED_STATE_DICT", "FULL_STATE_DICT")
@@ -91,6 +92,11 @@ _PREFIX_REFUSED = (
     "utils/config_utils.py generate_peft_config); use --peft_method lora"
 )
 _FALSY = ("", "none", "false", "0", "no", "off")
+_QLORA = (
+    "4-bit/8-bit quantized base weights (bitsandbytes, QLoRA) are not supported yet; "
+    "use --use_peft (LoRA on a bf16 base)"
+)
+_BF16 = ("torch.bfloat16", "bfloat16")
 
 TABLE: dict[str, dict[str, Flag]] = {
     # llama_cookbook/configs/training.py at 0.0.5.post1 (`dataset` is a class attribute, not a
@@ -142,13 +148,7 @@ TABLE: dict[str, dict[str, Flag]] = {
             "profiler_dir",
         )
     }
-    | {
-        "quantization": Flag(
-            fixed=_FALSY,
-            refused="4-bit/8-bit quantized base weights (bitsandbytes, QLoRA) are not supported "
-            "yet; use --use_peft (LoRA on a bf16 base)",
-        )
-    },
+    | {"quantization": Flag(fixed=_FALSY, refused=_QLORA)},
     # llama_cookbook/configs/fsdp.py
     "fsdp_config": {
         name: Flag(ours=name)
@@ -196,6 +196,15 @@ TABLE: dict[str, dict[str, Flag]] = {
         name: Flag(ours=f"wandb_{name}")
         for name in ("project", "entity", "job_type", "tags", "group", "notes", "mode")
     },
+    # llama_cookbook/configs/quantization.py: the bitsandbytes settings of --quantization 4bit
+    # (finetuning.py reads them only with quantization on); their defaults pass, as
+    # --quantization False does, any other value gets the QLoRA reason
+    "quantization_config": {
+        "quant_type": Flag(fixed=("fp4",), refused=_QLORA),
+        "compute_dtype": Flag(fixed=_BF16, refused=_QLORA),
+        "use_double_quant": Flag(fixed=("false",), kind=bool, refused=_QLORA),
+        "quant_storage": Flag(fixed=_BF16, refused=_QLORA),
+    },
 }
 """{config class: {field: Flag}} for every field of the pinned llama-cookbook configs."""
 
@@ -214,7 +223,14 @@ _DATASET_REFUSED = (
     "--hf_split --hf_eval_split)"
 )
 
-_BARE_ORDER = ("train_config", "fsdp_config", "lora_config", "wandb_config", "llama_adapter_config")
+_BARE_ORDER = (
+    "train_config",
+    "fsdp_config",
+    "lora_config",
+    "wandb_config",
+    "quantization_config",
+    "llama_adapter_config",
+)
 """Which config a bare name resolves to when several have it (`task_type`): lora_config, the
 peft config of the one --peft_method this trainer runs, before the refused ones."""
 
@@ -297,13 +313,16 @@ def value_form(field: str, raw: str) -> str:
 
     `StateDictType.FULL_STATE_DICT` -> `FULL_STATE_DICT` (check_fsdp_config's string form),
     `ShardingStrategy.HYBRID_SHARD` -> `HYBRID_SHARD`, a list (python-fire's `[a,b]`, a Python
-    literal or `a,b`) -> `a,b` for --lora_target_modules, `adamw` -> `AdamW` for --optimizer.
+    literal or `a,b`) -> `a,b` for --lora_target_modules, `adamw` -> `AdamW` for --optimizer,
+    `custom_dataset` -> `custom` for --dataset.
     """
     prefix = _ENUM_PREFIX.get(field)
     if prefix and raw.startswith(prefix):
         return raw[len(prefix) :]
     if field == "lora_target_modules":
         return _list_value(raw)
+    if field == "dataset" and raw.strip() == "custom_dataset":
+        return "custom"  # llama-cookbook's name; here a JSONL file (--data_path)
     if field == "optimizer":
         for known in OPTIMIZERS:
             if raw.strip().lower() == known.lower():
