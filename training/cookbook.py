@@ -345,13 +345,9 @@ def _list_value(raw: str) -> str:
 def check(cfg: Any) -> None:
     """The llama-cookbook fields' values and pairings; CookbookError "--flag: ..." on the first
     problem. `cfg` is a TrainConfig (not imported: training.config imports this module)."""
-    fields = cfg.__dataclass_fields__
 
     def fail(flag: str, msg: str) -> None:
         raise CookbookError(f"--{flag}: {msg}")
-
-    def changed(name: str) -> bool:
-        return bool(getattr(cfg, name) != fields[name].default)
 
     if cfg.tokenizer_name is not None and not cfg.tokenizer_name.strip():
         fail("tokenizer_name", "must not be empty (omit it to use --model_name's)")

@@ -48,7 +48,8 @@ COMPANIONS = {
     **{f"wandb_{n}": ["--use_wandb"] for n in ("group", "notes", "mode")},
     **{n: ["--use_peft"] for n in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")},
 }
-"""Flags that only mean something with another one (training.config refuses them alone)."""
+"""Flags that only mean something with another one (alone they are ignored with a line:
+training.cookbook.inert_notes); given with it, as a job command would."""
 
 
 def _wheel() -> Path:

@@ -233,7 +233,8 @@ def _cut_long_pairs(rows: Sequence[Row], examples: list[Example], cfg: TrainConf
     packing cut them to it (their tail, the end of the answer and its eos, is not learned),
     wrapped packing splits them across rows; None when there are none.
 
-    They stay, cut, as before: llama-cookbook 0.0.5.post1 reads context_length only to pack
+    They stay, cut (left out only when the cut leaves no label token: `_drop_label_less`):
+    llama-cookbook 0.0.5.post1 reads context_length only to pack
     (finetuning.py, ConcatDataset) and pads whole rows, which the model's positions may not
     cover; TRL's SFTTrainer cuts each row to `max_length` ("Sequences longer than `max_length`
     are truncated", its collator's doc in trl/trainer/sft_trainer.py at v1.16.0) and its bfd
