@@ -239,9 +239,10 @@ HF_DATASETS: dict[tuple[str, str], str] = {
 # 90% of rows, training.data.rows.VALIDATION_FRACTION) tokenized as the training package does it for a
 # tiny preset (training.data: the bundled byte-level BPE, bos + samsum prompt + summary + eos per
 # row). Wrapped packing (the default) concatenates those tokens and cuts whole context_length
-# chunks, so the packed sample count is this // context_length at any context length, which is
-# the planner's epoch rule. tests/planner/test_job_examples.py re-derives the figure from the
-# file with training.data.
+# chunks, so the packed sample count is this // context_length, which is the planner's epoch
+# rule, at 128 tokens and more (the demo's 256 included); below, chunks that hold only prompt
+# tokens are left out (training.data), so training has fewer samples. tests/planner/
+# test_job_examples.py re-derives the figure from the file with training.data.
 SAMSUM_SAMPLE_TRAIN_TOKENS = 167_644
 BUNDLED_DATASETS: dict[str, int] = {"samsum_sample": SAMSUM_SAMPLE_TRAIN_TOKENS}
 """Datasets bundled in training/assets -> training tokens per epoch with the tiny presets'

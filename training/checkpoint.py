@@ -79,7 +79,10 @@ class ModelOptimizerState(Stateful):
 
     `trainable_only` (LoRA): the frozen base is left out (`ignore_frozen_params`) and loaded
     again from the model's own weights at start; the checkpoint holds the adapters and their
-    optimizer state, a few MB instead of the whole model.
+    optimizer state, a few MB instead of the whole model. `ignore_frozen_params` drops the
+    names of `model.named_parameters()`, which lists a tied weight once: the alias (lm_head.weight
+    of a model with tie_word_embeddings) stayed, about 1 GB fp32 per checkpoint of
+    Llama-3.2-1B. Every frozen name, aliases included, is dropped here.
     """
 
     def __init__(
@@ -93,6 +96,10 @@ class ModelOptimizerState(Stateful):
 
     def state_dict(self) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.options)
+        if self.options.ignore_frozen_params:
+            for name, p in self.model.named_parameters(remove_duplicate=False):
+                if not p.requires_grad:
+                    model_sd.pop(name, None)
         return {"model": model_sd, "optimizer": optim_sd}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

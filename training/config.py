@@ -492,16 +492,13 @@ PROFILER_STEPS = 6
 
 def _validate_tracking(c: TrainConfig, fail: typing.Callable[[str, str], typing.NoReturn]) -> None:
     """--tracker / --use_wandb / --wandb_*, --use_profiler, --flop_counter: values and pairings."""
-    defaults = {f.name: f.default for f in dataclasses.fields(c)}
     if c.tracker not in TRACKERS:
         hint = _suggest(c.tracker, TRACKERS)
         fail("tracker", f"must be one of {', '.join(TRACKERS)}, got {c.tracker!r}{hint}")
     if c.use_wandb and c.tracker not in ("none", "wandb"):
         fail("use_wandb", f"logs to W&B; it cannot be combined with --tracker {c.tracker}")
-    if not (c.use_wandb or c.tracker == "wandb"):
-        for name in defaults:
-            if name.startswith("wandb_") and getattr(c, name) != defaults[name]:
-                fail(name, "only used with --use_wandb (or --tracker wandb)")
+    # wandb_* without --use_wandb, --profiler_dir without --use_profiler and
+    # --flop_counter_start without --flop_counter are ignored with a line (cookbook.notes)
     if not c.wandb_project.strip():
         fail("wandb_project", "must not be empty")
     if c.wandb_mode is not None and c.wandb_mode not in WANDB_MODES:
@@ -511,8 +508,6 @@ def _validate_tracking(c: TrainConfig, fail: typing.Callable[[str, str], typing.
         fail(
             "flop_counter", "cannot be combined with --use_profiler (the profiler counts FLOPs too)"
         )
-    if c.profiler_dir and not c.use_profiler:
-        fail("profiler_dir", "only used with --use_profiler")
     if c.use_profiler and 0 < c.max_train_step < PROFILER_STEPS:
         fail(
             "use_profiler",
@@ -520,8 +515,6 @@ def _validate_tracking(c: TrainConfig, fail: typing.Callable[[str, str], typing.
         )
     if c.flop_counter_start < 0:
         fail("flop_counter_start", f"must be >= 0, got {c.flop_counter_start}")
-    if c.flop_counter_start != defaults["flop_counter_start"] and not c.flop_counter:
-        fail("flop_counter_start", "only used with --flop_counter")
     if c.flop_counter and 0 < c.max_train_step <= c.flop_counter_start:
         fail(
             "flop_counter",
@@ -547,16 +540,12 @@ def _validate_preference(c: TrainConfig) -> None:
         raise ConfigError(str(e)) from None
 
 
-_PEFT_ONLY = ("peft_method", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
-
-
 def _validate_peft(c: TrainConfig, fail: typing.Callable[[str, str], typing.NoReturn]) -> None:
-    """The --use_peft flags: values in range, and none of them without --use_peft."""
+    """The --use_peft flags: values in range; without --use_peft the LoRA fields are ignored
+    with a line (cookbook.notes), and --merge_adapters, which asks for an export, is refused."""
     if not c.use_peft:
-        defaults = {f.name: f.default for f in dataclasses.fields(c)}
-        for flag in (*_PEFT_ONLY, "merge_adapters"):
-            if getattr(c, flag) != defaults[flag]:
-                fail(flag, "only used with --use_peft")
+        if c.merge_adapters:
+            fail("merge_adapters", "only used with --use_peft")
         return
     if c.peft_method not in PEFT_METHODS:
         hint = _suggest(c.peft_method, PEFT_METHODS)

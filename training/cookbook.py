@@ -55,6 +55,7 @@ CONFIGS = (
     "llama_adapter_config",
     "prefix_config",
     "wandb_config",
+    "quantization_config",
 )
 """llama-cookbook's config classes whose fields are flags (llama_cookbook/configs/)."""
 CHECKPOINT_TYPES = ("SHARDED_STATE_DICT", "FULL_STATE_DICT")
@@ -95,6 +96,11 @@ _PREFIX_REFUSED = (
     "utils/config_utils.py generate_peft_config); use --peft_method lora"
 )
 _FALSY = ("", "none", "false", "0", "no", "off")
+_QLORA = (
+    "4-bit/8-bit quantized base weights (bitsandbytes, QLoRA) are not supported yet; "
+    "use --use_peft (LoRA on a bf16 base)"
+)
+_BF16 = ("torch.bfloat16", "bfloat16")
 
 TABLE: dict[str, dict[str, Flag]] = {
     # llama_cookbook/configs/training.py at 0.0.5.post1 (`dataset` is a class attribute, not a
@@ -146,13 +152,7 @@ TABLE: dict[str, dict[str, Flag]] = {
             "profiler_dir",
         )
     }
-    | {
-        "quantization": Flag(
-            fixed=_FALSY,
-            refused="4-bit/8-bit quantized base weights (bitsandbytes, QLoRA) are not supported "
-            "yet; use --use_peft (LoRA on a bf16 base)",
-        )
-    },
+    | {"quantization": Flag(fixed=_FALSY, refused=_QLORA)},
     # llama_cookbook/configs/fsdp.py
     "fsdp_config": {
         name: Flag(ours=name)
@@ -200,6 +200,15 @@ TABLE: dict[str, dict[str, Flag]] = {
         name: Flag(ours=f"wandb_{name}")
         for name in ("project", "entity", "job_type", "tags", "group", "notes", "mode")
     },
+    # llama_cookbook/configs/quantization.py: the bitsandbytes settings of --quantization 4bit
+    # (finetuning.py reads them only with quantization on); their defaults pass, as
+    # --quantization False does, any other value gets the QLoRA reason
+    "quantization_config": {
+        "quant_type": Flag(fixed=("fp4",), refused=_QLORA),
+        "compute_dtype": Flag(fixed=_BF16, refused=_QLORA),
+        "use_double_quant": Flag(fixed=("false",), kind=bool, refused=_QLORA),
+        "quant_storage": Flag(fixed=_BF16, refused=_QLORA),
+    },
 }
 """{config class: {field: Flag}} for every field of the pinned llama-cookbook configs."""
 
@@ -218,7 +227,14 @@ _DATASET_REFUSED = (
     "--hf_split --hf_eval_split)"
 )
 
-_BARE_ORDER = ("train_config", "fsdp_config", "lora_config", "wandb_config", "llama_adapter_config")
+_BARE_ORDER = (
+    "train_config",
+    "fsdp_config",
+    "lora_config",
+    "wandb_config",
+    "quantization_config",
+    "llama_adapter_config",
+)
 """Which config a bare name resolves to when several have it (`task_type`): lora_config, the
 peft config of the one --peft_method this trainer runs, before the refused ones."""
 
@@ -301,13 +317,16 @@ def value_form(field: str, raw: str) -> str:
 
     `StateDictType.FULL_STATE_DICT` -> `FULL_STATE_DICT` (check_fsdp_config's string form),
     `ShardingStrategy.HYBRID_SHARD` -> `HYBRID_SHARD`, a list (python-fire's `[a,b]`, a Python
-    literal or `a,b`) -> `a,b` for --lora_target_modules, `adamw` -> `AdamW` for --optimizer.
+    literal or `a,b`) -> `a,b` for --lora_target_modules, `adamw` -> `AdamW` for --optimizer,
+    `custom_dataset` -> `custom` for --dataset.
     """
     prefix = _ENUM_PREFIX.get(field)
     if prefix and raw.startswith(prefix):
         return raw[len(prefix) :]
     if field == "lora_target_modules":
         return _list_value(raw)
+    if field == "dataset" and raw.strip() == "custom_dataset":
+        return "custom"  # llama-cookbook's name; here a JSONL file (--data_path)
     if field == "optimizer":
         for known in OPTIMIZERS:
             if raw.strip().lower() == known.lower():
@@ -330,13 +349,9 @@ def _list_value(raw: str) -> str:
 def check(cfg: Any) -> None:
     """The llama-cookbook fields' values and pairings; CookbookError "--flag: ..." on the first
     problem. `cfg` is a TrainConfig (not imported: training.config imports this module)."""
-    fields = cfg.__dataclass_fields__
 
     def fail(flag: str, msg: str) -> None:
         raise CookbookError(f"--{flag}: {msg}", flag=flag)
-
-    def changed(name: str) -> bool:
-        return bool(getattr(cfg, name) != fields[name].default)
 
     if cfg.tokenizer_name is not None and not cfg.tokenizer_name.strip():
         fail("tokenizer_name", "must not be empty (omit it to use --model_name's)")
@@ -347,8 +362,6 @@ def check(cfg: Any) -> None:
             fail("freeze_layers", "not used with --use_peft (the base model is frozen already)")
         if cfg.num_freeze_layers < 1:
             fail("num_freeze_layers", f"must be >= 1, got {cfg.num_freeze_layers}")
-    elif changed("num_freeze_layers"):
-        fail("num_freeze_layers", "only used with --freeze_layers")
     if cfg.freeze_LLM_only:
         fail(
             "freeze_LLM_only",
@@ -369,7 +382,7 @@ def check(cfg: Any) -> None:
             "anyprecision keeps bf16 optimizer state for --pure_bf16 (llama-cookbook silently "
             "uses AdamW without it); add --pure_bf16 or use --optimizer AdamW",
         )
-    if cfg.from_peft_checkpoint:
+    if cfg.from_peft_checkpoint and cfg.use_peft:  # without --use_peft: ignored (notes)
         _check_adapter_folder(cfg, fail)
 
 
@@ -378,8 +391,6 @@ def _check_adapter_folder(cfg: Any, fail: Callable[[str, str], None]) -> None:
     from pathlib import Path
 
     flag = "from_peft_checkpoint"
-    if not cfg.use_peft:
-        fail(flag, "only used with --use_peft")
     folder = Path(cfg.from_peft_checkpoint)
     config_file = folder / "adapter_config.json"
     if not config_file.is_file():
@@ -475,7 +486,7 @@ def notes(cfg: Any) -> list[str]:
             "--checkpoint_type FULL_STATE_DICT with --use_peft: the adapters are what is saved "
             "(<output_dir>/adapter with --save_model), as llama-cookbook saves the PEFT modules"
         )
-    out += step_unit_notes(cfg)
+    out += step_unit_notes(cfg) + inert_notes(cfg)
     # --num_workers_dataloader carries its meaning (DataLoader workers: training.data.batches), so it
     # needs no line here.
     return out
@@ -501,5 +512,46 @@ def step_unit_notes(cfg: Any) -> list[str]:
         out.append(
             f"--flop_counter_start {cfg.flop_counter_start}: counts optimizer steps here "
             f"({accum} micro-batches each); llama-cookbook counts micro-batches"
+        )
+    return out
+
+
+INERT: dict[str, tuple[str, ...]] = {
+    "use_peft": (
+        "peft_method",
+        "lora_r",
+        "lora_alpha",
+        "lora_dropout",
+        "lora_target_modules",
+        "from_peft_checkpoint",
+    ),
+    "use_wandb": tuple(f"wandb_{name}" for name in TABLE["wandb_config"]),
+    "use_profiler": ("profiler_dir",),
+    "flop_counter": ("flop_counter_start",),
+    "freeze_layers": ("num_freeze_layers",),
+}
+"""{switch: the fields read only when it is on}, as llama-cookbook 0.0.5.post1 reads them:
+finetuning.py builds the wandb_config in `setup_wandb`, called only `if train_config.use_wandb`;
+the lora_config (`generate_peft_config`) and from_peft_checkpoint only `if
+train_config.use_peft`; the layer count only `if not train_config.use_peft and
+train_config.freeze_layers`; utils/train_utils.py `profile` reads profiler_dir only `if
+use_profiler` and flop_counter_start only `elif use_flop_counter`. Given with the switch off,
+they are ignored there, so here too (`inert_notes`), not refused: a script that always passes
+them and turns the switch on or off runs on both."""
+
+
+def inert_notes(cfg: Any) -> list[str]:
+    """One line per switch that is off while fields only it reads were given."""
+    fields = cfg.__dataclass_fields__
+    out = []
+    for switch, names in INERT.items():
+        on = getattr(cfg, switch) or (switch == "use_wandb" and cfg.tracker == "wandb")
+        given = [n for n in names if getattr(cfg, n) != fields[n].default]
+        if on or not given:
+            continue
+        named = "--use_wandb (or --tracker wandb)" if switch == "use_wandb" else f"--{switch}"
+        out.append(
+            f"{', '.join('--' + n for n in given)}: only read with {named}, which is off: "
+            "ignored, as llama-cookbook ignores it"
         )
     return out

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -204,6 +205,7 @@ def export_model(
         if name == shards[i][-1]:  # the shard is complete: write it, let its tensors go
             path = out_dir / shard_name(i, len(shards))
             save_file(held, str(path), metadata={"format": "pt"})
+            readable_like_the_rest(path)
             held, held_bytes = {}, 0
             if sink is not None:
                 sink(path)
@@ -227,6 +229,23 @@ def export_model(
         report = ExportReport(out_dir, files, total, max_held)
     barrier()
     return report
+
+
+def readable_like_the_rest(path: Path) -> None:
+    """Give `path` the mode a file created with open() gets in its folder: 0666 less the umask
+    (and whatever the folder's default ACL takes away), as config.json and the tokenizer files
+    get. safetensors' save_file creates its file 0600, owner only, so a server under another
+    uid on shared storage read the config and failed on the weights. The mode is probed with
+    a file of our own, not read with os.umask, which sets the process-wide umask for a moment
+    (a race with any thread creating files, the background checkpoint writer's included)."""
+    probe = path.with_name(f".{path.name}.mode")
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        mode = os.fstat(fd).st_mode & 0o777
+    finally:
+        os.close(fd)
+        probe.unlink()
+    os.chmod(path, mode)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -280,13 +299,14 @@ def _write_configs(
 def export_adapter(model: nn.Module, peft_model: Any, tokenizer: Any, out_dir: Path) -> Path | None:
     """Write the adapter folder `out_dir` (collective): only the trainable parameters are
     gathered. Returns the folder on rank 0, None elsewhere."""
-    from training.lora import write_adapter_folder
+    from training.lora import ADAPTER_WEIGHTS, write_adapter_folder
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
     trainable = get_model_state_dict(model, options=options)
     path = None
     if not dist.is_initialized() or dist.get_rank() == 0:
         path = write_adapter_folder(peft_model, trainable, tokenizer, out_dir)
+        readable_like_the_rest(path / ADAPTER_WEIGHTS)
     barrier()
     return path
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # ~4.6 M parameters with the bundled 3072-token tokenizer: the demo's model.
+    # 3.8 M parameters (3,804,928) with the bundled 1,763-token tokenizer: the demo's model.
     "tiny-llama": {
         "hidden_size": 256,
         "intermediate_size": 688,
@@ -34,7 +34,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_key_value_heads": 4,
         "max_position_embeddings": 4096,
     },
-    # ~0.5 M parameters: fast multi-process tests.
+    # 0.32 M parameters (318,144) with the same 1,763-token tokenizer: fast multi-process tests.
     "tiny-llama-2l": {
         "hidden_size": 64,
         "intermediate_size": 176,

@@ -394,5 +394,6 @@ def test_stack_lora_reads_the_jobs_peft_flags() -> None:
         "targets": "all-linear",
         "dropout": 0.05,
     }
+    assert _stack_lora("s", ("--lora_r=4",)) == {}  # without --use_peft: ignored, as training does
     with pytest.raises(UsageError, match=r"^--stack s: the job's args: --lora_r"):
-        _stack_lora("s", ("--lora_r=4",))  # without --use_peft
+        _stack_lora("s", ("--use_peft", "--lora_r=0"))

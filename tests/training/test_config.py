@@ -268,7 +268,6 @@ BAD = [
         "--peft_method: must be one of lora (llama-recipes' llama_adapter and prefix are not "
         "supported), got 'LoRA' (did you mean lora?)",
     ),
-    (["--lora_r", "16"], "--lora_r: only used with --use_peft"),
     (["--merge_adapters"], "--merge_adapters: only used with --use_peft"),
     (["--use_peft", "--lora_r", "0"], "--lora_r: must be >= 1, got 0"),
     (["--use_peft", "--lora_alpha", "0"], "--lora_alpha: must be >= 1, got 0"),

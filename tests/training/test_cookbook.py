@@ -5,6 +5,9 @@ If these fail, a llama-cookbook job command (`--fsdp_config.pure_bf16`, `--lora_
 parsing or means something else than with our own names, a refused flag stops without saying
 why and what to use, or a bad value reaches the training loop. The flags' effect on a run is
 tested in test_cookbook_runs.py; the table against the pinned wheel in test_cookbook_wheel.py.
+Also: llama-cookbook's quantization_config fields (`--quant_type nf4`) must get the QLoRA reason
+`--quantization` gets, not a "did you mean" of another flag, and `--dataset custom_dataset`
+(llama-cookbook's name) must be taken as `custom`, not corrected to `samsum_dataset`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pytest
 
 from training import cookbook
 from training.config import ConfigError, TrainConfig, parse_args, to_argv
+from training.data import SAMSUM_SAMPLE as SAMPLE
 from training.finetune import main
 
 
@@ -57,6 +61,14 @@ from training.finetune import main
         (["--quantization", "False", "--lora_config.bias=none", "--inference_mode", "false"], []),
         (["--task_type=CAUSAL_LM", "--lora_config.task_type", "CAUSAL_LM"], []),
         (["--low_cpu_fsdp", "--use_fast_kernels"], ["--low_cpu_fsdp", "--use_fast_kernels"]),
+        # llama-cookbook's name of the JSONL-or-script dataset is ours for a JSONL file
+        (
+            ["--dataset", "custom_dataset", f"--data_path={SAMPLE}"],
+            ["--dataset=custom", f"--data_path={SAMPLE}"],
+        ),
+        # quantization_config at its defaults (what finetuning.py reads only with quantization)
+        (["--quant_type=fp4", "--quantization_config.use_double_quant=False"], []),
+        (["--compute_dtype", "torch.bfloat16", "--quant_storage=bfloat16"], []),
     ],
 )
 def test_cookbook_spelling_means_ours(cookbook_argv: list[str], our_argv: list[str]) -> None:
@@ -70,6 +82,14 @@ def test_cookbook_spelling_means_ours(cookbook_argv: list[str], our_argv: list[s
     [
         (["--quantization"], "--quantization true: ", "use --use_peft"),
         (["--quantization=4bit"], "--quantization 4bit: ", "QLoRA"),
+        (["--quant_type", "nf4"], "--quant_type nf4: ", "QLoRA"),
+        (["--use_double_quant"], "--use_double_quant true: ", "QLoRA"),
+        (
+            ["--quantization_config.quant_type=nf4"],
+            "--quantization_config.quant_type nf4: ",
+            "QLoRA",
+        ),
+        (["--compute_dtype=torch.float16"], "--compute_dtype torch.float16: ", "QLoRA"),
         (["--lora_config.bias", "all"], "--lora_config.bias all: ", "bias='none'"),
         (["--inference_mode"], "--inference_mode true: ", "nothing would train"),
         (
@@ -84,10 +104,8 @@ def test_cookbook_spelling_means_ours(cookbook_argv: list[str], our_argv: list[s
         (["--optimizer", "sgd"], "--optimizer: ", "AdamW, anyprecision"),
         (["--checkpoint_type", "LOCAL_STATE_DICT"], "--checkpoint_type: ", "FULL_STATE_DICT"),
         (["--use_peft", "--freeze_layers"], "--freeze_layers: ", "frozen already"),
-        (["--num_freeze_layers", "2"], "--num_freeze_layers: ", "only used with --freeze_layers"),
         (["--freeze_layers", "--num_freeze_layers=0"], "--num_freeze_layers: ", ">= 1"),
         (["--num_workers_dataloader=-1"], "--num_workers_dataloader: ", ">= 0"),
-        (["--from_peft_checkpoint", "x"], "--from_peft_checkpoint: ", "only used with --use_peft"),
         (["--fsdp_config.pure_bf1"], "--fsdp_config.pure_bf1: ", "did you mean pure_bf16?"),
         (
             ["--samsum_dataset.trust_remote_code=True"],

@@ -131,7 +131,6 @@ def test_flop_counter_flags_are_checked_before_any_work() -> None:
     cases = {
         ("--flop_counter", "--use_profiler"): "--flop_counter: cannot be combined",
         ("--flop_counter", "--max_train_step=3"): "--flop_counter: counts step 4",
-        ("--flop_counter_start=2",): "--flop_counter_start: only used with --flop_counter",
         ("--flop_counter", "--flop_counter_start=-1"): "--flop_counter_start: must be >= 0",
     }
     for argv, message in cases.items():

@@ -74,7 +74,6 @@ def test_profiler_dir_defaults_to_the_output_folder() -> None:
     ("argv", "message"),
     [
         (["--use_profiler", "--max_train_step=5"], "--use_profiler: needs at least 6 steps"),
-        (["--profiler_dir=/tmp/p"], "--profiler_dir: only used with --use_profiler"),
         (["--use_profiler", "--flop_counter"], "--flop_counter: cannot be combined"),
     ],
 )

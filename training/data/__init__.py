@@ -26,8 +26,11 @@ prompt tokens get label IGNORE_INDEX so only the answer is learned):
 Malformed rows raise DataError "FILE:LINE: what is wrong", a single line. A chat longer than
 --context_length is left out, never cut, and counted in a line the trainer prints and writes to
 summary.json (`notes`); packing chats, that line also counts the tail tokens dropped. A
-prompt/answer row longer than --context_length is cut to it (padding, bfd packing) and counted
-in that line too, with the longest row's length.
+prompt/answer row longer than --context_length is cut to it (padding, bfd packing) or split
+across packed rows (wrapped packing), and counted in that line too, with the longest row's
+length and which of the two. A row, packed or cut, left without a label token (a prompt longer
+than the context) is left out and counted there: it would make steps of loss 0 that still move
+the weights; a split with no label token left is a DataError naming --context_length.
 
 Batching (`--batching_strategy`): `packing` concatenates all examples of a split and cuts them into
 chunks of exactly context_length tokens, dropping the incomplete tail (llama-recipes'
@@ -226,27 +229,54 @@ def _drop_long_chats(
 
 
 def _cut_long_pairs(rows: Sequence[Row], examples: list[Example], cfg: TrainConfig) -> str | None:
-    """What to say about the prompt/answer rows longer than --context_length that padding and
-    bfd packing cut to it (their tail, the end of the answer and its eos, is not learned); None
-    when there are none or when wrapped packing splits them across rows instead.
+    """What to say about the prompt/answer rows longer than --context_length: padding and bfd
+    packing cut them to it (their tail, the end of the answer and its eos, is not learned),
+    wrapped packing splits them across rows; None when there are none.
 
-    They stay, cut, as before: llama-cookbook 0.0.5.post1 reads context_length only to pack
+    They stay, cut (left out only when the cut leaves no label token: `_drop_label_less`):
+    llama-cookbook 0.0.5.post1 reads context_length only to pack
     (finetuning.py, ConcatDataset) and pads whole rows, which the model's positions may not
     cover; TRL's SFTTrainer cuts each row to `max_length` ("Sequences longer than `max_length`
     are truncated", its collator's doc in trl/trainer/sft_trainer.py at v1.16.0) and its bfd
     packing too (`pack_dataset`, trl/data_utils.py). Chats are left out instead
     (`_drop_long_chats`).
     """
-    if cfg.batching_strategy == "packing" and cfg.packing_strategy != "bfd":
-        return None
     limit = cfg.context_length
     pairs = [i for i, r in enumerate(rows) if isinstance(r, Pair)]
     long = [len(examples[i]["input_ids"]) for i in pairs if len(examples[i]["input_ids"]) > limit]
     if not long:
         return None
+    wrapped = cfg.batching_strategy == "packing" and cfg.packing_strategy != "bfd"
     return (
         f"{len(long)} of {len(pairs)} prompt/answer rows are longer than --context_length "
-        f"{limit} tokens (up to {max(long)}) and are cut to it"
+        f"{limit} tokens (up to {max(long)}) and are "
+        + ("split across packed rows" if wrapped else "cut to it")
+    )
+
+
+def _scored(ex: Example) -> bool:
+    """Whether the loss scores a label token of `ex` (labels[1:]: the loss shifts them)."""
+    return any(x != IGNORE_INDEX for x in ex["labels"][1:])
+
+
+def _drop_label_less(
+    rows: list[Example], what: str, cfg: TrainConfig, split: str
+) -> tuple[list[Example], str | None]:
+    """Leave out the `rows` without a label token the loss scores: a prompt longer than the
+    context fills whole packed rows, or all of a cut row, with masked labels. As steps they
+    would log loss 0 (while AdamW's momentum still moved the weights) and pull the averaged
+    train loss down. The kept rows and what to say (None when none is left out); a split left
+    with none is an error."""
+    kept = [ex for ex in rows if _scored(ex)]
+    if len(kept) == len(rows):
+        return rows, None
+    if not kept:
+        raise DataError(
+            f"--context_length {cfg.context_length}: no row of the {split} split holds a label "
+            "token within it (every answer starts past it); raise --context_length"
+        )
+    return kept, (
+        f"{len(rows) - len(kept)} of {len(rows)} {what} hold no label token and are left out"
     )
 
 
@@ -293,6 +323,10 @@ def build_dataset(
     cut = _cut_long_pairs(split_rows, examples, cfg)
     examples, said = _drop_long_chats(split_rows, examples, cfg, split)
     n = cfg.context_length
+    empty = None
+    if cfg.batching_strategy == "padding" or cfg.packing_strategy == "bfd":  # each cut to n
+        examples = [{k: v[:n] for k, v in ex.items()} for ex in examples]
+        examples, empty = _drop_label_less(examples, "rows", cfg, split)
     if cfg.batching_strategy == "packing" and cfg.packing_strategy == "bfd":
         out = pack_bfd(examples, n)
         if said is not None:
@@ -308,9 +342,10 @@ def build_dataset(
                 f"packing splits conversations across rows of {n} tokens and drops the last "
                 f"{tail} (--batching_strategy padding keeps each whole)"
             )
+        out, empty = _drop_label_less(out, "packed rows", cfg, split)
     else:
-        out = [{k: v[:n] for k, v in ex.items()} for ex in examples]
-    said = [*(said or []), *([cut] if cut else [])]
+        out = examples
+    said = [*(said or []), *(x for x in (cut, empty) if x)]
     if said and notes is not None:
         notes.append(f"data {cfg.dataset} ({split}): " + "; ".join(said))
     if (
