@@ -105,8 +105,8 @@ def test_demo_install_covers_what_the_demo_imports() -> None:
         "import eks_fsdp_cli.main, jobs.cli, jobs.local.backend, jobs.local.worker, localrun.runner\n"
         "import localrun.etcd_server\n"
         "from jobs.schema import load\n"
-        "from workloads.specs.stack import job_workloads\n"
-        "job_workloads(load('jobs/examples/dev.yaml'))\n"
+        "from jobs.build import build\n"
+        "build(load('jobs/examples/dev.yaml'))\n"
         "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - before})))\n"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

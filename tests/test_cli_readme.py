@@ -39,6 +39,7 @@ ELSEWHERE = {
     "torchrun ": "eight GPU processes (training itself: tests/training)",
     "python -m doctor ": "the AWS account: the deploy guide's same line runs against moto",
     "eks-fsdp doctor ": "the AWS account: the deploy guide's same line runs against moto",
+    "eks-fsdp jobs submit --local ": "the demo: test_the_local_demo_line_runs (slow)",
     "eks-fsdp jobs ": "a cluster (tests/controlplane runs submit, list, logs, resume)",
     "python -m jobs submit --local ": "the demo: test_the_local_demo_line_runs (slow)",
     "python -m jobs ": "a cluster (tests/controlplane runs submit, list, logs, resume)",
@@ -92,7 +93,9 @@ def test_the_readme_commands_are_all_classified() -> None:
     the ones the issue names (new-stack, doctor, submit)."""
     found = commands(README)
     ours = [c for c in found if not _elsewhere(c)]
-    assert ours and all(c.startswith(("python -m planner", "eks-fsdp new-stack")) for c in ours)
+    assert ours and all(
+        c.startswith(("python -m planner", "eks-fsdp plan ", "eks-fsdp new-stack")) for c in ours
+    )
     assert any(c.startswith("eks-fsdp new-stack ") for c in found)
     assert any(c.startswith("eks-fsdp jobs submit ") for c in found)
     # the console script is on PATH only once the virtualenv is active: that line comes first
@@ -126,9 +129,10 @@ def test_every_readme_command_that_needs_no_aws_runs(checkout: Path) -> None:
 
 @pytest.mark.slow
 def test_the_local_demo_line_runs(tmp_path: Path) -> None:
-    """``python -m jobs submit --local jobs/examples/dev.yaml --follow``, as spelt, in a jobs
+    """``eks-fsdp jobs submit --local jobs/examples/dev.yaml --follow``, as spelt, in a jobs
     folder of its own (``EKS_FSDP_JOBS_DIR``): the demo trains to the end and exits 0."""
-    (line,) = [c for c in commands(README) if c.startswith("python -m jobs submit --local ")]
+    local = ("eks-fsdp jobs submit --local ", "python -m jobs submit --local ")
+    (line,) = [c for c in commands(README) if c.startswith(local)]
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -136,7 +140,7 @@ def test_the_local_demo_line_runs(tmp_path: Path) -> None:
         "HF_HUB_OFFLINE": "1",
     }
     done = subprocess.run(
-        [sys.executable, *shlex.split(line)[1:]],
+        _argv(line),
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from jobs.build import load_example
 from workloads.render import main
 from workloads.specs.pytorchjob import model_name, needs_token
-from workloads.specs.stack import load
 
 IMAGE = "123456789012.dkr.ecr.us-east-2.amazonaws.com/eks-fsdp-training:v1"
 
@@ -25,13 +25,13 @@ def _render(capsys: pytest.CaptureFixture[str], stack: str, out: Path) -> list[s
 
 
 def test_dev_asks_for_no_token(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert not needs_token(model_name(load("dev").job))  # a preset: nothing gated
+    assert not needs_token(model_name(load_example("dev")[1].job))  # a preset: nothing gated
     lines = _render(capsys, "dev", tmp_path)
     assert lines and not [ln for ln in lines if ln.startswith("secret:") or "<job." in ln]
 
 
 def test_a_hub_model_names_its_secret(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    job = load("p5-16", image=IMAGE).job
+    job = load_example("p5-16", image=IMAGE)[1].job
     assert needs_token(model_name(job)) and job.hf_token_secret
     lines = _render(capsys, "p5-16", tmp_path)
     assert [ln for ln in lines if ln.startswith("secret:")] == [

@@ -97,7 +97,7 @@ def test_a_second_job_waits_in_the_teams_queue_with_kueues_reason(
     # a worker's exporter through the API server's pod proxy, which dials the pod's IP; kwok's
     # pods have fake IPs that nothing serves (and dialling them leaves loopback), so progress
     # is left out here (jobs.cluster.metrics has its own tests against the fake API).
-    from jobs import cluster_metrics
+    from jobs.cluster import metrics as cluster_metrics
 
     monkeypatch.setattr(cluster_metrics, "prometheus_values", lambda *a, **kw: None)
     monkeypatch.setattr(cluster_metrics, "pod_values", lambda *a, **kw: {})

@@ -154,7 +154,7 @@ def test_a_members_job_runs_in_the_team_namespace_and_nowhere_else(
     # ``status`` would read progress from the cluster's Prometheus (none here), then from a
     # worker's exporter through the pod proxy, which dials kwok's fake pod IPs: left out, as
     # in test_jobs_queue (jobs.cluster.metrics has its own tests)
-    from jobs import cluster_metrics
+    from jobs.cluster import metrics as cluster_metrics
 
     monkeypatch.setattr(cluster_metrics, "prometheus_values", lambda *a, **kw: None)
     monkeypatch.setattr(cluster_metrics, "pod_values", lambda *a, **kw: {})

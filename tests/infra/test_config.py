@@ -10,6 +10,8 @@ declared in ``Pulumi.yaml`` are the parser's own.
 from __future__ import annotations
 
 import copy
+import shutil
+from pathlib import Path
 from typing import Any, Self
 
 import pytest
@@ -17,7 +19,8 @@ import yaml
 
 from infra import config, versions
 from infra.config import ConfigError, load_stack_file, parse, project_defaults
-from infra.config.job import parse_job
+from jobs import schema
+from jobs.build import build
 
 GROUP: dict[str, Any] = {
     "name": "gpu",
@@ -292,56 +295,70 @@ JOB_BAD: list[tuple[str, dict[str, Any], str]] = [
     (
         "job-unknown-nodegroup",
         dict(nodeGroup="nope"),
-        "eks-fsdp:job.nodeGroup: 'nope' is not a GPU nodegroup (gpu)",
+        "job.yaml: nodeGroup: 'nope' is not a GPU nodegroup (gpu)",
     ),
     (
         "job-workers-above-max-size",
         dict(workers=3),
-        "eks-fsdp:job.workers: 3 is greater than maxSize 2 of nodegroup gpu",
+        "job.yaml: workers: 3 is greater than maxSize 2 of nodegroup gpu",
     ),
     (
         "job-min-workers-above-workers",
         dict(workers=2, minWorkers=3),
-        "eks-fsdp:job.minWorkers: 3 is greater than workers 2",
+        "job.yaml: minWorkers: 3 is greater than workers 2",
     ),
     (
         "job-bad-rdzv-backend",
         dict(rdzvBackend="zookeeper"),
-        "eks-fsdp:job.rdzvBackend: 'zookeeper' is not one of etcd, c10d",
+        "job.yaml: rdzvBackend: 'zookeeper' is not one of etcd, c10d",
     ),
     (
         "job-bad-sharding",
         dict(shardingStrategy="ZERO3"),
-        "eks-fsdp:job.shardingStrategy: 'ZERO3' is not one of FULL_SHARD",
+        "job.yaml: shardingStrategy: 'ZERO3' is not one of FULL_SHARD",
     ),
     (
-        "job-extra-arg-not-a-flag",
-        dict(extraArgs=["lr=1e-4"]),
-        "eks-fsdp:job.extraArgs[0]: 'lr=1e-4' is not a --flag or --flag=value",
+        "job-args-not-a-mapping",
+        dict(args=["lr=1e-4"]),
+        "job.yaml: args: expected a mapping flag: value, got ['lr=1e-4']",
     ),
     (
         "job-without-gpu-nodegroup",
-        {"workers": 1},
-        "eks-fsdp:job.nodeGroup: there is no GPU nodegroup to run the job on",
-    ),
-    (
-        "job-generation-zero",
-        dict(generation=0),
-        "eks-fsdp:job.generation: 0 is below the minimum 1",
+        {"workers": 1, "stack": "no-gpu"},
+        "job.yaml: nodeGroup: there is no GPU nodegroup to run the job on",
     ),
     (
         "job-claim-not-dns-1123",
         dict(checkpointClaim="FSx_Checkpoints"),
-        "eks-fsdp:job.checkpointClaim: 'FSx_Checkpoints' is not a DNS-1123 name",
+        "job.yaml: checkpointClaim: 'FSx_Checkpoints' is not a DNS-1123 name",
     ),
     (
         "job-bad-namespace",
         dict(namespace="Training.NS"),
-        "eks-fsdp:job.namespace: 'Training.NS' is not a DNS label",
+        "job.yaml: namespace: 'Training.NS' is not a DNS label",
     ),
 ]
-"""A job's keys (``infra.config.job.parse_job``, the schema job files share; the file's own
-checks, unknown keys and lines, are ``tests/jobs/test_file.py``'s)."""
+"""A job's keys (``jobs.schema.parse``, the schema job files share; the file's own checks,
+unknown keys and lines, are ``tests/jobs``'s) on a stack of ``BASE``'s nodegroup (``no-gpu``:
+one without GPU nodegroups). A job's generation is no key of the file: ``build`` takes it
+(``test_a_generation_below_one_is_refused``)."""
+
+
+@pytest.fixture(scope="module")
+def job_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of stack files: ``Pulumi.yaml`` (this project's), ``Pulumi.base.yaml``
+    (``BASE``) and ``Pulumi.no-gpu.yaml`` (``BASE`` without GPU nodegroups)."""
+    root = tmp_path_factory.mktemp("stacks")
+    shutil.copy(config.REPO_ROOT / "Pulumi.yaml", root / "Pulumi.yaml")
+    for stack, raw in (("base", BASE), ("no-gpu", with_top(gpuNodeGroups=[]))):
+        (root / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": raw}))
+    return root
+
+
+def job_of(root: Path, **keys: Any) -> schema.JobSpec:
+    """A job file's keys (``job.yaml``) on the ``base`` stack of ``root``, parsed."""
+    values = {"name": "llama", "stack": "base", "model": "tiny-llama", **keys}
+    return schema.parse(values, source="job.yaml", root=root)
 
 
 @pytest.mark.parametrize(("raw", "expected"), [(r, e) for _, r, e in BAD], ids=[i for i, *_ in BAD])
@@ -357,16 +374,25 @@ def test_bad_config_stops_with_one_line_naming_the_key(raw: dict[str, Any], expe
 @pytest.mark.parametrize(
     ("job", "expected"), [(r, e) for _, r, e in JOB_BAD], ids=[i for i, *_ in JOB_BAD]
 )
-def test_bad_job_keys_stop_with_one_line_naming_the_key(job: dict[str, Any], expected: str) -> None:
-    groups = (
-        ()
-        if expected.endswith("no GPU nodegroup to run the job on")
-        else parse(BASE).gpu_node_groups
-    )
-    with pytest.raises(ConfigError) as err:
-        parse_job(job, groups)
+def test_bad_job_keys_stop_with_one_line_naming_the_key(
+    job: dict[str, Any], expected: str, job_root: Path
+) -> None:
+    with pytest.raises(schema.JobFileError) as err:
+        job_of(job_root, **job)
     message = str(err.value)
     assert message.startswith(expected), message
+    assert "\n" not in message
+    assert isinstance(err.value, ValueError)
+
+
+def test_a_generation_below_one_is_refused(job_root: Path) -> None:
+    """A job's generation (its n-th submission) is ``build``'s argument, not a key of the
+    file; 0 stops with one line naming it."""
+    assert "generation" not in schema.KEYS
+    with pytest.raises(schema.JobFileError) as err:
+        build(job_of(job_root), image="registry/train:1", generation=0)
+    message = str(err.value)
+    assert message.startswith("job.yaml: job.generation: 0"), message
     assert "\n" not in message
 
 
@@ -378,12 +404,12 @@ def test_a_job_block_in_a_stack_is_refused_with_the_way_out(stack: str) -> None:
         parse(with_top(job={"name": "x", "workers": 1}), stack=stack)
     message = str(err.value)
     assert message.startswith("eks-fsdp:job: jobs are not part of the cluster stack any more")
-    assert f"python -m jobs submit FILE --stack {stack}" in message and "\n" not in message
-    # Pulumi.yaml still declares the key with an empty default: that one passes
-    assert parse(with_top(job={})).job is None
+    assert f"eks-fsdp jobs submit FILE --stack {stack}" in message and "\n" not in message
+    # Pulumi.yaml still declares the key with an empty default: that one passes, binding none
+    assert not hasattr(parse(with_top(job={})), "job")
 
 
-def test_defaults_derive_from_the_catalog_and_the_nodegroup() -> None:
+def test_defaults_derive_from_the_catalog_and_the_nodegroup(job_root: Path) -> None:
     cfg = parse(BASE)
     group = cfg.gpu_node_groups[0]
     assert group.efa is True  # p4de has 4 EFA interfaces
@@ -391,11 +417,12 @@ def test_defaults_derive_from_the_catalog_and_the_nodegroup() -> None:
     assert group.root_volume_gib == 500
     assert str(group.taint) == "nvidia.com/gpu=true:NoSchedule"
     assert group.usd_per_hour == pytest.approx(27.45)
-    job = parse_job({}, cfg.gpu_node_groups)
+    job = job_of(job_root)
+    assert job.platform.gpu_node_groups == cfg.gpu_node_groups
     assert (job.node_group, job.workers, job.min_workers) == ("gpu", 2, 2)
     assert (job.rdzv_backend, job.max_restarts, job.device) == ("etcd", 3, "cuda")
     assert cfg.kubernetes_version == versions.KUBERNETES_VERSION
-    assert cfg.job is None and cfg.job_node_group is None
+    assert not hasattr(cfg, "job") and not hasattr(cfg, "job_node_group")
 
 
 def test_reservation_turns_the_default_placement_group_off() -> None:
@@ -414,8 +441,8 @@ def test_engine_shaped_values_are_accepted() -> None:
 
 
 def test_a_stack_file_binds_no_job() -> None:
-    assert parse(with_top(gpuNodeGroups=[])).job is None
-    assert parse(BASE).job is None
+    assert not hasattr(parse(with_top(gpuNodeGroups=[])), "job")
+    assert not hasattr(parse(BASE), "job")
 
 
 def test_shipped_stack_files_parse() -> None:
@@ -426,7 +453,7 @@ def test_shipped_stack_files_parse() -> None:
     assert [(g.instance_type, g.min_size, g.desired_size, g.efa) for g in dev.gpu_node_groups] == [
         ("g5.xlarge", 0, 0, False)
     ]
-    assert dev.job is None and p4de.job is None and p5.job is None
+    assert not any(hasattr(cfg, "job") for cfg in (dev, p4de, p5))
     assert dev.nat_gateways == "single" and len(dev.availability_zones) == 2
     (g4,) = p4de.gpu_node_groups
     assert (g4.instance_type, g4.desired_size, g4.placement_group) == ("p4de.24xlarge", 2, "none")
@@ -499,14 +526,19 @@ def test_pulumi_yaml_defaults_are_the_parser_defaults() -> None:
     assert parse({**project_defaults(), **BASE}) == parse(BASE)
 
 
-def test_job_generation_claim_and_namespace_are_read() -> None:
-    groups = parse(BASE).gpu_node_groups
-    job = parse_job(
-        {"generation": "3", "checkpointClaim": "shared.ckpt", "namespace": "train"}, groups
+def test_job_generation_claim_and_namespace_are_read(job_root: Path) -> None:
+    """The claim and namespace are keys of the job file; the generation is ``build``'s."""
+    job = job_of(job_root, checkpointClaim="shared.ckpt", namespace="train")
+    settings = build(job, image="registry/train:1", generation=3).job
+    assert (settings.generation, job.checkpoint_claim, job.namespace) == (
+        3,
+        "shared.ckpt",
+        "train",
     )
-    assert (job.generation, job.checkpoint_claim, job.namespace) == (3, "shared.ckpt", "train")
-    defaults = parse_job({}, groups)
-    assert (defaults.generation, defaults.checkpoint_claim, defaults.namespace) == (
+    assert (settings.checkpoint_claim, settings.namespace) == ("shared.ckpt", "train")
+    defaults = job_of(job_root)
+    default_settings = build(defaults, image="registry/train:1").job
+    assert (default_settings.generation, defaults.checkpoint_claim, defaults.namespace) == (
         1,
         None,
         "default",

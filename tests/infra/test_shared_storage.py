@@ -29,11 +29,12 @@ from infra import outputs, versions
 from infra.cluster import FSX_CSI_SERVICE_ACCOUNT
 from infra.config import DEFAULT_CHECKPOINT_CLAIM, ConfigError, load_stack_file, parse
 from infra.shared_storage import DATA_REPOSITORY_EVENTS, LUSTRE_PORTS, SharedStorageArgs
+from jobs.build import load_example
 from planner.storage import Storage as PlannerStorage
 from planner.storage import checkpoint_bytes, checkpoint_seconds, fsx_capacity_for
 from tests.pulumi_mocks import ProgramRun, RecordedResource, run_program, stack_config
 from workloads.specs.pytorchjob import HF_HOME_DIR, pytorchjob
-from workloads.specs.stack import JOBS_NAMESPACE, load
+from workloads.specs.stack import JOBS_NAMESPACE
 
 FSX_STACKS = ("p4de-odcr", "p5-16")
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
@@ -51,7 +52,7 @@ def _run(stack: str) -> ProgramRun:
 
 def _example_pod(stack: str) -> dict[str, Any]:
     """The pod spec of the stack's example job, as ``python -m jobs submit`` creates it."""
-    w = load(stack, image=IMAGE)
+    _, w = load_example(stack, image=IMAGE)
     job = pytorchjob(w.job, w.etcd.host)
     return job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]  # type: ignore[no-any-return]
 
@@ -183,7 +184,7 @@ def test_the_example_job_mounts_the_claim_and_resumes(
     run = runs[stack]
     pvc = run.one(PVC)
     pod = _example_pod(stack)
-    assert load(stack, image=IMAGE).job.namespace == pvc.inputs["metadata"]["namespace"]
+    assert load_example(stack, image=IMAGE)[1].job.namespace == pvc.inputs["metadata"]["namespace"]
     (volume,) = [v for v in pod["volumes"] if v["name"] == "checkpoints"]
     assert volume == {
         "name": "checkpoints",

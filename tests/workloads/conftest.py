@@ -6,27 +6,26 @@ from typing import Any
 
 import pytest
 
-from infra.config import StackConfig
-from workloads.specs.settings import Workloads, from_stack
-from workloads.specs.stack import example_job, objects_by_component, training_image
+from jobs.build import build, example_job
+from jobs.schema import JobSpec
+from workloads.specs.settings import Workloads
+from workloads.specs.stack import objects_by_component
 
 STACKS = ("dev", "p4de-odcr", "p5-16")
 
 
-def job_stack(stack: str) -> StackConfig:
-    """``Pulumi.<stack>.yaml`` with its example job (``jobs/examples/<stack>.yaml``) bound:
-    the stack files carry no job (``python -m jobs`` submits the example)."""
+def job_stack(stack: str) -> JobSpec:
+    """The example job of a stack (``jobs/examples/<stack>.yaml``) on ``Pulumi.<stack>.yaml``
+    (``.platform``): the stack files carry no job (``python -m jobs`` submits the example)."""
     from jobs.schema import load
 
-    return load(example_job(stack), stack=stack).platform
+    return load(example_job(stack), stack=stack)
 
 
 def stack_workloads(stack: str, **kwargs: Any) -> Workloads:
-    """Settings of a stack's workloads running its example job (training flags are checked in
-    their own test)."""
-    cfg = job_stack(stack)
-    kwargs.setdefault("image", training_image(cfg))
-    return from_stack(cfg, stack=stack, **kwargs)
+    """Settings of a stack's workloads running its example job (``jobs.build.build``: the
+    training flags checked, and in their own test too)."""
+    return build(job_stack(stack), **kwargs)
 
 
 @pytest.fixture(scope="session", params=STACKS)

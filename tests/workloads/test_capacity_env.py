@@ -34,8 +34,8 @@ def test_the_variable_is_the_one_training_reads() -> None:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_capacity_block_jobs_read_the_scale_down_time(stack: str) -> None:
-    cfg = job_stack(stack)
-    group = cfg.node_group(cfg.job.node_group)
+    spec = job_stack(stack)
+    group = spec.group
     env = _env(stack_workloads(stack))
     if group.capacity_type != "capacity-block":
         assert ENV not in env
@@ -57,7 +57,7 @@ def test_capacity_block_jobs_read_the_scale_down_time(stack: str) -> None:
         "end": "2026-12-17T11:30:00Z",
         "scaleDownAt": "2026-12-17T10:30:00Z",
     }
-    cm = capacity.capacity_block_configmap(group.name, window, cfg.job.namespace)
+    cm = capacity.capacity_block_configmap(group.name, window, spec.namespace)
     ref = env[ENV]["valueFrom"]["configMapKeyRef"]
     assert cm["metadata"]["name"] == ref["name"]
     ends_at = parse_ends_at(cm["data"][ref["key"]])
@@ -66,5 +66,5 @@ def test_capacity_block_jobs_read_the_scale_down_time(stack: str) -> None:
 
 def test_some_shipped_stack_is_a_capacity_block() -> None:
     """The parametrised test above checks the env on at least one stack."""
-    kinds = {job_stack(s).node_group(job_stack(s).job.node_group).capacity_type for s in STACKS}
+    kinds = {job_stack(s).group.capacity_type for s in STACKS}
     assert "capacity-block" in kinds

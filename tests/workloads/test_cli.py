@@ -33,9 +33,9 @@ def test_render_writes_one_file_per_component(
         "training-operator/kustomization.yaml",
         "workers-network-policy.yaml",
     ]
-    from jobs import trainjob
+    from jobs.build import example_job
+    from jobs.cluster import trainjob
     from jobs.schema import load as load_job
-    from workloads.specs.stack import example_job
 
     w = stack_workloads("dev")
     # the job's objects as submit creates them (its queue's labels: jobs.queue)
@@ -142,18 +142,19 @@ def test_local_cpu_run_logs_every_step_while_the_cluster_job_logs_every_ten(
     (pytorchjob.CLUSTER_LOG_EVERY, torchtitan's log_freq: a GPU step must not sync on the
     host for metrics), while the local CPU runner keeps a row written per step (its progress
     lines and fault timings read them), unless --set chooses."""
+    from jobs.build import load_example
     from workloads.specs import pytorchjob
-    from workloads.specs.stack import load
 
-    cluster = pytorchjob.train_command(load("dev").job)
+    _, w = load_example("dev")
+    cluster = pytorchjob.train_command(w.job)
     assert [a for a in cluster if a.startswith("--log_every")] == ["--log_every=10"]
     # the demo's tiny model trains without activation checkpointing (Pulumi.dev.yaml says why)
     assert "--fsdp_activation_checkpointing=False" in cluster
     opts = LocalOptions(stack="dev", out=tmp_path)
-    job, device = local_job_settings(opts, tmp_path / "shared")
-    assert device == "cpu"
+    assert w.device == "cpu"
+    job = local_job_settings(opts, tmp_path / "shared", w.job, w.device)
     cmd = pytorchjob.train_command(job)
     assert [a for a in cmd if a.startswith("--log_every")] == ["--log_every=1"]
     opts = LocalOptions(stack="dev", out=tmp_path, train_overrides=("--log_every=5",))
-    cmd = pytorchjob.train_command(local_job_settings(opts, tmp_path / "shared")[0])
+    cmd = pytorchjob.train_command(local_job_settings(opts, tmp_path / "shared", w.job, w.device))
     assert [a for a in cmd if a.startswith("--log_every")] == ["--log_every=5"]

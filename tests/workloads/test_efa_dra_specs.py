@@ -96,12 +96,12 @@ def test_a_bad_count_is_refused() -> None:
 def test_a_group_without_efa_asks_for_no_efa_device() -> None:
     """A p5 group with ``efa: false`` attaches no EFA interface, so no device plugin
     advertises ``vpc.amazonaws.com/efa`` there: a worker asking for 32 would never schedule.
-    The flag follows the job's group (``from_stack``)."""
+    The flag follows the job's group (``jobs.build.job_settings``)."""
     import dataclasses
     from pathlib import Path
 
-    from jobs import file as jobfile
-    from workloads.specs.stack import job_workloads
+    from jobs import schema as jobfile
+    from jobs.build import build
 
     pod = _pod(dataclasses.replace(_job(dra=False), efa=False))
     validate_builtin(pod, "1.35")
@@ -112,7 +112,8 @@ def test_a_group_without_efa_asks_for_no_efa_device() -> None:
     example = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml"
     job = jobfile.load(example)
     (group,) = [g for g in job.platform.gpu_node_groups if g.name == job.node_group]
-    assert job_workloads(job, image="example.com/train:1").job.efa is group.efa is True
+    assert group is job.group
+    assert build(job, image="example.com/train:1").job.efa is group.efa is True
 
 
 def test_rendered_files_of_a_dra_job_carry_its_claim_template() -> None:
@@ -124,13 +125,14 @@ def test_rendered_files_of_a_dra_job_carry_its_claim_template() -> None:
     import dataclasses
     from pathlib import Path
 
-    from jobs import file as jobfile
+    from jobs import schema as jobfile
+    from jobs.build import build
     from jobs.cluster.trainjob import as_submitted, validate_object
-    from workloads.specs.stack import job_workloads, objects_by_component
+    from workloads.specs.stack import objects_by_component
 
     example = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "p5-16.yaml"
     job = jobfile.load(example)
-    w = job_workloads(job, image="example.com/train:1")
+    w = build(job, image="example.com/train:1")
     for dra in (False, True):
         wd = dataclasses.replace(w, job=dataclasses.replace(w.job, efa_dra=dra))
         components = as_submitted(objects_by_component(wd), job, wd.job)

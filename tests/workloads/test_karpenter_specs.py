@@ -28,12 +28,11 @@ from infra.config import parse
 from infra.config.nodegroups import node_labels
 from infra.gpu_nodegroup import efa_network_interfaces
 from infra.instances import CATALOG
+from jobs.build import build
 from tests.pulumi_mocks import stack_config
 from tests.workloads.conftest import STACKS, job_stack
 from workloads.specs import karpenter as k
 from workloads.specs import pytorchjob
-from workloads.specs.settings import from_stack
-from workloads.specs.stack import training_image
 from workloads.specs.validate import ValidationError
 
 
@@ -176,8 +175,8 @@ def test_the_metadata_options_and_root_volume_are_the_managed_groups() -> None:
     }
 
 
-def _worker(cfg: Any, stack: str) -> dict[str, Any]:
-    w = from_stack(cfg, stack=stack, image=training_image(cfg))
+def _worker(spec: Any) -> dict[str, Any]:
+    w = build(spec)  # the job's own image (or the local build's), as ``submit`` names it
     job = pytorchjob.pytorchjob(w.job, w.etcd.host)
     return job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]  # type: ignore[no-any-return]
 
@@ -195,14 +194,18 @@ def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool
 
 @pytest.mark.parametrize("stack", ("p4de-odcr", "p5-16"))
 def test_the_same_job_runs_on_either_provisioner(stack: str) -> None:
-    managed_cfg = job_stack(stack)
-    karpenter_cfg = dataclasses.replace(managed_cfg, gpu_node_groups=karpenter_groups(stack))
+    managed_spec = job_stack(stack)
+    karpenter_cfg = dataclasses.replace(
+        managed_spec.platform, gpu_node_groups=karpenter_groups(stack)
+    )
+    karpenter_spec = dataclasses.replace(managed_spec, platform=karpenter_cfg)
     assert all(g.uses_karpenter for g in karpenter_cfg.gpu_node_groups)
-    managed, ours = _worker(managed_cfg, stack), _worker(karpenter_cfg, stack)
+    managed, ours = _worker(managed_spec), _worker(karpenter_spec)
     assert ours == managed  # one job file, one pod spec
 
-    assert karpenter_cfg.job is not None  # the example job is bound
-    group = karpenter_cfg.node_group(karpenter_cfg.job.node_group)
+    assert karpenter_spec.platform is karpenter_cfg  # the example job runs on the pools
+    group = karpenter_spec.group
+    assert group.uses_karpenter
     nodeclass, nodepool = k.ec2nodeclass(group, karpenter_cfg.cluster_name), k.nodepool(group)
     labels = nodepool["spec"]["template"]["metadata"]["labels"]
     assert ours["nodeSelector"].items() <= labels.items()
@@ -230,10 +233,10 @@ def test_render_writes_the_pools_objects(tmp_path: Any, monkeypatch: pytest.Monk
     plain = render.render("p4de-odcr", tmp_path / "plain", image=image)
     assert "karpenter.yaml" not in {p.name for p in plain}
 
-    cfg = dataclasses.replace(
-        render.job_platform("p4de-odcr"), gpu_node_groups=karpenter_groups("p4de-odcr")
-    )
-    monkeypatch.setattr(render, "job_platform", lambda stack, job=None: cfg)
+    spec = render.load_job("p4de-odcr")
+    cfg = dataclasses.replace(spec.platform, gpu_node_groups=karpenter_groups("p4de-odcr"))
+    spec = dataclasses.replace(spec, platform=cfg)
+    monkeypatch.setattr(render, "load_job", lambda stack, job=None: spec)
     written = render.render("p4de-odcr", tmp_path / "k", image=image)
     (path,) = [p for p in written if p.name == "karpenter.yaml"]
     objs = list(yaml.safe_load_all(path.read_text()))

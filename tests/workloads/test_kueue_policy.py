@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from jobs import file as jobfile
 from jobs import manifest, queue
+from jobs import schema as jobfile
+from jobs.build import build
 from workloads.specs import kueue
-from workloads.specs.stack import job_workloads
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS_PYTHON = REPO / ".venv-tools" / "bin" / "python"
@@ -69,7 +69,7 @@ def _job(example: str, *sets: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The builders' PyTorchJob of ``jobs/examples/<example>.yaml`` and the one the job CLI
     sends (with its queue)."""
     job = jobfile.load(REPO / "jobs" / "examples" / f"{example}.yaml", sets=list(sets))
-    w = job_workloads(job, image=IMAGE)
+    w = build(job, image=IMAGE)
     built = manifest.pytorchjob(w.job, w.etcd.host)
     sent = queue.queued(
         manifest.pytorchjob(w.job, w.etcd.host),

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.build import load_example
 from localrun.etcd_server import LocalEtcd
 from localrun.options import Fault, LocalOptions
 from localrun.result import RunResult, read_metrics
@@ -62,8 +63,9 @@ def _run(out: Path, etcd: LocalEtcd | None = None, **kwargs: object) -> RunResul
         timeout_s=300,
         **kwargs,  # type: ignore[arg-type]
     )
+    _, w = load_example(opts.stack, generation=opts.generation or 1)
     lines: list[str] = []
-    result = Runner(opts, echo=lines.append, etcd=etcd).run()
+    result = Runner(opts, echo=lines.append, etcd=etcd).run(w.job, w.device)
     print("\n".join(lines))
     print(summary(result))
     return result

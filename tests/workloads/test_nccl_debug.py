@@ -17,19 +17,19 @@ from typing import Any
 
 import pytest
 
+from jobs.build import build
 from jobs.schema import JobFileError, load
 from tests.workloads.conftest import STACKS
 from training.preflight.transport import detect_transport
 from training.preflight.verdict import failures, parse_expect
 from workloads.specs import pytorchjob
-from workloads.specs.stack import job_workloads
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 
 
 def _pod_env(job_file: Any) -> tuple[dict[str, str], Any]:
     """The literal env of a worker (what the container sees from ``value`` entries)."""
-    w = job_workloads(job_file, image="123456789012.dkr.ecr.us-east-1.amazonaws.com/t:sha-1")
+    w = build(job_file, image="123456789012.dkr.ecr.us-east-1.amazonaws.com/t:sha-1")
     job = pytorchjob.pytorchjob(w.job, w.etcd.host)
     container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     return {e["name"]: e["value"] for e in container["env"] if "value" in e}, w.job

@@ -23,30 +23,28 @@ def _flags(stack: str, **job: object) -> list[str]:
     """The example job's command, with ``job`` keys set as ``--set`` would."""
     if not job:
         return pytorchjob.train_command(stack_workloads(stack).job)
+    from jobs.build import build, example_job
     from jobs.schema import load
-    from workloads.specs.stack import example_job, job_workloads
 
     sets = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in job.items()]
-    return pytorchjob.train_command(job_workloads(load(example_job(stack), sets=sets)).job)
+    return pytorchjob.train_command(build(load(example_job(stack), sets=sets)).job)
 
 
 @pytest.mark.parametrize(("stack", "on"), [("dev", False), ("p4de-odcr", True), ("p5-16", True)])
 def test_preflight_defaults_to_on_for_efa_stacks(stack: str, on: bool) -> None:
-    cfg = job_stack(stack)
-    assert cfg.job is not None and cfg.job_node_group is not None
-    assert cfg.job.preflight is on is cfg.job_node_group.efa
+    spec = job_stack(stack)
+    assert spec.preflight is on is spec.group.efa
     assert ("--preflight" in _flags(stack)) is on
 
 
 @pytest.mark.parametrize("stack", ["p4de-odcr", "p5-16"])
 def test_rendered_thresholds_are_the_catalog_expectations(stack: str) -> None:
-    cfg = job_stack(stack)
-    assert cfg.job is not None and cfg.job_node_group is not None
+    spec = job_stack(stack)
     flags = _flags(stack)
     (arg,) = [f for f in flags if f.startswith("--preflight_expect=")]
     expect = parse_expect(arg.split("=", 1)[1])
-    it = lookup(cfg.job_node_group.instance_type)
-    want = expectations(it, cfg.job.workers)
+    it = lookup(spec.group.instance_type)
+    want = expectations(it, spec.workers)
     assert expect.gpus == it.gpus == want["gpus"]
     assert expect.net == "OFI"  # EFA nodes must never fall back to NET/Socket
     assert (expect.intra_busbw, expect.inter_busbw) == (want["intra_busbw"], want["inter_busbw"])

@@ -22,11 +22,11 @@ import yaml
 
 from infra import versions
 from infra.instances import lookup
+from jobs.build import build, check_train_flags
 from localrun.operator_env import operator_env
 from tests.workloads.conftest import STACKS, job_stack, stack_workloads
 from workloads.specs import debug, etcd, operator, pytorchjob
 from workloads.specs.settings import EtcdSettings, JobSettings, OperatorSettings
-from workloads.specs.stack import check_train_flags
 from workloads.specs.validate import ValidationError, validate, validate_pytorchjob
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,15 +89,16 @@ def test_spec_modules_import_neither_pulumi_nor_torch() -> None:
 
 def test_every_object_validates_strictly(stack_objects: Any) -> None:
     stack, _, objs = stack_objects
-    cfg = job_stack(stack)
+    spec = job_stack(stack)
+    cfg = spec.platform
     version = cfg.kubernetes_version
     kinds = sorted(o["kind"] for o in objs)
     storage = ["PersistentVolume", "PersistentVolumeClaim"] if cfg.shared_storage.is_fsx else []
     # etcd (when a backend uses it), the job, its ServiceAccount and its workers' NetworkPolicy; the debug
     # DaemonSets are opt-in (debugTools) and validated in their own test.
     etcd_kinds = ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass", "Service"]
-    assert cfg.job is not None
-    rendezvous = etcd_kinds if cfg.job.rdzv_backend != "c10d" else []
+    assert not hasattr(cfg, "job")  # the stack file carries no job: the job file does
+    rendezvous = etcd_kinds if spec.rdzv_backend != "c10d" else []
     assert kinds == sorted(["NetworkPolicy", "PyTorchJob", "ServiceAccount", *rendezvous, *storage])
     for obj in objs:
         validate(obj, version)
@@ -121,7 +122,8 @@ def test_strict_validation_rejects_unknown_fields() -> None:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_stack_training_flags_parse_with_the_training_cli(stack: str) -> None:
-    check_train_flags(stack_workloads(stack))
+    spec = job_stack(stack)
+    check_train_flags(spec, build(spec).job)
 
 
 # --- the PyTorchJob ---------------------------------------------------------------------------
@@ -193,8 +195,7 @@ def test_elastic_policy_points_at_the_rendezvous(stack_objects: Any) -> None:
     stack, w, objs = stack_objects
     job = _job(objs)
     ep = job["spec"]["elasticPolicy"]
-    job_cfg = job_stack(stack).job
-    assert job_cfg is not None
+    job_cfg = job_stack(stack)
     assert ep["rdzvBackend"] == job_cfg.rdzv_backend
     if ep["rdzvBackend"] == "c10d":
         assert stack != "dev"
@@ -247,7 +248,7 @@ def test_preemption_budget_derives_grace_shutdown_and_checkpoints_together() -> 
         storage_mb_per_s,
     )
 
-    cfg = job_stack("p5-16")
+    cfg = job_stack("p5-16").platform
     mbps = storage_mb_per_s(replace(cfg.shared_storage, storage_capacity_gib=1200))
     # SCRATCH_2 writes are bound by the file servers' disk: 100 MB/s per TiB (planner.storage)
     assert mbps == 100 * 1200 / 1024
@@ -425,8 +426,7 @@ def test_pod_template_shm_checkpoints_scheduling(stack_objects: Any) -> None:
     assert "emptyDir" in vols["checkpoints"] or "persistentVolumeClaim" in vols["checkpoints"]
     mounts = {m["name"]: m["mountPath"] for m in _container(_job(objs))["volumeMounts"]}
     assert mounts == {"dshm": "/dev/shm", "checkpoints": w.job.checkpoint_mount}
-    group = job_stack(stack).job_node_group
-    assert group is not None
+    group = job_stack(stack).group
     assert pod["nodeSelector"]["eks-fsdp/nodegroup"] == group.name
     assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == group.instance_type
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
@@ -592,7 +592,7 @@ def test_debug_daemonsets_tolerate_gpus_and_see_host_processes(stack_objects: An
         assert all(
             labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items()
         )
-    types_ = sorted({g.instance_type for g in job_stack(stack).gpu_node_groups})
+    types_ = sorted({g.instance_type for g in job_stack(stack).platform.gpu_node_groups})
     for ds in sets.values():
         pod = ds["spec"]["template"]["spec"]
         assert pod["hostPID"] is True
@@ -633,12 +633,13 @@ def test_observability_makes_training_pods_scrapable() -> None:
     from dataclasses import replace
 
     from workloads.specs.prometheus_files import TRAINING_METRICS_PORT, training_pod_annotations
-    from workloads.specs.settings import from_stack
 
-    cfg = job_stack("p5-16")
+    spec = job_stack("p5-16")
+    cfg = spec.platform
     for enabled in (False, True):
         stack_cfg = replace(cfg, observability=replace(cfg.observability, enabled=enabled))
-        w = from_stack(stack_cfg, image="repo/train:sha-1234")
+        job_spec = replace(spec, platform=stack_cfg)
+        w = build(job_spec, image="repo/train:sha-1234")
         job = pytorchjob.pytorchjob(w.job, w.etcd.host)
         validate_pytorchjob(job)
         template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
@@ -651,7 +652,7 @@ def test_observability_makes_training_pods_scrapable() -> None:
             )
             assert ports["metrics"] == TRAINING_METRICS_PORT
             assert _container(job)["command"].count(flag) == 1
-            check_train_flags(w)
+            check_train_flags(job_spec, w.job)
         else:
             assert not set(training_pod_annotations()) & set(template["metadata"]["annotations"])
             assert "metrics" not in ports
@@ -662,11 +663,8 @@ def test_max_restarts_zero_is_kept() -> None:
     """maxRestarts: 0 (fail fast) must reach the elastic policy, not fall back to 3."""
     from dataclasses import replace
 
-    from workloads.specs.settings import from_stack
-
-    cfg = job_stack("p4de-odcr")
-    assert cfg.job is not None
-    stack_cfg = replace(cfg, job=replace(cfg.job, max_restarts=0))
-    w = from_stack(stack_cfg, image="repo/train:sha-1234")
+    spec = job_stack("p4de-odcr")
+    assert spec.max_restarts != 0  # the example keeps the default; 0 is set here
+    w = build(replace(spec, max_restarts=0), image="repo/train:sha-1234")
     assert w.job.max_restarts == 0
     assert pytorchjob.pytorchjob(w.job, w.etcd.host)["spec"]["elasticPolicy"]["maxRestarts"] == 0

@@ -19,10 +19,10 @@ import yaml
 
 from infra import versions
 from infra.config import DEFAULT_CHECKPOINT_CLAIM
+from jobs.build import build
 from tests.workloads.conftest import job_stack, stack_workloads
 from workloads import render
 from workloads.specs import pytorchjob, storage
-from workloads.specs.settings import from_stack
 from workloads.specs.stack import objects_by_component
 from workloads.specs.validate import ValidationError, validate
 
@@ -92,7 +92,7 @@ def test_file_system_ref_needs_every_part() -> None:
 
 @pytest.mark.parametrize("stack", ["p4de-odcr", "p5-16"])
 def test_fsx_stacks_mount_the_claim_they_create_and_resume(stack: str) -> None:
-    cfg = job_stack(stack)
+    cfg = job_stack(stack).platform
     w = stack_workloads(stack)
     assert w.checkpoint_volume is not None
     assert w.checkpoint_volume.claim_name == w.job.checkpoint_claim == DEFAULT_CHECKPOINT_CLAIM
@@ -112,14 +112,14 @@ def test_fsx_stacks_mount_the_claim_they_create_and_resume(stack: str) -> None:
 
 def test_an_existing_claim_is_mounted_without_creating_one() -> None:
     """sharedStorage none + job.checkpointClaim: the job mounts a claim made outside the stack."""
-    cfg = job_stack("p5-16")
-    assert cfg.job is not None
-    cfg = replace(
-        cfg,
-        shared_storage=job_stack("dev").shared_storage,
-        job=replace(cfg.job, checkpoint_claim="team-efs"),
+    spec = job_stack("p5-16")
+    assert spec.checkpoint_claim == DEFAULT_CHECKPOINT_CLAIM  # the FSx stack's default claim
+    spec = replace(
+        spec,
+        platform=replace(spec.platform, shared_storage=job_stack("dev").platform.shared_storage),
+        checkpoint_claim="team-efs",
     )
-    w = from_stack(cfg, image=IMAGE)
+    w = build(spec, image=IMAGE)
     assert w.checkpoint_volume is None
     assert w.job.checkpoint_claim == "team-efs" and w.job.resumes
     assert "checkpoint-volume" not in objects_by_component(w)

@@ -286,10 +286,10 @@ def test_a_team_trainjobs_pod_carries_what_the_admitted_v1_pod_carries(
     import yaml
 
     from infra.config import sources
-    from jobs import trainjob as tjobs
+    from jobs.build import build
+    from jobs.cluster import trainjob as tjobs
     from jobs.schema import load
     from workloads.specs import trainjob as tj
-    from workloads.specs.stack import job_workloads
 
     repo = Path(__file__).resolve().parents[2]
     root = Path(tmp_path) / "root"
@@ -302,9 +302,9 @@ def test_a_team_trainjobs_pod_carries_what_the_admitted_v1_pod_carries(
     path = str(repo / "jobs" / "examples" / "p4de-odcr.yaml")
     sets = ["team=nlp", "minWorkers=2", "workers=2"]
     v2, v1 = load(path, sets=[*sets, "api=v2"]), load(path, sets=sets)
-    settings = job_workloads(v2, image="registry/training:1").job
+    settings = build(v2, image="registry/training:1").job
     (patch,) = tjobs.templates(tjobs.body(v2, settings))
-    v1_job = pytorchjob.pytorchjob(job_workloads(v1, image="registry/training:1").job, "etcd")
+    v1_job = pytorchjob.pytorchjob(build(v1, image="registry/training:1").job, "etcd")
     v1_pod = v1_job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     assert patch["spec"]["serviceAccountName"] == pytorchjob.SERVICE_ACCOUNT
     assert v1_pod["automountServiceAccountToken"] is False  # the pod policy refuses true

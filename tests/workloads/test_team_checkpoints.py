@@ -25,12 +25,12 @@ import yaml
 
 from infra.config import sources
 from jobs import resume_from
+from jobs.build import build
 from jobs.local.backend import local_settings
 from jobs.schema import load
 from training.checkpoint import root_of
 from training.config import parse_args
 from workloads.specs import kueue, pytorchjob, stack
-from workloads.specs.stack import job_workloads
 
 REPO = Path(__file__).resolve().parents[2]
 P4DE = REPO / "jobs" / "examples" / "p4de-odcr.yaml"
@@ -58,7 +58,7 @@ def _job(root: Path, team: str | None, generation: int = 1) -> Any:
     text = P4DE.read_text() + (f"team: {team}\n" if team else "")
     path = root / f"job-{team or 'none'}.yaml"
     path.write_text(text)
-    return job_workloads(load(str(path)), image=IMAGE, generation=generation).job
+    return build(load(str(path)), image=IMAGE, generation=generation).job
 
 
 def _flags(job: Any) -> dict[str, str]:

@@ -30,11 +30,11 @@ from typing import Any
 import pytest
 
 from infra import versions
-from jobs import file as jobfile
+from jobs import schema as jobfile
+from jobs.build import build
 from workloads.specs import preemption
 from workloads.specs import pytorchjob as pj
 from workloads.specs import trainjob as tj
-from workloads.specs.stack import job_workloads
 from workloads.specs.validate import ValidationError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ def _v2(example: str) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """The example as a fixed-size ``api: v2`` job: its TrainJob, its v1 PyTorchJob, settings."""
     job = jobfile.load(EXAMPLES / f"{example}.yaml", sets=["api=v2", "minWorkers=2", "workers=2"])
     assert job.api == "v2"
-    w = job_workloads(job, image=IMAGE)
+    w = build(job, image=IMAGE)
     return tj.trainjob(w.job), pj.pytorchjob(w.job, w.etcd.host), w.job
 
 

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from jobs import file as jobfile
 from jobs import queue
+from jobs import schema as jobfile
+from jobs.build import build
 from workloads import render
 from workloads.specs import kueue
 from workloads.specs import pytorchjob as pj
 from workloads.specs import trainjob as tj
-from workloads.specs.stack import job_workloads
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/eks-fsdp:sha-1"
@@ -57,7 +57,7 @@ def test_a_v1_job_renders_with_the_queue_labels_submit_puts(tmp_path: Path) -> N
     job = jobfile.load(path, stack=STACK)
     assert job.queue is not None
     (rendered,) = _objects(out / "pytorchjob.yaml")
-    w = job_workloads(job, image=IMAGE)
+    w = build(job, image=IMAGE)
     want = pj.pytorchjob(w.job, w.etcd.host)
     want["metadata"]["labels"].update(
         {queue.QUEUE_LABEL: job.node_group, queue.PRIORITY_LABEL: "experiment"}
@@ -74,7 +74,7 @@ def test_a_v2_job_renders_the_trainjob_submit_creates(tmp_path: Path) -> None:
     assert out / "trainjob.yaml" in files and not (out / "pytorchjob.yaml").exists()
     job = jobfile.load(path, stack=STACK)
     (rendered,) = _objects(out / "trainjob.yaml")
-    want = tj.trainjob(job_workloads(job, image=IMAGE).job)
+    want = tj.trainjob(build(job, image=IMAGE).job)
     want["metadata"]["labels"].update(
         {queue.QUEUE_LABEL: job.node_group, queue.PRIORITY_LABEL: "experiment"}
     )
@@ -90,12 +90,15 @@ def test_a_v2_job_renders_the_trainjob_submit_creates(tmp_path: Path) -> None:
 def test_a_stack_with_trainer_v2_renders_its_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    real = render.job_platform
+    real = render.load_job
 
     def with_trainer(stack: str, job: Any = None) -> Any:
-        return dataclasses.replace(real(stack, job), trainer_v2=True)
+        spec = real(stack, job)
+        return dataclasses.replace(
+            spec, platform=dataclasses.replace(spec.platform, trainer_v2=True)
+        )
 
-    monkeypatch.setattr(render, "job_platform", with_trainer)
+    monkeypatch.setattr(render, "load_job", with_trainer)
     out = tmp_path / "out"
     code = render.main(["--stack", STACK, "--out", str(out), "--image", IMAGE])
     printed = capsys.readouterr().out
