@@ -185,6 +185,8 @@ class _Resolved:
     """A job file's ``max_steps`` (maxTrainStep) and ``checkpoint_every``; None without one."""
     device: str = "cuda"
     """A job file's ``device``: ``cpu`` for a job the GPU figures do not describe."""
+    min_nodes: int | None = None
+    """An elastic job file's ``minWorkers`` (its HSDP group must divide every world)."""
 
 
 def _positive(value: int | None, flag: str, minimum: int = 1) -> None:
@@ -225,6 +227,7 @@ def job_values(job: Any, flag: str) -> dict[str, Any]:
         **job_preference(job.extra_args, job.dataset, job.context_length),
         "limits": {"max_steps": job.max_train_step, "checkpoint_every": job.checkpoint_every},
         "device": job.device,
+        "min_nodes": job.min_workers,
     }
 
 
@@ -474,7 +477,13 @@ def resolve_args(args: argparse.Namespace, preset: dict[str, Any] | None = None)
     )
     # a CPU job planned on an --instance named explicitly: its GPU figures are what was asked
     device = "cuda" if args.instance is not None else values.get("device", "cuda")
-    return _Resolved(inp=inp, nodes=nodes, limits=values.get("limits"), device=device)
+    return _Resolved(
+        inp=inp,
+        nodes=nodes,
+        limits=values.get("limits"),
+        device=device,
+        min_nodes=values.get("min_nodes"),
+    )
 
 
 def read_reports(paths: list[Path]) -> list[dict[str, Any]]:

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("--preflight needs --calibration (or the calibrate command)")
     except UsageError as e:
         return fail("plan", e)
-    rows = plan(resolved.inp, resolved.nodes)
+    rows = plan(resolved.inp, resolved.nodes, resolved.min_nodes)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

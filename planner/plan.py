@@ -15,13 +15,29 @@ from planner.predict import PlanInput, Prediction, checkpoint_size, checkpoint_t
 from planner.recommend import recommend
 
 
-def plan(inp: PlanInput, node_counts: list[int]) -> list[dict[str, Any]]:
-    """One JSON-ready row per node count, with scaling efficiencies against one node."""
-    base = predict(inp, 1)
+def plan(
+    inp: PlanInput, node_counts: list[int], min_nodes: int | None = None
+) -> list[dict[str, Any]]:
+    """One JSON-ready row per node count, with scaling efficiencies against one node. The
+    one-node reference of an HSDP plan whose shard group spans several nodes shards over its
+    one node (the group cannot be larger than the world); a node count the group does not
+    divide is bad input (``UsageError``, naming both). ``min_nodes``: an elastic job's minimum,
+    which the recommendation's HSDP group divides too (``planner.recommend.candidates``)."""
+    from dataclasses import replace
+
+    from planner.args import UsageError
+
+    one = inp
+    if inp.hsdp_group is not None and inp.hsdp_group > inp.instance.gpus:
+        one = replace(inp, hsdp_group=inp.instance.gpus)
+    base = predict(one, 1)
     rows = []
     for n in node_counts:
-        pr = predict(inp, n)
-        rows.append(row(inp, pr, base))
+        try:
+            pr = predict(inp, n)
+        except ValueError as err:
+            raise UsageError(f"--nodes {n}: {err}") from None
+        rows.append(row(inp, pr, base, min_nodes))
     return rows
 
 
@@ -29,7 +45,9 @@ def _ratio(value: float, base: float, nodes: int) -> float | None:
     return value / (nodes * base) if base > 0 else None
 
 
-def row(inp: PlanInput, pr: Prediction, base: Prediction) -> dict[str, Any]:
+def row(
+    inp: PlanInput, pr: Prediction, base: Prediction, min_nodes: int | None = None
+) -> dict[str, Any]:
     """The JSON object of one prediction (``base``: the same plan on one node)."""
     it = inp.instance
     return {
@@ -88,7 +106,9 @@ def row(inp: PlanInput, pr: Prediction, base: Prediction) -> dict[str, Any]:
         "epoch": pr.epoch.as_dict() if pr.epoch is not None else None,
         "cost_per_epoch_usd": pr.cost_per_epoch_usd,
         "usd_per_hour": inp.usd_per_hour if inp.usd_per_hour is not None else it.usd_per_hour,
-        "recommendation": recommend(inp, pr.nodes),
+        "recommendation": recommend(
+            inp, pr.nodes, min_nodes=min_nodes if min_nodes and min_nodes < pr.nodes else None
+        ),
         "assumptions": assumptions_used(inp),
     }
 
