@@ -71,7 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["build"]:
         return build_mod.main(argv[1:])
     parser = Parser(
-        prog="python -m controlplane", description=__doc__.split("\n")[0], command=COMMAND
+        prog="python -m controlplane",
+        description="Build the binaries of a local Kubernetes control plane, or run it until\n"
+        "Ctrl-C: etcd, kube-apiserver, fake GPU nodes (kwok), the training operator, Kueue.",
+        epilog="examples:\n" + "\n".join(f"  {ln}" for ln in __doc__.split("\n\n")[1].splitlines()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        command=COMMAND,
     )
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("build", help="build the binaries (see: python -m controlplane build --help)")
