@@ -12,7 +12,7 @@ from pathlib import Path
 
 from doctor.aws import Clients, account_checks
 from doctor.checks import FAIL, SKIP, Result, failed, table, to_json
-from doctor.local import check_docker, check_model, check_secrets, is_hub_id
+from doctor.local import check_docker, check_model, check_pulumi_cli, check_secrets, is_hub_id
 from eks_fsdp_cli.errors import Parser, fail, suggest
 from infra.config import ConfigError, StackConfig, load_stack_file
 from infra.config.sources import REPO_ROOT
@@ -125,7 +125,8 @@ def run(
 ) -> list[Result]:
     """Every check for ``stack``; ``clients`` default to the environment's AWS session."""
     cfg = load_stack_file(stack, root)
-    results = account_checks(cfg, clients or Clients.for_region(cfg.region or "us-east-1"))
+    results = [check_pulumi_cli()]  # first: every later step of docs/deploy.md runs it
+    results += account_checks(cfg, clients or Clients.for_region(cfg.region or "us-east-1"))
     job_results, gated, unknown = job_checks(
         cfg, _stack_jobs(stack, root) if jobs is None else jobs, root, offline=offline
     )

@@ -67,6 +67,22 @@ def docker_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return bin_dir
 
 
+def _fake_pulumi(bin_dir: Path, body: str) -> None:
+    """A ``pulumi`` script (no Pulumi CLI here) whose ``pulumi version`` runs ``body``."""
+    script = bin_dir / "pulumi"
+    script.write_text(f'#!/bin/sh\n[ "$1" = version ] || exit 2\n{body}\n')
+    script.chmod(0o755)
+
+
+@pytest.fixture
+def pulumi_on_path(docker_on_path: Path) -> Path:
+    """A ``pulumi`` that answers ``pulumi version`` as the CLI does (``v3.x.y``)."""
+    from infra.versions import PULUMI_CLI_MIN
+
+    _fake_pulumi(docker_on_path, f"echo v{PULUMI_CLI_MIN}")
+    return docker_on_path
+
+
 class Hub(BaseHTTPRequestHandler):
     """Stands in for the Hugging Face Hub (huggingface_hub 2.4.0's routes, ``hf_api.py``):
     ``GET /api/models/{repo}[/revision/{rev}]`` answers 200 with ``gated: "manual"`` whatever
@@ -148,7 +164,7 @@ def _clients(aws, found: dict | None) -> Clients:
 
 
 def test_p5_16_placeholder_fails_then_a_matching_account_passes(
-    aws, hub, online, stack_root, docker_on_path, monkeypatch, capsys
+    aws, hub, online, stack_root, pulumi_on_path, monkeypatch, capsys
 ) -> None:
     """The issue's "done when": p5-16 with the shipped placeholder reservation exits 1 with a
     line naming the reservation and its fix; with a matching block, quotas, the secrets set,
@@ -176,7 +192,9 @@ def test_p5_16_placeholder_fails_then_a_matching_account_passes(
     report = json.loads(capsys.readouterr().out)
     statuses = {c["check"]: c["status"] for c in report["checks"]}
     assert rc == 0 and report["ok"] is True, report
+    assert report["checks"][0]["check"] == "pulumi CLI"
     assert statuses == {
+        "pulumi CLI": "ok",
         "region": "ok",
         "zones": "ok",
         "reservation p5-block": "ok",
@@ -311,3 +329,55 @@ def test_doctor_reads_the_job_file_new_stack_writes(tmp_path: Path) -> None:
     example.write_text("name: c\nstack: p5-16\n")
     assert _stack_jobs("my-p5", tmp_path) == [mine]
     assert _stack_jobs("p5-16", tmp_path) == [tmp_path / "jobs" / "other.yaml", example]
+
+
+def test_pulumi_cli_is_checked_present_and_recent(tmp_path: Path) -> None:
+    """No ``pulumi`` on PATH (``make setup`` installs only the SDKs), one older than
+    ``PULUMI_CLI_MIN``, or one whose ``pulumi version`` is not a version: each fails with the
+    install line; the pinned version, a newer one and a pre-release of a newer one pass."""
+    from doctor.local import check_pulumi_cli
+    from infra.versions import PULUMI_CLI_MIN
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    missing = check_pulumi_cli(env={"PATH": str(bin_dir)})
+    assert (missing.check, missing.status, missing.detail) == (
+        "pulumi CLI",
+        "fail",
+        "no pulumi on PATH",
+    )
+    assert f"install the Pulumi CLI {PULUMI_CLI_MIN} or newer" in missing.fix
+    cases = {
+        "echo v3.100.0": "fail",
+        "echo v2.999.999": "fail",
+        f"echo v{PULUMI_CLI_MIN}": "ok",
+        "echo v3.999.0": "ok",
+        "echo v4.0.0-alpha.1+dirty": "ok",
+        "echo 'warning: something' >&2; exit 1": "fail",
+        "echo hello": "fail",
+    }
+    for body, expected in cases.items():
+        _fake_pulumi(bin_dir, body)
+        result = check_pulumi_cli(env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+        assert result.status == expected, (body, result)
+        assert (result.fix == "") == (expected == "ok"), (body, result)
+    _fake_pulumi(bin_dir, "echo v3.100.0")
+    old = check_pulumi_cli(env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert old.detail == f"v3.100.0 at {bin_dir / 'pulumi'} is older than {PULUMI_CLI_MIN}"
+
+
+def test_pulumi_cli_minimum_is_the_sdk_pin() -> None:
+    """``PULUMI_CLI_MIN`` is the pulumi SDK requirements.txt pins, and the README's deploy
+    block and docs/deploy.md's prerequisites state it before their first command."""
+    import re
+
+    from infra.versions import PULUMI_CLI_MIN
+
+    pins = (REPO_ROOT / "requirements.txt").read_text()
+    assert re.search(rf"^pulumi=={re.escape(PULUMI_CLI_MIN)}$", pins, re.M), PULUMI_CLI_MIN
+    readme = (REPO_ROOT / "README.md").read_text().split("## Deploy a cluster", 1)[1]
+    before = readme.split("```bash", 1)[0]
+    assert "Pulumi CLI" in before and PULUMI_CLI_MIN in before, before
+    deploy = (REPO_ROOT / "docs" / "deploy.md").read_text().split("## Prerequisites", 1)[1]
+    prereq = deploy.split("\n## ", 1)[0]
+    assert f"Pulumi CLI]({'https://www.pulumi.com/docs/install/'}) {PULUMI_CLI_MIN}" in prereq
