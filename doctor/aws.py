@@ -201,6 +201,8 @@ def reservation_problems(
     window = group.capacity_block
     start, end = r.get("StartDate"), r.get("EndDate")
     dated = isinstance(start, dt.datetime) and isinstance(end, dt.datetime)
+    if window is None and group.capacity_type == "capacity-block" and kind == "capacity-block":
+        warnings.append("no capacityBlock window: the group is never scaled down before the end")
     if window is not None and dated and (start, end) != (window.start, window.end):
         problems.append(
             f"window {iso_utc(start)} - {iso_utc(end)}, capacityBlock says "
@@ -277,11 +279,17 @@ def check_reservation(cfg: StackConfig, group: GpuNodeGroupConfig, clients: Clie
             fix = f"set capacityBlock to the reservation's times ({window})"
         return Result(check=name, status=FAIL, detail=f"{seen}: {'; '.join(problems)}", fix=fix)
     if warnings:
+        fixes = []
+        if any(w.startswith("no capacityBlock") for w in warnings):
+            times = window or "the block's start and end, UTC"
+            fixes.append(f"set gpuNodeGroups[{group.name}].capacityBlock to {times}")
+        if any(not w.startswith("no capacityBlock") for w in warnings):
+            fixes.append("wait for the reservation to become active, or lower maxSize")
         return Result(
             check=name,
             status=WARN,
             detail=f"{seen}: {'; '.join(warnings)}",
-            fix="wait for the reservation to become active, or lower maxSize",
+            fix="; ".join(fixes),
         )
     return Result(check=name, status=OK, detail=seen)
 

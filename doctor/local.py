@@ -140,6 +140,16 @@ def check_docker(cfg: StackConfig, env: Mapping[str, str] | None = None) -> Resu
 
 PULUMI_INSTALL = "https://www.pulumi.com/docs/install/"
 
+KNOWN_GATED = ("meta-llama/",)
+"""Hub namespaces whose models are all gated (a licence to accept on the model's page): every
+``meta-llama/`` repository answers ``gated: "manual"`` (Llama 2, 3, 3.1, 3.2, 3.3; the Hub's
+``GET /api/models/{repo}``). Offline, doctor still knows these need ``hfToken``."""
+
+
+def known_gated(model: str) -> bool:
+    """True for a hub id in a namespace whose models are all gated (``KNOWN_GATED``)."""
+    return model.startswith(KNOWN_GATED)
+
 
 def _version_tuple(text: str) -> tuple[int, int, int] | None:
     """``v3.272.0`` (``pulumi version``'s output, also ``v3.272.0-alpha.x`` or ``+dirty``)
