@@ -202,6 +202,8 @@ def test_up_prints_the_kubeconfig_and_ctrl_c_stops_everything(
             os.kill(c.pid, 0)
     assert watch.samples > 0
     assert not violations, violations
+    # a folder named with --state is the user's: kept, and said where
+    assert f"controlplane: state kept in {tmp_path} (--state named it;" in rest, rest
     logs = sorted((tmp_path / "logs").glob("*.log"))
     assert len(logs) == 5, logs
     assert loopback.log_violations(logs) == []
