@@ -8,6 +8,7 @@ eks-fsdp controlplane up --stack dev --no-kueue
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import sys
 import tempfile
@@ -30,11 +31,32 @@ def all_stacks() -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in REPO_ROOT.glob("Pulumi.*.yaml"))
 
 
+def finish_state(state: Path, *, created: bool, keep: bool, clean: bool) -> str | None:
+    """After a stop: remove ``state`` (certificates and private keys, etcd data, logs: ~75 MB)
+    when this command created it, the stop was clean and nobody asked to keep it; otherwise
+    leave it and return the line that says where it is. A folder named with ``--state`` is
+    the user's and is never removed."""
+    if created and clean and not keep:
+        shutil.rmtree(state, ignore_errors=True)
+        if not state.exists():
+            return None
+        return f"{COMMAND}: could not remove {state} (certificates, private keys, logs): remove it"
+    why = (
+        "--state named it"
+        if not created
+        else "--keep-state"
+        if keep
+        else "the stop was not clean: its logs say why"
+    )
+    return f"{COMMAND}: state kept in {state} ({why}; certificates, private keys, logs)"
+
+
 def _up(args: argparse.Namespace) -> int:
     try:
         build = build_mod.ensure()
     except build_mod.BuildError as err:
         return fail(COMMAND, err)
+    created = not args.state
     state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="eks-fsdp-cluster-"))
     stop = threading.Event()
     # Handlers of our own: SIGINT may have been started as ignored (a background job), and
@@ -50,6 +72,7 @@ def _up(args: argparse.Namespace) -> int:
         operator=not args.no_operator,
     )
     t0 = time.monotonic()
+    clean = False
     try:
         plane.start()
         print(plane.summary(), flush=True)
@@ -60,10 +83,15 @@ def _up(args: argparse.Namespace) -> int:
             if dead:
                 print(f"controlplane: {', '.join(dead)} exited; stopping", file=sys.stderr)
                 return 1
+        clean = True
         return 0
     finally:
         codes = plane.stop()
         print(f"stopped: {codes}", file=sys.stderr, flush=True)
+        clean = clean and not any(p.alive() for p in plane.procs)
+        said = finish_state(state, created=created, keep=args.keep_state, clean=clean)
+        if said:
+            print(said, file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["build"]:
         return build_mod.main(argv[1:])
     parser = Parser(
-        prog="eks-fsdp controlplane", description=__doc__.split("\n")[0], command=COMMAND
+        prog="eks-fsdp controlplane",
+        description="Build the binaries of a local Kubernetes control plane, or run it until\n"
+        "Ctrl-C: etcd, kube-apiserver, fake GPU nodes (kwok), the training operator, Kueue.",
+        epilog="examples:\n" + "\n".join(f"  {ln}" for ln in __doc__.split("\n\n")[1].splitlines()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        command=COMMAND,
     )
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("build", help="build the binaries (see: eks-fsdp controlplane build --help)")
@@ -86,7 +119,16 @@ def main(argv: list[str] | None = None) -> int:
         help="a stack whose node groups become fake nodes "
         "(repeatable; default: every Pulumi.<stack>.yaml)",
     )
-    up.add_argument("--state", help="folder for certificates, data, logs (default: a new temp dir)")
+    up.add_argument(
+        "--state",
+        help="folder for certificates, data, logs, kept after the stop (default: a new temp "
+        "dir, removed after a clean stop)",
+    )
+    up.add_argument(
+        "--keep-state",
+        action="store_true",
+        help="keep the temp state folder after the stop (its path is printed)",
+    )
     up.add_argument("--no-kueue", action="store_true", help="do not run Kueue")
     up.add_argument("--no-operator", action="store_true", help="do not run the training operator")
     args = parser.parse_args(argv)

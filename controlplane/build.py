@@ -22,7 +22,6 @@ stages) are copied from the same module versions into ``<key>/manifests``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -390,8 +389,12 @@ def ensure(*, only: tuple[str, ...] = (), quiet: bool = False, build: bool = Tru
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="eks-fsdp controlplane build", description=__doc__.split("\n")[0]
+    from eks_fsdp_cli.errors import Parser
+
+    parser = Parser(
+        command="controlplane",
+        prog="eks-fsdp controlplane build",
+        description=__doc__.split("\n")[0],  # shown without its markup (errors.plain)
     )
     parser.add_argument(
         "--only",

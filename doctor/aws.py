@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from doctor.awserrors import NOT_FOUND, api_errors, classify, field
+from doctor.awserrors import fix as fix_for
 from doctor.checks import FAIL, OK, SKIP, WARN, Result
 from infra.config import GpuNodeGroupConfig, StackConfig
 from infra.config.nodegroups import iso_utc
@@ -79,29 +81,6 @@ def credentials_resolve() -> bool:
     return boto3.session.Session().get_credentials() is not None
 
 
-def _error(err: Exception) -> tuple[str, str]:
-    """(code, message) of a botocore ClientError, or the exception's class and text."""
-    response = getattr(err, "response", None)
-    if isinstance(response, Mapping):
-        e = response.get("Error", {})
-        return str(e.get("Code", type(err).__name__)), str(e.get("Message", err))
-    return type(err).__name__, str(err).splitlines()[0] if str(err) else type(err).__name__
-
-
-def _api_errors() -> tuple[type[Exception], ...]:
-    """What a call raises when AWS (or an endpoint standing in for it) answers badly: botocore's
-    own errors, and ``ResponseParserError`` (botocore ``parsers.py``: a plain ``Exception``,
-    raised for a body that is not the service's XML/JSON, e.g. an HTML 500 page)."""
-    import botocore.exceptions
-    import botocore.parsers
-
-    return (
-        botocore.exceptions.BotoCoreError,
-        botocore.exceptions.ClientError,
-        botocore.parsers.ResponseParserError,
-    )
-
-
 def check_region(cfg: StackConfig, clients: Clients) -> list[Result]:
     """The stack's region exists and is enabled; each of its zones exists and is available."""
     region = cfg.region
@@ -115,15 +94,17 @@ def check_region(cfg: StackConfig, clients: Clients) -> list[Result]:
             )
         ]
     try:
-        regions = clients.ec2.describe_regions(AllRegions=True)["Regions"]
-    except _api_errors() as err:
-        code, msg = _error(err)
-        fix = {
-            "NoCredentialsError": "export AWS_PROFILE=... (or the AWS_ACCESS_KEY_ID pair)",
-            "EndpointConnectionError": "cannot reach EC2: check the network, proxy or "
-            "AWS_ENDPOINT_URL",
-        }.get(code, "check the AWS credentials (aws sts get-caller-identity)")
-        return [Result(check="region", status=FAIL, detail=f"{code}: {msg}", fix=fix)]
+        regions = field(clients.ec2.describe_regions(AllRegions=True), "Regions", "DescribeRegions")
+    except api_errors() as exc:
+        err = classify(exc)
+        return [
+            Result(
+                check="region",
+                status=FAIL,
+                detail=err.detail(),
+                fix=fix_for(err, "ec2:DescribeRegions"),
+            )
+        ]
     by_name = {r["RegionName"]: r for r in regions}
     if region not in by_name:
         return [
@@ -146,16 +127,20 @@ def check_region(cfg: StackConfig, clients: Clients) -> list[Result]:
         ]
     out = [Result(check="region", status=OK, detail=f"{region} ({opt_in})")]
     try:
-        zones = clients.ec2.describe_availability_zones()["AvailabilityZones"]
-    except _api_errors() as err:
-        code, msg = _error(err)
+        zones = field(
+            clients.ec2.describe_availability_zones(),
+            "AvailabilityZones",
+            "DescribeAvailabilityZones",
+        )
+    except api_errors() as exc:
+        err = classify(exc)
         return [
             *out,
             Result(
                 check="zones",
                 status=FAIL,
-                detail=f"{code}: {msg}",
-                fix="check ec2:DescribeAvailabilityZones permission",
+                detail=err.detail(),
+                fix=fix_for(err, "ec2:DescribeAvailabilityZones"),
             ),
         ]
     states = {z["ZoneName"]: z.get("State", "available") for z in zones}
@@ -216,6 +201,8 @@ def reservation_problems(
     window = group.capacity_block
     start, end = r.get("StartDate"), r.get("EndDate")
     dated = isinstance(start, dt.datetime) and isinstance(end, dt.datetime)
+    if window is None and group.capacity_type == "capacity-block" and kind == "capacity-block":
+        warnings.append("no capacityBlock window: the group is never scaled down before the end")
     if window is not None and dated and (start, end) != (window.start, window.end):
         problems.append(
             f"window {iso_utc(start)} - {iso_utc(end)}, capacityBlock says "
@@ -246,25 +233,30 @@ def check_reservation(cfg: StackConfig, group: GpuNodeGroupConfig, clients: Clie
             f"({group.capacity_reservation_resource_group_arn}) is not checked",
         )
     listing = f"aws ec2 describe-capacity-reservations --region {cfg.region}"
+    missing = (
+        f"set gpuNodeGroups[{group.name}].capacityReservationId to one of "
+        f"yours ({listing}) or buy one (docs/capacity.md)"
+    )
     try:
-        found = clients.reservations.describe_capacity_reservations(CapacityReservationIds=[rid])[
-            "CapacityReservations"
-        ]
-    except _api_errors() as err:
-        code, msg = _error(err)
-        if code.startswith("InvalidCapacityReservationId"):
+        found = field(
+            clients.reservations.describe_capacity_reservations(CapacityReservationIds=[rid]),
+            "CapacityReservations",
+            "DescribeCapacityReservations",
+        )
+    except api_errors() as exc:
+        err = classify(exc)
+        if err.kind == NOT_FOUND:
             return Result(
                 check=name,
                 status=FAIL,
-                detail=f"{rid} does not exist in this account in {cfg.region} ({code})",
-                fix=f"set gpuNodeGroups[{group.name}].capacityReservationId to one of "
-                f"yours ({listing}) or buy one (docs/capacity.md)",
+                detail=f"{rid} does not exist in this account in {cfg.region} ({err.code})",
+                fix=missing,
             )
         return Result(
             check=name,
             status=FAIL,
-            detail=f"{rid}: {code}: {msg}",
-            fix="check ec2:DescribeCapacityReservations permission",
+            detail=f"{rid}: {err.detail()}",
+            fix=fix_for(err, "ec2:DescribeCapacityReservations"),
         )
     if not found:
         return Result(
@@ -287,19 +279,24 @@ def check_reservation(cfg: StackConfig, group: GpuNodeGroupConfig, clients: Clie
             fix = f"set capacityBlock to the reservation's times ({window})"
         return Result(check=name, status=FAIL, detail=f"{seen}: {'; '.join(problems)}", fix=fix)
     if warnings:
+        fixes = []
+        if any(w.startswith("no capacityBlock") for w in warnings):
+            times = window or "the block's start and end, UTC"
+            fixes.append(f"set gpuNodeGroups[{group.name}].capacityBlock to {times}")
+        if any(not w.startswith("no capacityBlock") for w in warnings):
+            fixes.append("wait for the reservation to become active, or lower maxSize")
         return Result(
             check=name,
             status=WARN,
             detail=f"{seen}: {'; '.join(warnings)}",
-            fix="wait for the reservation to become active, or lower maxSize",
+            fix="; ".join(fixes),
         )
     return Result(check=name, status=OK, detail=seen)
 
 
 def _quota(clients: Clients, service: str, code: str) -> float:
-    return float(
-        clients.quotas.get_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"]
-    )
+    answer = clients.quotas.get_service_quota(ServiceCode=service, QuotaCode=code)
+    return float(field(field(answer, "Quota", "GetServiceQuota"), "Value", "GetServiceQuota"))
 
 
 def _quota_result(
@@ -314,13 +311,19 @@ def _quota_result(
     service, code, title = quota
     try:
         value = _quota(clients, service, code)
-    except _api_errors() as err:
-        err_code, msg = _error(err)
+    except api_errors() as exc:
+        err = classify(exc)
         return Result(
             check=check,
             status=FAIL,
-            detail=f"{title} ({code}): {err_code}: {msg}",
-            fix="check servicequotas:GetServiceQuota permission",
+            detail=f"{title} ({code}): {err.detail()}",
+            fix=fix_for(
+                err,
+                "servicequotas:GetServiceQuota",
+                not_found=f"Service Quotas has no {service} quota {code} in {region}: "
+                "check aws:region (aws service-quotas list-service-quotas "
+                f"--service-code {service} --region {region})",
+            ),
         )
     detail = f"{title} ({code}) {value:g}; in use {used}, the stack needs {need} {what}"
     if used + need > value:
@@ -366,20 +369,23 @@ def check_quotas(cfg: StackConfig, clients: Clients) -> list[Result]:
                 cfg.region,
             )
         )
-    try:
-        eips = len(clients.ec2.describe_addresses()["Addresses"])
-        vpcs = len(clients.ec2.describe_vpcs()["Vpcs"])
-    except _api_errors() as err:
-        code, msg = _error(err)
-        return [
-            *out,
-            Result(
-                check="quota usage",
-                status=FAIL,
-                detail=f"{code}: {msg}",
-                fix="check ec2:DescribeAddresses and ec2:DescribeVpcs permissions",
-            ),
-        ]
+    used: dict[str, int] = {}
+    for call, key in (("DescribeAddresses", "Addresses"), ("DescribeVpcs", "Vpcs")):
+        method = getattr(clients.ec2, "describe_" + call[len("Describe") :].lower())
+        try:
+            used[key] = len(field(method(), key, call))
+        except api_errors() as exc:
+            err = classify(exc)
+            return [
+                *out,
+                Result(
+                    check="quota usage",
+                    status=FAIL,
+                    detail=f"{call}: {err.detail()}",
+                    fix=fix_for(err, f"ec2:{call}"),
+                ),
+            ]
+    eips, vpcs = used["Addresses"], used["Vpcs"]
     nats = len(cfg.availability_zones) if cfg.nat_gateways == "perAz" else 1
     out.append(
         _quota_result(

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from doctor.aws import Clients, account_checks
 from doctor.checks import FAIL, SKIP, Result, failed, table, to_json
-from doctor.local import check_docker, check_model, check_secrets, is_hub_id
+from doctor.local import (
+    check_docker,
+    check_model,
+    check_pulumi_cli,
+    check_secrets,
+    is_hub_id,
+    known_gated,
+)
+from doctor.stack import stack_checks
 from eks_fsdp_cli.errors import Parser, fail, suggest
 from infra.config import ConfigError, StackConfig, load_stack_file
 from infra.config.sources import REPO_ROOT
@@ -101,15 +110,20 @@ def job_checks(
             continue
         seen.add((model, revision))
         if offline:
-            unknown.append(model)
-            results.append(
-                Result(check=f"model {model}", status=SKIP, detail="skipped (offline: --offline)")
+            result, is_gated = (
+                Result(check=f"model {model}", status=SKIP, detail="skipped (offline: --offline)"),
+                False,
             )
-            continue
-        result, is_gated = check_model(model, revision)
-        results.append(result)
-        if result.status == SKIP:
+        else:
+            result, is_gated = check_model(model, revision)
+        if result.status == SKIP and known_gated(model):  # not looked up, but known gated
+            is_gated = True
+            result = replace(
+                result, detail=f"{result.detail}; gated ({model.split('/')[0]} models are)"
+            )
+        elif result.status == SKIP:
             unknown.append(model)
+        results.append(result)
         if is_gated:
             gated.append(model)
     return results, gated, unknown
@@ -125,7 +139,9 @@ def run(
 ) -> list[Result]:
     """Every check for ``stack``; ``clients`` default to the environment's AWS session."""
     cfg = load_stack_file(stack, root)
-    results = account_checks(cfg, clients or Clients.for_region(cfg.region or "us-east-1"))
+    results = [check_pulumi_cli()]  # first: every later step of docs/deploy.md runs it
+    results += stack_checks(cfg)
+    results += account_checks(cfg, clients or Clients.for_region(cfg.region or "us-east-1"))
     job_results, gated, unknown = job_checks(
         cfg, _stack_jobs(stack, root) if jobs is None else jobs, root, offline=offline
     )
@@ -148,6 +164,11 @@ def main(
             f"--stack {args.stack}: no stack file Pulumi.{args.stack}.yaml "
             f"({guess + '? ' if guess else ''}stacks: {', '.join(stacks)})",
         )
+    for path in args.job or ():
+        if not path.is_file():  # bad input, like an unknown stack: before any AWS call
+            folders = (root / "jobs", root / "jobs" / "examples")
+            known = [p.name for folder in folders for p in sorted(folder.glob("*.yaml"))]
+            return fail("doctor", f"--job {path}: no such file{suggest(path.name, known)}")
     try:
         results = run(args.stack, jobs=args.job, offline=args.offline, clients=clients, root=root)
     except ConfigError as err:

@@ -6,6 +6,9 @@
   program refuses without: ``grafanaAdminPassword`` with ``observability.enabled``
   (``workloads.observability.ObservabilityArgs``); ``hfToken`` when a job of the stack loads a
   gated model (the cluster's ``hf-token`` Secret is made from it, ``workloads.program``).
+- **The Pulumi CLI**, first: every later step of docs/deploy.md runs it (``pulumi install``,
+  ``config``, ``preview``, ``up``) and ``make setup`` installs only its Python SDKs; at least
+  ``infra.versions.PULUMI_CLI_MIN``, read from ``pulumi version``.
 - **Docker with buildx**: the stack builds the training image wherever ``pulumi up`` runs
   (``workloads.training_image``, pulumi-docker-build, which drives BuildKit through the Docker
   daemon), so ``docker buildx version`` must work there; a stack without GPU groups builds none.
@@ -23,6 +26,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -132,6 +136,75 @@ def check_docker(cfg: StackConfig, env: Mapping[str, str] | None = None) -> Resu
             fix=fix,
         )
     return Result(check="docker buildx", status=OK, detail=line[0] if line else "present")
+
+
+PULUMI_INSTALL = "https://www.pulumi.com/docs/install/"
+
+KNOWN_GATED = ("meta-llama/",)
+"""Hub namespaces whose models are all gated (a licence to accept on the model's page): every
+``meta-llama/`` repository answers ``gated: "manual"`` (Llama 2, 3, 3.1, 3.2, 3.3; the Hub's
+``GET /api/models/{repo}``). Offline, doctor still knows these need ``hfToken``."""
+
+
+def known_gated(model: str) -> bool:
+    """True for a hub id in a namespace whose models are all gated (``KNOWN_GATED``)."""
+    return model.startswith(KNOWN_GATED)
+
+
+def _version_tuple(text: str) -> tuple[int, int, int] | None:
+    """``v3.272.0`` (``pulumi version``'s output, also ``v3.272.0-alpha.x`` or ``+dirty``)
+    -> ``(3, 272, 0)``; None for anything else."""
+    m = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)([-+.][\w.+-]*)?", text.strip())
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def check_pulumi_cli(env: Mapping[str, str] | None = None) -> Result:
+    """The Pulumi CLI is on PATH and at least ``versions.PULUMI_CLI_MIN``: ``pulumi version``
+    prints ``v3.272.0`` (what the Automation API parses, ``pulumi/automation/_cmd.py``, with
+    ``PULUMI_SKIP_UPDATE_CHECK=true`` so that it asks no server for a newer release)."""
+    from infra.versions import PULUMI_CLI_MIN
+
+    env = dict(os.environ if env is None else env)
+    name = "pulumi CLI"
+    fix = (
+        f"install the Pulumi CLI {PULUMI_CLI_MIN} or newer ({PULUMI_INSTALL}: "
+        f"curl -fsSL https://get.pulumi.com | sh -s -- --version {PULUMI_CLI_MIN}); "
+        "make setup installs only its Python SDKs"
+    )
+    pulumi = shutil.which("pulumi", path=env.get("PATH"))
+    if pulumi is None:
+        return Result(check=name, status=FAIL, detail="no pulumi on PATH", fix=fix)
+    try:
+        proc = subprocess.run(
+            [pulumi, "version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**env, "PULUMI_SKIP_UPDATE_CHECK": "true"},
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return Result(check=name, status=FAIL, detail=f"{pulumi} version: {err}", fix=fix)
+    out = (proc.stdout or proc.stderr).strip()
+    first = out.splitlines()[0] if out else ""
+    found = _version_tuple(first) if proc.returncode == 0 else None
+    if found is None:
+        what = f"exit {proc.returncode}: " if proc.returncode else ""
+        return Result(
+            check=name,
+            status=FAIL,
+            detail=f"{pulumi} version: {what}{first!r} is not a version",
+            fix=fix,
+        )
+    least = _version_tuple(PULUMI_CLI_MIN)
+    if least is not None and found < least:
+        return Result(
+            check=name,
+            status=FAIL,
+            detail=f"{first} at {pulumi} is older than {PULUMI_CLI_MIN}",
+            fix=fix,
+        )
+    return Result(check=name, status=OK, detail=f"{first} at {pulumi}")
 
 
 def is_hub_id(model: str) -> bool:

@@ -29,6 +29,7 @@ __all__ = [
     "fail",
     "hint",
     "line",
+    "plain",
     "read_text",
     "stacks",
     "suggest",
@@ -130,11 +131,26 @@ def stack_hint(message: str, root: Path = REPO_ROOT) -> str:
     return f"{message} ({said}stacks: {', '.join(names)})"
 
 
+_LITERAL = re.compile(r"``([^`]+)``")
+_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|ref):`~?([^`]+)`")
+
+
+def plain(text: str | None) -> str | None:
+    """``text`` (often a module docstring) as a terminal shows it: reStructuredText's inline
+    literals (````x````) and roles (``:func:`x```) become ``x``."""
+    if text is None:
+        return None
+    return _ROLE.sub(r"\1", _LITERAL.sub(r"\1", text))
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are the one error line (no usage block), with a
-    "did you mean"; its subcommands' parsers are the same class, for the same ``command``."""
+    "did you mean"; its subcommands' parsers are the same class, for the same ``command``.
+    Its description and epilog are shown without reStructuredText markup (``plain``)."""
 
     def __init__(self, *args: Any, command: str | None = None, **kwargs: Any) -> None:
+        for key in ("description", "epilog"):
+            kwargs[key] = plain(kwargs.get(key))
         super().__init__(*args, **kwargs)
         self.command = command
         self._argv: list[str] = []

@@ -9,6 +9,15 @@ from __future__ import annotations
 
 import datetime as _dt
 
+# --- Pulumi ----------------------------------------------------------------------------------
+PULUMI_CLI_MIN = "3.272.0"
+"""The oldest Pulumi CLI the project is run with: the version of the ``pulumi`` SDK that
+requirements.txt pins. Pulumi's Automation API installs by default "the CLI version matching
+the current SDK release" (pulumi 3.272.0, ``pulumi/automation/_cmd.py``
+``PulumiCommand.install``); an older engine may lack what the SDK asks of it. ``doctor``
+checks it (``doctor.local.check_pulumi_cli``); tests/doctor/test_cli.py keeps it equal to the
+pin."""
+
 # --- EKS -------------------------------------------------------------------------------------
 KUBERNETES_VERSION = "1.35"
 """Default EKS control-plane version (stack key ``kubernetesVersion`` may pick another)."""

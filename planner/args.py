@@ -20,7 +20,7 @@ from planner.assumptions import BUNDLED_DATASETS, DATASETS, DEFAULT, HF_DATASETS
 from planner.catalog import lookup
 from planner.lora import LINEAR, LoraSpec
 from planner.memory import AC_MODES, PRECISIONS, STRATEGIES
-from planner.predict import PlanInput
+from planner.predict import ON_DEMAND, PlanInput, price_basis
 from planner.preference import job_preference
 from planner.shapes import BUILTIN, ModelShape, ShapeError, resolve, training_presets
 from planner.storage import Storage, from_stack_config
@@ -220,6 +220,7 @@ def job_values(job: Any, flag: str) -> dict[str, Any]:
         "dataset": job.dataset,
         "epochs": job.num_epochs,
         "price": group.price_per_hour,
+        "price_basis": price_basis(group),
         "storage": from_stack_config(getattr(cfg, "shared_storage", None)),
         **_stack_ac(stack, job.extra_args),
         **_stack_lora(stack, job.extra_args),
@@ -470,6 +471,7 @@ def resolve_args(args: argparse.Namespace, preset: dict[str, Any] | None = None)
         dataset_tokens=tokens,
         epochs=int(values.get("epochs") or 1),
         usd_per_hour=values.get("price"),
+        price_basis="--price" if args.price is not None else values.get("price_basis") or ON_DEMAND,
         storage=storage,
         assumptions=DEFAULT,
         lora=lora,

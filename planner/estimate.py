@@ -199,6 +199,7 @@ def describe(est: JobEstimate, source: str = "FILE") -> list[str]:
         out.append(
             f"plan: {_steps(est)}{every}; ETA "
             f"{_duration(est.eta_s)}, ${est.cost_usd:,.0f} at ${est.usd_per_hour:,.2f}/h{per_epoch}"
+            f" ({inp.price_basis})"
         )
     else:
         out.append(

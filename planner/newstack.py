@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -28,7 +29,7 @@ from eks_fsdp_cli.errors import Parser, fail
 from planner.args import UsageError, builtin_for_hub_id, parser, resolve_args
 from planner.assumptions import HF_DATASETS
 from planner.estimate import JobEstimate, estimate_input, with_layout
-from planner.predict import PlanInput, checkpoint_size
+from planner.predict import BLOCK_PRICE_UNKNOWN, ON_DEMAND, PlanInput, checkpoint_size
 from planner.recommend import recommend
 from planner.storage import Storage, fsx_capacity_for
 
@@ -73,6 +74,25 @@ def new_stack_parser() -> argparse.ArgumentParser:
         default="on-demand",
         help="on-demand (an ODCR, or none) or capacity-block (EC2 Capacity Block for ML)",
     )
+    p.add_argument(
+        "--block-start",
+        metavar="UTC",
+        help="capacity-block: the block's start, e.g. 2026-12-10T11:30:00Z (aws ec2 "
+        "describe-capacity-reservations shows it): the group scales up then",
+    )
+    p.add_argument(
+        "--block-end",
+        metavar="UTC",
+        help="capacity-block: the block's end; the group scales to zero and jobs checkpoint "
+        "before it (docs/capacity.md)",
+    )
+    p.add_argument(
+        "--price",
+        type=float,
+        metavar="USD",
+        help="price per node-hour (a capacity block's is set when it is bought; default: the "
+        "on-demand list price, labelled as such)",
+    )
     p.add_argument("--region", required=True, help="AWS region, e.g. us-east-2")
     p.add_argument("--zone", help="the reservation's zone (default: <region>a)")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model (default {DEFAULT_MODEL})")
@@ -112,6 +132,8 @@ def generate(
     dataset: str = "ultrachat_200k",
     storage: Storage | None = None,
     min_nodes: int | None = None,
+    price: float | None = None,
+    basis: str = ON_DEMAND,
 ) -> Generated:
     """The recommended layout of ``model`` on ``nodes`` x ``instance`` and its checkpoint
     interval (``min_nodes``: an elastic job's minimum, which its HSDP group must divide too);
@@ -139,7 +161,7 @@ def generate(
         storage = fsx_capacity_for(checkpoint_size(inp), write_s=CHECKPOINT_WRITE_S, nodes=nodes)
     from dataclasses import replace
 
-    inp = replace(inp, storage=storage)
+    inp = replace(inp, storage=storage, usd_per_hour=price, price_basis=basis)
     bare = estimate_input(inp, nodes, max_steps=None, checkpoint_every=None)
     steps = bare.steps or 0
     every = max(1, steps // CHECKPOINTS_PER_JOB)
@@ -169,7 +191,7 @@ def cost_comment(gen: Generated) -> list[str]:
         f"{est.steps} optimizer steps over {inp.epochs} epoch(s) of "
         f"{inp.dataset_tokens / 1e6:,.0f} M tokens; a checkpoint every {gen.checkpoint_every} "
         f"steps ({est.checkpoints} in all).",
-        f"Cost: ${est.usd_per_hour:,.2f}/h for the {est.nodes} nodes (on-demand list price); "
+        f"Cost: ${est.usd_per_hour:,.2f}/h for the {est.nodes} nodes ({inp.price_basis}); "
         f"~${est.cost_per_epoch_usd or 0:,.0f} per epoch, ~${est.cost_usd or 0:,.0f} and "
         f"{eta:.1f} h for the job.",
     ]
@@ -232,6 +254,12 @@ def stack_text(gen: Generated, *, name: str, args: argparse.Namespace) -> str:
         f"eks-fsdp new-stack {name} --instance {inst.name} --nodes {args.nodes}"
         + (f" --reservation {args.reservation}" if args.reservation else "")
         + f" --capacity-type {args.capacity_type} --region {args.region} --zone {zone}"
+        + (
+            f" --block-start {args.block_start} --block-end {args.block_end}"
+            if args.block_start
+            else ""
+        )
+        + (f" --price {args.price:g}" if args.price is not None else "")
     )
     out = [
         f"# {args.nodes} x {inst.name} ({args.nodes * inst.gpus} x {inst.gpu_model}), written by",
@@ -261,6 +289,23 @@ def stack_text(gen: Generated, *, name: str, args: argparse.Namespace) -> str:
             "      # No placement group: the reservation fixes where the instances land.",
             "      placementGroup: none",
         ]
+    if args.price is not None:
+        out.append(f"      pricePerHour: {args.price:g}")
+    if args.block_start is not None:
+        out += [
+            "      # The block's window: scaled up at its start, to zero before its end, and",
+            "      # jobs checkpoint before that (docs/capacity.md).",
+            "      capacityBlock:",
+            f"        start: {args.block_start}",
+            f"        end: {args.block_end}",
+        ]
+    elif args.capacity_type == "capacity-block":
+        import textwrap
+
+        out += [f"      # {ln}" for ln in textwrap.wrap(NO_WINDOW, 91)]
+        out.append(
+            "      # capacityBlock: {start: <UTC>, end: <UTC>}  (eks-fsdp doctor shows them)"
+        )
     out += [
         f"  # Checkpoints: {gen.storage.describe()}, sized to write one in "
         f"{CHECKPOINT_WRITE_S / 60:.0f} min or less.",
@@ -282,6 +327,21 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--reservation {args.reservation}: expected cr- and 17 hex digits")
     if args.capacity_type == "capacity-block" and args.reservation is None:
         raise UsageError("--capacity-type capacity-block: needs --reservation (the block's id)")
+    if (args.block_start is None) != (args.block_end is None):
+        given = "--block-start" if args.block_start is not None else "--block-end"
+        other = "--block-end" if args.block_start is not None else "--block-start"
+        raise UsageError(f"{given}: needs {other} too (the block's start and end, UTC)")
+    if args.block_start is not None:
+        if args.capacity_type != "capacity-block":
+            raise UsageError("--block-start: only with --capacity-type capacity-block")
+        args.block_start, args.block_end = (
+            _utc_flag(args.block_start, "--block-start"),
+            _utc_flag(args.block_end, "--block-end"),
+        )
+        if args.block_end <= args.block_start:
+            raise UsageError(f"--block-end {args.block_end}: not after --block-start")
+    if args.price is not None and args.price <= 0:
+        raise UsageError(f"--price {args.price:g}: must be > 0 (USD per node-hour)")
     if not _REGION.match(args.region):
         raise UsageError(f"--region {args.region}: not a region name (e.g. us-east-2)")
     if args.zone is not None and not (
@@ -290,6 +350,29 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--zone {args.zone}: not a zone of {args.region} (e.g. {args.region}a)")
     if args.nodes < 1:
         raise UsageError(f"--nodes {args.nodes}: must be >= 1")
+
+
+NO_WINDOW = (
+    "No capacityBlock window: the group is never scaled down before the block ends and "
+    "jobs get no end time to checkpoint before; set its start and end (UTC)."
+)
+"""What ``new-stack`` writes and prints for a capacity block without ``--block-start/-end``."""
+
+
+def _utc_flag(value: str, flag: str) -> str:
+    """``value`` as the stack file writes a block's time (``2026-12-10T11:30:00Z``); an
+    instant without a UTC offset is refused (capacity blocks run in UTC, docs/capacity.md)."""
+    import datetime as dt
+
+    from infra.config.nodegroups import iso_utc
+
+    try:
+        moment = dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise UsageError(f"{flag} {value}: not a time like 2026-12-10T11:30:00Z") from None
+    if moment.tzinfo is None or moment.utcoffset() != dt.timedelta(0):
+        raise UsageError(f"{flag} {value}: not in UTC (end it with Z)")
+    return iso_utc(moment)
 
 
 SECRETS_METADATA = ("secretsprovider", "encryptedkey", "encryptionsalt")
@@ -346,6 +429,11 @@ def main(argv: list[str]) -> int:
         args = new_stack_parser().parse_args(argv)
         _check(args)
         hub, split, _ = DEFAULT_DATASET
+        basis = ON_DEMAND
+        if args.price is not None:
+            basis = "--price"
+        elif args.capacity_type == "capacity-block":
+            basis = BLOCK_PRICE_UNKNOWN.replace("set pricePerHour", "pass --price")
         gen = generate(
             instance=args.instance,
             nodes=args.nodes,
@@ -353,6 +441,8 @@ def main(argv: list[str]) -> int:
             seq=args.context,
             epochs=args.epochs,
             dataset=HF_DATASETS[(hub, split)],
+            price=args.price,
+            basis=basis,
         )
         stack_path = args.dir / f"Pulumi.{args.name}.yaml"
         job_path = args.job_out or args.dir / "jobs" / f"{args.name}.yaml"
@@ -390,6 +480,12 @@ def main(argv: list[str]) -> int:
     print(f"wrote {job_path}")
     for line in cost_comment(gen):
         print(f"  {line}")
+    if args.capacity_type == "capacity-block" and args.block_start is None:
+        print(
+            f"warning: {NO_WINDOW} Pass --block-start/--block-end, or set capacityBlock in "
+            f"{stack_path} (eks-fsdp doctor --stack {args.name} reads them from the block)",
+            file=sys.stderr,
+        )
     return 0
 
 

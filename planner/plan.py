@@ -106,6 +106,7 @@ def row(
         "epoch": pr.epoch.as_dict() if pr.epoch is not None else None,
         "cost_per_epoch_usd": pr.cost_per_epoch_usd,
         "usd_per_hour": inp.usd_per_hour if inp.usd_per_hour is not None else it.usd_per_hour,
+        "price_basis": inp.price_basis,
         "recommendation": recommend(
             inp, pr.nodes, min_nodes=min_nodes if min_nodes and min_nodes < pr.nodes else None
         ),

@@ -44,6 +44,25 @@ from planner.timing import (
     ring_time,
 )
 
+ON_DEMAND = "on-demand list price"
+"""The catalog's price (``infra.instances``: us-east-1 on-demand, per node-hour)."""
+BLOCK_PRICE_UNKNOWN = (
+    "the capacity block's price is unknown: on-demand list price shown; set pricePerHour"
+)
+"""A capacity block is priced when it is bought (EC2 user guide, "Capacity Blocks for ML":
+the price depends on supply and demand at purchase), not at the on-demand list price."""
+
+
+def price_basis(group: Any) -> str:
+    """How a GPU group (``infra.config.GpuNodeGroupConfig``) is priced, as a plan labels it:
+    its ``pricePerHour``, the on-demand list price, or, for a capacity block without a price,
+    that the price is unknown."""
+    if getattr(group, "price_per_hour", None) is not None:
+        return f"pricePerHour of {group.name}"
+    if getattr(group, "capacity_type", None) == "capacity-block":
+        return BLOCK_PRICE_UNKNOWN
+    return ON_DEMAND
+
 
 @dataclass(frozen=True, kw_only=True)
 class PlanInput:
@@ -75,6 +94,8 @@ class PlanInput:
     """How an epoch is cut into batches: ``fill`` (this project) or ``pad`` (llama-recipes)."""
     usd_per_hour: float | None = None
     """Price override (reservations); None: the catalog's on-demand price."""
+    price_basis: str = ON_DEMAND
+    """Where ``usd_per_hour`` comes from, as the plan labels its cost (``price_basis``)."""
     assumptions: Assumptions = DEFAULT
     storage: Storage = NODE_DISK
     """Where checkpoints are written (the stack's ``sharedStorage``; default node-local gp3)."""

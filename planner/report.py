@@ -97,6 +97,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines.append("  ".join(h.rjust(w) for h, w in zip(head, widths, strict=True)))
     lines.extend("  ".join(c.rjust(w) for c, w in zip(b, widths, strict=True)) for b in body)
     lines.append("")
+    if any(r["cost_per_epoch_usd"] is not None for r in rows):
+        lines.append(f"$/epoch at ${r0['usd_per_hour']:,.2f} per node-hour ({r0['price_basis']})")
     unit = r0["memory"]["gathered_unit_name"]
     lines.append(
         f"largest FSDP unit: {unit}, {_gib(r0['memory']['gathered_unit'])} GiB unsharded; "

@@ -76,6 +76,32 @@ past the first two are their lanes: they run only these, the first two run every
 first, so the waiting never holds a core."""
 
 
+REQUIRE_PROMETHEUS = "EKS_FSDP_REQUIRE_PROMETHEUS"
+"""Set to 1 (``.ci/run`` does) to fail, not skip, the ``prometheus`` tests without Prometheus."""
+
+
+def prometheus_missing(path: str | None = None) -> list[str]:
+    """The Prometheus binaries (Debian's ``prometheus`` package: the server and promtool) not
+    on ``path`` (default: PATH)."""
+    import shutil
+
+    return [tool for tool in ("prometheus", "promtool") if shutil.which(tool, path=path) is None]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``prometheus`` without Prometheus on PATH: skipped with one line naming
+    what is missing and how to get it, or failed when ``EKS_FSDP_REQUIRE_PROMETHEUS=1``."""
+    if item.get_closest_marker("prometheus") is None:
+        return
+    missing = prometheus_missing()
+    if not missing:
+        return
+    why = f"no {' or '.join(missing)} on PATH: sudo apt-get install -y prometheus"
+    if os.environ.get(REQUIRE_PROMETHEUS) == "1":
+        pytest.fail(f"{why} ({REQUIRE_PROMETHEUS}=1)", pytrace=False)
+    pytest.skip(why)
+
+
 def _module(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -184,3 +185,28 @@ def test_flags_are_matched_without_their_dashes() -> None:
     assert hint("unrecognized arguments: --bogus", p) == "unrecognized arguments: --bogus"
     assert hint("unrecognized arguments: --stak=a", p).endswith("(did you mean --stack?)")
     assert hint("unrecognized arguments: --ou", p).endswith("(did you mean --out?)")
+
+
+HELP_PAGES = [
+    *([name] for name in COMMANDS),
+    ["controlplane", "build"],
+    ["controlplane", "up"],
+    ["jobs", "submit"],
+    ["jobs", "data"],
+    ["plan", "calibrate"],
+]
+"""Every command's ``--help`` and the verbs whose help is built from a module docstring."""
+_MARKUP = re.compile(r"``|:(?:func|class|mod|meth|attr|data):`|^\.\. \w+::", re.M)
+"""reStructuredText a terminal shows as it is: inline literals, roles, directives."""
+
+
+@pytest.mark.parametrize("argv", HELP_PAGES, ids=" ".join)
+def test_help_shows_no_restructuredtext(argv: list[str], capsys: pytest.CaptureFixture) -> None:
+    """``eks-fsdp controlplane --help`` printed its module docstring's first line as it was
+    (````eks-fsdp controlplane {build,up}````): help text is for a terminal, not Sphinx."""
+    from eks_fsdp_cli.main import main
+
+    assert main([*argv, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip(), argv
+    assert not _MARKUP.findall(out), out

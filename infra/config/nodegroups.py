@@ -302,6 +302,20 @@ def _parse_capacity_block(value: Any, path: str) -> CapacityBlockWindow:
     return window
 
 
+def capacity_block_warnings(groups: Any) -> list[str]:
+    """One line per capacity-block group without a ``capacityBlock`` window: the stack then
+    never scales it down before EC2 terminates the block's instances, and jobs get no end time
+    to checkpoint before (``infra.capacity_schedule``; docs/capacity.md). A warning, not an
+    error: a stack may be brought up before the block's times are known."""
+    return [
+        f"gpuNodeGroups[{g.name}].capacityBlock is not set: the capacity block's group is never "
+        "scaled down before the block ends and jobs get no end time to checkpoint before; set "
+        "its start and end, UTC (eks-fsdp doctor shows the block's times)"
+        for g in groups
+        if g.capacity_type == "capacity-block" and g.capacity_block is None
+    ]
+
+
 def parse_taint(text: str, path: str = "taint") -> Taint:
     """``key=value:Effect`` -> ``Taint``; ``ConfigError`` naming ``path`` otherwise."""
     m = re.fullmatch(r"([^=:\s]+)=([^=:\s]*):(\w+)", text) if isinstance(text, str) else None

@@ -10,6 +10,7 @@ from typing import Any
 
 from eks_fsdp_cli.paths import REPO_ROOT
 from infra.config.fields import NAMESPACE, ConfigError, _fail, _k
+from infra.config.nodegroups import capacity_block_warnings
 from infra.config.observability import SECRET_RECEIVERS
 from infra.config.stack import (
     _PLAINTEXT_SECRET,
@@ -128,6 +129,8 @@ def from_pulumi() -> StackConfig:
     )
     parsed = parse(raw, stack=pulumi.get_stack(), secrets=secrets)
     _require_alerts_secret(parsed)
+    for line in capacity_block_warnings(parsed.gpu_node_groups):
+        pulumi.log.warn(f"{NAMESPACE}:{line}")
     if parsed.api_public_access_cidrs is None:
         raise _fail(
             "apiPublicAccessCidrs",

@@ -23,7 +23,7 @@ KIND_ORDER = ("Namespace", "PriorityClass", "PersistentVolume", "PersistentVolum
 
 
 def rendered_objects(stack: str, out: Path) -> list[dict[str, Any]]:
-    """What ``python -m workloads.render --stack <stack>`` writes as Kubernetes objects (the
+    """What ``eks-fsdp render --stack <stack>`` writes as Kubernetes objects (the
     operator's kustomization and the charts' values are not objects), Namespaces first."""
     from workloads.render import render
 

@@ -4,7 +4,7 @@ If this fails, the control plane the other tests use is not what they assume: th
 are not the pinned, version-stamped builds (kwok and Kueue read ``/version``), a component
 listens beyond 127.0.0.1, the API server would dial a node's kubelet by a name rather than at
 127.0.0.1, a component inherits the developer's environment, the fake nodes lack their GPUs,
-or ``python -m controlplane up`` leaves processes behind after Ctrl-C (however it was
+or ``eks-fsdp controlplane up`` leaves processes behind after Ctrl-C (however it was
 started: ``.ci/run`` runs that test again with SIGINT ignored) or dials off loopback.
 """
 
@@ -160,7 +160,7 @@ def test_kubeconfig_is_usable(control_plane: ControlPlane) -> None:
 def test_up_prints_the_kubeconfig_and_ctrl_c_stops_everything(
     built: object, tmp_path: Path
 ) -> None:
-    """``python -m controlplane up`` as a developer runs it: SIGINT leaves nothing running."""
+    """``eks-fsdp controlplane up`` as a developer runs it: SIGINT leaves nothing running."""
     cmd = [
         sys.executable,
         "-m",
@@ -202,6 +202,8 @@ def test_up_prints_the_kubeconfig_and_ctrl_c_stops_everything(
             os.kill(c.pid, 0)
     assert watch.samples > 0
     assert not violations, violations
+    # a folder named with --state is the user's: kept, and said where
+    assert f"controlplane: state kept in {tmp_path} (--state named it;" in rest, rest
     logs = sorted((tmp_path / "logs").glob("*.log"))
     assert len(logs) == 5, logs
     assert loopback.log_violations(logs) == []

@@ -1,4 +1,4 @@
-"""``python -m jobs`` against the local control plane: a real kube-apiserver (admission, RBAC,
+"""``eks-fsdp jobs`` against the local control plane: a real kube-apiserver (admission, RBAC,
 the garbage collector of kube-controller-manager), the real training operator reconciling the
 PyTorchJob the CLI creates, kwok running its pods on fake nodes of the dev stack's nodegroup.
 

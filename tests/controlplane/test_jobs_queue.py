@@ -1,4 +1,4 @@
-"""``python -m jobs submit --team`` through the real Kueue on the local control plane.
+"""``eks-fsdp jobs submit --team`` through the real Kueue on the local control plane.
 
 The p4de-odcr stack (a pool of two fake p4de.24xlarge, 16 GPUs) with two teams: ``jq-nlp``
 owns one node, ``jq-vision`` the other. Its Kueue and team objects are applied (cluster-scoped

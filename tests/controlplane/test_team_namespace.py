@@ -11,7 +11,7 @@ kwok's fake p4de nodes, the training operator, Kueue), the p4de-odcr stack (FSx 
   (``kueue.cluster_objects``, cluster-scoped names prefixed ``tn-``);
 - a member of ``tn-nlp`` (a client certificate in group ``eks-fsdp-team-tn-nlp``, as an EKS
   access entry's ``kubernetesGroups`` names it: ``tests.controlplane.helpers.member_access``)
-  submits a job with ``python -m jobs submit --team tn-nlp``: the controller-manager binds the
+  submits a job with ``eks-fsdp jobs submit --team tn-nlp``: the controller-manager binds the
   claim to the team's volume, Kueue admits the job, the scheduler places its pod on a p4de
   node with the claim mounted; the member reads its pods, its Workload and events, watches and
   suspends the job (a patch), and deletes it (``cancel --purge``);

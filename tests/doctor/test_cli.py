@@ -52,6 +52,12 @@ def _set_secret(root: Path, key: str) -> None:
     path.write_text(path.read_text() + f"  eks-fsdp:{key}:\n    secure: v1:bG9vcGJhY2s=\n")
 
 
+def _set_api_cidrs(root: Path) -> None:
+    """As `pulumi config set --path 'apiPublicAccessCidrs[0]' 203.0.113.7/32` leaves it."""
+    path = root / "Pulumi.p5-16.yaml"
+    path.write_text(path.read_text() + "  eks-fsdp:apiPublicAccessCidrs:\n    - 203.0.113.7/32\n")
+
+
 @pytest.fixture
 def docker_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A `docker` script answering `docker buildx version` as buildx 0.x does (no Docker here)."""
@@ -65,6 +71,22 @@ def docker_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     return bin_dir
+
+
+def _fake_pulumi(bin_dir: Path, body: str) -> None:
+    """A ``pulumi`` script (no Pulumi CLI here) whose ``pulumi version`` runs ``body``."""
+    script = bin_dir / "pulumi"
+    script.write_text(f'#!/bin/sh\n[ "$1" = version ] || exit 2\n{body}\n')
+    script.chmod(0o755)
+
+
+@pytest.fixture
+def pulumi_on_path(docker_on_path: Path) -> Path:
+    """A ``pulumi`` that answers ``pulumi version`` as the CLI does (``v3.x.y``)."""
+    from infra.versions import PULUMI_CLI_MIN
+
+    _fake_pulumi(docker_on_path, f"echo v{PULUMI_CLI_MIN}")
+    return docker_on_path
 
 
 class Hub(BaseHTTPRequestHandler):
@@ -148,7 +170,7 @@ def _clients(aws, found: dict | None) -> Clients:
 
 
 def test_p5_16_placeholder_fails_then_a_matching_account_passes(
-    aws, hub, online, stack_root, docker_on_path, monkeypatch, capsys
+    aws, hub, online, stack_root, pulumi_on_path, monkeypatch, capsys
 ) -> None:
     """The issue's "done when": p5-16 with the shipped placeholder reservation exits 1 with a
     line naming the reservation and its fix; with a matching block, quotas, the secrets set,
@@ -168,7 +190,10 @@ def test_p5_16_placeholder_fails_then_a_matching_account_passes(
     )
     model = next(x for x in out.splitlines() if x.startswith(f"model {GATED}"))
     assert "gated: no HF_TOKEN" in model and f"accept the licence at {hub}/{GATED}" in model
+    cidrs = next(x for x in out.splitlines() if x.startswith("apiPublicAccessCidrs"))
+    assert "FAIL" in cidrs and "pulumi config set --path 'apiPublicAccessCidrs[0]'" in cidrs
 
+    _set_api_cidrs(stack_root)
     _set_secret(stack_root, "grafanaAdminPassword")
     _set_secret(stack_root, "hfToken")
     monkeypatch.setenv("HF_TOKEN", TOKEN)
@@ -176,7 +201,10 @@ def test_p5_16_placeholder_fails_then_a_matching_account_passes(
     report = json.loads(capsys.readouterr().out)
     statuses = {c["check"]: c["status"] for c in report["checks"]}
     assert rc == 0 and report["ok"] is True, report
+    assert report["checks"][0]["check"] == "pulumi CLI"
     assert statuses == {
+        "pulumi CLI": "ok",
+        "apiPublicAccessCidrs": "ok",
         "region": "ok",
         "zones": "ok",
         "reservation p5-block": "ok",
@@ -311,3 +339,138 @@ def test_doctor_reads_the_job_file_new_stack_writes(tmp_path: Path) -> None:
     example.write_text("name: c\nstack: p5-16\n")
     assert _stack_jobs("my-p5", tmp_path) == [mine]
     assert _stack_jobs("p5-16", tmp_path) == [tmp_path / "jobs" / "other.yaml", example]
+
+
+def test_pulumi_cli_is_checked_present_and_recent(tmp_path: Path) -> None:
+    """No ``pulumi`` on PATH (``make setup`` installs only the SDKs), one older than
+    ``PULUMI_CLI_MIN``, or one whose ``pulumi version`` is not a version: each fails with the
+    install line; the pinned version, a newer one and a pre-release of a newer one pass."""
+    from doctor.local import check_pulumi_cli
+    from infra.versions import PULUMI_CLI_MIN
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    missing = check_pulumi_cli(env={"PATH": str(bin_dir)})
+    assert (missing.check, missing.status, missing.detail) == (
+        "pulumi CLI",
+        "fail",
+        "no pulumi on PATH",
+    )
+    assert f"install the Pulumi CLI {PULUMI_CLI_MIN} or newer" in missing.fix
+    cases = {
+        "echo v3.100.0": "fail",
+        "echo v2.999.999": "fail",
+        f"echo v{PULUMI_CLI_MIN}": "ok",
+        "echo v3.999.0": "ok",
+        "echo v4.0.0-alpha.1+dirty": "ok",
+        "echo 'warning: something' >&2; exit 1": "fail",
+        "echo hello": "fail",
+    }
+    for body, expected in cases.items():
+        _fake_pulumi(bin_dir, body)
+        result = check_pulumi_cli(env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+        assert result.status == expected, (body, result)
+        assert (result.fix == "") == (expected == "ok"), (body, result)
+    _fake_pulumi(bin_dir, "echo v3.100.0")
+    old = check_pulumi_cli(env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert old.detail == f"v3.100.0 at {bin_dir / 'pulumi'} is older than {PULUMI_CLI_MIN}"
+
+
+def test_pulumi_cli_minimum_is_the_sdk_pin() -> None:
+    """``PULUMI_CLI_MIN`` is the pulumi SDK requirements.txt pins, and the README's deploy
+    block and docs/deploy.md's prerequisites state it before their first command."""
+    import re
+
+    from infra.versions import PULUMI_CLI_MIN
+
+    pins = (REPO_ROOT / "requirements.txt").read_text()
+    assert re.search(rf"^pulumi=={re.escape(PULUMI_CLI_MIN)}$", pins, re.M), PULUMI_CLI_MIN
+    readme = (REPO_ROOT / "README.md").read_text().split("## Deploy a cluster", 1)[1]
+    before = readme.split("```bash", 1)[0]
+    assert "Pulumi CLI" in before and PULUMI_CLI_MIN in before, before
+    deploy = (REPO_ROOT / "docs" / "deploy.md").read_text().split("## Prerequisites", 1)[1]
+    prereq = deploy.split("\n## ", 1)[0]
+    assert f"Pulumi CLI]({'https://www.pulumi.com/docs/install/'}) {PULUMI_CLI_MIN}" in prereq
+
+
+def test_a_missing_job_file_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    """``--job missing.yaml`` is bad input, as an unknown stack is: one line with the closest
+    job file, exit 2, before any AWS call (``Clients(None, ...)`` would raise if one ran)."""
+    rc = main(
+        ["--stack", "p5-16", "--job", str(tmp_path / "p5-61.yaml")],
+        clients=Clients(None, None, None),
+    )
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert err == (
+        f"eks-fsdp doctor: error: --job {tmp_path / 'p5-61.yaml'}: no such file "
+        "(did you mean p5-16.yaml?)"
+    )
+
+
+def test_a_known_gated_model_needs_hf_token_offline(stack_root: Path) -> None:
+    """p5-16's model is Llama 2, gated like every meta-llama repository: offline (or with the
+    Hub unreachable) doctor no longer says "hfToken OK ... no gated model known to need it"
+    nor merely warns; it asks for the secret. An ungated model offline stays a warning."""
+    from doctor.cli import job_checks
+
+    cfg = load_stack_file("p5-16", stack_root)
+    example = stack_root / "jobs" / "examples" / "p5-16.yaml"
+    results, gated, unknown = job_checks(cfg, [example], stack_root, offline=True)
+    assert gated == [GATED] and unknown == []
+    model = next(r for r in results if r.check == f"model {GATED}")
+    assert model.status == "skip" and model.detail.endswith("gated (meta-llama models are)")
+    (token,) = [r for r in check_secrets(cfg, gated, stack_root, unknown) if "hfToken" in r.check]
+    assert (token.status, token.detail) == ("fail", f"not set; needed: gated model {GATED}")
+    (other,) = [
+        r for r in check_secrets(cfg, [], stack_root, ["Qwen/Qwen2.5-0.5B"]) if "hfToken" in r.check
+    ]
+    assert other.status == "warn"
+
+
+def test_api_public_access_cidrs_unset_is_reported(stack_root: Path) -> None:
+    """``new-stack`` does not write apiPublicAccessCidrs (required, no default): before, only
+    ``pulumi preview`` said so. [] (private endpoint) and a CIDR pass."""
+    import dataclasses
+
+    from doctor.stack import check_api_access
+
+    cfg = load_stack_file("p5-16", stack_root)
+    unset = check_api_access(cfg)
+    assert (unset.status, unset.detail) == (
+        "fail",
+        "not set (required: pulumi preview stops on it)",
+    )
+    assert unset.fix.startswith("pulumi config set --path 'apiPublicAccessCidrs[0]'")
+    private = check_api_access(dataclasses.replace(cfg, api_public_access_cidrs=()))
+    assert (private.status, private.detail) == ("ok", "[]: private endpoint only")
+    _set_api_cidrs(stack_root)
+    assert check_api_access(load_stack_file("p5-16", stack_root)).detail == "203.0.113.7/32"
+
+
+def test_a_capacity_block_without_its_window_is_warned_with_the_blocks_times() -> None:
+    """A capacity-block group without ``capacityBlock`` (what new-stack wrote before): a
+    warning from the stack file alone, and the reservation row (Stubber: the block's
+    ``StartDate``/``EndDate``) gives the times to write."""
+    import dataclasses
+
+    from doctor.aws import check_reservation
+    from doctor.stack import check_block_windows
+
+    cfg = load_stack_file("p5-16")
+    (group,) = cfg.gpu_node_groups
+    bare = dataclasses.replace(group, capacity_block=None)
+    cfg = dataclasses.replace(cfg, gpu_node_groups=(bare,))
+    (row,) = check_block_windows(cfg)
+    assert (row.check, row.status) == (f"capacityBlock {group.name}", "warn")
+    assert check_block_windows(load_stack_file("p5-16")) == []
+    client, stub = stubbed("ec2")
+    stub.add_response(
+        "describe_capacity_reservations", {"CapacityReservations": [reservation(PLACEHOLDER)]}
+    )
+    result = check_reservation(cfg, bare, Clients(None, client, None))
+    assert result.status == "warn" and "no capacityBlock window" in result.detail
+    assert result.fix == (
+        f"set gpuNodeGroups[{group.name}].capacityBlock to start 2026-12-10T11:30:00Z, "
+        "end 2026-12-17T11:30:00Z"
+    )

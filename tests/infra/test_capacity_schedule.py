@@ -184,3 +184,31 @@ def test_the_shipped_p5_16_window_is_scheduled_as_the_clock_allows() -> None:
 def test_the_configmap_builder_refuses_an_incomplete_window() -> None:
     with pytest.raises(ValueError, match=r"^window: missing scaleDownAt$"):
         capacity_block_configmap("p5-block", {"start": START, "end": END}, "default")
+
+
+def test_a_block_without_a_window_is_warned_about_at_config(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``new-stack --capacity-type capacity-block`` wrote no ``capacityBlock``: the group then
+    never scales down and jobs never learn the end. ``from_pulumi`` warns (``pulumi.log.warn``,
+    which the mock engine hands to ``logging``: pulumi ``runtime/mocks.py`` ``MockEngine.Log``),
+    once per such group; the shipped p5-16 window is not warned about."""
+    import logging
+
+    program = tmp_path / "program.py"
+    program.write_text("from infra.config import from_pulumi\nfrom_pulumi()\n")
+    raw = stack_file_values("p5-16")
+    (group,) = raw["gpuNodeGroups"]
+    bare = {k: v for k, v in group.items() if k != "capacityBlock"}
+    with caplog.at_level(logging.WARNING):
+        run_program("p5-16", overrides={"gpuNodeGroups": [bare]}, secrets=SECRETS, program=program)
+    warned = [r.getMessage() for r in caplog.records if "capacityBlock" in r.getMessage()]
+    assert warned == [
+        f"eks-fsdp:gpuNodeGroups[{group['name']}].capacityBlock is not set: the capacity block's "
+        "group is never scaled down before the block ends and jobs get no end time to "
+        "checkpoint before; set its start and end, UTC (eks-fsdp doctor shows the block's times)"
+    ], warned
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        run_program("p5-16", secrets=SECRETS, program=program)
+    assert not [r for r in caplog.records if "capacityBlock" in r.getMessage()]

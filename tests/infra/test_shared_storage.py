@@ -51,7 +51,7 @@ def _run(stack: str) -> ProgramRun:
 
 
 def _example_pod(stack: str) -> dict[str, Any]:
-    """The pod spec of the stack's example job, as ``python -m jobs submit`` creates it."""
+    """The pod spec of the stack's example job, as ``eks-fsdp jobs submit`` creates it."""
     _, w = load_example(stack, image=IMAGE)
     job = pytorchjob(w.job, w.etcd.host)
     return job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]  # type: ignore[no-any-return]

@@ -21,7 +21,7 @@ import pytest
 from localrun.prometheus import free_port, start_local_prometheus, worker_targets
 from workloads.specs.prometheus_files import ALERT_NAMES
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.prometheus]
 
 EXPORTER = textwrap.dedent(
     """

@@ -83,6 +83,7 @@ def local_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     return out, nb
 
 
+@pytest.mark.prometheus
 def test_notebook_local_mode(local_sweep: tuple[Path, Any]) -> None:
     out, nb = local_sweep
     measured = json.loads((out / "measured.json").read_text())
@@ -108,6 +109,7 @@ def test_notebook_local_mode(local_sweep: tuple[Path, Any]) -> None:
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
 
 
+@pytest.mark.prometheus
 def test_the_two_worker_run_reads_back_from_prometheus_unchanged(
     local_sweep: tuple[Path, Any],
 ) -> None:

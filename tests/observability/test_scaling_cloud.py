@@ -510,7 +510,7 @@ def work(tmp_path: Path) -> Path:
 
 @dataclass
 class FakeJobs:
-    """``python -m jobs``' cluster backend as the sweep uses it: a submitted job starts on the
+    """``eks-fsdp jobs``' cluster backend as the sweep uses it: a submitted job starts on the
     fake cluster; a deleted one is recorded."""
 
     cluster: FakeCluster
@@ -609,6 +609,7 @@ def _original(work: Path) -> tuple[bytes, dict[str, Any]]:
     )
 
 
+@pytest.mark.prometheus
 def test_sweep_measures_saves_each_count_restores_and_scales_back(
     work: Path, cluster: FakeCluster, tmp_path: Path
 ) -> None:
@@ -667,6 +668,7 @@ def test_sweep_measures_saves_each_count_restores_and_scales_back(
     assert sweep(stack2, Forwards(cluster), [1], [], sweep_id="t2")[0].job == f"{BASE_JOB}-1n-t2"
 
 
+@pytest.mark.prometheus
 def test_a_failed_job_stops_the_sweep_and_keeps_what_was_measured(
     work: Path, cluster: FakeCluster, tmp_path: Path
 ) -> None:
@@ -686,6 +688,7 @@ def test_a_failed_job_stops_the_sweep_and_keeps_what_was_measured(
     ]
 
 
+@pytest.mark.prometheus
 def test_an_image_pull_error_stops_the_sweep_at_once(work: Path, cluster: FakeCluster) -> None:
     raw, _ = _original(work)
     cluster.image_pull = {1}
@@ -695,6 +698,7 @@ def test_an_image_pull_error_stops_the_sweep_at_once(work: Path, cluster: FakeCl
     assert stack.calls.count("up") == 2 and (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
 
 
+@pytest.mark.prometheus
 def test_a_dead_port_forward_stops_the_sweep(work: Path, cluster: FakeCluster) -> None:
     stack = FakeStack(work, cluster)
     forwards = Forwards(cluster, kill_for={f"{BASE_JOB}-1n-t1"})
@@ -703,6 +707,7 @@ def test_a_dead_port_forward_stops_the_sweep(work: Path, cluster: FakeCluster) -
     assert stack.calls[-2:] == ["aws scale 16", "up"]  # scaled back
 
 
+@pytest.mark.prometheus
 @pytest.mark.usefixtures("kernel_sigint")
 def test_an_interrupt_waits_for_the_update_to_release_its_lock_then_scales_back(
     work: Path, cluster: FakeCluster, tmp_path: Path
@@ -732,6 +737,7 @@ def test_an_interrupt_waits_for_the_update_to_release_its_lock_then_scales_back(
     )
 
 
+@pytest.mark.prometheus
 @pytest.mark.usefixtures("kernel_sigint")
 def test_a_lock_left_by_the_interrupted_update_is_cancelled_only_after_it_exited(
     work: Path, cluster: FakeCluster
@@ -748,6 +754,7 @@ def test_a_lock_left_by_the_interrupted_update_is_cancelled_only_after_it_exited
     assert not stack.lock.exists() and stack.aws.scaling["desiredSize"] == 16
 
 
+@pytest.mark.prometheus
 def test_a_lock_the_sweep_did_not_take_is_never_cancelled(work: Path, cluster: FakeCluster) -> None:
     """Someone else's update holds the stack (Pulumi Cloud: "[409] Conflict"): no cancel, the
     recovery commands instead."""
@@ -767,6 +774,7 @@ def test_a_lock_the_sweep_did_not_take_is_never_cancelled(work: Path, cluster: F
     assert "the stack is locked by an update the sweep did not start: not cancelled" in lines
 
 
+@pytest.mark.prometheus
 @pytest.mark.usefixtures("kernel_sigint")
 def test_a_second_interrupt_prints_the_recovery_again_and_leaves(
     work: Path, cluster: FakeCluster
@@ -793,6 +801,7 @@ def test_a_second_interrupt_prints_the_recovery_again_and_leaves(
     assert any(line.startswith(f"clean-up of {STACK} interrupted") for line in lines)
 
 
+@pytest.mark.prometheus
 def test_destroy_empties_the_repository_retries_and_prints_the_recovery(
     work: Path, cluster: FakeCluster, tmp_path: Path
 ) -> None:
@@ -821,6 +830,7 @@ def test_destroy_empties_the_repository_retries_and_prints_the_recovery(
     assert empty in lines and lines.index(empty) < lines.index(destroy)
 
 
+@pytest.mark.prometheus
 def test_without_emptying_the_repository_destroy_never_succeeds(
     work: Path, cluster: FakeCluster
 ) -> None:
@@ -841,6 +851,7 @@ def _no_ecr(aws: FakeAws) -> Any:
     return run
 
 
+@pytest.mark.prometheus
 def test_destroy_of_a_stack_the_sweep_did_not_create_needs_its_own_opt_in(
     work: Path, cluster: FakeCluster
 ) -> None:
@@ -854,6 +865,7 @@ def test_destroy_of_a_stack_the_sweep_did_not_create_needs_its_own_opt_in(
     assert stack.calls.count("destroy") == 1 and not stack.deployed
 
 
+@pytest.mark.prometheus
 def test_a_failing_scale_back_prints_the_exact_recovery(
     work: Path, cluster: FakeCluster, tmp_path: Path
 ) -> None:
@@ -881,6 +893,7 @@ def test_a_failing_scale_back_prints_the_exact_recovery(
         ({"buildx": False, "pushed": False}, "is not in ECR, so pulumi up builds it, but docker"),
     ],
 )
+@pytest.mark.prometheus
 def test_prerequisites_stop_before_the_first_up(
     work: Path, cluster: FakeCluster, kw: dict[str, Any], message: str
 ) -> None:
@@ -896,6 +909,7 @@ def test_prerequisites_stop_before_the_first_up(
     assert (work / f"Pulumi.{STACK}.yaml").read_bytes() == raw
 
 
+@pytest.mark.prometheus
 def test_a_stack_without_observability_is_refused(work: Path, cluster: FakeCluster) -> None:
     text = (work / f"Pulumi.{STACK}.yaml").read_text()
     (work / f"Pulumi.{STACK}.yaml").write_text(
@@ -974,6 +988,7 @@ def test_job_watch_reads_conditions_and_container_reasons() -> None:
     assert not answers([created], waiting="ContainerCreating").state("j").fatal
 
 
+@pytest.mark.prometheus
 def test_an_unpushed_image_needs_only_a_working_buildx(work: Path, cluster: FakeCluster) -> None:
     """The tag is not in ECR (``pulumi up`` will build it): with ``docker buildx`` working the
     prerequisites pass; ECR is asked for exactly the content tag the program would push."""
@@ -1002,6 +1017,7 @@ def test_an_unpushed_image_needs_only_a_working_buildx(work: Path, cluster: Fake
     assert ["docker", "buildx", "version"] in asked
 
 
+@pytest.mark.prometheus
 def test_nodes_short_of_capacity_stop_the_sweep_with_the_health_issue(
     work: Path, cluster: FakeCluster
 ) -> None:
@@ -1022,6 +1038,7 @@ def test_nodes_short_of_capacity_stop_the_sweep_with_the_health_issue(
     assert stack.calls[-2:] == ["aws scale 16", "up"]
 
 
+@pytest.mark.prometheus
 def test_nodes_that_never_become_ready_stop_the_sweep_at_the_deadline(
     work: Path, cluster: FakeCluster
 ) -> None:
@@ -1032,6 +1049,7 @@ def test_nodes_that_never_become_ready_stop_the_sweep_at_the_deadline(
     assert stack.calls[-2:] == ["aws scale 16", "up"]
 
 
+@pytest.mark.prometheus
 def test_a_pod_unschedulable_too_long_stops_the_sweep(work: Path, cluster: FakeCluster) -> None:
     """Nodes Ready, but the scheduler cannot place the pods (no EFA device advertised): after
     ``unschedulable_s`` the sweep stops with the scheduler's message."""

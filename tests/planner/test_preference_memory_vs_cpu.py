@@ -1,6 +1,6 @@
 """The planner's DPO peak memory (``planner.preference``) against a real 2-process DPO step.
 
-If this fails, the bytes ``python -m planner`` (and ``plan --job jobs/examples/dpo.yaml``) says
+If this fails, the bytes ``eks-fsdp plan`` (and ``plan --job jobs/examples/dpo.yaml``) says
 a DPO step with a frozen reference copy needs per GPU are no longer what the training package's
 own step holds at its peak: two sequences per pair, the reference's shard (no gradient, no
 optimizer state) and its forward's logits on top of the policy's saved activations. Also: the

@@ -16,7 +16,7 @@ STACKS = ("dev", "p4de-odcr", "p5-16")
 
 def job_stack(stack: str) -> JobSpec:
     """The example job of a stack (``jobs/examples/<stack>.yaml``) on ``Pulumi.<stack>.yaml``
-    (``.platform``): the stack files carry no job (``python -m jobs`` submits the example)."""
+    (``.platform``): the stack files carry no job (``eks-fsdp jobs`` submits the example)."""
     from jobs.schema import load
 
     return load(example_job(stack), stack=stack)

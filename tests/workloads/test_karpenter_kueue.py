@@ -11,7 +11,7 @@ fail when the pool's quota is not the NodePool's limit, so that jobs would wait 
 Karpenter cannot place instead of in the queue.
 
 Nothing is mocked: the stack is the shipped p4de-odcr one with its pool switched to Karpenter,
-the objects are the dicts the stack applies, the queue is the one ``python -m jobs submit``
+the objects are the dicts the stack applies, the queue is the one ``eks-fsdp jobs submit``
 resolves.
 """
 

@@ -10,7 +10,7 @@ match), another taint (its toleration would not), fewer EFA devices than the job
 interfaces on every card, ``pkg/providers/launchtemplate/launchtemplate.go``), or a disruption
 setting that drains a node in the middle of a run.
 
-Nothing is mocked: the objects are pure dicts, the job is the one ``python -m jobs submit``
+Nothing is mocked: the objects are pure dicts, the job is the one ``eks-fsdp jobs submit``
 builds.
 """
 
@@ -224,7 +224,7 @@ def test_the_same_job_runs_on_either_provisioner(stack: str) -> None:
 
 
 def test_render_writes_the_pools_objects(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``python -m workloads.render`` on a stack with a Karpenter pool writes ``karpenter.yaml``
+    """``eks-fsdp render`` on a stack with a Karpenter pool writes ``karpenter.yaml``
     (the stack file is the shipped p4de-odcr one with its pool switched, as a user's would be);
     a stack without one writes none."""
     from workloads import render

@@ -5,7 +5,7 @@ The rule runs in the pack's own virtualenv (``.venv-tools``), so the jobs go thr
 resource's props are the object). Flagged: the builders' PyTorchJob of the p5-16 and
 p4de-odcr examples (``workloads.specs``: no queue of its own) and a TrainJob asking for GPUs
 per node with no label, and the dev example as the CLI sends it to a namespace without
-queues (its g5 worker still asks for a GPU). Not flagged: the PyTorchJobs as ``python -m jobs
+queues (its g5 worker still asks for a GPU). Not flagged: the PyTorchJobs as ``eks-fsdp jobs
 submit`` sends them to the jobs namespace (``jobs.queue.queued``: the pool's queue), a queued
 TrainJob, and a job whose pods ask for no GPU. The rule's label key is Kueue's, the one the specs use.
 

@@ -1,4 +1,4 @@
-"""``pip install -r requirements.txt`` alone is enough for ``python -m workloads.render``, and a bad
+"""``pip install -r requirements.txt`` alone is enough for ``eks-fsdp render``, and a bad
 ``--out`` is one line.
 
 Nothing is mocked: the virtualenv ``make setup`` builds from requirements.txt alone

@@ -9,7 +9,7 @@ and the pruning of old checkpoints would delete them. A job in the jobs namespac
 keeps the folder it always had (its name), so existing jobs still resume; the local runner
 keeps ``shared/<name>`` (one machine's jobs are apart by name).
 
-Job files are loaded as ``python -m jobs submit`` loads them, over a copy of the repository's
+Job files are loaded as ``eks-fsdp jobs submit`` loads them, over a copy of the repository's
 p4de-odcr stack (FSx checkpoints) that declares two teams; the flags are read back by
 training's own parser and path rule.
 """

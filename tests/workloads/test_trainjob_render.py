@@ -1,4 +1,4 @@
-"""``python -m workloads.render`` shows what ``python -m jobs submit`` creates.
+"""``eks-fsdp render`` shows what ``eks-fsdp jobs submit`` creates.
 
 Renders the p4de-odcr stack's example job as ``api: v1`` and as a fixed-size ``api: v2`` job
 file, and a stack with ``trainerV2: true``. If this fails, render would show a PyTorchJob
