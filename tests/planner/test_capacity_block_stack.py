@@ -19,7 +19,7 @@ import pytest
 
 from infra.config import load_stack_file
 from infra.config.nodegroups import capacity_block_warnings
-from jobs.file import load
+from jobs.schema import load
 from planner.cli import main
 from planner.estimate import describe, estimate
 from planner.predict import BLOCK_PRICE_UNKNOWN, ON_DEMAND, price_basis
