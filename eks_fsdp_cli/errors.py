@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import difflib
 import functools
 import re
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from training.errors import PROG, USAGE_EXIT, line
+from training.errors import PROG, USAGE_EXIT, line, suggest, suggest_flag
 
 __all__ = [
     "PROG",
@@ -59,26 +57,6 @@ def read_text(path: Path) -> str:
             f"is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}): save it "
             "as UTF-8"
         ) from None
-
-
-def suggest(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean X?)`` for the choice ``word`` most likely meant, or ``""``: the same but
-    for case, else the only choice it starts, else the closest by difflib (ratio >= 0.6)."""
-    options = list(dict.fromkeys(choices))
-    low = word.lower()
-    hits = [c for c in options if c.lower() == low and c != word]
-    if not hits and low:  # the one choice it starts (``p5`` -> ``p5-16``)
-        hits = [c for c in options if c.lower().startswith(low)]
-        hits = hits if len(hits) == 1 else []
-    hits = hits or difflib.get_close_matches(word, options, n=1, cutoff=0.6)
-    return f" (did you mean {hits[0]}?)" if hits else ""
-
-
-def suggest_flag(flag: str, options: Iterable[str]) -> str:
-    """``suggest`` for a ``--flag``, compared without the ``--`` every option shares (with it,
-    ``--bogus`` reads as close to ``--out``)."""
-    bare = suggest(flag.removeprefix("--"), [o.removeprefix("--") for o in options])
-    return bare.replace("(did you mean ", "(did you mean --", 1)
 
 
 def option_strings(parser: argparse.ArgumentParser) -> list[str]:

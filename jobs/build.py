@@ -27,12 +27,19 @@ from workloads.specs.settings import (
 from workloads.specs.storage import CheckpointVolumeSettings
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
-"""One example job file per stack (``jobs/examples/<stack>.yaml``)."""
+"""One example job file per shipped stack (``jobs/examples/<stack>.yaml``)."""
 
 
-def example_job(stack: str) -> Path:
-    """The example job file of ``stack``."""
-    return EXAMPLES / f"{stack}.yaml"
+def example_job(stack: str, root: Path | None = None) -> Path:
+    """The job file of ``stack`` when a command is given a stack and no job (``plan``,
+    ``render``, ``scan``, ``local``): ``jobs/<stack>.yaml`` (what ``eks-fsdp new-stack``
+    writes) when it exists, else the shipped ``jobs/examples/<stack>.yaml``; ``root``: the
+    checkout (default this one)."""
+    from eks_fsdp_cli.paths import REPO_ROOT
+
+    jobs = (root or REPO_ROOT) / "jobs"
+    own = jobs / f"{stack}.yaml"
+    return own if own.is_file() else jobs / "examples" / f"{stack}.yaml"
 
 
 def train_flags(job: JobSpec) -> tuple[str, ...]:
@@ -159,8 +166,9 @@ def check_train_flags(job: JobSpec, settings: JobSettings, *, local_paths: bool 
 def load_example(
     stack: str, *, job: Path | str | None = None, image: str | None = None, generation: int = 1
 ) -> tuple[JobSpec, Workloads]:
-    """``job`` (default: the stack's example job) on ``Pulumi.<stack>.yaml``, built: what the
-    renderer and the scanner render. ``ConfigError`` / ``JobFileError`` on bad input."""
+    """``job`` (default: the stack's job, ``example_job``) on ``Pulumi.<stack>.yaml``, built:
+    what the scanner and ``eks-fsdp local`` run. ``ConfigError`` / ``JobFileError`` on bad
+    input."""
     from infra.config import load_stack_file
     from infra.config.sources import REPO_ROOT
     from jobs.schema import load
@@ -168,6 +176,9 @@ def load_example(
     load_stack_file(stack)  # a missing or invalid stack file is named first
     path = Path(job) if job is not None else example_job(stack)
     if job is None and not path.is_file():
-        raise ValueError(f"stack {stack!r}: no job file given and no {path.relative_to(REPO_ROOT)}")
+        raise ValueError(
+            f"stack {stack!r}: no job file given, no jobs/{stack}.yaml and no "
+            f"{path.relative_to(REPO_ROOT)}"
+        )
     spec = load(path, stack=stack)
     return spec, build(spec, image=image, generation=generation)

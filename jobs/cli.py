@@ -122,6 +122,11 @@ def _submit_flags(p: argparse.ArgumentParser) -> None:
         "path, cluster: on the job's checkpoint claim, or s3://BUCKET/PREFIX), e.g. on a new "
         "cluster; kept for later resumes",
     )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the file, print the objects (YAML) and the plan; create and start nothing",
+    )
     from localrun.options import FAULT_KINDS
 
     p.add_argument(
@@ -164,6 +169,8 @@ def submit(args: argparse.Namespace) -> int:
         parse(args.from_uri, local=args.local, claim_mount="/")  # its form, before any request
     _wait_timeout(args)
     job = _load_once(args)
+    if args.dry_run:
+        return _dry_run(args, job)
     backend = _backend(args, job.namespace)
     # the Hub revisions as commits, recorded with the job (--from: the checkpoint's)
     pinned = pin_job(job, from_uri=args.from_uri, local=args.local)
@@ -180,6 +187,38 @@ def submit(args: argparse.Namespace) -> int:
     _print(args, done.as_dict(), output.submitted_text(done))
     if args.follow:
         return backend.follow(done.name, _write, wait_timeout_s=args.wait_timeout)
+    return 0
+
+
+SUBMITTED = ("pytorchjob", "trainjob", "workers-network-policy")
+"""The components ``submit`` creates (the stack creates the etcd, the claim, the
+ServiceAccount); ``submit`` adds the job's record, a ConfigMap of the file it read."""
+
+
+def _dry_run(args: argparse.Namespace, job: Any) -> int:
+    """``submit --dry-run``: the job's objects as submit would create them (``jobs.build``,
+    ``jobs.cluster.trainjob.as_submitted``: the renderer's path) on stdout, the plan on stderr;
+    no cluster is asked and nothing is started (the Hub revisions are not pinned)."""
+    import yaml
+
+    from jobs.build import build
+    from jobs.cluster.trainjob import as_submitted
+    from planner.estimate import lines as estimate
+    from workloads.specs.stack import objects_by_component
+
+    w = build(job, image=args.image, local_paths=args.local)
+    made = as_submitted(objects_by_component(w), job, w.job)  # the stack's pieces too
+    objects = [o for c in SUBMITTED for o in made.get(c, [])]
+    print(yaml.safe_dump_all(objects, sort_keys=False), end="", flush=True)
+    for line in estimate(job):
+        print(line, file=sys.stderr)
+    if args.local:
+        from jobs.local.backend import memory_problem
+
+        if (problem := memory_problem(job)) is not None:
+            print(f"warning: {problem}", file=sys.stderr)
+    kinds = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
+    print(f"dry run: nothing created ({kinds})", file=sys.stderr, flush=True)
     return 0
 
 

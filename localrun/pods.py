@@ -56,6 +56,9 @@ def pod_env(job_obj: dict[str, Any], device: str, pod: str) -> dict[str, str]:
     env.update(operator_env(job_obj))
     env["HOSTNAME"] = pod
     env["OMP_NUM_THREADS"] = "1"
+    # The exporter of a local pod listens on loopback only (a pod's on its own network
+    # namespace, behind the workers' NetworkPolicy): training.prometheus.METRICS_ADDR_ENV.
+    env["EKS_FSDP_METRICS_ADDR"] = "127.0.0.1"
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
     )

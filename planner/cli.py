@@ -145,12 +145,14 @@ def _preset(args: Any) -> dict[str, Any] | None:
 
 def job_preset(stack: str | None, job_file: Path | None = None) -> dict[str, Any]:
     """The plan's inputs from a job file on its stack: ``job_file`` (its ``stack`` unless
-    ``--stack`` names one), else the stack's example job ``jobs/examples/<stack>.yaml``."""
+    ``--stack`` names one), else the stack's job (``jobs.build.example_job``: ``jobs/<stack>.yaml``,
+    else ``jobs/examples/<stack>.yaml``)."""
     from infra.config import ConfigError, load_stack_file
+    from jobs.build import example_job
     from jobs.schema import load
     from planner.args import job_values
 
-    path = job_file or Path(__file__).resolve().parents[1] / "jobs" / "examples" / f"{stack}.yaml"
+    path = job_file or example_job(str(stack))
     flag = f"--job {job_file}" if job_file else f"--stack {stack}"
     if stack is not None:
         try:
@@ -159,7 +161,8 @@ def job_preset(stack: str | None, job_file: Path | None = None) -> dict[str, Any
             raise UsageError(f"--stack {stack}: {e}") from None
     if job_file is None and not path.is_file():
         raise UsageError(
-            f"--stack {stack}: no example job {path.name} in jobs/examples (--job FILE)"
+            f"--stack {stack}: no job file jobs/{path.name} or jobs/examples/{path.name} "
+            "(--job FILE)"
         )
     try:
         job_file = load(path, stack=stack)

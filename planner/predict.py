@@ -6,7 +6,7 @@ The JSON rows of a plan (scaling against one node, the recommendation) are
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from infra.instances import InstanceType
@@ -279,8 +279,3 @@ def checkpoint_size(inp: PlanInput) -> int:
 def checkpoint_time(inp: PlanInput, nodes: int) -> float:
     """Seconds of one checkpoint: model + optimizer bytes over the storage's write bandwidth."""
     return checkpoint_seconds(checkpoint_size(inp), inp.storage, nodes)
-
-
-def with_changes(inp: PlanInput, **changes: Any) -> PlanInput:
-    """A copy of ``inp`` with some fields replaced."""
-    return replace(inp, **changes)

@@ -386,8 +386,3 @@ POINTS: list[PublishedPoint] = [
         grad_accum=2,
     ),
 ]
-
-
-def with_precision(inp: PlanInput, name: str) -> PlanInput:
-    """``inp`` with another named precision."""
-    return replace(inp, precision=PRECISIONS[name])

@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import contextvars
 import dataclasses
-import difflib
 import inspect
 import itertools
 import math
@@ -41,7 +40,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from training import cookbook
-from training.errors import ConfigError
+from training.errors import ConfigError, suggest
 
 __all__ = [
     "AC_MODES",
@@ -640,16 +639,8 @@ def _is_bool_literal(tok: str) -> bool:
 
 
 def _suggest(word: str, choices: Sequence[str], prefix: str = "") -> str:
-    """ " (did you mean X?)" for the choice(s) `word` most likely meant, or "": same but for case;
-    the choices it starts (up to three); else the closest one by difflib."""
-    low = word.lower()
-    hits = [c for c in choices if c.lower() == low]
-    if not hits and low:
-        hits = [c for c in choices if c.lower().startswith(low)]
-        hits = hits if len(hits) <= 3 else []
-    if not hits:
-        hits = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" (did you mean {' or '.join(prefix + h for h in hits)}?)" if hits else ""
+    """``training.errors.suggest``, with up to three choices ``word`` starts."""
+    return suggest(word, choices, prefix=prefix, most=3)
 
 
 def _unknown(flag: str) -> ConfigError:

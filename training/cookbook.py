@@ -298,10 +298,9 @@ def resolve(name: str, is_ours: Callable[[str], bool]) -> Resolved | None:
 
 
 def _close(word: str, choices: list[str]) -> str:
-    import difflib
+    from training.errors import suggest
 
-    hits = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" (did you mean {hits[0]}?)" if hits else ""
+    return suggest(word, choices)
 
 
 def spellings() -> list[str]:

@@ -11,9 +11,33 @@ library only.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 PROG = "eks-fsdp"
 USAGE_EXIT = 2
 """argparse's own exit status for a usage error (``ArgumentParser.error``)."""
+
+
+def suggest(word: str, choices: Iterable[str], *, prefix: str = "", most: int = 1) -> str:
+    """`` (did you mean X?)`` for the choice ``word`` most likely meant, or ``""``: the same but
+    for case, else the choices it starts (when at most ``most`` do), else the closest by difflib
+    (ratio >= 0.6); ``prefix`` goes before each (``--``). The one "did you mean" of every
+    command, training's flags included."""
+    options = list(dict.fromkeys(choices))
+    low = word.lower()
+    hits = [c for c in options if c.lower() == low and c != word]
+    if not hits and low:  # the choices it starts (``p5`` -> ``p5-16``)
+        hits = [c for c in options if c.lower().startswith(low)]
+        hits = hits if len(hits) <= most else []
+    hits = hits or difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f" (did you mean {' or '.join(prefix + h for h in hits)}?)" if hits else ""
+
+
+def suggest_flag(flag: str, options: Iterable[str]) -> str:
+    """``suggest`` for a ``--flag``, compared without the ``--`` every option shares (with it,
+    ``--bogus`` reads as close to ``--out``)."""
+    return suggest(flag.removeprefix("--"), [o.removeprefix("--") for o in options], prefix="--")
 
 
 def line(command: str | None, message: object) -> str:

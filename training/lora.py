@@ -26,7 +26,6 @@ is read again from `--model_name` (or the preset's seed) at every start.
 from __future__ import annotations
 
 import copy
-import json
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -194,10 +193,6 @@ def write_adapter_folder(
     if tokenizer is not None:
         tokenizer.save_pretrained(str(out_dir))
     return out_dir
-
-
-def read_adapter_config(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
 
 
 def checkpoint_settings(cfg: TrainConfig) -> dict[str, Any]:

@@ -356,7 +356,3 @@ def flops_per_token(config: Any, seq_len: int, lora_params: int | None = None) -
     if lora_params is not None:
         return 4.0 * dense + 6.0 * lora_params + attention
     return 6.0 * dense + attention
-
-
-def is_local_checkpoint(name: str) -> bool:
-    return Path(name).is_dir()

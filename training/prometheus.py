@@ -240,14 +240,26 @@ class PrometheusSink:
         self._thread.join(timeout=5)
 
 
+METRICS_ADDR_ENV = "EKS_FSDP_METRICS_ADDR"
+"""Listen address of the exporter when set: the local runner sets ``127.0.0.1`` (its pods share
+this machine's interfaces); a pod leaves it unset and listens on every interface of its own
+network namespace, which the workers' NetworkPolicy guards (``workloads.specs.pytorchjob``)."""
+
+
 def prometheus_sink_for_rank(
-    port: int, *, addr: str = "0.0.0.0", env: Mapping[str, str] | None = None
+    port: int, *, addr: str | None = None, env: Mapping[str, str] | None = None
 ) -> PrometheusSink | None:
     """The sink for this process: a server on local rank 0 of each node, ``None`` elsewhere.
 
-    ``port`` 0 means metrics are off (the default of ``TrainConfig.metrics_port``).
+    ``port`` 0 means metrics are off (the default of ``TrainConfig.metrics_port``); ``addr``:
+    ``addr``, else ``$EKS_FSDP_METRICS_ADDR``, else ``0.0.0.0``.
     """
     env = os.environ if env is None else env
     if port == 0 or _env_int(env, "LOCAL_RANK", 0) != 0:
         return None
-    return PrometheusSink(port, addr=addr, env=env)
+    return PrometheusSink(port, addr=addr or metrics_addr(env), env=env)
+
+
+def metrics_addr(env: Mapping[str, str]) -> str:
+    """The exporter's listen address in ``env``: ``$EKS_FSDP_METRICS_ADDR``, else ``0.0.0.0``."""
+    return env.get(METRICS_ADDR_ENV) or "0.0.0.0"

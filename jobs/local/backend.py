@@ -84,6 +84,49 @@ def local_settings(
     return resume_from.with_root(job, checkpoint_root), w.device
 
 
+def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Bytes the kernel says can be allocated without swapping (``MemAvailable``, Linux 3.14+,
+    ``Documentation/filesystems/proc.rst``); None where there is no such file."""
+    try:
+        for row in meminfo.read_text().splitlines():
+            if row.startswith("MemAvailable:"):
+                return int(row.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_problem(job: JobSpec, available: int | None = None) -> str | None:
+    """One line when the planner's memory for ``job`` (per worker process, ``planner.predict``:
+    parameters, gradients, optimizer state, activations of one micro-batch) times its workers
+    exceeds this machine's available memory; None when it fits or the planner cannot model the
+    job. The planner models a GPU's memory, so on a CPU it errs high (no CUDA context here)."""
+    from planner.args import UsageError
+    from planner.estimate import plan_input
+    from planner.predict import predict
+
+    available = available_memory() if available is None else available
+    if available is None:
+        return None
+    try:
+        inp, nodes = plan_input(job)
+        need = predict(inp, nodes).memory.total * job.workers
+    except (UsageError, ValueError, KeyError):
+        return None
+    if need <= available:
+        return None
+    gib = 1024**3
+    key = "batchSize" if "batchSize" in job.values else "contextLength"
+    return str(
+        job.error(
+            key,
+            f"the {job.workers} local worker(s) need about {need / gib:,.1f} GiB by the "
+            f"planner (batchSize {job.batch_size} x contextLength {job.context_length}), this "
+            f"machine has {available / gib:.1f} GiB available: a smaller micro-batch or context",
+        )
+    )
+
+
 def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -197,6 +240,8 @@ class LocalBackend:
             except (LocalRunError, ValueError) as err:
                 raise JobsError(f"--fault {fault}: {err}", status=2) from None
         settings, _ = local_settings(job, generation=1, rdzv_id="")  # checks before creating
+        if (problem := memory_problem(job)) is not None:
+            raise JobsError(problem, status=2)
         local_queue.check_fits(settings.workers)
         root, steps = resume_from.local_root(from_uri, job.name) if from_uri else (None, [])
         folder = self.folder(job.name)

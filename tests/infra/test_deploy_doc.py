@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infra import gpu_nodegroup
 
@@ -171,6 +172,20 @@ def test_every_command_that_needs_no_aws_runs(checkout: Path) -> None:
         assert done.returncode == 0, f"{command}\n{done.stdout}{done.stderr}"
     assert (checkout / "Pulumi.my-p5.yaml").is_file()
     assert (checkout / "jobs" / "my-p5.yaml").is_file()
+    # The stack's job file is where new-stack wrote it, for every command given only --stack.
+    out = str(checkout / "rendered")
+    for command in (
+        "eks-fsdp plan --stack my-p5",
+        f"eks-fsdp render --stack my-p5 --out {out} --image 123456789012.dkr.ecr.us-east-2"
+        ".amazonaws.com/eks-fsdp-my-p5-training:sha-1",
+    ):
+        done = subprocess.run(
+            _argv(command), cwd=checkout, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, f"{command}\n{done.stdout}{done.stderr}"
+    (pytorchjob,) = yaml.safe_load_all((checkout / "rendered" / "pytorchjob.yaml").read_text())
+    job = yaml.safe_load((checkout / "jobs" / "my-p5.yaml").read_text())
+    assert pytorchjob["metadata"]["name"] == job["name"]
     _run_doctor_lines(checkout, env)
 
 

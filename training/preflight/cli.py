@@ -164,15 +164,15 @@ def _error_line(message: object) -> str:
 
 def _parse(argv: Sequence[str] | None) -> Any:
     import argparse
-    import difflib
+
+    from training.errors import suggest_flag
 
     class Parser(argparse.ArgumentParser):
         def error(self, message: str) -> NoReturn:
             words = message.split() if message.startswith("unrecognized") else []
             flag = next((w for w in words if w.startswith("--")), "")
             flags = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
-            hits = difflib.get_close_matches(flag.partition("=")[0], flags, n=1) if flag else []
-            hint = f" (did you mean {hits[0]}?)" if hits else ""
+            hint = suggest_flag(flag.partition("=")[0], flags) if flag else ""
             print(_error_line(message + hint), file=sys.stderr, flush=True)
             sys.exit(2)
 
