@@ -61,12 +61,14 @@ def _stack_jobs(stack: str, root: Path) -> list[Path]:
     and the shipped examples (``jobs/examples/*.yaml``)."""
     import yaml
 
+    from eks_fsdp_cli.errors import read_text
+
     out = []
     folders = (root / "jobs", root / "jobs" / "examples")
     for path in (p for folder in folders for p in sorted(folder.glob("*.yaml"))):
         try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError):
+            data = yaml.safe_load(read_text(path))
+        except (OSError, ValueError, yaml.YAMLError):
             continue
         if isinstance(data, dict) and data.get("stack") == stack:
             out.append(path)

@@ -46,7 +46,9 @@ def secure_keys(stack: str, root: Path = REPO_ROOT) -> dict[str, bool]:
     ciphertext is never decrypted or returned)."""
     import yaml
 
-    data = yaml.safe_load((root / f"Pulumi.{stack}.yaml").read_text()) or {}
+    from eks_fsdp_cli.errors import read_text
+
+    data = yaml.safe_load(read_text(root / f"Pulumi.{stack}.yaml")) or {}
     out: dict[str, bool] = {}
     for key, value in (data.get("config") or {}).items():
         ns, _, name = str(key).partition(":")

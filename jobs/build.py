@@ -164,15 +164,24 @@ def check_train_flags(job: JobSpec, settings: JobSettings, *, local_paths: bool 
 
 
 def load_example(
-    stack: str, *, job: Path | str | None = None, image: str | None = None, generation: int = 1
+    stack: str | None,
+    *,
+    job: Path | str | None = None,
+    image: str | None = None,
+    generation: int = 1,
 ) -> tuple[JobSpec, Workloads]:
-    """``job`` (default: the stack's job, ``example_job``) on ``Pulumi.<stack>.yaml``, built:
-    what the scanner and ``eks-fsdp local`` run. ``ConfigError`` / ``JobFileError`` on bad
-    input."""
+    """``job`` (default: the stack's job, ``example_job``) on ``Pulumi.<stack>.yaml`` (``stack``
+    None: the job file's own ``stack``), built: what the scanner and ``eks-fsdp local`` run.
+    ``ConfigError`` / ``JobFileError`` on bad input."""
+    from eks_fsdp_cli.paths import REPO_ROOT
     from infra.config import load_stack_file
-    from infra.config.sources import REPO_ROOT
     from jobs.schema import load
 
+    if stack is None:
+        if job is None:
+            raise ValueError("no job file and no stack: pass FILE or --stack STACK")
+        spec = load(job)
+        return spec, build(spec, image=image, generation=generation)
     load_stack_file(stack)  # a missing or invalid stack file is named first
     path = Path(job) if job is not None else example_job(stack)
     if job is None and not path.is_file():

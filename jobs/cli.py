@@ -15,10 +15,13 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eks_fsdp_cli.errors import Parser, fail
 from jobs.types import Backend, JobsError
+
+if TYPE_CHECKING:
+    from jobs.schema import JobSpec
 
 PROG = "eks-fsdp jobs"
 
@@ -139,10 +142,11 @@ def _submit_flags(p: argparse.ArgumentParser) -> None:
     _wait_flag(p)
 
 
-def _load_once(args: argparse.Namespace) -> Any:
-    """The job file read once, with ``--set``, ``--name``, ``--team``, ``--priority``, ``-n``
-    and, with ``--stack`` on a cluster, the stack's jobs namespace applied before it is
-    checked."""
+def _load_once(args: argparse.Namespace) -> JobSpec:
+    """The job file read once, with ``--set``, ``--name``, ``--team``, ``--priority`` and
+    ``-n`` applied before it is checked; with ``--stack`` on a cluster and no namespace or team
+    in the file, the namespace the stack prepared for jobs (its output, read only once the file
+    is known to be valid)."""
     from jobs import schema
 
     source, values, lines = schema.read(args.file)
@@ -151,11 +155,14 @@ def _load_once(args: argparse.Namespace) -> Any:
     values = schema.apply_sets(values, sets)
     if args.name is not None:
         values["name"] = args.name
+    job = schema.parse(values, source=source, lines=lines, stack=args.stack)
     if not args.local and args.stack and not {"namespace", "team"} & set(values):
         from jobs.cluster.kube import jobs_namespace  # the namespace the stack prepared for jobs
 
-        values["namespace"] = jobs_namespace(args.stack)
-    return schema.parse(values, source=source, lines=lines, stack=args.stack)
+        namespace = jobs_namespace(args.stack)
+        if namespace != job.namespace:
+            job = schema.with_values(job, [f"namespace={namespace}"])
+    return job
 
 
 def submit(args: argparse.Namespace) -> int:
@@ -195,7 +202,7 @@ SUBMITTED = ("pytorchjob", "trainjob", "workers-network-policy")
 ServiceAccount); ``submit`` adds the job's record, a ConfigMap of the file it read."""
 
 
-def _dry_run(args: argparse.Namespace, job: Any) -> int:
+def _dry_run(args: argparse.Namespace, job: JobSpec) -> int:
     """``submit --dry-run``: the job's objects as submit would create them (``jobs.build``,
     ``jobs.cluster.trainjob.as_submitted``: the renderer's path) on stdout, the plan on stderr;
     no cluster is asked and nothing is started (the Hub revisions are not pinned)."""
@@ -222,7 +229,7 @@ def _dry_run(args: argparse.Namespace, job: Any) -> int:
     return 0
 
 
-def _keep_record(args: argparse.Namespace, job: Any) -> None:
+def _keep_record(args: argparse.Namespace, job: JobSpec) -> None:
     """``submit --from ROOT``: the job's record to ``ROOT/<folder>/job.json`` (an s3:// root,
     or a local job's folder); a failure is one warning line, the job runs anyway."""
     from jobs.resume_from import job_folder, keep_record, parse
@@ -356,7 +363,7 @@ def resume(args: argparse.Namespace) -> int:
     except NoRecord as e:  # a new cluster: the job's record beside its checkpoints
         if args.from_uri is None:
             raise
-        ns = None if args.local else backend.namespace
+        ns = backend.namespace or None
         root = parse(args.from_uri, local=args.local, claim_mount="/")
         done = resubmit(backend, e, root, job_folder(args.name, ns), args.image, local=args.local)
     _print(args, done.as_dict(), output.submitted_text(done, "resumed"))

@@ -27,7 +27,13 @@ import yaml
 
 from eks_fsdp_cli.errors import read_text, suggest
 from infra.config import DEFAULT_CHECKPOINT_CLAIM, ConfigError, GpuNodeGroupConfig, StackConfig
-from infra.config.fields import _DNS_LABEL, _bool, _choice, _int, _opt_int, _opt_str, _str
+from infra.config.fields import DNS_LABEL as _DNS_LABEL
+from infra.config.fields import read_bool as _bool
+from infra.config.fields import read_choice as _choice
+from infra.config.fields import read_int as _int
+from infra.config.fields import read_opt_int as _opt_int
+from infra.config.fields import read_opt_str as _opt_str
+from infra.config.fields import read_str as _str
 from jobs.queue import Queue, QueueError
 from jobs.queue import resolve as resolve_queue
 from jobs.revisions import repo_problem
@@ -153,14 +159,17 @@ class JobFileError(ValueError):
         hint: str | None = None,
     ) -> None:
         self.message, self.source, self.key, self.line, self.hint = message, source, key, line, hint
-        super().__init__(message)
+        super().__init__(self._format())  # args[0] and str() say the same, place included
 
-    def __str__(self) -> str:
+    def _format(self) -> str:
         where = f"{self.source}:{self.line}" if self.source and self.line else self.source
         text = f"{self.key}: {self.message}" if self.key else self.message
         if self.hint:
             text += f" ({self.hint})"
         return f"{where}: {text}" if where else text
+
+    def __str__(self) -> str:
+        return self._format()
 
 
 @dataclass(frozen=True)
@@ -174,7 +183,8 @@ class _Place:
         self, key: str | None, message: str, *, hint: str | None = None, at: str | None = None
     ) -> JobFileError:
         """An error on ``key`` (placed on the line of ``at``, default ``key``)."""
-        line = self.lines.get(at or key) if (at or key) else None
+        place = at or key
+        line = self.lines.get(place) if place else None
         return JobFileError(message, source=self.source, key=key, line=line, hint=hint)
 
     def read(self, key: str, reader: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -187,8 +197,8 @@ class _Place:
 
 
 def _did_you_mean(word: str, known: Sequence[str]) -> str | None:
-    text = suggest(word, known)
-    return text.strip(" ()") or None
+    """The hint field of an unknown key or flag (``training.errors.suggest``'s words)."""
+    return suggest(word, known).strip(" ()") or None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -568,8 +578,8 @@ def _check_inputs(fields: Mapping[str, Any], values: Mapping[str, Any], at: _Pla
 
 def _platform(values: Mapping[str, Any], at: _Place, root: Path | None) -> StackConfig:
     """The stack the file names, read from ``Pulumi.<stack>.yaml`` under ``root``."""
+    from eks_fsdp_cli.paths import REPO_ROOT
     from infra.config import load_stack_file
-    from infra.config.sources import REPO_ROOT
 
     stack_name = values["stack"]
     if not isinstance(stack_name, str) or not re.fullmatch(

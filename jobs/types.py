@@ -124,11 +124,24 @@ class Submitted:
 
 
 class Backend(Protocol):
-    """Where jobs run: the cluster's API or this machine."""
+    """Where jobs run: the cluster's API (``jobs.cluster.backend``) or this machine
+    (``jobs.local.backend``). Every argument either takes is named here, so the CLI calls both
+    alike; what one cannot do it refuses in one line (``JobsError``, status 2): ``image`` and
+    ``from_uri`` of a v2 job on a cluster, ``image`` locally, ``fault`` on a cluster."""
 
     name: str
+    namespace: str
+    """The namespace of its jobs ("" locally: one machine's jobs are apart by name)."""
 
-    def submit(self, job: Any, *, image: str | None = None, replace: bool = False) -> Submitted: ...
+    def submit(
+        self,
+        job: Any,
+        *,
+        image: str | None = None,
+        replace: bool = False,
+        from_uri: str | None = None,
+        fault: str | None = None,
+    ) -> Submitted: ...
 
     def list(self) -> list[JobInfo]: ...
 
@@ -138,15 +151,24 @@ class Backend(Protocol):
         self,
         name: str,
         *,
-        rank: int,
-        follow: bool,
-        tail: int | None,
+        rank: int = 0,
+        follow: bool = False,
+        tail: int | None = None,
         write: Callable[[str], None],
         runner: bool = False,
+        wait_timeout_s: float = ...,
     ) -> None: ...
+
+    def follow(
+        self, name: str, write: Callable[[str], None], *, wait_timeout_s: float = ...
+    ) -> int:
+        """Stream the job until it ends: 0 when it succeeded, 1 otherwise, 130 interrupted."""
+        ...
 
     def cancel(self, name: str, *, purge: bool = False) -> str: ...
 
     def suspend(self, name: str, *, on: bool = True) -> str: ...
 
-    def resume(self, name: str, *, from_uri: str | None = None) -> Submitted: ...
+    def resume(
+        self, name: str, *, from_uri: str | None = None, image: str | None = None
+    ) -> Submitted: ...

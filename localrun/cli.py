@@ -36,6 +36,7 @@ seconds: SIGTERM, a short wait, then SIGKILL to every process found below each a
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 from collections.abc import Sequence
@@ -72,7 +73,9 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[LocalOptions, Path
         type=Path,
         help="job file (default: the stack's example, jobs/examples/<stack>.yaml)",
     )
-    parser.add_argument("--stack", default="dev", help="stack name (default dev)")
+    parser.add_argument(
+        "--stack", help="stack name (default: the FILE's stack; without a FILE, dev and its job)"
+    )
     parser.add_argument("--workers", type=int, help="worker pods (default: the stack's)")
     parser.add_argument("--min-workers", type=int, help="elastic minimum (default: the stack's)")
     parser.add_argument("--backend", help="rendezvous backend: etcd | etcd-v2 | c10d")
@@ -125,7 +128,7 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[LocalOptions, Path
     if args.etcd_down < 0:
         raise LocalRunError(f"--etcd-down: {args.etcd_down} must be >= 0")
     return LocalOptions(
-        stack=args.stack,
+        stack=args.stack or (None if args.file else "dev"),
         out=args.out,
         workers=args.workers,
         min_workers=args.min_workers,
@@ -148,7 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         opts, file = parse_options(argv)
-        _, w = load_example(opts.stack, job=file, generation=opts.generation or 1)
+        spec, w = load_example(opts.stack, job=file, generation=opts.generation or 1)
+        opts = dataclasses.replace(opts, stack=spec.stack)
         runner = Runner(opts)
         # Ctrl-C and SIGTERM both stop the pods and etcd (also when started with SIGINT ignored).
         previous = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from localrun.options import LocalOptions, LocalRunError
+from localrun.options import Fault, LocalOptions, LocalRunError
 from workloads.specs import pytorchjob as pj
 from workloads.specs.settings import RDZV_BACKENDS, JobSettings
 
@@ -50,6 +50,17 @@ def localize(job: JobSettings, device: str, shared: Path) -> JobSettings:
     )
 
 
+def fault_min_workers(fault: Fault, workers: int, min_workers: int) -> int:
+    """The elastic minimum a run with ``fault`` needs: ``kill-node`` kills a pod that is never
+    replaced, so the job must be able to re-form without it (``workers - 1``); it needs two
+    workers (``LocalRunError`` otherwise). Other faults keep ``min_workers``."""
+    if fault.kind != "kill-node" or min_workers < workers:
+        return min_workers
+    if workers < 2:
+        raise LocalRunError("--fault kill-node needs --workers >= 2")
+    return workers - 1
+
+
 def local_job_settings(
     opts: LocalOptions, shared: Path, job: JobSettings, device: str
 ) -> JobSettings:
@@ -60,11 +71,9 @@ def local_job_settings(
     if opts.backend is not None and opts.backend not in RDZV_BACKENDS:
         raise LocalRunError(f"--backend: {opts.backend!r} is not one of {', '.join(RDZV_BACKENDS)}")
     workers = opts.workers or job.workers
-    min_workers = opts.min_workers or min(job.min_workers, workers)
-    if opts.fault.kind == "kill-node" and min_workers >= workers:
-        if workers < 2:
-            raise LocalRunError("--fault kill-node needs --workers >= 2")
-        min_workers = workers - 1
+    min_workers = fault_min_workers(
+        opts.fault, workers, opts.min_workers or min(job.min_workers, workers)
+    )
     try:
         job = job.replace(
             workers=workers,

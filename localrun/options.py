@@ -62,8 +62,8 @@ class LocalOptions:
     ``generation`` choose the job (``localrun.job.local_job_settings``); the other fields say
     how it runs (``localrun.runner.Runner.run_job``)."""
 
-    stack: str = "dev"
-    """Stack whose job runs (``Pulumi.<stack>.yaml``)."""
+    stack: str | None = "dev"
+    """Stack whose job runs (``Pulumi.<stack>.yaml``); None: the job file's own."""
     out: Path = Path("runs/local")
     """Output folder (logs, shared volume, etcd data); wiped of earlier job state first."""
     workers: int | None = None

@@ -133,14 +133,9 @@ NO_FIT_EXIT = 1
 """Exit status of a plan that does not fit (a failed check; 2 stays bad input)."""
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _preset(args: Any) -> dict[str, Any] | None:
     """The plan's inputs from ``--job`` / ``--stack`` (None: the flags alone)."""
-    job = getattr(args, "job", None)
-    return job_preset(args.stack, job) if args.stack or job else None
+    return job_preset(args.stack, args.job) if args.stack or args.job else None
 
 
 def job_preset(stack: str | None, job_file: Path | None = None) -> dict[str, Any]:
@@ -169,3 +164,7 @@ def job_preset(stack: str | None, job_file: Path | None = None) -> dict[str, Any
     except (ConfigError, KeyError, ValueError, OSError) as e:
         raise UsageError(f"{flag}: {e}") from None
     return job_values(job_file, flag)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

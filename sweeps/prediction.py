@@ -16,13 +16,15 @@ from eks_fsdp_cli.paths import REPO_ROOT
 def planner_prediction(
     nodes: Sequence[int], *, stack: str | None = None, args: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
-    """The capacity planner's prediction (``eks-fsdp plan ... --json``)."""
+    """The capacity planner's prediction (``eks-fsdp plan ... --json``). A plan that fits at
+    none of the node counts still prints its rows (each ``"fits": false``) and exits 1: the
+    prediction is what the comparison needs; a plan with no rows is a failure."""
     cmd = [sys.executable, "-m", "planner", "--nodes", ",".join(map(str, nodes)), "--json"]
     if stack:
         cmd += ["--stack", stack]
     cmd += list(args)
     out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-    if out.returncode != 0:
+    if out.returncode not in (0, 1) or not out.stdout.strip():
         raise RuntimeError(f"planner failed: {out.stderr.strip().splitlines()[-1:]}")
     rows: list[dict[str, Any]] = json.loads(out.stdout)
     return rows

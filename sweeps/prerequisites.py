@@ -99,15 +99,15 @@ def stack_plan(stack: Any, stack_name: str, work_dir: Path, job: str | Path | No
         group_name=group.name,
         min_size=group.min_size,
         max_size=group.max_size,
-        base_job=cfg.job.name,
-        namespace=cfg.job.namespace,
+        base_job=spec.name,
+        namespace=spec.namespace,
         usd_per_node_hour=group.usd_per_hour,
         deployed=deployed,
         problems=problems,
         repository=repository_name(PROJECT, stack_name),
         region=cfg.region,
         job_file=job_file,
-        image=cfg.job.image,
+        image=spec.image,
     )
 
 

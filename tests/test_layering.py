@@ -84,6 +84,33 @@ def test_imports_go_down_the_layers(room: str) -> None:
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
 
 
+def test_every_path_of_the_table_exists() -> None:
+    missing = sorted(
+        p for _, paths in ROOMS.values() for p in paths if not (ROOT / p.rstrip("/")).exists()
+    )
+    assert not missing, f"paths in docs/architecture.md's layers that do not exist: {missing}"
+
+
+def test_the_job_path_imports_no_doctor_and_no_pulumi_component() -> None:
+    """Within the commands room anything goes, so the job path's own rule is written here: no
+    module under ``jobs/`` imports ``doctor`` (the fit check is the planner's), a Pulumi
+    component (``infra/`` outside its data, ``workloads/`` outside ``specs``), or the other
+    backend's room (``jobs/cluster`` and ``jobs/local`` apart)."""
+    wrong = []
+    for module, imports in TREE.imports.items():
+        path = _path(module)
+        if not path.startswith("jobs/"):
+            continue
+        for target, line in imports.items():
+            room, tpath = room_of(_path(target)), _path(target)
+            other_backend = (
+                path.startswith("jobs/cluster/") and tpath.startswith("jobs/local/")
+            ) or (path.startswith("jobs/local/") and tpath.startswith("jobs/cluster/"))
+            if target.split(".")[0] == "doctor" or room in ("infra", "workloads") or other_backend:
+                wrong.append(f"{path}:{line} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_checker_sees_a_wrong_way_import() -> None:
     """The rule itself: the spec builders (level 4) importing the job schema (level 6) is
     refused, the job schema importing the spec builders is not."""

@@ -770,7 +770,8 @@ def usage() -> str:
     """The --help text: every flag with its default and docstring."""
     docs = field_docs()
     lines = [
-        "usage: python -m training.finetune [--flag value | --flag=value | --bool_flag] ...",
+        "usage: eks-fsdp train [--flag value | --flag=value | --bool_flag] ...  (in a pod: python -m"
+        " training.finetune, under torchrun)",
         "",
     ]
     for f in dataclasses.fields(TrainConfig):

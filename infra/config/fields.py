@@ -94,3 +94,10 @@ def _str_list(value: Any, path: str) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         raise _fail(path, f"expected a list, got {value!r}")
     return tuple(_str(v, f"{path}[{i}]") for i, v in enumerate(value))
+
+
+# The readers other rooms use for their own files (the job schema, ``jobs.schema``), by public
+# names: the underscore names stay internal to this package.
+DNS_LABEL = _DNS_LABEL
+read_bool, read_choice, read_int = _bool, _choice, _int
+read_opt_int, read_opt_str, read_str = _opt_int, _opt_str, _str

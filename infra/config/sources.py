@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from eks_fsdp_cli.errors import read_text
 from eks_fsdp_cli.paths import REPO_ROOT
 from infra.config.fields import NAMESPACE, ConfigError, _fail, _k
 from infra.config.nodegroups import capacity_block_warnings
@@ -21,8 +22,6 @@ from infra.config.stack import (
     StackConfig,
     parse,
 )
-
-"""Where ``Pulumi.yaml`` and the stack files live."""
 
 
 def _strip_namespace(key: str) -> str | None:
@@ -55,7 +54,19 @@ def stack_file_values(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
     path = root / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise ConfigError(f"{path.name}: no such stack file")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        text = read_text(path)  # the one reader of every command (a UTF-16 file: one line)
+    except ValueError as err:
+        raise ConfigError(f"{path.name}: {err}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path.name}:{mark.line + 1}" if mark is not None else path.name
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path.name}: expected a mapping with a config: key")
     out: dict[str, Any] = {}
     for key, value in (data.get("config") or {}).items():
         name = _strip_namespace(key)

@@ -472,7 +472,7 @@ class ClusterBackend:
                 else self._info(None, record, [], detail=False).phase
             )
             raise JobsError(
-                f"job {job.name!r} exists in {ns} ({phase}): pass --name NEW, or `python -m "
+                f"job {job.name!r} exists in {ns} ({phase}): pass --name NEW, or `eks-fsdp "
                 f"jobs resume {job.name}`, or --replace (a finished job)",
                 status=2,
             )

@@ -38,6 +38,11 @@ class Missing:
     """``ServiceAccount 'jobs'``."""
     fix: str
     """What creates it."""
+    why: str = ""
+    """Which key of the job names it (``checkpointClaim``), if one does."""
+
+    def __str__(self) -> str:
+        return f"{self.what} ({self.why})" if self.why else self.what
 
 
 def _exists(api: Any, read: Any, what: str, name: str, namespace: str) -> bool | None:
@@ -76,7 +81,7 @@ def missing(backend: Any, job: JobSpec, s: JobSettings) -> list[Missing]:
 
         stack_made = job.platform.shared_storage.is_fsx and claim == DEFAULT_CHECKPOINT_CLAIM
         fix = up if stack_made else f"create it in {ns}, or drop checkpointClaim"
-        out.append(Missing(f"claim {claim!r} (checkpointClaim)", fix))
+        out.append(Missing(f"claim {claim!r}", fix, "checkpointClaim"))
     secret = s.hf_token_secret
     if (
         secret
@@ -88,7 +93,7 @@ def missing(backend: Any, job: JobSpec, s: JobSettings) -> list[Missing]:
             if secret == HF_TOKEN_SECRET
             else f"create it in {ns} with key token"
         )
-        out.append(Missing(f"Secret {secret!r} (the hub model's token)", fix))
+        out.append(Missing(f"Secret {secret!r}", fix, "the hub model's token"))
     return out
 
 
@@ -99,8 +104,8 @@ def check(backend: Any, job: JobSpec, settings: JobSettings) -> None:
     if not found:
         return
     team = job.queue.team if job.queue is not None else None
-    what = ", ".join(m.what for m in found)
-    fixes = "; ".join(dict.fromkeys(f"{m.what.split(' (')[0]}: {m.fix}" for m in found))
+    what = ", ".join(map(str, found))
+    fixes = "; ".join(dict.fromkeys(f"{m.what}: {m.fix}" for m in found))
     raise JobsError(
         f"team {team}: namespace {job.namespace} has no {what}, which the job's pods need: {fixes}",
         status=2,

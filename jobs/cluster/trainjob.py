@@ -366,7 +366,7 @@ def submit(b: Any, job: JobSpec, w: Workloads, *, replace: bool) -> Submitted:
     if existing is not None or record is not None:
         phase = phase_of(existing) if existing is not None else "Cancelled"
         raise JobsError(
-            f"job {job.name!r} exists in {ns} ({phase}): pass --name NEW, or `python -m "
+            f"job {job.name!r} exists in {ns} ({phase}): pass --name NEW, or `eks-fsdp "
             f"jobs resume {job.name}`, or --replace (a finished job)",
             status=2,
         )

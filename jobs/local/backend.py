@@ -4,7 +4,7 @@ any later invocation.
 
 Each job owns its folder (``EKS_FSDP_JOBS_DIR`` moves the root): ``job.yaml`` (the resolved job
 file), ``record.json`` (generation, rendezvous id, times), ``runner.pid`` and ``runner.log`` (the
-detached runner, ``eks-fsdp jobs.local.worker``: the demo's progress lines and summary),
+detached runner, ``python -m jobs.local.worker``: the demo's progress lines and summary),
 ``pods.json`` (the pods as the runner sees them, every second), ``result.json`` (how it
 ended), and what ``localrun`` writes: ``logs/<pod>.log``, ``shared/<name>/`` (checkpoints and
 ``output/metrics.jsonl``) and its own etcd's data. Two jobs never share anything: each run
@@ -66,15 +66,30 @@ def state_root() -> Path:
 
 
 def local_settings(
-    job_file: JobSpec, *, generation: int, rdzv_id: str, checkpoint_root: str | None = None
+    job_file: JobSpec,
+    *,
+    generation: int,
+    rdzv_id: str,
+    checkpoint_root: str | None = None,
+    fault: str | None = None,
 ) -> tuple[JobSettings, str]:
     """The job as the local runner runs it, and its device: the cluster job's settings with
     ``--log_every=1`` on CPU unless the file sets it (the runner's progress lines read every
     row, as ``eks-fsdp local`` does), no exporter port (two jobs at once would share
-    it), the submission's rendezvous id, and ``checkpoint_root`` (``resume --from``) as its
-    checkpoint root. ``localrun`` localizes the rest."""
+    it), the submission's rendezvous id, ``checkpoint_root`` (``resume --from``) as its
+    checkpoint root, and the elastic minimum ``fault`` needs (``localrun.job.fault_min_workers``,
+    as ``eks-fsdp local`` applies it). ``localrun`` localizes the rest."""
+    from localrun.job import fault_min_workers
+    from localrun.options import Fault, LocalRunError
+
     w = build(job_file, generation=generation, local_paths=True)
     job: JobSettings = w.job
+    if fault is not None:
+        try:
+            parsed = Fault.parse(fault)
+            job = job.replace(min_workers=fault_min_workers(parsed, job.workers, job.min_workers))
+        except (LocalRunError, ValueError) as err:
+            raise JobsError(str(err.args[0] if err.args else err), status=2) from None
     args = job.train_args
     if w.device == "cpu" and not any(a.split("=", 1)[0] == "--log_every" for a in args):
         args = (*args, "--log_every=1")
@@ -148,6 +163,8 @@ class LocalBackend:
     """Jobs on this machine (``--local``)."""
 
     name = "local"
+    namespace = ""
+    """One machine's jobs are apart by name (their state folders), in no namespace."""
 
     def __init__(self, root: Path | None = None, python: str = sys.executable) -> None:
         self.root = (root or state_root()).resolve()
@@ -232,14 +249,8 @@ class LocalBackend:
         ``localrun.options.Fault``) is injected by its runner."""
         if image is not None:
             raise JobsError("--image: a local job runs this checkout's training/", status=2)
-        if fault is not None:
-            from localrun.options import Fault, LocalRunError
-
-            try:
-                Fault.parse(fault)
-            except (LocalRunError, ValueError) as err:
-                raise JobsError(f"--fault {fault}: {err}", status=2) from None
-        settings, _ = local_settings(job, generation=1, rdzv_id="")  # checks before creating
+        # every check before anything is created: the fault's form and the workers it needs
+        settings, _ = local_settings(job, generation=1, rdzv_id="", fault=fault)
         if (problem := memory_problem(job)) is not None:
             raise JobsError(problem, status=2)
         local_queue.check_fits(settings.workers)
@@ -430,7 +441,7 @@ class LocalBackend:
         tail: int | None = None,
         write: Callable[[str], None],
         runner: bool = False,
-        wait_timeout_s: float | None = None,
+        wait_timeout_s: float = 0.0,
     ) -> None:
         """Pod ``rank``'s log (or the runner's); ``wait_timeout_s`` is the cluster's (a local
         pod's log exists from its start)."""
@@ -475,7 +486,7 @@ class LocalBackend:
             time.sleep(FOLLOW_POLL_S)
 
     def follow(
-        self, name: str, write: Callable[[str], None], *, wait_timeout_s: float | None = None
+        self, name: str, write: Callable[[str], None], *, wait_timeout_s: float = 0.0
     ) -> int:
         """Stream the runner's log (the demo's output) until the job ends: 0 when it
         succeeded, 1 otherwise; Ctrl-C cancels the job (130)."""

@@ -1,4 +1,4 @@
-"""``eks-fsdp jobs.local.worker FOLDER``: one local job's runner, started detached by ``submit
+"""``python -m jobs.local.worker FOLDER``: one local job's runner, started detached by ``submit
 --local`` and ``resume --local`` (``jobs.local.backend``); not a command for users.
 
 It rebuilds the job from ``FOLDER/job.yaml`` and ``record.json`` (generation, rendezvous id),
@@ -135,18 +135,21 @@ def main(argv: list[str] | None = None) -> int:
         job_file = loads(
             (folder / JOB_FILE).read_text(encoding="utf-8"), source=str(folder / JOB_FILE)
         )
+        # a fault fires in the job's first run only: a resume or unsuspend does not repeat it
+        fault = record.get("fault") if generation == 1 else None
         job, device = local_settings(
             job_file,
             generation=generation,
             rdzv_id=record["rdzv_id"],
             checkpoint_root=record.get("checkpoint_root"),
+            fault=fault,
         )
         opts = LocalOptions(
             stack=job_file.stack,
             out=folder,
             keep_checkpoints=generation > 1,
             timeout_s=math.inf,
-            fault=Fault.parse(record.get("fault") or "none") if generation == 1 else Fault(),
+            fault=Fault.parse(fault or "none"),
         )
         local_queue.admit(  # the local stand-in for Kueue, when the record names a queue
             folder,

@@ -79,7 +79,7 @@ TRAINING_COMPONENT = pytorchjob.COMPONENT
 
 HF_TOKEN_SECRET = "hf-token"
 """The Secret holding the Hugging Face token, in the jobs namespace and each team's: the
-default ``hfTokenSecretName`` of a job file (``infra.config.job``)."""
+default ``hfTokenSecretName`` of a job file (``jobs.schema``)."""
 
 JOB_VERBS = ("get", "list", "watch", "create", "delete", "patch")
 """``patch``: ``eks-fsdp jobs suspend``/``unsuspend`` (``runPolicy.suspend``)."""
