@@ -46,7 +46,7 @@ def test_every_hub_load_passes_a_revision() -> None:
     for expected in (
         ("training/model.py", "AutoConfig.from_pretrained"),
         ("training/model.py", "AutoModelForCausalLM.from_pretrained"),
-        ("training/data/__init__.py", "AutoTokenizer.from_pretrained"),
+        ("training/data/dataset.py", "AutoTokenizer.from_pretrained"),
         ("training/data/hf_data.py", "datasets.load_dataset"),
     ):
         assert expected in names, expected

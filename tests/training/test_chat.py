@@ -1,5 +1,5 @@
 """Chat data (`messages` rows, `--dataset chat_sample`): rendered with the tokenizer's chat
-template, loss on the assistant turns only (training/data/chat.py, training/data/__init__.py).
+template, loss on the assistant turns only (training/data/chat.py, training/data/dataset.py).
 
 If these fail, a chat model learns its users' and system prompts' text (labels not masked to the
 assistant turns), stops learning where a turn ends (the end-of-turn token not labelled), packing

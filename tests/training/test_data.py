@@ -1,4 +1,4 @@
-"""Datasets, prompts, packing and the distributed batch order (training/data/__init__.py), and the assets.
+"""Datasets, prompts, packing and the distributed batch order (training/data/dataset.py), and the assets.
 
 If these fail: the model learns from the wrong tokens (prompt not masked, llama-recipes' prompt
 changed, packing losing or duplicating tokens); a malformed data file gives a stack trace instead

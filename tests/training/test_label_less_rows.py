@@ -1,4 +1,4 @@
-"""Rows without a label token never become training steps (training/data/__init__.py).
+"""Rows without a label token never become training steps (training/data/dataset.py).
 
 If these fail, a prompt/answer row longer than --context_length trains on nothing and reports a
 wrong loss: under the default (wrapped) packing its prompt becomes dozens of packed rows whose
