@@ -173,8 +173,8 @@ def load_example(
     """``job`` (default: the stack's job, ``example_job``) on ``Pulumi.<stack>.yaml`` (``stack``
     None: the job file's own ``stack``), built: what the scanner and ``eks-fsdp local`` run.
     ``ConfigError`` / ``JobFileError`` on bad input."""
-    from infra.config.sources import REPO_ROOT  # read when called (tests move it)
     from infra.config import load_stack_file
+    from infra.config.sources import REPO_ROOT  # read when called (tests move it)
     from jobs.schema import load
 
     if stack is None:

@@ -578,8 +578,8 @@ def _check_inputs(fields: Mapping[str, Any], values: Mapping[str, Any], at: _Pla
 
 def _platform(values: Mapping[str, Any], at: _Place, root: Path | None) -> StackConfig:
     """The stack the file names, read from ``Pulumi.<stack>.yaml`` under ``root``."""
-    from infra.config.sources import REPO_ROOT  # read when called (tests move it)
     from infra.config import load_stack_file
+    from infra.config.sources import REPO_ROOT  # read when called (tests move it)
 
     stack_name = values["stack"]
     if not isinstance(stack_name, str) or not re.fullmatch(
