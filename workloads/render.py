@@ -91,18 +91,21 @@ def render(
     debug_tools: bool = False,
     kueue: bool = False,
     spec: Any = None,
+    built: Any = None,
 ) -> list[Path]:
     """Write the objects of the stack running ``job`` (default: the stack's example job)
     under ``out``; return the files written. ``debug_tools`` renders the opt-in debug
     DaemonSets even when the stack leaves ``debugTools`` off; ``kueue`` the queues and teams
-    the cluster stack installs (``kueue/``). ``spec``: the job, already loaded."""
+    the cluster stack installs (``kueue/``). ``spec``: the job, already loaded; ``built``: its
+    workloads, already built (``jobs.build.build``, the image resolved)."""
     from jobs.build import build
 
     spec = spec if spec is not None else load_job(stack, job)
     stack_cfg = spec.platform
     kubernetes_version = stack_cfg.kubernetes_version
-    image = resolve_image(stack, spec, image)
-    w = build(spec, image=image, generation=generation or 1)
+    if built is None:
+        built = build(spec, image=resolve_image(stack, spec, image), generation=generation or 1)
+    w = built
     if debug_tools:
         w = dataclasses.replace(w, debug_tools=True)
     file_system = storage.file_system_ref(
@@ -296,8 +299,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also render Kueue's chart values, the queues and the stack's teams (kueue/)",
     )
     args = parser.parse_args(argv)
+    from jobs.build import build
+
     try:
         spec = load_job(args.stack, args.job)
+        image = resolve_image(args.stack, spec, args.image)
+        w = build(spec, image=image, generation=args.generation or 1)  # once, for files and notes
         files = render(
             args.stack,
             args.out,
@@ -309,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             debug_tools=args.debug_tools,
             kueue=args.kueue,
             spec=spec,
+            built=w,
         )
     except OSError as err:
         where = err.filename if err.filename is not None else args.out
@@ -333,9 +341,6 @@ def main(argv: list[str] | None = None) -> int:
     if stack_cfg.observability.enabled:
         for cmd in helm_commands(obs.settings_from_stack(stack_cfg), args.out):
             print(f"observability: {cmd}")
-    from jobs.build import build
-
-    w = build(spec, image=args.image, generation=args.generation or 1)
     job = w.job
     if job.hf_token_secret and needs_token(model_name(job)):  # a hub model: gated for Llama
         print(
