@@ -142,12 +142,14 @@ def _submit_flags(p: argparse.ArgumentParser) -> None:
     _wait_flag(p)
 
 
-def _load_once(args: argparse.Namespace) -> JobSpec:
-    """The job file read once, with ``--set``, ``--name``, ``--team``, ``--priority`` and
-    ``-n`` applied before it is checked; with ``--stack`` on a cluster and no namespace or team
-    in the file, the namespace the stack prepared for jobs (its output, read only once the file
-    is known to be valid)."""
+def _load_once(args: argparse.Namespace) -> tuple[JobSpec, list[str]]:
+    """The job file read once, with ``--set``, ``--name``, ``--team``, ``--priority``, ``-n``
+    and the Hub revisions pinned to commits (``jobs.revisions.pin_values``) applied before it
+    is checked, once; with ``--stack`` on a cluster and no namespace or team in the file, the
+    namespace the stack prepared for jobs (its output, read only once the file is known to be
+    valid). Returns the job and the pinning's notes."""
     from jobs import schema
+    from jobs.revisions import pin_values
 
     source, values, lines = schema.read(args.file)
     sets = list(args.sets) + ([f"namespace={args.namespace}"] if args.namespace else [])
@@ -155,19 +157,31 @@ def _load_once(args: argparse.Namespace) -> JobSpec:
     values = schema.apply_sets(values, sets)
     if args.name is not None:
         values["name"] = args.name
-    job = schema.parse(values, source=source, lines=lines, stack=args.stack)
+    if args.stack:
+        values["stack"] = args.stack
+    if not args.dry_run:  # the Hub revisions as commits, recorded with the job
+        pinned = pin_values(
+            values,
+            default_dataset=schema.default("dataset"),
+            source=source,
+            from_uri=args.from_uri,
+            local=args.local,
+        )
+        values, notes = schema.apply_sets(values, pinned.sets), pinned.notes
+    else:
+        notes = []
+    job = schema.parse(values, source=source, lines=lines)
     if not args.local and args.stack and not {"namespace", "team"} & set(values):
         from jobs.cluster.kube import jobs_namespace  # the namespace the stack prepared for jobs
 
         namespace = jobs_namespace(args.stack)
         if namespace != job.namespace:
             job = schema.with_values(job, [f"namespace={namespace}"])
-    return job
+    return job, notes
 
 
 def submit(args: argparse.Namespace) -> int:
-    from jobs import output, schema
-    from jobs.revisions import pin_job
+    from jobs import output
     from planner.estimate import lines as estimate
 
     if args.from_uri is not None:
@@ -175,15 +189,11 @@ def submit(args: argparse.Namespace) -> int:
 
         parse(args.from_uri, local=args.local, claim_mount="/")  # its form, before any request
     _wait_timeout(args)
-    job = _load_once(args)
+    job, notes = _load_once(args)  # (--from: the revisions its checkpoint was made with)
     if args.dry_run:
         return _dry_run(args, job)
     backend = _backend(args, job.namespace)
-    # the Hub revisions as commits, recorded with the job (--from: the checkpoint's)
-    pinned = pin_job(job, from_uri=args.from_uri, local=args.local)
-    if pinned.sets:
-        job = schema.with_values(job, pinned.sets)
-    planned = pinned.notes + estimate(job)  # computed before anything is sent
+    planned = notes + estimate(job)  # computed before anything is sent
     done = backend.submit(
         job, image=args.image, replace=args.replace, from_uri=args.from_uri, fault=args.fault
     )

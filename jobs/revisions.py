@@ -315,6 +315,46 @@ JOBS_NAMESPACE = "default"
 ``<root>/NS/NAME`` (``workloads.specs.pytorchjob.job_folder``)."""
 
 
+def pin_values(
+    values: Mapping[str, Any],
+    *,
+    default_dataset: str,
+    source: str,
+    env: Mapping[str, str] | None = None,
+    from_uri: str | None = None,
+    local: bool = False,
+) -> Pinned:
+    """``pin`` on a job file's keys as read (``--set`` applied), before they are checked: what
+    it finds on the Hub (``model``, ``dataset``, ``args.hf_dataset``) is pinned, and the file is
+    then checked once with the commits in (``jobs submit``). Keys of the wrong type name no Hub
+    input here; the schema refuses them when it checks the file. ``default_dataset``: the
+    schema's default ``dataset`` (``jobs.schema.default``)."""
+
+    def text(key: str, default: str = "") -> str:
+        value = values.get(key, default)
+        return value if isinstance(value, str) else ""
+
+    raw_args = values.get("args")
+    args = raw_args if isinstance(raw_args, Mapping) else {}
+    extra = tuple(f"--{str(k).lstrip('-').replace('-', '_')}={v}" for k, v in args.items())
+    name = text("name")
+    namespace = text("team") or text("namespace") or JOBS_NAMESPACE
+    folder = name if local or namespace == JOBS_NAMESPACE else f"{namespace}/{name}"
+    found, warning = recorded(from_uri, folder) if name else (None, None)
+    out = pin(
+        text("model"),
+        text("dataset", default_dataset),
+        extra,
+        values,
+        source=source,
+        env=env,
+        checkpoint=found,
+    )
+    if warning is not None:
+        out.notes.insert(0, warning)
+    return out
+
+
 def pin_job(
     job: Any,
     env: Mapping[str, str] | None = None,

@@ -325,7 +325,8 @@ _KEY_FIELDS = {
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(JobSpec)}
 
 
-def _default(key: str) -> Any:
+def default(key: str) -> Any:
+    """The default of a job-file key (``dataset`` -> ``samsum_dataset``): ``JobSpec``'s."""
     return _DEFAULTS[_KEY_FIELDS[key]]
 
 
@@ -490,7 +491,7 @@ def _fields(values: Mapping[str, Any], group: GpuNodeGroupConfig, at: _Place) ->
     """The ``JobSpec`` fields the file's keys give, each checked; defaults from ``JobSpec``."""
 
     def get(key: str) -> Any:
-        return values.get(key, _default(key))
+        return values.get(key, default(key))
 
     workers = at.read("workers", _int, values.get("workers", group.desired_size), minimum=1)
     if workers > group.max_size:
@@ -647,7 +648,7 @@ def parse(
         raise at.error(err.key, err.problem) from None
     if queue is not None and queue.team is not None:
         fields["namespace"] = queue.team
-    api = values.get("api", _default("api"))
+    api = values.get("api", default("api"))
     if api not in APIS:
         raise at.error("api", f"{api!r} is not v1 or v2")
     if api == "v2" and fields["min_workers"] < fields["workers"]:

@@ -22,6 +22,7 @@ from jobs import build as job_build
 from jobs import schema
 from jobs.cluster import trainjob
 from tests.jobs.fake_kube import run_cli, served
+from tests.jobs.test_revisions import FakeHub, hub, sha  # noqa: F401 - the fixture
 from workloads.specs import pytorchjob as pj
 from workloads.specs import trainjob as tj
 
@@ -87,3 +88,28 @@ def test_submit_reads_the_file_once_and_builds_the_job_once(
     assert calls["pytorchjob body" if api == "v2" else "trainjob body"] == 0
     assert created["metadata"]["name"] == "llama2-13b-samsum"
     assert created["spec"] != {}
+
+
+def test_pinned_revisions_are_applied_before_the_one_check(
+    hub: FakeHub,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the Hub answering (a loopback stand-in of its repo-info API), submit resolves the
+    model's and the dataset's branch to commits from the file's keys as read, and checks the
+    file once with the commits in: one parse, and the job created runs at those commits."""
+    calls: Counter[str] = Counter()
+    _counting(monkeypatch, calls, schema, "parse", "parse")
+    with served(tmp_path) as (fake, kubeconfig):
+        code, _out, err = run_cli(
+            capsys, "submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "--image", IMAGE
+        )
+        assert code == 0, err
+        (created,) = fake.of("pytorchjobs")
+    assert calls["parse"] == 1
+    command = created["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+        "command"
+    ]
+    assert f"--model_revision={sha('model-1')}" in command
+    assert f"--dataset_revision={sha('data-1')}" in command
