@@ -48,6 +48,8 @@ LOCAL_ONLY = {
     "OMP_NUM_THREADS": "the local runner's processes share the machine's cores",
     "PYTHONPATH": "the local runner runs the checkout, not the image's installed packages",
     "CUDA_VISIBLE_DEVICES": "CPU jobs: no GPU may be picked up on the developer's machine",
+    "EKS_FSDP_METRICS_ADDR": "local pods share the machine's interfaces: the exporter listens on "
+    "loopback (a pod's listens on its own network namespace, behind the NetworkPolicy)",
 }
 """Variables only the local runner sets, by design, each with its reason."""
 
