@@ -12,7 +12,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -58,11 +57,13 @@ def _up(args: argparse.Namespace) -> int:
         return fail(COMMAND, err)
     created = not args.state
     state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="eks-fsdp-cluster-"))
-    stop = threading.Event()
+    stop: list[int] = []
     # Handlers of our own: SIGINT may have been started as ignored (a background job), and
-    # Python then installs no KeyboardInterrupt handler.
+    # Python then installs no KeyboardInterrupt handler. The handler only appends: a
+    # threading.Event's set() takes the lock its wait() holds around the wait itself, so a
+    # signal landing there would deadlock the main thread in its own handler.
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
     shapes = nodes.stack_shapes(args.stack or all_stacks())
     plane = ControlPlane(
         build=build,
@@ -78,7 +79,10 @@ def _up(args: argparse.Namespace) -> int:
         print(plane.summary(), flush=True)
         print(f"started in {time.monotonic() - t0:.1f} s; Ctrl-C stops it", flush=True)
         print(f"export KUBECONFIG={plane.kubeconfig}", flush=True)
-        while not stop.wait(1.0):
+        while not stop:
+            time.sleep(0.2)  # a signal ends the sleep; its handler has run by then
+            if stop:
+                break
             dead = [p.name for p in plane.procs if not p.alive()]
             if dead:
                 print(f"controlplane: {', '.join(dead)} exited; stopping", file=sys.stderr)
