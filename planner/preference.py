@@ -66,16 +66,20 @@ def policy_input(inp: Any) -> Any:
 
 def reference_memory(inp: Any, policy: MemoryBreakdown, rows: int, lay: Layout) -> MemoryBreakdown:
     """The policy's bytes (``rows`` = 2B rows a micro-batch, FSDP ``lay``) with the reference's
-    added: a frozen copy's shard and the moment of its forward, when the policy holds its saved
-    activations and the reference adds its logits and log-sum-exp of the rows (compute dtype and
-    fp32) and one gathered unit; the step's peak is the larger of that and the policy's own."""
+    added: a frozen copy's shard (``copy``), and the moment of the reference forward (``copy``
+    and ``adapters``: with LoRA the same model runs again with its adapters off,
+    ``training.dpo``), when the policy holds its saved activations and the reference adds its
+    logits and log-sum-exp of the rows (compute dtype and fp32) and one gathered unit; the
+    step's peak is the larger of that and the policy's own."""
     from planner.memory import shard_elements
 
     spec = inp.preference
-    if spec is None or spec.reference != "copy":
+    if spec is None or spec.reference not in ("copy", "adapters"):
         return policy
     p, shape = inp.precision, inp.shape
-    held = shard_elements(shape.param_shapes(), lay.shard) * p.param
+    held = (
+        shard_elements(shape.param_shapes(), lay.shard) * p.param if spec.reference == "copy" else 0
+    )
     logits = rows * inp.seq * (shape.vocab_size * p.compute + 4)
     during = policy.activations + logits + policy.gathered_unit
     peak = max(policy.activations + policy.gathered_peak, during)
@@ -97,9 +101,16 @@ def preference_predict(inp: Any, nodes: int, predict: Callable[[Any, int], Any])
     pr = predict(base, nodes)
     ref_s = 0.0
     if spec.reference in ("copy", "adapters"):
-        comp = pr.compute
+        from planner.timing import ring_link, ring_time
+
+        comp, lay, it = pr.compute, pr.layout, inp.instance
         fwd_share = 1.0 / (3.0 + recompute_share(inp.shape, inp.ac, inp.ac_mode))
-        ref_s = (comp.total_s - comp.optimizer_s) * fwd_share * inp.grad_accum
+        fwd = (comp.total_s - comp.optimizer_s) * fwd_share
+        # the reference forward gathers every unit again (FSDP2 reshards after the policy's):
+        # the larger of its compute and its all-gathers, as an evaluation pass
+        link = ring_link(lay.shard, min(lay.shard, it.gpus), it, inp.assumptions)
+        gather = ring_time(inp.shape.n_params * inp.precision.compute, lay.shard, link)
+        ref_s = max(fwd, gather) * inp.grad_accum
     step_s = pr.step_time_s + ref_s
     tokens = base.batch * base.seq * base.grad_accum
     epoch = pr.epoch
