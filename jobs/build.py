@@ -26,9 +26,6 @@ from workloads.specs.settings import (
 )
 from workloads.specs.storage import CheckpointVolumeSettings
 
-EXAMPLES = Path(__file__).resolve().parent / "examples"
-"""One example job file per shipped stack (``jobs/examples/<stack>.yaml``)."""
-
 
 def example_job(stack: str, root: Path | None = None) -> Path:
     """The job file of ``stack`` when a command is given a stack and no job (``plan``,

@@ -353,24 +353,3 @@ def pin_values(
     if warning is not None:
         out.notes.insert(0, warning)
     return out
-
-
-def pin_job(
-    job: Any,
-    env: Mapping[str, str] | None = None,
-    *,
-    from_uri: str | None = None,
-    local: bool = False,
-) -> Pinned:
-    """``pin`` on a loaded job (``jobs.schema.JobSpec``: ``jobs submit``'s hook; typed ``Any``
-    because ``jobs.schema`` imports this module to check the revision keys); with ``from_uri``
-    (``submit --from``) the commits its newest checkpoint records win."""
-    c = job
-    folder = c.name if local or c.namespace == JOBS_NAMESPACE else f"{c.namespace}/{c.name}"
-    found, warning = recorded(from_uri, folder)
-    out = pin(
-        c.model, c.dataset, c.extra_args, job.values, source=job.source, env=env, checkpoint=found
-    )
-    if warning is not None:
-        out.notes.insert(0, warning)
-    return out

@@ -375,7 +375,7 @@ def test_submit_from_a_checkpoint_loads_the_commits_it_was_made_with(
     the newest complete checkpoint of the job under ROOT was made with an older model commit:
     that commit is pinned (no Hub request for it), the dataset without one is resolved as
     usual. A meta.json that cannot be read is one warning line, and the Hub decides."""
-    from jobs.revisions import pin_job
+    from jobs.revisions import pin_values
 
     old = sha("model-0")
     for step, model in ((2, sha("model-older")), (4, old)):
@@ -386,7 +386,8 @@ def test_submit_from_a_checkpoint_loads_the_commits_it_was_made_with(
         (folder / "COMPLETE").write_text("")
     (tmp_path / NAME / "step-000006").mkdir()  # a write that never finished: no marker
     job = jobfile.load(P4DE)
-    got = pin_job(job, from_uri=str(tmp_path))
+    dataset = jobfile.default("dataset")
+    got = pin_values(job.values, default_dataset=dataset, source=P4DE, from_uri=str(tmp_path))
     assert got.sets == [f'modelRevision="{old}"', f'datasetRevision="{sha("data-1")}"']
     assert got.notes[0] == (
         f"pinned: model {MODEL} its default branch -> commit {old}, the one "
@@ -395,6 +396,6 @@ def test_submit_from_a_checkpoint_loads_the_commits_it_was_made_with(
     assert [path for path, _ in hub.requests] == [f"/api/datasets/{DATASET}"]
 
     (tmp_path / NAME / "step-000004" / "meta.json").write_text("{torn")
-    got = pin_job(job, from_uri=str(tmp_path))
+    got = pin_values(job.values, default_dataset=dataset, source=P4DE, from_uri=str(tmp_path))
     assert got.notes[0].startswith(f"warning: --from {tmp_path}: the checkpoint's revisions not")
     assert got.sets[0] == f'modelRevision="{sha("model-1")}"'
