@@ -123,31 +123,10 @@ class PreferenceSteps:
             self._precompute()
 
     # -- setup ----------------------------------------------------------------------------------
-    def _build_data(self) -> tuple[Any, Any]:
+    def _data_kinds(self) -> tuple[Any, Any, Any]:
         from training.data.preference import PreferenceBatches, PreferenceEvalBatches, build_pairs
 
-        cfg, env, pad_id = self.cfg, self.env, self.tokenizer.pad_token_id
-        batches = PreferenceBatches(
-            build_pairs(cfg, self.tokenizer, "train", self.data_notes),
-            micro_batch_size=cfg.batch_size_training,
-            grad_accum=cfg.gradient_accumulation_steps,
-            rank=env.rank,
-            world_size=env.world_size,
-            seed=cfg.seed,
-            shuffle=True,
-            pad_id=pad_id,
-            num_workers=cfg.num_workers_dataloader,
-        )
-        if not cfg.run_validation:
-            return batches, None
-        return batches, PreferenceEvalBatches(
-            build_pairs(cfg, self.tokenizer, "validation", self.data_notes),
-            batch_size=cfg.val_batch_size,
-            rank=env.rank,
-            world_size=env.world_size,
-            pad_id=pad_id,
-            max_steps=cfg.max_eval_step,
-        )
+        return build_pairs, PreferenceBatches, PreferenceEvalBatches
 
     def _extra_state(self) -> dict[str, Stateful]:
         if self.reference != "precomputed":

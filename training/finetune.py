@@ -317,13 +317,20 @@ class Trainer:
         self.hooks = RunHooks.build(self)  # --tracker, --use_profiler, --flop_counter, ...
         self._announce()
 
-    def _build_data(self) -> tuple[Any, Any]:
-        """(this rank's training batches, its validation batches or None): token sequences."""
+    def _data_kinds(self) -> tuple[Any, Any, Any]:
+        """(rows of a split, the training batch order, the validation batches): token
+        sequences here; a method with other rows (``training.dpo``: preference pairs) gives its
+        own, called alike."""
         from training.data import DistributedBatches, build_dataset, eval_batches
 
+        return build_dataset, DistributedBatches, eval_batches
+
+    def _build_data(self) -> tuple[Any, Any]:
+        """(this rank's training batches, its validation batches or None)."""
+        build, train_batches, eval_batches = self._data_kinds()
         cfg, env, pad_id = self.cfg, self.env, self.tokenizer.pad_token_id
-        batches = DistributedBatches(
-            build_dataset(cfg, self.tokenizer, "train", self.data_notes),
+        batches = train_batches(
+            build(cfg, self.tokenizer, "train", self.data_notes),
             micro_batch_size=cfg.batch_size_training,
             grad_accum=cfg.gradient_accumulation_steps,
             rank=env.rank,
@@ -336,7 +343,7 @@ class Trainer:
         if not cfg.run_validation:
             return batches, None
         return batches, eval_batches(
-            build_dataset(cfg, self.tokenizer, "validation", self.data_notes),
+            build(cfg, self.tokenizer, "validation", self.data_notes),
             batch_size=cfg.val_batch_size,
             rank=env.rank,
             world_size=env.world_size,
